@@ -1,0 +1,99 @@
+"""alphagate's own exceptions: one small tree, so callers catch what they can handle.
+
+    AlphagateError                  anything alphagate raises on purpose
+    ├── PolicyError                 a SpeculativeCanary (file or object) is invalid
+    ├── ScenarioError               a simulator scenario file is invalid
+    ├── SourceError                 a metrics source failed; `kind` classifies it
+    │   └── ExpositionError         a /metrics page is malformed (names the line)
+    ├── KubeError                   the Kubernetes API refused or failed; `status` is the HTTP code
+    │   ├── ConflictError           409 after bounded retries
+    │   ├── ForbiddenError          403: RBAC is missing a permission
+    │   └── NotFoundError           404: the object is gone
+    └── SandboxError                the local demo sandbox could not start a part (port in use ...)
+
+Causes are chained (`raise ... from exc`). Messages name what is wrong and where.
+Bad *data* is not an exception in the core: it becomes an Inconclusive or Error verdict.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class AlphagateError(Exception):
+    """Base of every error alphagate raises on purpose."""
+
+
+class PolicyError(AlphagateError):
+    """A policy is invalid. `where` is the file (or object); `path` the first bad field.
+
+    The message itself names every offending field path, so it stands alone."""
+
+    def __init__(self, message: str, *, where: str = "", path: str = "") -> None:
+        self.where = where
+        self.path = path
+        self.reason = message
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ScenarioError(AlphagateError):
+    """A simulator scenario is invalid; the message names file, field and reason."""
+
+
+class SourceErrorKind(StrEnum):
+    """Why a read of metrics failed; exported as a metric label, so keep values stable."""
+
+    UNREACHABLE = "unreachable"
+    TIMEOUT = "timeout"
+    HTTP_STATUS = "http_status"
+    BAD_JSON = "bad_json"
+    QUERY_ERROR = "query_error"
+    EMPTY = "empty"
+    NAN = "nan"
+    PARTIAL = "partial"
+    PARSE = "parse"
+    TOO_LARGE = "too_large"
+    POD_GONE = "pod_gone"
+
+
+class SourceError(AlphagateError):
+    """A metrics source failed. `kind` says how; `target` says which URL, pod or query."""
+
+    def __init__(self, kind: SourceErrorKind, message: str, *, target: str = "") -> None:
+        self.kind = kind
+        self.target = target
+        super().__init__(f"{kind}: {target}: {message}" if target else f"{kind}: {message}")
+
+
+class ExpositionError(SourceError):
+    """A /metrics page is malformed; `line` is 1-based, 0 when unknown."""
+
+    def __init__(self, message: str, *, line: int = 0, target: str = "") -> None:
+        self.line = line
+        where = f"line {line}: {message}" if line else message
+        super().__init__(SourceErrorKind.PARSE, where, target=target)
+
+
+class KubeError(AlphagateError):
+    """The Kubernetes API failed or refused; `status` is the HTTP status (0 if none)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class ConflictError(KubeError):
+    """409 Conflict persisted through the bounded retries."""
+
+
+class ForbiddenError(KubeError):
+    """403 Forbidden: the controller's RBAC lacks a permission."""
+
+
+class NotFoundError(KubeError):
+    """404 Not Found: the object does not exist (any more)."""
+
+
+class SandboxError(AlphagateError):
+    """A part of the local sandbox (demo, simulator, kubelet runner) could not start."""
