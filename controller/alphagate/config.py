@@ -109,7 +109,8 @@ class Slice(_Model):
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")
     canary: PodSelector
     baseline: PodSelector
-    # perSlice aggregation: the Deployment this slice flips. combined: unused.
+    # The canary Deployment serving this slice. perSlice: required, flipped alone. combined:
+    # optional; every distinct slice Deployment (or spec.target when none) flips together.
     deployment: DeploymentRef | None = None
     # combined aggregation: a slice below this alpha (upper bound) vetoes enabling.
     min_alpha: Ratio | None = None
@@ -292,6 +293,19 @@ class SpeculativeCanarySpec(_Model):
                     f"{', '.join(missing)}"
                 )
         return self
+
+    def canary_deployments(self, slice_name: str | None = None) -> list[DeploymentRef]:
+        """The Deployments one decision flips: a slice's own (perSlice) or all (combined)."""
+        if slice_name is not None:
+            for s in self.slices:
+                if s.name == slice_name:
+                    return [s.deployment or self.target]
+            raise KeyError(slice_name)
+        seen: dict[str, DeploymentRef] = {}
+        for s in self.slices:
+            ref = s.deployment or self.target
+            seen.setdefault(ref.name, ref)
+        return list(seen.values()) or [self.target]
 
     @property
     def k(self) -> int:
