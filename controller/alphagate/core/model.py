@@ -51,6 +51,16 @@ class Action(StrEnum):
     PROMOTE = "promote"
 
 
+class Command(StrEnum):
+    """A person's instruction (CLI or annotation). Overrides the policy; recorded as "manual"."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    ENABLE = "enable"
+    DISABLE = "disable"
+    PROMOTE = "promote"
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -146,6 +156,10 @@ class Estimate:
     accepted_tokens: float
     batches: int
     method: str
+    # Standard error of `value` and its degrees of freedom (inf for large-sample methods); used
+    # to combine slices. NaN when unknown.
+    std_error: float = math.nan
+    dof: float = math.inf
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -199,6 +213,8 @@ class Memory(BaseModel):
     last_alpha: dict[str, float] = Field(default_factory=dict)  # per slice, last estimate
     good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
     history: tuple[Transition, ...] = ()
+    last_flip_at: float | None = None  # last enable/disable: min dwell and warm-up start here
+    paused_by: str | None = None  # "spec" or "manual": who must resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,3 +232,6 @@ class Evaluation:
     memory: Memory
     transition: Transition | None = None
     target_speculation_on: bool = False  # what the canary should run after this decision
+    # Conditions a person should hear about: "source-errors", "flip-budget", "probe-stalled",
+    # "rollout-timeout" (stable strings; usable as metric labels).
+    alerts: tuple[str, ...] = ()
