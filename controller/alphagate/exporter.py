@@ -1,0 +1,752 @@
+"""The controller's own Prometheus metrics and the HTTP endpoints a kubelet and Prometheus call.
+
+Role: the reconciler hands every `Evaluation` to a `Recorder`, which turns it into gauges and
+counters under the ``alphagate_`` prefix (labels ``namespace``, ``canary``, and ``slice`` where a
+value is per slice). `make_app` / `serve` expose ``/metrics``, ``/healthz`` and ``/readyz``.
+
+This module decides nothing: it reads the core's results and never changes them, and it reads
+no clock except to measure nothing (durations come from the caller). Label values stay bounded:
+slices come from the policy, states/verdicts/actions from the core's enums, and a decision's
+``reason`` label is a short machine kind (`reason_kind`), never the sentence.
+
+Only the leader exports per-canary gauges: `Recorder.set_leader(False)` drops them, so a
+standby replica never shows a stale state next to the leader's live one.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    make_wsgi_app,
+)
+from prometheus_client.metrics import MetricWrapperBase
+
+from alphagate import __version__
+from alphagate.core.model import CheckResult, Evaluation, State, Verdict
+
+PREFIX: Final = "alphagate_"
+
+# ---------------------------------------------------------------- metric names (one place)
+# Tests check that every name a dashboard or rule uses is listed here or in alphagate.vllm.
+
+ALPHA: Final = "alphagate_alpha_ratio"
+ALPHA_LOWER: Final = "alphagate_alpha_lower_ratio"
+ALPHA_UPPER: Final = "alphagate_alpha_upper_ratio"
+COMBINED_ALPHA: Final = "alphagate_combined_alpha_ratio"
+COMBINED_ALPHA_LOWER: Final = "alphagate_combined_alpha_lower_ratio"
+COMBINED_ALPHA_UPPER: Final = "alphagate_combined_alpha_upper_ratio"
+ALPHA_GATE: Final = "alphagate_alpha_gate_ratio"
+WINDOW_DRAFTS: Final = "alphagate_window_drafts"
+SLICE_WEIGHT: Final = "alphagate_slice_weight_ratio"
+ITL_QUANTILE: Final = "alphagate_itl_quantile_seconds"
+LATENCY_RATIO: Final = "alphagate_latency_ratio"
+STATE: Final = "alphagate_state"
+SPECULATION_ENABLED: Final = "alphagate_speculation_enabled"
+CHECK_VERDICT: Final = "alphagate_check_verdict"
+DECISIONS: Final = "alphagate_decisions_total"
+TRANSITIONS: Final = "alphagate_transitions_total"
+SOURCE_ERRORS: Final = "alphagate_source_errors_total"
+EVALUATION_DURATION: Final = "alphagate_evaluation_duration_seconds"
+LAST_EVALUATION: Final = "alphagate_last_evaluation_timestamp_seconds"
+LAST_SUCCESS: Final = "alphagate_last_success_timestamp_seconds"
+PREDICTED_SPEEDUP: Final = "alphagate_predicted_speedup_ratio"
+ERROR_STREAK: Final = "alphagate_error_streak"
+LEADER: Final = "alphagate_leader"
+BUILD_INFO: Final = "alphagate_build_info"
+
+# Every series name a scrape can show (histograms and counters with their sample suffixes).
+METRIC_NAMES: Final[frozenset[str]] = frozenset(
+    {
+        ALPHA,
+        ALPHA_LOWER,
+        ALPHA_UPPER,
+        COMBINED_ALPHA,
+        COMBINED_ALPHA_LOWER,
+        COMBINED_ALPHA_UPPER,
+        ALPHA_GATE,
+        WINDOW_DRAFTS,
+        SLICE_WEIGHT,
+        ITL_QUANTILE,
+        LATENCY_RATIO,
+        STATE,
+        SPECULATION_ENABLED,
+        CHECK_VERDICT,
+        DECISIONS,
+        TRANSITIONS,
+        SOURCE_ERRORS,
+        EVALUATION_DURATION + "_bucket",
+        EVALUATION_DURATION + "_count",
+        EVALUATION_DURATION + "_sum",
+        LAST_EVALUATION,
+        LAST_SUCCESS,
+        PREDICTED_SPEEDUP,
+        ERROR_STREAK,
+        LEADER,
+        BUILD_INFO,
+    }
+)
+
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# Label values of `alphagate_itl_quantile_seconds{metric}`: which vLLM histogram the P99 is of.
+METRIC_PER_TOKEN: Final = "per_token"  # vllm:request_time_per_output_token_seconds
+METRIC_PER_STEP: Final = "per_step"  # vllm:inter_token_latency_seconds
+
+# Bounded vocabulary of the `reason` label on alphagate_decisions_total.
+REASON_KINDS: Final = (
+    "pass",
+    "fail_acceptance",
+    "fail_latency",
+    "fail_other",
+    "inconclusive",
+    "error",
+    "paused",
+    "manual",
+)
+
+_CANARY: Final = ("namespace", "canary")
+_SLICE: Final = ("namespace", "canary", "slice")
+
+# Evidence keys the core's latency check may use, tried in order (first present wins).
+_CANARY_P99_KEYS: Final = ("canary_p99_seconds", "canary_p99", "canary_quantile_seconds", "canary")
+_BASELINE_P99_KEYS: Final = (
+    "baseline_p99_seconds",
+    "baseline_p99",
+    "baseline_quantile_seconds",
+    "baseline",
+)
+_CANARY_P50_KEYS: Final = ("canary_p50_seconds", "canary_p50")
+_BASELINE_P50_KEYS: Final = ("baseline_p50_seconds", "baseline_p50")
+_RATIO_KEYS: Final = ("ratio", "p99_ratio", "latency_ratio", "regression_ratio")
+_METRIC_KEYS: Final = ("metric", "latency_metric")
+_SPEEDUP_KEYS: Final = ("predicted_speedup", "speedup", "predicted_speedup_ratio")
+_GATE_KEYS: Final = {
+    "disable": ("disable_below", "disableBelow", "disable_threshold"),
+    "enable": ("enable_above", "enableAbove", "enable_threshold"),
+}
+
+
+def _number(evidence: Mapping[str, float | str], keys: Iterable[str]) -> float | None:
+    """The first finite number among `keys` in `evidence`, else None (strings are parsed)."""
+    for key in keys:
+        if key not in evidence:
+            continue
+        raw = evidence[key]
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return value
+    return None
+
+
+def _text(evidence: Mapping[str, float | str], keys: Iterable[str]) -> str | None:
+    for key in keys:
+        raw = evidence.get(key)
+        if isinstance(raw, str) and raw:
+            return raw
+    return None
+
+
+def check_family(check: str) -> str:
+    """`acceptance:chat` -> `acceptance`; unknown families become `other` (bounded labels)."""
+    family = check.split(":", 1)[0]
+    return family if family in ("acceptance", "latency") else "other"
+
+
+def check_slice(check: str) -> str | None:
+    """`latency:chat` -> `chat`; a check without a slice part gives None."""
+    _, sep, rest = check.partition(":")
+    return rest if sep and rest else None
+
+
+def latency_metric_label(raw: str | None) -> str:
+    """Map the policy's / evidence's latency metric spelling to `per_token` or `per_step`."""
+    if raw is None:
+        return METRIC_PER_TOKEN
+    lowered = raw.lower().replace("-", "_")
+    if "step" in lowered or "inter_token" in lowered:
+        return METRIC_PER_STEP
+    return METRIC_PER_TOKEN
+
+
+def reason_kind(evaluation: Evaluation) -> str:
+    """A short, bounded reason for the decisions counter, derived from structured fields.
+
+    The sentence in `evaluation.reason` is for people (status, Events, logs); a label needs a
+    small closed set, so this looks at the verdict and which check failed, not at the words.
+    """
+    memory_state = evaluation.memory.state
+    if memory_state is State.PAUSED:
+        return "paused"
+    transition = evaluation.transition
+    if transition is not None and transition.from_state is State.PAUSED:
+        return "manual"
+    verdict = evaluation.verdict
+    if verdict is Verdict.FAIL:
+        families = {check_family(c.check) for c in evaluation.checks if c.verdict is Verdict.FAIL}
+        for family in ("acceptance", "latency"):
+            if family in families:
+                return f"fail_{family}"
+        return "fail_other"
+    if verdict is Verdict.ERROR:
+        return "error"
+    if verdict is Verdict.INCONCLUSIVE:
+        return "inconclusive"
+    return "pass"
+
+
+# ---------------------------------------------------------------- the recorder
+
+
+@dataclass
+class _Seen:
+    """Label tuples set per metric for one canary, so series of vanished slices are dropped."""
+
+    series: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
+
+
+class Recorder:
+    """Turns evaluations into metrics. Thread-safe: one lock serialises updates.
+
+    `registry` is injectable so tests (and several controllers in one process) never share
+    the global default registry.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], _Seen] = {}
+        self._leader = False
+        r = self.registry
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+            return Gauge(name, doc, labels, registry=r)
+
+        self.alpha = gauge(ALPHA, "Estimated acceptance rate alpha per slice.", _SLICE)
+        self.alpha_lower = gauge(ALPHA_LOWER, "Lower confidence bound of alpha.", _SLICE)
+        self.alpha_upper = gauge(ALPHA_UPPER, "Upper confidence bound of alpha.", _SLICE)
+        self.combined = gauge(COMBINED_ALPHA, "Traffic-weighted alpha over slices.", _CANARY)
+        self.combined_lower = gauge(
+            COMBINED_ALPHA_LOWER, "Lower confidence bound of the combined alpha.", _CANARY
+        )
+        self.combined_upper = gauge(
+            COMBINED_ALPHA_UPPER, "Upper confidence bound of the combined alpha.", _CANARY
+        )
+        self.gate = gauge(
+            ALPHA_GATE,
+            "Alpha thresholds of the policy: disable below, enable above.",
+            (*_CANARY, "bound"),
+        )
+        self.window_drafts = gauge(
+            WINDOW_DRAFTS, "Drafts (the sample unit of alpha) in the evaluation window.", _SLICE
+        )
+        self.slice_weight = gauge(
+            SLICE_WEIGHT, "Traffic share of a slice (measured generation tokens).", _SLICE
+        )
+        self.itl_quantile = gauge(
+            ITL_QUANTILE,
+            "Latency quantile the guard compares, per role; metric says per_token or per_step.",
+            (*_SLICE, "role", "metric", "quantile"),
+        )
+        self.latency_ratio = gauge(
+            LATENCY_RATIO, "Canary P99 over baseline P99 as the latency guard compares it.", _SLICE
+        )
+        self.state = gauge(
+            STATE,
+            "1 for the canary's current state, 0 for the others.",
+            (
+                *_CANARY,
+                "state",
+            ),
+        )
+        self.speculation = gauge(
+            SPECULATION_ENABLED, "1 when the canary runs with --speculative-config.", _CANARY
+        )
+        self.check_verdict = gauge(
+            CHECK_VERDICT,
+            "1 for each check's current verdict, 0 for the others.",
+            (
+                *_CANARY,
+                "check",
+                "verdict",
+            ),
+        )
+        self.decisions = Counter(
+            "alphagate_decisions",
+            "Decisions by action and a short machine reason.",
+            (*_CANARY, "action", "reason"),
+            registry=r,
+        )
+        self.transitions = Counter(
+            "alphagate_transitions",
+            "State transitions.",
+            (*_CANARY, "from_state", "to_state"),
+            registry=r,
+        )
+        self.source_errors = Counter(
+            "alphagate_source_errors",
+            "Failed reads of metrics, by kind.",
+            (*_CANARY, "kind"),
+            registry=r,
+        )
+        self.duration = Histogram(
+            EVALUATION_DURATION,
+            "Time to observe, estimate, judge and decide for one canary.",
+            _CANARY,
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.last_evaluation = gauge(LAST_EVALUATION, "Unix time of the last evaluation.", _CANARY)
+        self.last_success = gauge(
+            LAST_SUCCESS, "Unix time of the last evaluation whose source read succeeded.", _CANARY
+        )
+        self.speedup = gauge(
+            PREDICTED_SPEEDUP, "Predicted throughput speed-up at the combined alpha.", _CANARY
+        )
+        self.error_streak = gauge(
+            ERROR_STREAK, "Consecutive evaluations with an Error verdict.", _CANARY
+        )
+        self.leader = Gauge(LEADER, "1 while this replica holds the leader lease.", registry=r)
+        self.build_info = Gauge(BUILD_INFO, "alphagate version, value 1.", ("version",), registry=r)
+        self.build_info.labels(__version__).set(1)
+        self.leader.set(0)
+
+    # ------------------------------------------------------------ public API
+
+    def record(
+        self,
+        evaluation: Evaluation,
+        *,
+        namespace: str,
+        canary: str,
+        duration_seconds: float,
+        speculation_on: bool,
+        spec: Any = None,
+    ) -> None:
+        """Export one evaluation of `namespace/canary`.
+
+        `spec` (a `SpeculativeCanarySpec`, optional) supplies the alpha gate when the checks'
+        evidence does not carry it, and the latency metric's name. Series of slices and checks
+        that vanished since the last evaluation are removed.
+        """
+        key = (namespace, canary)
+        c = (namespace, canary)
+        with self._lock:
+            new: dict[str, set[tuple[str, ...]]] = {}
+
+            def put(metric: Gauge, name: str, labels: tuple[str, ...], value: float) -> None:
+                if not math.isfinite(value):
+                    return
+                metric.labels(*labels).set(value)
+                new.setdefault(name, set()).add(labels)
+
+            for slice_name, est in evaluation.estimates.items():
+                s = (*c, slice_name)
+                put(self.alpha, ALPHA, s, est.value)
+                put(self.alpha_lower, ALPHA_LOWER, s, est.lower)
+                put(self.alpha_upper, ALPHA_UPPER, s, est.upper)
+                put(self.window_drafts, WINDOW_DRAFTS, s, est.drafts)
+            for slice_name, weight in evaluation.weights.items():
+                put(self.slice_weight, SLICE_WEIGHT, (*c, slice_name), weight)
+            if evaluation.combined is not None:
+                put(self.combined, COMBINED_ALPHA, c, evaluation.combined.value)
+                put(self.combined_lower, COMBINED_ALPHA_LOWER, c, evaluation.combined.lower)
+                put(self.combined_upper, COMBINED_ALPHA_UPPER, c, evaluation.combined.upper)
+
+            for bound, value in self._gate(evaluation.checks, spec).items():
+                put(self.gate, ALPHA_GATE, (*c, bound), value)
+
+            default_metric = None
+            if spec is not None:
+                default_metric = str(getattr(getattr(spec, "latency", None), "metric", "") or "")
+            quantile = "0.99"
+            if spec is not None:
+                q = getattr(getattr(spec, "latency", None), "quantile", None)
+                if isinstance(q, float):
+                    quantile = f"{q:g}"
+            for check in evaluation.checks:
+                if check_family(check.check) != "latency":
+                    continue
+                self._latency(check, c, put, default_metric, quantile)
+
+            for state in State:
+                put(
+                    self.state,
+                    STATE,
+                    (*c, state.value),
+                    1.0 if evaluation.memory.state is state else 0.0,
+                )
+            put(self.speculation, SPECULATION_ENABLED, c, 1.0 if speculation_on else 0.0)
+            for check in evaluation.checks:
+                for verdict in Verdict:
+                    put(
+                        self.check_verdict,
+                        CHECK_VERDICT,
+                        (*c, check.check, verdict.value),
+                        1.0 if check.verdict is verdict else 0.0,
+                    )
+            put(self.last_evaluation, LAST_EVALUATION, c, evaluation.at)
+            if self._succeeded(evaluation):
+                put(self.last_success, LAST_SUCCESS, c, evaluation.at)
+            else:
+                # keep the previous success time: staleness is measured from it
+                if (LAST_SUCCESS, c) in self._seen_pairs(key):
+                    new.setdefault(LAST_SUCCESS, set()).add(c)
+            speedup = self._speedup(evaluation, spec)
+            if speedup is not None:
+                put(self.speedup, PREDICTED_SPEEDUP, c, speedup)
+            put(self.error_streak, ERROR_STREAK, c, float(evaluation.memory.error_streak))
+
+            self.decisions.labels(*c, evaluation.action.value, reason_kind(evaluation)).inc()
+            if evaluation.transition is not None:
+                t = evaluation.transition
+                self.transitions.labels(*c, t.from_state.value, t.to_state.value).inc()
+            if math.isfinite(duration_seconds) and duration_seconds >= 0:
+                self.duration.labels(*c).observe(duration_seconds)
+
+            old = self._seen.get(key, _Seen()).series
+            for name, labelsets in old.items():
+                for labels in labelsets - new.get(name, set()):
+                    self._gauges()[name].remove(*labels)
+            self._seen[key] = _Seen(series=new)
+
+    def source_error(self, kind: str, *, namespace: str, canary: str) -> None:
+        """Count one failed read. `kind` is a `SourceErrorKind` value (a bounded set)."""
+        self.source_errors.labels(namespace, canary, str(kind)).inc()
+
+    def set_leader(self, leader: bool) -> None:
+        """Mark leadership. Losing it drops every per-canary gauge: only the leader's count."""
+        with self._lock:
+            self._leader = leader
+            self.leader.set(1.0 if leader else 0.0)
+            if not leader:
+                for gauge in self._gauges().values():
+                    gauge.clear()
+                self._seen.clear()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    def forget(self, *, namespace: str, canary: str) -> None:
+        """Drop every series of a deleted canary (gauges, counters and the histogram)."""
+        key = (namespace, canary)
+        with self._lock:
+            seen = self._seen.pop(key, _Seen())
+            for name, labelsets in seen.series.items():
+                for labels in labelsets:
+                    self._gauges()[name].remove(*labels)
+            for metric in (self.decisions, self.transitions, self.source_errors, self.duration):
+                _remove_prefixed(metric, key)
+
+    def canaries(self) -> list[tuple[str, str]]:
+        """(namespace, canary) pairs currently exported, for tests and the status command."""
+        with self._lock:
+            return sorted(self._seen)
+
+    # ------------------------------------------------------------ helpers
+
+    def _gauges(self) -> dict[str, Gauge]:
+        return {
+            ALPHA: self.alpha,
+            ALPHA_LOWER: self.alpha_lower,
+            ALPHA_UPPER: self.alpha_upper,
+            COMBINED_ALPHA: self.combined,
+            COMBINED_ALPHA_LOWER: self.combined_lower,
+            COMBINED_ALPHA_UPPER: self.combined_upper,
+            ALPHA_GATE: self.gate,
+            WINDOW_DRAFTS: self.window_drafts,
+            SLICE_WEIGHT: self.slice_weight,
+            ITL_QUANTILE: self.itl_quantile,
+            LATENCY_RATIO: self.latency_ratio,
+            STATE: self.state,
+            SPECULATION_ENABLED: self.speculation,
+            CHECK_VERDICT: self.check_verdict,
+            LAST_EVALUATION: self.last_evaluation,
+            LAST_SUCCESS: self.last_success,
+            PREDICTED_SPEEDUP: self.speedup,
+            ERROR_STREAK: self.error_streak,
+        }
+
+    def _seen_pairs(self, key: tuple[str, str]) -> set[tuple[str, tuple[str, ...]]]:
+        seen = self._seen.get(key)
+        if seen is None:
+            return set()
+        return {(name, labels) for name, sets in seen.series.items() for labels in sets}
+
+    @staticmethod
+    def _succeeded(evaluation: Evaluation) -> bool:
+        """The source answered: no Error verdict anywhere in this evaluation."""
+        if evaluation.verdict is Verdict.ERROR:
+            return False
+        return all(c.verdict is not Verdict.ERROR for c in evaluation.checks)
+
+    @staticmethod
+    def _gate(checks: Iterable[CheckResult], spec: Any) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for check in checks:
+            if check_family(check.check) != "acceptance":
+                continue
+            for bound, keys in _GATE_KEYS.items():
+                value = _number(check.evidence, keys)
+                if value is not None and bound not in out:
+                    out[bound] = value
+        acceptance = getattr(spec, "acceptance", None)
+        if acceptance is not None:
+            out.setdefault("disable", float(acceptance.disable_below))
+            out.setdefault("enable", float(acceptance.enable_above))
+        return out
+
+    @staticmethod
+    def _speedup(evaluation: Evaluation, spec: Any) -> float | None:
+        for check in evaluation.checks:
+            value = _number(check.evidence, _SPEEDUP_KEYS)
+            if value is not None:
+                return value
+        if spec is None or evaluation.combined is None:
+            return None
+        alpha = evaluation.combined.value
+        k = getattr(spec, "k", None)
+        if not isinstance(k, int) or not (0.0 <= alpha <= 1.0):
+            return None
+        from alphagate.core import speedup as speedup_model
+
+        overhead = float(getattr(spec, "overhead", 0.0) or 0.0)
+        return speedup_model.speedup(alpha, k, overhead)
+
+    def _latency(
+        self,
+        check: CheckResult,
+        c: tuple[str, str],
+        put: Callable[[Gauge, str, tuple[str, ...], float], None],
+        default_metric: str | None,
+        quantile: str,
+    ) -> None:
+        slice_name = check_slice(check.check) or "all"
+        ev = check.evidence
+        metric = latency_metric_label(_text(ev, _METRIC_KEYS) or default_metric)
+        s = (*c, slice_name)
+        for role, keys, q in (
+            ("canary", _CANARY_P99_KEYS, quantile),
+            ("baseline", _BASELINE_P99_KEYS, quantile),
+            ("canary", _CANARY_P50_KEYS, "0.5"),
+            ("baseline", _BASELINE_P50_KEYS, "0.5"),
+        ):
+            value = _number(ev, keys)
+            if value is not None:
+                put(self.itl_quantile, ITL_QUANTILE, (*s, role, metric, q), value)
+        ratio = _number(ev, _RATIO_KEYS)
+        if ratio is None:
+            canary_p = _number(ev, _CANARY_P99_KEYS)
+            baseline_p = _number(ev, _BASELINE_P99_KEYS)
+            if canary_p is not None and baseline_p:
+                ratio = canary_p / baseline_p
+        if ratio is not None:
+            put(self.latency_ratio, LATENCY_RATIO, s, ratio)
+
+
+def _remove_prefixed(metric: MetricWrapperBase, prefix: tuple[str, ...]) -> None:
+    """Remove every child whose first label values equal `prefix`."""
+    children = list(metric._metrics)
+    for labels in children:
+        if labels[: len(prefix)] == prefix:
+            metric.remove(*labels)
+
+
+def new_registry(*, process: bool = True) -> CollectorRegistry:
+    """A fresh registry, with the process/platform/GC collectors when `process` is set."""
+    registry = CollectorRegistry()
+    if process:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+    return registry
+
+
+# ---------------------------------------------------------------- health and HTTP
+
+
+class Health:
+    """What /healthz and /readyz answer.
+
+    Live: the control loop has beaten within `stale_after_seconds` (None: always live once
+    started). Ready: the shell said so (caches synced, leader election running). A standby
+    replica is ready: it serves metrics and can take over.
+    """
+
+    def __init__(
+        self,
+        *,
+        stale_after_seconds: float | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        import time
+
+        self._clock = clock or time.monotonic
+        self._stale_after = stale_after_seconds
+        self._last_beat = self._clock()
+        self._ready = False
+        self._why_not_ready = "starting"
+        self._lock = threading.Lock()
+
+    def beat(self) -> None:
+        with self._lock:
+            self._last_beat = self._clock()
+
+    def set_ready(self, ready: bool, reason: str = "") -> None:
+        with self._lock:
+            self._ready = ready
+            self._why_not_ready = "" if ready else (reason or "not ready")
+
+    def live(self) -> tuple[bool, str]:
+        with self._lock:
+            if self._stale_after is None:
+                return True, "ok"
+            silent = self._clock() - self._last_beat
+            if silent > self._stale_after:
+                return False, f"control loop silent for {silent:.0f}s (> {self._stale_after:g}s)"
+            return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        alive, why = self.live()
+        if not alive:
+            return False, why
+        with self._lock:
+            return (True, "ok") if self._ready else (False, self._why_not_ready)
+
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def make_app(registry: CollectorRegistry, health: Health | None = None) -> WSGIApp:
+    """A WSGI app: /metrics (prometheus_client, content negotiation included), /healthz,
+    /readyz. Without `health`, both probes answer ok."""
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path in ("/healthz", "/livez", "/readyz"):
+            if health is None:
+                ok, why = True, "ok"
+            elif path == "/readyz":
+                ok, why = health.ready()
+            else:
+                ok, why = health.live()
+            body = (why + "\n").encode()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(
+                status,
+                [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+            )
+            return [body]
+        if path in ("/metrics", "/"):
+            result: Iterable[bytes] = metrics_app(environ, start_response)
+            return result
+        body = b"not found\n"
+        start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "10")])
+        return [body]
+
+    return app
+
+
+class _ThreadingServer(WSGIServer):
+    """One thread per request, daemon threads: a slow scrape never blocks a probe."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self._handle, args=(request, client_address), daemon=True)
+        thread.start()
+
+    def _handle(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes every few seconds would flood the log; the structured log says what matters."""
+
+
+@dataclass
+class Server:
+    """A running metrics/health server; `close()` stops it and joins its thread."""
+
+    host: str
+    port: int
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(
+    port: int,
+    registry: CollectorRegistry,
+    host: str = "127.0.0.1",
+    *,
+    health: Health | None = None,
+) -> Server:
+    """Serve `make_app` on host:port in a daemon thread (port 0 picks a free one).
+
+    The default host is loopback; in a cluster the run command passes 0.0.0.0 so the kubelet
+    and Prometheus can reach the pod.
+    """
+    server = make_server(
+        host,
+        port,
+        make_app(registry, health),
+        server_class=_ThreadingServer,
+        handler_class=_QuietHandler,
+    )
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.2},
+        daemon=True,
+        name=f"alphagate-metrics-{server.server_port}",
+    )
+    thread.start()
+    return Server(host=host, port=server.server_port, _server=server, _thread=thread)
+
+
+def series(registry: CollectorRegistry) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Every sample in `registry` as (name, labels, value): a small helper for tests and
+    the status command."""
+    for family in registry.collect():
+        for sample in family.samples:
+            yield sample.name, dict(sample.labels), sample.value

@@ -1,0 +1,318 @@
+"""The controller's own metrics: names, labels, bounded cardinality, leader-only gauges, HTTP."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from alphagate import exporter
+from alphagate.core.model import (
+    Action,
+    CheckResult,
+    Estimate,
+    Evaluation,
+    Memory,
+    State,
+    Transition,
+    Verdict,
+)
+
+
+def _estimate(value: float, lower: float, upper: float, drafts: float = 400.0) -> Estimate:
+    return Estimate(
+        value=value,
+        lower=lower,
+        upper=upper,
+        confidence=0.95,
+        drafts=drafts,
+        draft_tokens=drafts * 4,
+        accepted_tokens=drafts * 4 * value,
+        batches=8,
+        method="batch-means",
+    )
+
+
+def evaluation(
+    *,
+    at: float = 1_800_000_000.0,
+    slices: dict[str, float] | None = None,
+    verdict: Verdict = Verdict.FAIL,
+    state: State = State.ROLLED_BACK,
+    transition: bool = True,
+    error_streak: int = 0,
+) -> Evaluation:
+    """A rollback of a canary whose code slice fell below the gate."""
+    alphas = slices if slices is not None else {"chat": 0.7, "code": 0.4}
+    estimates = {s: _estimate(a, a - 0.05, a + 0.05) for s, a in alphas.items()}
+    weights = {s: 1.0 / len(alphas) for s in alphas}
+    checks = tuple(
+        CheckResult(
+            check=f"acceptance:{s}",
+            verdict=Verdict.FAIL if a < 0.55 else Verdict.PASS,
+            reason=f"alpha {a}",
+            evidence={"alpha": a, "disable_below": 0.55, "enable_above": 0.6},
+        )
+        for s, a in alphas.items()
+    ) + tuple(
+        CheckResult(
+            check=f"latency:{s}",
+            verdict=Verdict.PASS,
+            reason="p99 within 10%",
+            evidence={"canary_p99_seconds": 0.011, "baseline_p99_seconds": 0.01},
+        )
+        for s in alphas
+    )
+    t = (
+        Transition(from_state=State.ON, to_state=state, reason="alpha fell", at=at)
+        if transition
+        else None
+    )
+    return Evaluation(
+        at=at,
+        estimates=estimates,
+        weights=weights,
+        combined=_estimate(0.55, 0.5, 0.6),
+        checks=checks,
+        verdict=verdict,
+        action=Action.DISABLE if transition else Action.HOLD,
+        reason="alpha upper bound 0.45 below disable threshold 0.55 on slice code",
+        memory=Memory(state=state, error_streak=error_streak),
+        transition=t,
+        target_speculation_on=False,
+    )
+
+
+def scrape(registry: CollectorRegistry) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    from prometheus_client import generate_latest
+
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    key = (name, frozenset(labels.items()))
+    assert key in samples, (
+        f"{name}{labels} missing; have {sorted(k for k in samples if k[0] == name)}"
+    )
+    return samples[key]
+
+
+@pytest.fixture
+def recorder() -> exporter.Recorder:
+    r = exporter.Recorder(CollectorRegistry())
+    r.set_leader(True)
+    return r
+
+
+def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
+    recorder.record(
+        evaluation(), namespace="llm", canary="chat", duration_seconds=0.02, speculation_on=False
+    )
+    recorder.source_error("timeout", namespace="llm", canary="chat")
+    s = scrape(recorder.registry)
+    c = {"namespace": "llm", "canary": "chat"}
+    assert value(s, "alphagate_alpha_ratio", **c, slice="code") == pytest.approx(0.4)
+    assert value(s, "alphagate_alpha_lower_ratio", **c, slice="code") == pytest.approx(0.35)
+    assert value(s, "alphagate_alpha_upper_ratio", **c, slice="chat") == pytest.approx(0.75)
+    assert value(s, "alphagate_combined_alpha_ratio", **c) == pytest.approx(0.55)
+    assert value(s, "alphagate_combined_alpha_upper_ratio", **c) == pytest.approx(0.6)
+    assert value(s, "alphagate_alpha_gate_ratio", **c, bound="disable") == 0.55
+    assert value(s, "alphagate_alpha_gate_ratio", **c, bound="enable") == 0.6
+    assert value(s, "alphagate_window_drafts", **c, slice="chat") == 400
+    assert value(s, "alphagate_slice_weight_ratio", **c, slice="chat") == 0.5
+    assert value(
+        s,
+        "alphagate_itl_quantile_seconds",
+        **c,
+        slice="code",
+        role="canary",
+        metric="per_token",
+        quantile="0.99",
+    ) == pytest.approx(0.011)
+    assert value(s, "alphagate_latency_ratio", **c, slice="code") == pytest.approx(1.1)
+    assert value(s, "alphagate_state", **c, state="RolledBack") == 1
+    assert value(s, "alphagate_state", **c, state="On") == 0
+    assert value(s, "alphagate_speculation_enabled", **c) == 0
+    assert value(s, "alphagate_check_verdict", **c, check="acceptance:code", verdict="Fail") == 1
+    assert value(s, "alphagate_check_verdict", **c, check="acceptance:code", verdict="Pass") == 0
+    assert (
+        value(s, "alphagate_decisions_total", **c, action="disable", reason="fail_acceptance") == 1
+    )
+    assert value(s, "alphagate_transitions_total", **c, from_state="On", to_state="RolledBack") == 1
+    assert value(s, "alphagate_source_errors_total", **c, kind="timeout") == 1
+    assert value(s, "alphagate_evaluation_duration_seconds_count", **c) == 1
+    assert value(s, "alphagate_last_evaluation_timestamp_seconds", **c) == 1_800_000_000.0
+    assert value(s, "alphagate_last_success_timestamp_seconds", **c) == 1_800_000_000.0
+    assert value(s, "alphagate_error_streak", **c) == 0
+    assert value(s, "alphagate_leader") == 1
+    names = {name for name, _ in s}
+    missing = {n for n in exporter.METRIC_NAMES if n != "alphagate_predicted_speedup_ratio"} - names
+    assert not missing
+
+
+def test_vanished_slice_series_are_removed(recorder: exporter.Recorder) -> None:
+    recorder.record(
+        evaluation(), namespace="llm", canary="chat", duration_seconds=0.01, speculation_on=False
+    )
+    recorder.record(
+        evaluation(slices={"chat": 0.7}, transition=False, state=State.ON, verdict=Verdict.PASS),
+        namespace="llm",
+        canary="chat",
+        duration_seconds=0.01,
+        speculation_on=True,
+    )
+    s = scrape(recorder.registry)
+    slices = {dict(labels).get("slice") for name, labels in s if name == "alphagate_alpha_ratio"}
+    assert slices == {"chat"}
+    checks = {dict(lb)["check"] for n, lb in s if n == "alphagate_check_verdict"}
+    assert checks == {"acceptance:chat", "latency:chat"}
+    assert value(s, "alphagate_speculation_enabled", namespace="llm", canary="chat") == 1
+
+
+def test_error_keeps_last_success_time_and_counts_streak(recorder: exporter.Recorder) -> None:
+    recorder.record(
+        evaluation(at=100.0), namespace="n", canary="c", duration_seconds=0.0, speculation_on=True
+    )
+    failed = evaluation(at=200.0, verdict=Verdict.ERROR, transition=False, error_streak=3)
+    recorder.record(failed, namespace="n", canary="c", duration_seconds=0.0, speculation_on=True)
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_last_evaluation_timestamp_seconds", namespace="n", canary="c") == 200
+    assert value(s, "alphagate_last_success_timestamp_seconds", namespace="n", canary="c") == 100
+    assert value(s, "alphagate_error_streak", namespace="n", canary="c") == 3
+    assert (
+        value(
+            s, "alphagate_decisions_total", namespace="n", canary="c", action="hold", reason="error"
+        )
+        == 1
+    )
+
+
+def test_losing_leadership_drops_per_canary_gauges(recorder: exporter.Recorder) -> None:
+    recorder.record(
+        evaluation(), namespace="llm", canary="chat", duration_seconds=0.01, speculation_on=False
+    )
+    recorder.set_leader(False)
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_leader") == 0
+    assert not [n for n, _ in s if n in ("alphagate_state", "alphagate_alpha_ratio")]
+    # counters stay: increase() over them must not see a reset
+    assert (
+        value(
+            s,
+            "alphagate_transitions_total",
+            namespace="llm",
+            canary="chat",
+            from_state="On",
+            to_state="RolledBack",
+        )
+        == 1
+    )
+
+
+def test_forget_drops_every_series_of_a_deleted_canary(recorder: exporter.Recorder) -> None:
+    for canary in ("a", "b"):
+        recorder.record(
+            evaluation(), namespace="n", canary=canary, duration_seconds=0.01, speculation_on=False
+        )
+    recorder.forget(namespace="n", canary="a")
+    s = scrape(recorder.registry)
+    assert {dict(lb).get("canary") for _, lb in s} - {None} == {"b"}
+    assert recorder.canaries() == [("n", "b")]
+
+
+def test_reason_label_is_a_bounded_kind_not_the_sentence(recorder: exporter.Recorder) -> None:
+    for verdict in Verdict:
+        recorder.record(
+            evaluation(verdict=verdict, transition=False, state=State.ON),
+            namespace="n",
+            canary="c",
+            duration_seconds=0.0,
+            speculation_on=True,
+        )
+    recorder.record(
+        evaluation(state=State.PAUSED, transition=False),
+        namespace="n",
+        canary="c",
+        duration_seconds=0.0,
+        speculation_on=True,
+    )
+    s = scrape(recorder.registry)
+    reasons = {dict(lb)["reason"] for n, lb in s if n == "alphagate_decisions_total"}
+    assert reasons <= set(exporter.REASON_KINDS)
+    assert reasons == {"pass", "fail_acceptance", "inconclusive", "error", "paused"}
+
+
+def test_non_finite_estimates_are_not_exported(recorder: exporter.Recorder) -> None:
+    ev = evaluation(slices={"chat": float("nan")}, transition=False)
+    recorder.record(ev, namespace="n", canary="c", duration_seconds=0.0, speculation_on=True)
+    s = scrape(recorder.registry)
+    assert not [n for n, _ in s if n == "alphagate_alpha_ratio"]
+    assert value(s, "alphagate_window_drafts", namespace="n", canary="c", slice="chat") == 400
+
+
+def test_speedup_from_spec_when_evidence_has_none(recorder: exporter.Recorder) -> None:
+    from alphagate import config
+
+    spec = config.SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": "canary"},
+            "baseline": {"name": "baseline"},
+            "speculativeConfig": {"method": "eagle3", "num_speculative_tokens": 4},
+            "slices": [
+                {
+                    "name": "chat",
+                    "canary": {"matchLabels": {"a": "b"}},
+                    "baseline": {"matchLabels": {"a": "c"}},
+                }
+            ],
+            "acceptance": {"disableBelow": 0.5, "enableAbove": 0.65},
+            "source": {"kind": "prometheus", "prometheus": {"url": "http://prom:9090"}},
+        }
+    )
+    ev = evaluation(transition=False)
+    ev = Evaluation(**{**{f: getattr(ev, f) for f in ev.__slots__}, "checks": ()})
+    recorder.record(
+        ev, namespace="n", canary="c", duration_seconds=0.0, speculation_on=True, spec=spec
+    )
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_alpha_gate_ratio", namespace="n", canary="c", bound="disable") == 0.5
+    assert value(s, "alphagate_alpha_gate_ratio", namespace="n", canary="c", bound="enable") == 0.65
+    assert value(
+        s, "alphagate_predicted_speedup_ratio", namespace="n", canary="c"
+    ) == pytest.approx(1 + 4 * 0.55)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_http_server_serves_metrics_and_probes(recorder: exporter.Recorder) -> None:
+    now = [0.0]
+    health = exporter.Health(stale_after_seconds=60, clock=lambda: now[0])
+    with exporter.serve(0, recorder.registry, health=health) as server:
+        assert server.host == "127.0.0.1"
+        status, body = _get(server.url + "/metrics")
+        assert status == 200 and "alphagate_leader 1.0" in body
+        assert _get(server.url + "/healthz")[0] == 200
+        status, body = _get(server.url + "/readyz")
+        assert status == 503 and "starting" in body
+        health.set_ready(True)
+        assert _get(server.url + "/readyz")[0] == 200
+        now[0] = 61.0  # the control loop stopped beating
+        status, body = _get(server.url + "/healthz")
+        assert status == 503 and "silent" in body
+        assert _get(server.url + "/readyz")[0] == 503
+        health.beat()
+        assert _get(server.url + "/healthz")[0] == 200
+        assert _get(server.url + "/nope")[0] == 404
