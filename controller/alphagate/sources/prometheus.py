@@ -1,0 +1,540 @@
+"""Read a policy's pools from the Prometheus HTTP API (or Thanos, Mimir, VictoriaMetrics).
+
+PromQL used for one pool, with `M` = the pool's matchers (slice role ``matchLabels`` plus
+``source.prometheus.matchLabels``; label keys sanitised as Kubernetes SD does, ``.``/``/`` ->
+``_``), `W` = the window (end - start) and `I` = the interval. Every expression is written for
+both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores, joined with
+``or`` so one pod is never counted twice::
+
+    acceptance batches, range query start+I..end step I, one per counter:
+      sum by (instance, pod) (increase(vllm:spec_decode_num_drafts_total{M}[I]))
+      sum by (instance, pod) (increase(vllm:spec_decode_num_draft_tokens_total{M}[I]))
+      sum by (instance, pod) (increase(vllm:spec_decode_num_accepted_tokens_total{M}[I]))
+      sum by (instance, pod, position)
+        (increase(vllm:spec_decode_num_accepted_tokens_per_pos_total{M}[I]))
+    traffic and pod count, instant at end:
+      sum by (instance, pod) (increase(vllm:generation_tokens_total{M}[W]))
+    latency, instant at end:
+      sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{M}[W]))
+      sum (increase(vllm:inter_token_latency_seconds_sum{M}[W]))
+      (and the same two for vllm:request_time_per_output_token_seconds)
+
+Each (pod, step) point of the range queries becomes one AcceptanceSample (a batch for batch
+means). `increase()` extrapolates to the range edges, so batch values are floats and their sum
+approximates the window's increase within a scrape interval's worth of counts.
+
+Failures never raise out of :meth:`PrometheusSource.observe`: they are classified
+(:class:`~alphagate.errors.SourceErrorKind`) and put on the Observation (the server failed:
+unreachable, timeout, HTTP status, bad JSON) or on the pool (the query failed, returned nothing
+for the pool, NaN, or partial data with warnings). Only connect errors, timeouts and 502/503/504
+are retried, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import ssl
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Self
+
+import httpx
+import tenacity
+
+from alphagate import vllm
+from alphagate.config import PrometheusSource as PrometheusSettings
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation
+from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.sources.common import (
+    HistSum,
+    PoolRef,
+    check_finite,
+    error_text,
+    failed_observation,
+    has_drafts,
+    per_position_tuple,
+    pools_of,
+    sorted_samples,
+)
+
+TRANSIENT_STATUS: Final = frozenset((502, 503, 504))
+POOL_LEVEL: Final = frozenset(
+    (
+        SourceErrorKind.QUERY_ERROR,
+        SourceErrorKind.EMPTY,
+        SourceErrorKind.NAN,
+        SourceErrorKind.PARTIAL,
+    )
+)
+"""Kinds that concern one query (one pool); every other kind means the server failed."""
+
+_LABEL_NAME_BAD: Final = re.compile(r"[^a-zA-Z0-9_]")
+
+
+# --------------------------------------------------------------------------- PromQL
+
+
+def label_name(key: str) -> str:
+    """A pod label key as Prometheus' Kubernetes SD stores it (``app.kubernetes.io/x`` ->
+    ``app_kubernetes_io_x``)."""
+    return _LABEL_NAME_BAD.sub("_", key)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def matchers(labels: Mapping[str, str]) -> str:
+    """``k="v",...`` sorted by key, values escaped."""
+    return ",".join(f"{label_name(k)}={_quote(v)}" for k, v in sorted(labels.items()))
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration: whole seconds as ``30s``, anything finer in milliseconds."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"duration must be positive, got {seconds}")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _either(template: Callable[[str], str], name: str) -> str:
+    return f"({template(name)}) or ({template(vllm.escaped(name))})"
+
+
+def increase_by(name: str, m: str, rng: str, by: str) -> str:
+    """``sum by (by) (increase(name{m}[rng]))`` for both spellings of `name`."""
+    grouping = f" by ({by})" if by else ""
+    return _either(lambda n: f"sum{grouping} (increase({n}{{{m}}}[{rng}]))", name)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolQueries:
+    """The PromQL for one pool (see the module docstring)."""
+
+    drafts: str
+    draft_tokens: str
+    accepted: str
+    per_position: str
+    generation_tokens: str
+    itl_buckets: str
+    itl_sum: str
+    tpot_buckets: str
+    tpot_sum: str
+
+
+def pool_queries(
+    match_labels: Mapping[str, str], *, window_seconds: float, interval_seconds: float
+) -> PoolQueries:
+    m = matchers(match_labels)
+    w, i = duration(window_seconds), duration(interval_seconds)
+    pod = "instance, pod"
+    return PoolQueries(
+        drafts=increase_by(vllm.SPEC_DRAFTS, m, i, pod),
+        draft_tokens=increase_by(vllm.SPEC_DRAFT_TOKENS, m, i, pod),
+        accepted=increase_by(vllm.SPEC_ACCEPTED, m, i, pod),
+        per_position=increase_by(vllm.SPEC_PER_POS, m, i, f"{pod}, {vllm.POSITION}"),
+        generation_tokens=increase_by(vllm.GENERATION_TOKENS, m, w, pod),
+        itl_buckets=increase_by(vllm.ITL + vllm.BUCKET, m, w, vllm.LE),
+        itl_sum=increase_by(vllm.ITL + vllm.SUM, m, w, ""),
+        tpot_buckets=increase_by(vllm.TPOT + vllm.BUCKET, m, w, vllm.LE),
+        tpot_sum=increase_by(vllm.TPOT + vllm.SUM, m, w, ""),
+    )
+
+
+# --------------------------------------------------------------------------- HTTP plumbing
+
+
+class _WatchedFile:
+    """A secret file re-read whenever it changes (kubelet rotates projected tokens by swapping
+    a symlink, so the stat of the target changes)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        self._stamp: tuple[int, int, int] | None = None
+        self._value = ""
+
+    def read(self) -> str:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp != self._stamp:
+                with open(self.path, encoding="utf-8") as fh:
+                    self._value = fh.read().strip()
+                self._stamp = stamp
+        except OSError as exc:
+            raise SourceError(
+                SourceErrorKind.UNREACHABLE,
+                f"cannot read {self.what} {self.path}: {exc.strerror or exc}",
+            ) from exc
+        return self._value
+
+
+class _FileAuth(httpx.Auth):
+    """Bearer token or basic auth whose secret lives in a file that may rotate."""
+
+    def __init__(
+        self, *, token: _WatchedFile | None, username: str | None, password: _WatchedFile | None
+    ) -> None:
+        self.token = token
+        self.username = username
+        self.password = password
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if self.token is not None:
+            request.headers["Authorization"] = f"Bearer {self.token.read()}"
+        elif self.username is not None and self.password is not None:
+            basic = httpx.BasicAuth(self.username, self.password.read())
+            request.headers["Authorization"] = basic._auth_header
+        yield request
+
+
+class _StatusError(SourceError):
+    """HTTP status failure; `status` decides whether it is retried."""
+
+    def __init__(self, status: int, message: str, *, target: str, kind: SourceErrorKind) -> None:
+        self.status = status
+        super().__init__(kind, message, target=target)
+
+
+class _TransientError(SourceError):
+    """A connect error or timeout: worth another attempt."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, _StatusError):
+        return exc.status in TRANSIENT_STATUS
+    return isinstance(exc, _TransientError)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One value of one series at one time."""
+
+    labels: Mapping[str, str]
+    at: float
+    value: float
+
+
+# --------------------------------------------------------------------------- the source
+
+
+class PrometheusSource:
+    """A `Source` over the Prometheus HTTP API. Build once per policy; close() when done."""
+
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        attempts: int = 3,
+        backoff_seconds: float = 0.2,
+        max_backoff_seconds: float = 2.0,
+    ) -> None:
+        self.settings = settings
+        self.attempts = max(1, attempts)
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        token = (
+            _WatchedFile(settings.bearer_token_file, "bearer token file")
+            if settings.bearer_token_file
+            else None
+        )
+        basic = settings.basic_auth
+        auth = _FileAuth(
+            token=token,
+            username=basic.username if basic else None,
+            password=_WatchedFile(basic.password_file, "password file") if basic else None,
+        )
+        verify: ssl.SSLContext | bool = True
+        # A bad CA bundle must not crash the controller: every observe reports it instead.
+        self._config_error: SourceError | None = None
+        if settings.ca_file:
+            try:
+                verify = ssl.create_default_context(cafile=settings.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                self._config_error = SourceError(
+                    SourceErrorKind.UNREACHABLE,
+                    f"cannot load CA bundle {settings.ca_file}: {exc}",
+                    target=settings.url,
+                )
+        self.base_url = settings.url.rstrip("/") + "/"
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            auth=auth,
+            verify=verify,
+            headers={"Accept": "application/json", **settings.headers},
+            timeout=httpx.Timeout(settings.timeout_seconds),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: SpeculativeCanarySpec, **kwargs: Any) -> PrometheusSource:
+        if spec.source.prometheus is None:
+            raise SourceError(
+                SourceErrorKind.UNREACHABLE, "the policy's source has no `prometheus` block"
+            )
+        return cls(spec.source.prometheus, **kwargs)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- queries
+
+    def query(self, expr: str, *, at: float | None = None) -> list[Point]:
+        """An instant query; raises SourceError (classified) on any failure."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = _ts(at)
+        return self._request("api/v1/query", params, "vector", expr)
+
+    def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]:
+        """A range query; raises SourceError (classified) on any failure."""
+        params = {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)}
+        return self._request("api/v1/query_range", params, "matrix", expr)
+
+    def _request(
+        self, path: str, params: dict[str, str], result_type: str, expr: str
+    ) -> list[Point]:
+        if self._config_error is not None:
+            raise self._config_error
+        params = {**params, "timeout": duration(self.settings.timeout_seconds)}
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=tenacity.wait_exponential(
+                multiplier=self.backoff_seconds, max=self.max_backoff_seconds
+            ),
+            retry=tenacity.retry_if_exception(_transient),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._once(path, params, result_type, expr)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(self, path: str, params: dict[str, str], result_type: str, expr: str) -> list[Point]:
+        target = f"{self.base_url}{path} query={expr}"
+        try:
+            resp = self._client.post(path, data=params)
+        except httpx.TimeoutException as exc:
+            raise _TransientError(
+                SourceErrorKind.TIMEOUT,
+                f"{type(exc).__name__} after {self.settings.timeout_seconds}s",
+                target=target,
+            ) from exc
+        except httpx.ConnectError as exc:
+            raise _TransientError(
+                SourceErrorKind.UNREACHABLE, f"connect failed: {exc}", target=target
+            ) from exc
+        except httpx.TransportError as exc:
+            raise SourceError(
+                SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=target
+            ) from exc
+        return _decode(resp, result_type, target)
+
+    # ----------------------------------------------------------------- observe
+
+    def observe(
+        self,
+        spec: SpeculativeCanarySpec,
+        *,
+        start: float,
+        end: float,
+        interval_seconds: float,
+    ) -> Observation:
+        """Read every pool over [start, end]. Never raises for source trouble."""
+        window = end - start
+        if window <= 0 or interval_seconds <= 0:
+            err = SourceError(
+                SourceErrorKind.QUERY_ERROR,
+                f"empty window: start={start} end={end} interval={interval_seconds}",
+            )
+            return failed_observation(spec, err, at=end, window=max(window, 0.0))
+        extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
+        pools: list[PoolObservation] = []
+        for ref in pools_of(spec):
+            try:
+                pools.append(self._pool(ref, extra, start, end, interval_seconds))
+            except SourceError as err:
+                if err.kind not in POOL_LEVEL:
+                    return failed_observation(spec, err, at=end, window=window)
+                pools.append(PoolObservation(ref.slice, ref.role, error=error_text(err)))
+        return Observation(at=end, window_seconds=window, pools=tuple(pools))
+
+    def _pool(
+        self,
+        ref: PoolRef,
+        extra: Mapping[str, str],
+        start: float,
+        end: float,
+        interval: float,
+    ) -> PoolObservation:
+        labels = {**extra, **ref.match_labels}
+        q = pool_queries(labels, window_seconds=end - start, interval_seconds=interval)
+        gen = self.query(q.generation_tokens, at=end)
+        if not gen:
+            raise SourceError(
+                SourceErrorKind.EMPTY,
+                f"no {vllm.GENERATION_TOKENS} series match {{{matchers(labels)}}} "
+                f"over the last {duration(end - start)}",
+                target=f"{ref.slice}/{ref.role}",
+            )
+        check_finite((p.value for p in gen), vllm.GENERATION_TOKENS, q.generation_tokens)
+        samples = self._acceptance(q, start, end, interval)
+        return PoolObservation(
+            slice=ref.slice,
+            role=ref.role,
+            acceptance=samples,
+            generation_tokens=sum(p.value for p in gen),
+            itl=self._buckets(q.itl_buckets, q.itl_sum, end),
+            tpot=self._buckets(q.tpot_buckets, q.tpot_sum, end),
+            pods=len({_pod(p.labels) for p in gen}),
+        )
+
+    def _acceptance(
+        self, q: PoolQueries, start: float, end: float, interval: float
+    ) -> tuple[AcceptanceSample, ...]:
+        first = min(start + interval, end)
+        series: dict[str, dict[tuple[str, float], float]] = {}
+        for name, expr in (
+            ("drafts", q.drafts),
+            ("draft_tokens", q.draft_tokens),
+            ("accepted", q.accepted),
+        ):
+            points = self.query_range(expr, start=first, end=end, step=interval)
+            check_finite((p.value for p in points), name, expr)
+            series[name] = {(_pod(p.labels), p.at): p.value for p in points}
+        if not series["drafts"]:
+            return ()  # speculation off (no spec series): expected, not an error
+        per_pos: dict[tuple[str, float], dict[int, float]] = {}
+        for p in self.query_range(q.per_position, start=first, end=end, step=interval):
+            check_finite((p.value,), "per_position", q.per_position)
+            pos = p.labels.get(vllm.POSITION, "")
+            if pos.isdigit():
+                per_pos.setdefault((_pod(p.labels), p.at), {})[int(pos)] = p.value
+        out = []
+        for key, drafts in series["drafts"].items():
+            pod, at = key
+            sample = AcceptanceSample(
+                drafts=drafts,
+                draft_tokens=series["draft_tokens"].get(key, 0.0),
+                accepted_tokens=series["accepted"].get(key, 0.0),
+                per_position=per_position_tuple(per_pos.get(key, {})),
+                pod=pod,
+                start=at - interval,
+                end=at,
+            )
+            if has_drafts(sample):
+                out.append(sample)
+        return sorted_samples(out)
+
+    def _buckets(self, buckets_expr: str, sum_expr: str, at: float) -> Buckets | None:
+        points = self.query(buckets_expr, at=at)
+        if not points:
+            return None
+        check_finite((p.value for p in points), "histogram buckets", buckets_expr)
+        acc = HistSum()
+        for p in points:
+            try:
+                le = float(p.labels.get(vllm.LE, "nan"))
+            except ValueError:
+                continue
+            if not math.isnan(le):
+                acc.add({le: p.value})
+        totals = self.query(sum_expr, at=at)
+        check_finite((p.value for p in totals), "histogram sum", sum_expr)
+        acc.sum = sum(p.value for p in totals) if totals else math.nan
+        return acc.to_buckets()
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _ts(value: float) -> str:
+    return repr(float(value))
+
+
+def _pod(labels: Mapping[str, str]) -> str:
+    """A batch's pod: the `pod` label when relabelling adds one, else the scrape instance."""
+    return labels.get("pod") or labels.get("instance") or ""
+
+
+def _decode(resp: httpx.Response, result_type: str, target: str) -> list[Point]:
+    body: Any = None
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if resp.status_code >= 400 or resp.status_code < 200:
+        detail = ""
+        if isinstance(body, dict):
+            detail = f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip(": ")
+        kind = SourceErrorKind.HTTP_STATUS
+        if resp.status_code in (400, 422) and isinstance(body, dict) and "error" in body:
+            kind = SourceErrorKind.QUERY_ERROR
+        elif (
+            resp.status_code in TRANSIENT_STATUS
+            and isinstance(body, dict)
+            and body.get("errorType") == "timeout"
+        ):
+            kind = SourceErrorKind.TIMEOUT
+        snippet = detail or f" {resp.text[:200]!r}"
+        raise _StatusError(
+            resp.status_code, f"HTTP {resp.status_code}{snippet}", target=target, kind=kind
+        )
+    if not isinstance(body, dict):
+        raise SourceError(
+            SourceErrorKind.BAD_JSON,
+            f"response is not a JSON object: {resp.text[:200]!r}",
+            target=target,
+        )
+    status = body.get("status")
+    if status == "error":
+        raise SourceError(
+            SourceErrorKind.QUERY_ERROR,
+            f"{body.get('errorType', 'error')}: {body.get('error', '')}",
+            target=target,
+        )
+    data = body.get("data")
+    if status != "success" or not isinstance(data, dict):
+        raise SourceError(
+            SourceErrorKind.BAD_JSON, f"unexpected response shape: {str(body)[:200]}", target=target
+        )
+    warnings = body.get("warnings")
+    if warnings:
+        raise SourceError(
+            SourceErrorKind.PARTIAL, f"warnings: {'; '.join(map(str, warnings))}", target=target
+        )
+    if data.get("resultType") != result_type or not isinstance(data.get("result"), list):
+        raise SourceError(
+            SourceErrorKind.BAD_JSON,
+            f"expected a {result_type}, got resultType={data.get('resultType')!r}",
+            target=target,
+        )
+    try:
+        return list(_points(data["result"], result_type))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise SourceError(
+            SourceErrorKind.BAD_JSON, f"malformed {result_type}: {exc!r}", target=target
+        ) from exc
+
+
+def _points(result: list[Any], result_type: str) -> Generator[Point, None, None]:
+    for item in result:
+        metric = item["metric"]
+        if not isinstance(metric, dict):
+            raise TypeError("metric is not an object")
+        labels = {str(k): str(v) for k, v in metric.items()}
+        pairs = [item["value"]] if result_type == "vector" else item["values"]
+        for at, value in pairs:
+            yield Point(labels, float(at), float(value))
