@@ -1,0 +1,231 @@
+"""Acceptance rate alpha with an honest confidence interval, per slice and combined.
+
+alpha = accepted draft tokens / proposed draft tokens. Tokens inside one draft are not
+independent (acceptance stops at the first rejection), and drafts of one request share its
+difficulty, so a binomial interval over token counts is far too narrow. Two honest estimators:
+
+* batch means: each (pod, interval) increment is one batch; alpha is the ratio estimator
+  sum(accepted) / sum(draft tokens), its variance comes from the spread of the batches' residuals
+  (delta method), and the interval uses a Student-t quantile with batches - 1 degrees of
+  freedom. Used when at least `MIN_BATCHES` batches carry drafts.
+* Wilson over drafts: with few batches, treat the DRAFT as the sample unit. A draft's accepted
+  fraction lies in [0, 1] with mean alpha, so its variance is at most alpha (1 - alpha): the
+  Wilson interval with n = drafts is conservative for within-draft correlation. With 2 to
+  `MIN_BATCHES - 1` batches the interval is the hull of this and the (wide) few-dof batch-means
+  interval, because drafts of one request are correlated too.
+
+A seeded simulation in tests/core shows the 95% interval covers the true alpha in ~95% of runs,
+and that the naive token-count interval does not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from alphagate.core.model import AcceptanceSample, Estimate, Observation, Role
+from alphagate.core.stats import normal_quantile, t_quantile, wilson
+
+MIN_BATCHES: Final = 8
+BATCH_MEANS: Final = "batch-means"
+WILSON_DRAFTS: Final = "wilson-drafts"
+HULL: Final = "hull(wilson-drafts,batch-means)"
+
+# increase() extrapolates each series on its own; tolerate tiny accepted > drafted excesses.
+_EXCESS_TOLERANCE: Final = 1e-3
+
+
+def _where(s: AcceptanceSample) -> str:
+    pod = s.pod or "?"
+    return f"pod {pod} [{s.start:g}, {s.end:g}]"
+
+
+def _sample_problem(s: AcceptanceSample) -> str | None:
+    fields = {
+        "drafts": s.drafts,
+        "draft_tokens": s.draft_tokens,
+        "accepted_tokens": s.accepted_tokens,
+    }
+    for i, v in enumerate(s.per_position):
+        fields[f"per_position[{i}]"] = v
+    for name, value in fields.items():
+        if not math.isfinite(value):
+            return f"{_where(s)}: {name} is {value}"
+        if value < 0:
+            return f"{_where(s)}: {name} is negative ({value:g}); a counter reset was not handled"
+    if (s.drafts > 0) != (s.draft_tokens > 0):
+        return f"{_where(s)}: drafts {s.drafts:g} but draft_tokens {s.draft_tokens:g}"
+    if s.accepted_tokens > s.draft_tokens * (1 + _EXCESS_TOLERANCE) + 1e-6:
+        return (
+            f"{_where(s)}: accepted_tokens {s.accepted_tokens:g} exceed "
+            f"draft_tokens {s.draft_tokens:g}"
+        )
+    return None
+
+
+def problem(samples: Iterable[AcceptanceSample]) -> str | None:
+    """Describe the first bad sample (NaN, negative increment, accepted > drafted), or None.
+
+    The estimate skips bad samples; the caller turns a problem into an ERROR verdict because
+    bad counters mean the source, not the traffic, is broken.
+    """
+    for s in samples:
+        found = _sample_problem(s)
+        if found is not None:
+            return found
+    return None
+
+
+def _usable(samples: Iterable[AcceptanceSample]) -> list[AcceptanceSample]:
+    return [s for s in samples if _sample_problem(s) is None and s.draft_tokens > 0]
+
+
+def estimate(
+    samples: Sequence[AcceptanceSample],
+    *,
+    confidence: float,
+    min_batches: int = MIN_BATCHES,
+) -> Estimate | None:
+    """alpha over `samples` with a two-sided interval at `confidence`; None when no drafts.
+
+    Bad samples (see `problem`) are skipped here; the caller reports them.
+    """
+    good = _usable(samples)
+    drafts = math.fsum(s.drafts for s in good)
+    tokens = math.fsum(s.draft_tokens for s in good)
+    accepted = math.fsum(min(s.accepted_tokens, s.draft_tokens) for s in good)
+    if not (drafts > 0 and tokens > 0):
+        return None
+    alpha = min(1.0, max(0.0, accepted / tokens))
+    n = len(good)
+
+    def make(lower: float, upper: float, method: str, se: float, dof: float) -> Estimate:
+        return Estimate(
+            value=alpha,
+            lower=max(0.0, lower),
+            upper=min(1.0, upper),
+            confidence=confidence,
+            drafts=drafts,
+            draft_tokens=tokens,
+            accepted_tokens=accepted,
+            batches=n,
+            method=method,
+            std_error=se,
+            dof=dof,
+        )
+
+    lower, upper = wilson(alpha, drafts, confidence)
+    z = normal_quantile(0.5 + confidence / 2.0)
+    w_se = (upper - lower) / (2.0 * z)
+    if n >= 2:
+        # Ratio estimator, delta method: Var(r) = n * sum(e_i^2) / ((n - 1) * T^2),
+        # e_i = A_i - r * T_i.
+        resid = math.fsum(
+            (min(s.accepted_tokens, s.draft_tokens) - alpha * s.draft_tokens) ** 2 for s in good
+        )
+        se = math.sqrt(n * resid / ((n - 1) * tokens * tokens))
+        dof = float(n - 1)
+        half = t_quantile(0.5 + confidence / 2.0, dof) * se
+        if se > 0 and n >= min_batches:
+            return make(alpha - half, alpha + half, BATCH_MEANS, se, dof)
+        if se > 0:
+            # Few batches: drafts of one request share its difficulty, so the draft count alone
+            # can still overstate the evidence; take the hull with the (wide) t interval.
+            return make(
+                min(lower, alpha - half), max(upper, alpha + half), HULL, max(se, w_se), dof
+            )
+        # All batches show the same ratio (e.g. alpha exactly 0 or 1): the spread says nothing,
+        # fall back to the draft-count bound rather than claim a zero-width interval.
+    return make(lower, upper, WILSON_DRAFTS, w_se, math.inf)
+
+
+def combine(
+    estimates: Mapping[str, Estimate],
+    weights: Mapping[str, float],
+    *,
+    confidence: float,
+) -> Estimate | None:
+    """Traffic-weighted alpha across slices: sum w_s alpha_s, Var = sum w_s^2 Var_s.
+
+    Weights are renormalised over slices that have both an estimate and a positive weight
+    (a slice without drafts cannot contribute an alpha). Degrees of freedom by
+    Welch-Satterthwaite, so few-batch slices widen the interval. None when nothing is left.
+    """
+    parts = [
+        (estimates[name], w)
+        for name, w in weights.items()
+        if name in estimates and math.isfinite(w) and w > 0
+    ]
+    if not parts:
+        return None
+    total_w = math.fsum(w for _, w in parts)
+    if len(parts) == 1:
+        return parts[0][0]
+    value = math.fsum(e.value * w / total_w for e, w in parts)
+    terms = [((w / total_w) ** 2) * (e.std_error**2) for e, w in parts]
+    if any(math.isnan(t) for t in terms):
+        return None
+    var = math.fsum(terms)
+    denom = math.fsum(
+        t * t / e.dof for t, (e, _) in zip(terms, parts, strict=True) if math.isfinite(e.dof)
+    )
+    dof = (var * var / denom) if denom > 0 else math.inf
+    se = math.sqrt(var)
+    q = 0.5 + confidence / 2.0
+    half = (t_quantile(q, dof) if math.isfinite(dof) else normal_quantile(q)) * se
+    methods = sorted({e.method for e, _ in parts})
+    return Estimate(
+        value=min(1.0, max(0.0, value)),
+        lower=max(0.0, value - half),
+        upper=min(1.0, value + half),
+        confidence=confidence,
+        drafts=math.fsum(e.drafts for e, _ in parts),
+        draft_tokens=math.fsum(e.draft_tokens for e, _ in parts),
+        accepted_tokens=math.fsum(e.accepted_tokens for e, _ in parts),
+        batches=sum(e.batches for e, _ in parts),
+        method=f"weighted({'+'.join(methods)})",
+        std_error=se,
+        dof=dof,
+    )
+
+
+def weights(observation: Observation, slices: Sequence[str] | None = None) -> dict[str, float]:
+    """Traffic share per slice from measured generation tokens (canary + baseline pools).
+
+    Pools with an error or a non-finite/negative count contribute nothing. Shares sum to 1 when
+    any traffic was measured, else all are 0.
+    """
+    names = (
+        list(slices)
+        if slices is not None
+        else list(dict.fromkeys(p.slice for p in observation.pools))
+    )
+    raw = dict.fromkeys(names, 0.0)
+    for pool in observation.pools:
+        if pool.slice not in raw or pool.error is not None:
+            continue
+        if pool.role not in (Role.CANARY, Role.BASELINE):
+            continue
+        tokens = pool.generation_tokens
+        if math.isfinite(tokens) and tokens > 0:
+            raw[pool.slice] += tokens
+    total = math.fsum(raw.values())
+    if not total > 0:
+        return dict.fromkeys(names, 0.0)
+    return {name: v / total for name, v in raw.items()}
+
+
+def per_position(samples: Iterable[AcceptanceSample]) -> tuple[float, ...]:
+    """Acceptance rate at each draft position (accepted at position i / drafts), from the
+    per-position counters; () when they are absent. Position 0 is the first drafted token."""
+    good = [s for s in _usable(samples) if s.per_position]
+    drafts = math.fsum(s.drafts for s in good)
+    if not good or not drafts > 0:
+        return ()
+    width = max(len(s.per_position) for s in good)
+    sums = [0.0] * width
+    for s in good:
+        for i, v in enumerate(s.per_position):
+            sums[i] += v
+    return tuple(min(1.0, v / drafts) for v in sums)

@@ -1,0 +1,369 @@
+"""The one place thresholds are compared: each check turns evidence into a verdict and a sentence.
+
+Verdicts: PASS, FAIL, INCONCLUSIVE (too little data, or inside the hysteresis band) and ERROR
+(the source failed or sent bad data). FAIL needs solid evidence: the whole confidence interval
+below the gate for alpha, a statistically significant bucket exceedance for latency. Every
+result carries its numbers (JSON-safe: non-finite values are spelled as strings) and a reason
+a person can read, naming the metric that was used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
+from alphagate.core import histogram
+from alphagate.core.model import Buckets, CheckResult, Estimate, PoolObservation, Verdict
+from alphagate.core.stats import binomial_sf
+
+# Worst first: any FAIL wins, then ERROR, then INCONCLUSIVE; PASS only when everything passed.
+ORDER: Final = (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE, Verdict.PASS)
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    """FAIL > ERROR > INCONCLUSIVE > PASS; nothing judged is INCONCLUSIVE."""
+    seen = set(verdicts)
+    for v in ORDER:
+        if v in seen:
+            return v
+    return Verdict.INCONCLUSIVE
+
+
+def overall(checks: Iterable[CheckResult]) -> Verdict:
+    """The verdict of a whole evaluation window (see `worst`)."""
+    return worst(c.verdict for c in checks)
+
+
+def ev(value: float) -> float | str:
+    """Evidence value that survives JSON: NaN and infinities become strings."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    return f"{x:.{digits}g}"
+
+
+def _name(kind: str, slice: str | None) -> str:
+    return f"{kind}:{slice}" if slice else kind
+
+
+def _estimate_evidence(e: Estimate) -> dict[str, float | str]:
+    return {
+        "alpha": ev(e.value),
+        "lower": ev(e.lower),
+        "upper": ev(e.upper),
+        "confidence": e.confidence,
+        "drafts": ev(e.drafts),
+        "draft_tokens": ev(e.draft_tokens),
+        "accepted_tokens": ev(e.accepted_tokens),
+        "batches": float(e.batches),
+        "method": e.method,
+        "mean_acceptance_length": ev(e.mean_acceptance_length),
+    }
+
+
+def _interval(e: Estimate) -> str:
+    return (
+        f"alpha {_fmt(e.value)} [{_fmt(e.lower)}, {_fmt(e.upper)}] at "
+        f"{e.confidence:.0%} ({e.method}, {e.drafts:.0f} drafts, {e.batches} batches)"
+    )
+
+
+# ---------------------------------------------------------------- acceptance
+
+
+def check_acceptance(
+    estimate: Estimate | None,
+    *,
+    gate: AcceptanceGate,
+    slice: str | None = None,
+    error: str | None = None,
+) -> CheckResult:
+    """Hysteresis on the confidence bounds: FAIL if upper < disableBelow, PASS if lower >
+    enableAbove, else INCONCLUSIVE (band, too few drafts, no estimate). ERROR if `error`."""
+    name = _name("acceptance", slice)
+    evidence: dict[str, float | str] = {
+        "disable_below": gate.disable_below,
+        "enable_above": gate.enable_above,
+        "min_drafts": float(gate.min_drafts),
+    }
+    where = f" on slice {slice}" if slice else ""
+    if error is not None:
+        return CheckResult(name, Verdict.ERROR, f"cannot judge alpha{where}: {error}", evidence)
+    if estimate is None:
+        return CheckResult(
+            name, Verdict.INCONCLUSIVE, f"no drafts{where} in the window: alpha unknown", evidence
+        )
+    evidence |= _estimate_evidence(estimate)
+    if any(math.isnan(x) for x in (estimate.value, estimate.lower, estimate.upper)):
+        return CheckResult(
+            name, Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)", evidence
+        )
+    if estimate.drafts < gate.min_drafts:
+        return CheckResult(
+            name,
+            Verdict.INCONCLUSIVE,
+            f"too few drafts{where}: {estimate.drafts:.0f} < minDrafts {gate.min_drafts} "
+            f"({_interval(estimate)})",
+            evidence,
+        )
+    if estimate.upper < gate.disable_below:
+        return CheckResult(
+            name,
+            Verdict.FAIL,
+            f"{_interval(estimate)}{where}: upper bound below disableBelow "
+            f"{_fmt(gate.disable_below)}",
+            evidence,
+        )
+    if estimate.lower > gate.enable_above:
+        return CheckResult(
+            name,
+            Verdict.PASS,
+            f"{_interval(estimate)}{where}: lower bound above enableAbove "
+            f"{_fmt(gate.enable_above)}",
+            evidence,
+        )
+    return CheckResult(
+        name,
+        Verdict.INCONCLUSIVE,
+        f"{_interval(estimate)}{where}: interval overlaps the band "
+        f"[{_fmt(gate.disable_below)}, {_fmt(gate.enable_above)}]",
+        evidence,
+    )
+
+
+def check_floor(
+    estimate: Estimate | None,
+    *,
+    min_alpha: float,
+    gate: AcceptanceGate,
+    slice: str,
+    error: str | None = None,
+) -> CheckResult:
+    """Per-slice floor in combined mode: a veto, so it needs evidence to object.
+
+    FAIL when the slice's upper bound is below `min_alpha` with at least minDrafts drafts;
+    otherwise PASS (no veto), with a reason saying whether there was enough data to veto.
+    ERROR when the slice's pool failed.
+    """
+    name = _name("floor", slice)
+    evidence: dict[str, float | str] = {
+        "min_alpha": min_alpha,
+        "min_drafts": float(gate.min_drafts),
+    }
+    if error is not None:
+        return CheckResult(
+            name, Verdict.ERROR, f"cannot check the floor of {slice}: {error}", evidence
+        )
+    if estimate is None:
+        return CheckResult(
+            name, Verdict.PASS, f"no drafts on slice {slice}: nothing to veto with", evidence
+        )
+    evidence |= _estimate_evidence(estimate)
+    if estimate.drafts < gate.min_drafts or math.isnan(estimate.upper):
+        return CheckResult(
+            name,
+            Verdict.PASS,
+            f"slice {slice} has too few drafts to veto ({estimate.drafts:.0f} < {gate.min_drafts})",
+            evidence,
+        )
+    if estimate.upper < min_alpha:
+        return CheckResult(
+            name,
+            Verdict.FAIL,
+            f"slice {slice}: {_interval(estimate)}: upper bound below its floor "
+            f"minAlpha {_fmt(min_alpha)}",
+            evidence,
+        )
+    return CheckResult(
+        name,
+        Verdict.PASS,
+        f"slice {slice}: {_interval(estimate)}: not below its floor {_fmt(min_alpha)}",
+        evidence,
+    )
+
+
+# ---------------------------------------------------------------- latency
+
+
+def _describe(guard: LatencyGuard, tokens_per_step: float | None) -> str:
+    q = f"P{guard.quantile * 100:g}"
+    if guard.metric is LatencyMetric.PER_TOKEN:
+        return f"{q} time per output token (per token)"
+    if guard.metric is LatencyMetric.PER_STEP_SCALED:
+        tps = _fmt(tokens_per_step) if tokens_per_step is not None else "?"
+        return f"{q} inter-token latency (per step scaled by {tps} tokens/step)"
+    limit = _fmt(guard.max_step_seconds or math.nan)
+    return f"{q} inter-token latency per step (absolute stutter limit {limit} s)"
+
+
+def _histogram(pool: PoolObservation, metric: LatencyMetric) -> Buckets | None:
+    return pool.tpot if metric is LatencyMetric.PER_TOKEN else pool.itl
+
+
+def check_latency(
+    canary: PoolObservation | None,
+    baseline: PoolObservation | None,
+    *,
+    guard: LatencyGuard,
+    tokens_per_step: float | None = None,
+    slice: str | None = None,
+) -> CheckResult:
+    """P-quantile latency guard of canary against baseline (or an absolute stutter limit).
+
+    The limit is the baseline's interpolated quantile times (1 + maxRegressionRatio)
+    (perStepAbsolute: maxStepSeconds). Because a regression can hide inside one coarse bucket,
+    the verdict comes from the bucket question: the canary's observations above the smallest
+    bucket bound >= the limit are tested one-sided against the (1 - q) share a canary within
+    the limit can have at most (binomial tail). FAIL when significant at guard.significance;
+    INCONCLUSIVE when the share is above (1 - q) but not significant, or below minCount;
+    PASS otherwise.
+    """
+    name = _name("latency", slice)
+    metric = guard.metric
+    absolute = metric is LatencyMetric.PER_STEP_ABSOLUTE
+    what = _describe(guard, tokens_per_step)
+    evidence: dict[str, float | str] = {
+        "metric": metric.value,
+        "quantile": guard.quantile,
+        "max_regression_ratio": guard.max_regression_ratio,
+        "significance": guard.significance,
+        "min_count": float(guard.min_count),
+    }
+    if not guard.enabled:
+        return CheckResult(name, Verdict.PASS, "latency guard disabled", evidence)
+
+    def result(verdict: Verdict, text: str) -> CheckResult:
+        return CheckResult(name, verdict, f"{what}: {text}", evidence)
+
+    if canary is None:
+        return result(Verdict.ERROR, "no canary pool in the observation")
+    if canary.error is not None:
+        return result(Verdict.ERROR, f"canary source failed: {canary.error}")
+    if not absolute:
+        if baseline is None:
+            return result(Verdict.ERROR, "no baseline pool in the observation")
+        if baseline.error is not None:
+            return result(Verdict.ERROR, f"baseline source failed: {baseline.error}")
+
+    c_hist = _histogram(canary, metric)
+    b_hist = (
+        _histogram(baseline, metric) if baseline is not None and baseline.error is None else None
+    )
+    if c_hist is None:
+        return result(Verdict.INCONCLUSIVE, "no canary histogram in the window")
+    bad = histogram.problem(c_hist)
+    if bad is not None:
+        return result(Verdict.ERROR, f"bad canary histogram: {bad}")
+    if b_hist is not None:
+        bad = histogram.problem(b_hist)
+        if bad is not None:
+            if not absolute:
+                return result(Verdict.ERROR, f"bad baseline histogram: {bad}")
+            b_hist = None
+    elif not absolute:
+        return result(Verdict.INCONCLUSIVE, "no baseline histogram in the window")
+
+    if metric is LatencyMetric.PER_STEP_SCALED:
+        if tokens_per_step is None or not math.isfinite(tokens_per_step) or tokens_per_step < 1:
+            return result(
+                Verdict.INCONCLUSIVE,
+                "no measured tokens per step to scale the canary's per-step latency by",
+            )
+        evidence["tokens_per_step"] = tokens_per_step
+        c_hist = histogram.scale(c_hist, 1.0 / tokens_per_step)
+
+    q = guard.quantile
+    c_p = histogram.quantile(q, c_hist)
+    c_lo, c_hi = histogram.bracket(q, c_hist)
+    evidence |= {
+        "canary_count": ev(c_hist.total),
+        "canary_p": ev(c_p),
+        "canary_bucket_lo": ev(c_lo),
+        "canary_bucket_hi": ev(c_hi),
+    }
+    b_p = math.nan
+    if b_hist is not None:
+        b_p = histogram.quantile(q, b_hist)
+        b_lo, b_hi = histogram.bracket(q, b_hist)
+        evidence |= {
+            "baseline_count": ev(b_hist.total),
+            "baseline_p": ev(b_p),
+            "baseline_bucket_lo": ev(b_lo),
+            "baseline_bucket_hi": ev(b_hi),
+        }
+        if b_p > 0 and math.isfinite(c_p):
+            evidence["ratio"] = ev(c_p / b_p)
+
+    if c_hist.total < guard.min_count:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"too few canary observations ({c_hist.total:.0f} < minCount {guard.min_count})",
+        )
+    if not absolute and b_hist is not None and b_hist.total < guard.min_count:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"too few baseline observations ({b_hist.total:.0f} < minCount {guard.min_count})",
+        )
+
+    if absolute:
+        limit = float(guard.max_step_seconds or math.nan)
+        limit_text = f"the stutter limit {_fmt(limit)} s"
+    else:
+        if not (math.isfinite(b_p) and b_p >= 0):
+            return result(Verdict.INCONCLUSIVE, f"baseline quantile is {_fmt(b_p)}")
+        limit = b_p * (1.0 + guard.max_regression_ratio)
+        limit_text = f"baseline {_fmt(b_p)} s +{guard.max_regression_ratio:.0%} = {_fmt(limit)} s"
+    evidence["limit"] = ev(limit)
+    ex = histogram.exceedance(limit, c_hist)
+    values = f"canary {_fmt(c_p)} s in bucket ({_fmt(c_lo)}, {_fmt(c_hi)}]"
+    if b_hist is not None:
+        values += f", baseline {_fmt(b_p)} s"
+    if ex is None:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"{values}; no finite canary bucket bound at or above {limit_text}: the buckets "
+            f"cannot test it",
+        )
+    expected = 1.0 - q
+    k, n = round(ex.above), round(ex.total)
+    p_value = binomial_sf(k, n, expected)
+    evidence |= {
+        "edge": ev(ex.edge),
+        "above": ev(ex.above),
+        "fraction_above": ev(ex.fraction),
+        "expected_fraction": expected,
+        "p_value": ev(p_value),
+    }
+    test = (
+        f"{ex.fraction:.2%} of {n} canary observations exceed {_fmt(ex.edge)} s (the bucket "
+        f"bound at or above {limit_text}); allowed {expected:.2%}, p={_fmt(p_value, 2)}"
+    )
+    if math.isnan(p_value):
+        return result(Verdict.INCONCLUSIVE, f"{values}; exceedance test undefined")
+    if p_value < guard.significance:
+        return result(Verdict.FAIL, f"regressed: {values}; {test} < {_fmt(guard.significance)}")
+    if ex.fraction > expected:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"possible regression, not significant: {values}; {test} >= {_fmt(guard.significance)}",
+        )
+    return result(Verdict.PASS, f"within limit: {values}; {test}")
+
+
+def verdict_counts(checks: Iterable[CheckResult]) -> Mapping[Verdict, int]:
+    """How many checks ended in each verdict (for status and metrics)."""
+    out = dict.fromkeys(Verdict, 0)
+    for c in checks:
+        out[c.verdict] += 1
+    return out

@@ -1,0 +1,152 @@
+"""Small, exact statistical functions the core needs, written out so the core stays stdlib-only.
+
+Student-t quantiles (for batch-means intervals with few batches), the Wilson score interval,
+and the binomial upper tail (for the bucket-exceedance test). All go through the regularised
+incomplete beta function, evaluated with the Lentz continued fraction (Numerical Recipes §6.4).
+Pure functions: no state, no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from statistics import NormalDist
+from typing import Final
+
+_STD_NORMAL: Final = NormalDist()
+_EPS: Final = 1e-15
+_TINY: Final = 1e-300
+_MAX_ITER: Final = 20_000
+
+
+def _beta_cf(a: float, b: float, x: float) -> float:
+    """Continued fraction for I_x(a, b); converges fast for x < (a + 1) / (a + b + 2)."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c = 1.0
+    d = 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    h = d
+    for m in range(1, _MAX_ITER + 1):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < _EPS:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) for a, b > 0."""
+    if not (a > 0 and b > 0) or math.isnan(x):
+        return math.nan
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    front = math.exp(log_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_cf(a, b, x) / a
+    return 1.0 - front * _beta_cf(b, a, 1.0 - x) / b
+
+
+def normal_quantile(p: float) -> float:
+    """Inverse standard normal CDF."""
+    if not 0.0 < p < 1.0:
+        return math.nan if math.isnan(p) or p < 0 or p > 1 else math.copysign(math.inf, p - 0.5)
+    return _STD_NORMAL.inv_cdf(p)
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z, accurate in the far tail."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def t_cdf(t: float, dof: float) -> float:
+    """Student-t CDF with `dof` degrees of freedom (inf -> normal)."""
+    if math.isnan(t) or not dof > 0:
+        return math.nan
+    if math.isinf(dof):
+        return _STD_NORMAL.cdf(t)
+    tail = 0.5 * betainc(dof / 2.0, 0.5, dof / (dof + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+@lru_cache(maxsize=1024)
+def t_quantile(p: float, dof: float) -> float:
+    """Inverse Student-t CDF, by bisection on `t_cdf` (exact to ~1e-12; memoised: the same few
+    confidence levels and batch counts recur every evaluation)."""
+    if math.isnan(p) or not dof > 0 or p < 0 or p > 1:
+        return math.nan
+    if math.isinf(dof):
+        return normal_quantile(p)
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1.0 - p, dof)
+    if p == 1.0:
+        return math.inf
+    hi = 1.0
+    while t_cdf(hi, dof) < p:
+        hi *= 2.0
+        if hi > 1e300:
+            return math.inf
+    lo = 0.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, dof) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:
+    """Wilson score interval for a proportion `p` observed over `n` units (n may be fractional).
+
+    Valid for any [0, 1]-valued mean, not only Bernoulli: the variance of such a variable with
+    mean p is at most p(1 - p), so the interval is conservative there.
+    """
+    if not n > 0 or math.isnan(p):
+        return (0.0, 1.0)
+    p = min(1.0, max(0.0, p))
+    z = normal_quantile(0.5 + confidence / 2.0)
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2.0 * n)) / denom
+    half = z / denom * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n))
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def binomial_sf(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): exact (incomplete beta) for moderate n, normal with
+    continuity correction when n is large and n p (1 - p) >= 25."""
+    if n < 0 or math.isnan(p) or not 0.0 <= p <= 1.0:
+        return math.nan
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if p == 0.0:
+        return 0.0
+    if p == 1.0:
+        return 1.0
+    var = n * p * (1.0 - p)
+    if n > 100_000 and var >= 25.0:
+        return normal_sf((k - 0.5 - n * p) / math.sqrt(var))
+    return betainc(float(k), float(n - k + 1), p)
