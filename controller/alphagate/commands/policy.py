@@ -1,0 +1,298 @@
+"""`alphagate policy check|show`: validate SpeculativeCanary YAML files before they reach a cluster.
+
+A file may hold several resources separated by `---`. Every problem is reported with the
+file, the document's index (1-based), the field path as written in YAML, its line, and the
+reason; exit status 1 if anything is wrong. Beyond the schema (`config.parse`), the check
+refuses what only shows across resources: the same name twice in a namespace, or two
+canaries that would flip the same Deployment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+
+from alphagate import config
+from alphagate.errors import PolicyError
+
+policy_app = typer.Typer(
+    name="policy",
+    help="Check and show SpeculativeCanary policy files.",
+    no_args_is_help=True,
+)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"duplicate key {key!r} (first on line {seen[key].start_mark.line + 1})",
+                key_node.start_mark,
+            )
+        seen[key] = key_node
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _construct_mapping,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with one document: field path as in YAML, its line, the reason."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def render(self) -> str:
+        parts = [f"line {self.line}"] if self.line is not None else []
+        if self.path:
+            parts.append(self.path)
+        return ": ".join([*parts, self.message])
+
+
+@dataclass(slots=True)
+class Document:
+    """One YAML document of a file and what became of it."""
+
+    file: str
+    index: int  # 1-based; 0 for file-level problems (unreadable, malformed YAML)
+    line: int | None = None
+    resource: config.SpeculativeCanary | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}: document {self.index}" if self.index else self.file
+
+    @property
+    def ok(self) -> bool:
+        return self.resource is not None and not self.problems
+
+
+def _loc_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """Line (1-based) of the deepest node along `loc` that exists in the YAML."""
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for part in loc:
+        nxt: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == part:
+                    nxt = value
+                    line = key.start_mark.line + 1
+                    break
+        elif (
+            isinstance(node, yaml.SequenceNode)
+            and isinstance(part, int)
+            and 0 <= part < len(node.value)
+        ):
+            nxt = node.value[part]
+            line = nxt.start_mark.line + 1
+        if nxt is None:
+            break
+        node = nxt
+    return line
+
+
+def _problems(exc: PolicyError, node: yaml.Node | None) -> list[Problem]:
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError):
+        out = []
+        for err in cause.errors(include_url=False):
+            loc = tuple(err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            value = err.get("input")
+            scalar = isinstance(value, int | float | str | bool)
+            if err["type"] != "missing" and scalar and str(value) not in msg:
+                msg += f" (got {value!r})"
+            out.append(Problem(_loc_path(loc), msg, _line_of(node, loc)))
+        return out
+    return [Problem(exc.path, exc.reason, _line_of(node, ()))]
+
+
+def load_file(path: Path) -> list[Document]:
+    """Read and validate every resource in one file; never raises for bad content."""
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [Document(name, 0, problems=[Problem("", f"cannot read: {reason}")])]
+    try:
+        datas = list(yaml.load_all(text, Loader=_StrictLoader))
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        cmark = getattr(exc, "context_mark", None)
+        if context and cmark is not None and cmark is not mark:
+            context += f" started on line {cmark.line + 1}"
+        msg = f"malformed YAML: {problem}" + (f" ({context})" if context else "")
+        return [Document(name, 0, line, problems=[Problem("", msg, line)])]
+    docs: list[Document] = []
+    for i, (data, node) in enumerate(zip(datas, nodes, strict=True), start=1):
+        if data is None:  # an empty document (e.g. a trailing ---) is not a resource
+            continue
+        doc = Document(name, i, line=node.start_mark.line + 1 if node is not None else None)
+        try:
+            doc.resource = config.parse(data, where=doc.where)
+        except PolicyError as exc:
+            doc.problems = _problems(exc, node)
+        docs.append(doc)
+    if not docs:
+        docs.append(Document(name, 0, problems=[Problem("", "no resources in this file")]))
+    return docs
+
+
+def cross_check(docs: list[Document]) -> None:
+    """Problems that only show across resources; appended to the later document."""
+    names: dict[tuple[str, str], Document] = {}
+    flips: dict[tuple[str, str], Document] = {}
+    for doc in docs:
+        res = doc.resource
+        if res is None:
+            continue
+        key = (res.metadata.namespace, res.metadata.name)
+        if key in names:
+            doc.problems.append(
+                Problem(
+                    "metadata.name",
+                    f"{key[0]}/{key[1]} is already defined in {names[key].where}",
+                )
+            )
+        else:
+            names[key] = doc
+        for ref in res.spec.canary_deployments():
+            dkey = (res.metadata.namespace, ref.name)
+            other = flips.get(dkey)
+            if other is not None and other is not doc:
+                doc.problems.append(
+                    Problem(
+                        "spec.target",
+                        f"Deployment {dkey[0]}/{dkey[1]} is already flipped by {other.where}; "
+                        "two canaries would fight over it",
+                    )
+                )
+            else:
+                flips.setdefault(dkey, doc)
+
+
+def summary(res: config.SpeculativeCanary) -> str:
+    """One line that says what a valid resource will do."""
+    s = res.spec
+    method = s.speculative_config.get("method", "?")
+    slices = ", ".join(
+        s_.name + (f" (floor {s_.min_alpha:g})" if s_.min_alpha is not None else "")
+        for s_ in s.slices
+    )
+    lat = s.latency
+    guard = (
+        f"P{lat.quantile * 100:g} {lat.metric} +{lat.max_regression_ratio:.0%}"
+        if lat.enabled
+        else "latency guard off"
+    )
+    flips = ", ".join(d.name for d in s.canary_deployments())
+    return (
+        f"{res.metadata.namespace}/{res.metadata.name}: {s.mode} {s.aggregation}, "
+        f"flips {flips}, K={s.k} {method}, slices {slices}, "
+        f"gate {s.acceptance.disable_below:g}/{s.acceptance.enable_above:g}, {guard}, "
+        f"source {s.source.kind}"
+    )
+
+
+def _doc_json(doc: Document) -> dict[str, Any]:
+    return {
+        "file": doc.file,
+        "document": doc.index,
+        "line": doc.line,
+        "ok": doc.ok,
+        "name": doc.resource.metadata.name if doc.resource else None,
+        "namespace": doc.resource.metadata.namespace if doc.resource else None,
+        "errors": [{"path": p.path, "line": p.line, "message": p.message} for p in doc.problems],
+    }
+
+
+def _load_all(files: list[Path]) -> list[Document]:
+    docs: list[Document] = []
+    for path in files:
+        docs.extend(load_file(path))
+    cross_check(docs)
+    return docs
+
+
+def _report_errors(docs: list[Document]) -> None:
+    for doc in docs:
+        for p in doc.problems:
+            typer.echo(f"{doc.where}: {p.render()}", err=True)
+
+
+@policy_app.command("check")
+def check(
+    files: list[Path] = typer.Argument(..., help="YAML files with SpeculativeCanary resources."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
+) -> None:
+    """Validate policy files: one line per resource, or every problem with file, field and line."""
+    docs = _load_all(files)
+    bad = [d for d in docs if not d.ok]
+    if as_json:
+        typer.echo(json.dumps([_doc_json(d) for d in docs], indent=2))
+    else:
+        for doc in docs:
+            if doc.ok and doc.resource is not None:
+                typer.echo(f"ok  {doc.where}: {summary(doc.resource)}")
+        _report_errors(docs)
+        n_ok = len(docs) - len(bad)
+        line = f"{n_ok} valid, {len(bad)} invalid, in {len(files)} file(s)"
+        typer.echo(line, err=bool(bad))
+    if bad:
+        raise typer.Exit(1)
+
+
+@policy_app.command("show")
+def show(
+    file: Path = typer.Argument(..., help="A YAML file with SpeculativeCanary resources."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of YAML."),
+) -> None:
+    """Print the resources with every default filled in (what the controller will use)."""
+    docs = _load_all([file])
+    if any(not d.ok for d in docs):
+        _report_errors(docs)
+        raise typer.Exit(1)
+    dumped = [config.dump(d.resource) for d in docs if d.resource is not None]
+    if as_json:
+        typer.echo(json.dumps(dumped if len(dumped) > 1 else dumped[0], indent=2))
+    else:
+        typer.echo(yaml.safe_dump_all(dumped, sort_keys=False, width=100).rstrip())
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `policy` group to the CLI."""
+    app.add_typer(policy_app, name="policy")
