@@ -1,0 +1,256 @@
+"""One evaluation: observation + memory + rollout + `now` -> estimates, checks, decision.
+
+The single entry point the shell calls (live, dry-run, backtest and the simulator alike):
+
+    estimate  alpha per slice, traffic weights, the combined alpha;
+    judge     acceptance (combined with per-slice floors, or per slice) and latency per slice;
+    decide    the state machine turns the overall verdict into an action and a reason.
+
+While speculation is off (Off, RolledBack, or paused there) vLLM exports no spec-decode series,
+so acceptance and latency are not judged (that is expected, not an error); weights are still
+computed from the baseline's traffic so a shift in the mix can trigger an early re-probe.
+A failed source or pool becomes an ERROR check; data from a rollout or its warm-up becomes
+INCONCLUSIVE. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from alphagate.config import Aggregation, SpeculativeCanarySpec
+from alphagate.core import acceptance, checks, machine
+from alphagate.core.model import (
+    CheckResult,
+    Command,
+    Estimate,
+    Evaluation,
+    Memory,
+    Observation,
+    Role,
+    Rollout,
+    Verdict,
+)
+
+
+def _slice_error(observation: Observation, name: str) -> str | None:
+    """Why the slice's canary acceptance data cannot be trusted, or None."""
+    canary = observation.pool(name, Role.CANARY)
+    if canary is None:
+        return f"no canary pool for slice {name} in the observation"
+    if canary.error is not None:
+        return f"canary pool of slice {name} failed: {canary.error}"
+    bad = acceptance.problem(canary.acceptance)
+    if bad is not None:
+        return f"bad data on slice {name}: {bad}"
+    return None
+
+
+def _fallback_weights(estimates: dict[str, Estimate], names: Sequence[str]) -> dict[str, float]:
+    """Traffic shares from drafted tokens when no generation-token counts were measured."""
+    total = math.fsum(e.draft_tokens for e in estimates.values())
+    if not total > 0:
+        return dict.fromkeys(names, 0.0)
+    return {n: (estimates[n].draft_tokens / total if n in estimates else 0.0) for n in names}
+
+
+def _evidence(
+    combined: Estimate | None,
+    estimates: dict[str, Estimate],
+    results: Sequence[CheckResult],
+    verdict: Verdict,
+) -> dict[str, float | str]:
+    out: dict[str, float | str] = {"verdict": verdict.value}
+    if combined is not None:
+        out |= {
+            "alpha": checks.ev(combined.value),
+            "alpha_lower": checks.ev(combined.lower),
+            "alpha_upper": checks.ev(combined.upper),
+            "drafts": checks.ev(combined.drafts),
+            "alpha_method": combined.method,
+        }
+    for name, e in estimates.items():
+        out[f"alpha:{name}"] = checks.ev(e.value)
+    for c in results:
+        if c.check.startswith("latency"):
+            for key in ("canary_p", "baseline_p", "fraction_above", "p_value"):
+                if key in c.evidence:
+                    out[f"{c.check}:{key}"] = c.evidence[key]
+    decisive = [c for c in results if c.verdict is verdict]
+    if decisive and verdict is not Verdict.PASS:
+        out["why"] = "; ".join(f"{c.check}: {c.reason}" for c in decisive)
+    return out
+
+
+def evaluate(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    memory: Memory,
+    rollout: Rollout,
+    *,
+    now: float,
+    command: Command | None = None,
+    slices: Sequence[str] | None = None,
+) -> Evaluation:
+    """Judge one window and decide. `slices` restricts the evaluation to those slices (perSlice
+    aggregation: one call per slice, each with its own memory); unknown names are a
+    programming error (ValueError)."""
+    known = [s.name for s in spec.slices]
+    if slices is not None:
+        unknown = sorted(set(slices) - set(known))
+        if unknown:
+            raise ValueError(f"unknown slices {unknown}; the policy has {known}")
+    names = [n for n in known if slices is None or n in slices]
+    gate = spec.acceptance
+    per_slice = spec.aggregation is Aggregation.PER_SLICE
+    suffix = len(spec.slices) > 1  # name checks by slice when the policy has several
+
+    # ---- estimate
+    estimates: dict[str, Estimate] = {}
+    if observation.source_error is None:
+        for name in names:
+            canary = observation.pool(name, Role.CANARY)
+            if canary is None or canary.error is not None:
+                continue
+            e = acceptance.estimate(canary.acceptance, confidence=gate.confidence)
+            if e is not None:
+                estimates[name] = e
+    weights = acceptance.weights(observation, names)
+    if not math.fsum(weights.values()) > 0:
+        weights = _fallback_weights(estimates, names)
+    combined = acceptance.combine(estimates, weights, confidence=gate.confidence)
+    if combined is None and len(estimates) == 1:
+        combined = next(iter(estimates.values()))
+
+    last_alpha = dict(memory.last_alpha)
+    for name, e in estimates.items():
+        if e.drafts >= gate.min_drafts and math.isfinite(e.value):
+            last_alpha[name] = e.value
+    memory = memory.model_copy(update={"last_alpha": last_alpha})
+    good_share: float | None = None
+    if math.fsum(weights.values()) > 0:
+        good_share = math.fsum(
+            w for n, w in weights.items() if last_alpha.get(n, -1.0) > gate.enable_above
+        )
+
+    # ---- judge
+    results: list[CheckResult] = []
+    window_start = observation.at - observation.window_seconds
+    if observation.source_error is not None:
+        results.append(
+            CheckResult(
+                "source", Verdict.ERROR, f"metrics source failed: {observation.source_error}"
+            )
+        )
+    elif not machine.speculation_on(memory):
+        failed = [
+            f"{p.role.value} pool of slice {p.slice}: {p.error}"
+            for p in observation.pools
+            if p.slice in names and p.error is not None
+        ]
+        if failed:
+            results.append(
+                CheckResult("source", Verdict.ERROR, "pool read failed: " + "; ".join(failed))
+            )
+        state = machine.effective_state(memory).value
+        results.append(
+            CheckResult(
+                "acceptance",
+                Verdict.INCONCLUSIVE,
+                f"not judged: speculation is off ({state}); no spec-decode series expected",
+            )
+        )
+    else:
+        unjudged = machine.not_judgeable(spec, rollout, memory, window_start)
+        if unjudged is not None:
+            end = machine.warmup_end(spec, rollout, memory)
+            results.append(
+                CheckResult(
+                    "window",
+                    Verdict.INCONCLUSIVE,
+                    f"not judged: {unjudged}",
+                    {
+                        "window_start": window_start,
+                        "warmup_end": checks.ev(end if end is not None else math.nan),
+                    },
+                )
+            )
+        else:
+            results.extend(_judge(spec, observation, names, estimates, combined, per_slice, suffix))
+
+    verdict = checks.overall(results)
+    fail_kinds = [c.check for c in results if c.verdict is Verdict.FAIL]
+    decision = machine.step(
+        memory,
+        verdict,
+        now=now,
+        spec=spec,
+        rollout=rollout,
+        command=command,
+        good_share=good_share,
+        window_start=window_start,
+        fail_kinds=fail_kinds,
+        evidence=_evidence(combined, estimates, results, verdict),
+    )
+    return Evaluation(
+        at=now,
+        estimates=estimates,
+        weights=weights,
+        combined=combined,
+        checks=tuple(results),
+        verdict=verdict,
+        action=decision.action,
+        reason=decision.reason,
+        memory=decision.memory,
+        transition=decision.transition,
+        target_speculation_on=machine.speculation_on(decision.memory),
+        alerts=decision.alerts,
+    )
+
+
+def _judge(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    names: Sequence[str],
+    estimates: dict[str, Estimate],
+    combined: Estimate | None,
+    per_slice: bool,
+    suffix: bool,
+) -> list[CheckResult]:
+    gate = spec.acceptance
+    out: list[CheckResult] = []
+    errors = {n: _slice_error(observation, n) for n in names}
+    if per_slice:
+        for n in names:
+            out.append(
+                checks.check_acceptance(
+                    estimates.get(n), gate=gate, slice=n if suffix else None, error=errors[n]
+                )
+            )
+    else:
+        failed = "; ".join(e for e in errors.values() if e is not None) or None
+        out.append(checks.check_acceptance(combined, gate=gate, error=failed))
+        for s in spec.slices:
+            if s.name in names and s.min_alpha is not None:
+                out.append(
+                    checks.check_floor(
+                        estimates.get(s.name),
+                        min_alpha=s.min_alpha,
+                        gate=gate,
+                        slice=s.name,
+                        error=errors[s.name],
+                    )
+                )
+    if spec.latency.enabled:
+        for n in names:
+            e = estimates.get(n)
+            out.append(
+                checks.check_latency(
+                    observation.pool(n, Role.CANARY),
+                    observation.pool(n, Role.BASELINE),
+                    guard=spec.latency,
+                    tokens_per_step=e.mean_acceptance_length if e is not None else None,
+                    slice=n if suffix else None,
+                )
+            )
+    return out

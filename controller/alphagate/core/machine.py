@@ -1,0 +1,533 @@
+"""The state machine: one window's verdict plus the clock the caller gives -> the next state.
+
+    Off ──enable──> Probing ──PASS×n──> On ──(bake, PASS)──> Promoted
+     ^                │  ^               │
+     │           FAIL×n  └──cooldown─┐   FAIL×n (or fail-safe)
+     │                v              │   v
+     └── (start) ─ RolledBack <──────┴───┘          Paused: holds any state
+
+Rules (design.md §4):
+* Only FAIL flips, and only after `consecutiveWindows` CONSECUTIVE failing windows; any other
+  verdict breaks a streak. INCONCLUSIVE and ERROR hold. The one exception is the configured
+  fail-safe: `errors.failSafeAfter` consecutive ERROR windows with `failSafe: disable`.
+* Data from a rollout in progress, or from before the warm-up after the last rollout or flip
+  ended, is never judged: PASS/FAIL there count as INCONCLUSIVE("warm-up").
+* Off/RolledBack -> Probing (ENABLE) once the cooldown has passed (or early, when the traffic
+  share of slices whose last known alpha cleared enableAbove grew by reprobeMixShift), the
+  minimum dwell since the last flip has passed, no source error is pending, and the flip budget
+  has room for the enable AND its possible rollback. Disables are always allowed, so no sliding
+  hour ever holds more than maxFlipsPerHour automatic flips.
+* Rollback cooldown = initial * factor**index (capped); index grows with each rollback and is
+  reset when a probe is confirmed On.
+* Manual commands override the policy (not the flip cap, dwell or cooldown), and are recorded as
+  transitions with reason "manual: ...".
+
+`step` is a pure function: memory, verdict and `now` in; new memory, action and reason out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Final, NamedTuple
+
+from alphagate.config import FailSafe, SpeculativeCanarySpec
+from alphagate.core.model import Action, Command, Memory, Rollout, State, Transition, Verdict
+
+HOUR: Final = 3600.0
+HISTORY_LIMIT: Final = 20
+
+ALERT_SOURCE_ERRORS: Final = "source-errors"
+ALERT_FLIP_BUDGET: Final = "flip-budget"
+ALERT_PROBE_STALLED: Final = "probe-stalled"
+ALERT_ROLLOUT_TIMEOUT: Final = "rollout-timeout"
+
+SPECULATING: Final = frozenset({State.PROBING, State.ON, State.PROMOTED})
+
+_EPS: Final = 1e-9
+
+
+class Decision(NamedTuple):
+    """What `step` returns: the memory to persist, what the shell must do, and why."""
+
+    memory: Memory
+    action: Action
+    reason: str
+    transition: Transition | None
+    alerts: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- helpers the shell uses too
+
+
+def effective_state(memory: Memory) -> State:
+    """The state whose config runs: the state before a pause while paused."""
+    if memory.state is State.PAUSED and memory.state_before_pause is not None:
+        return memory.state_before_pause
+    return memory.state
+
+
+def speculation_on(memory: Memory) -> bool:
+    """Should the canary run with --speculative-config in this memory's state?"""
+    return effective_state(memory) in SPECULATING
+
+
+def cooldown_seconds(spec: SpeculativeCanarySpec, index: int) -> float:
+    """Cooldown before the next probe after the `index`-th rollback in a row (0-based)."""
+    b = spec.timing.cooldown
+    try:
+        value = b.initial_seconds * b.factor ** max(0, index)
+    except OverflowError:
+        value = math.inf
+    return float(min(value, b.max_seconds))
+
+
+def recent_flips(memory: Memory, now: float) -> tuple[float, ...]:
+    """Flips inside the sliding hour (now - 1h, now]."""
+    return tuple(t for t in memory.flip_times if now - HOUR < t <= now + _EPS)
+
+
+def flip_room(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> bool:
+    """True when an enable now, and a rollback right after it, both fit in the hourly cap."""
+    return len(recent_flips(memory, now)) + 2 <= spec.timing.max_flips_per_hour
+
+
+def warmup_end(
+    spec: SpeculativeCanarySpec, rollout: Rollout, memory: Memory | None
+) -> float | None:
+    """When data becomes judgeable again: warm-up after the last rollout and the last flip."""
+    ends = []
+    if rollout.completed_at is not None:
+        ends.append(rollout.completed_at + spec.timing.warmup_seconds)
+    if memory is not None and memory.last_flip_at is not None:
+        ends.append(memory.last_flip_at + spec.timing.warmup_seconds)
+    return max(ends) if ends else None
+
+
+def not_judgeable(
+    spec: SpeculativeCanarySpec, rollout: Rollout, memory: Memory | None, window_start: float
+) -> str | None:
+    """Why a window starting at `window_start` must not be judged, or None if it may be."""
+    if rollout.in_progress:
+        return "rollout in progress"
+    end = warmup_end(spec, rollout, memory)
+    if end is not None and window_start < end - _EPS:
+        return f"warm-up: window starts at {window_start:.0f}, warm-up ends at {end:.0f}"
+    return None
+
+
+def judge_window(
+    spec: SpeculativeCanarySpec, rollout: Rollout, now: float, *, memory: Memory | None = None
+) -> tuple[float, float] | None:
+    """The (start, end) the shell should query: the configured window, cut to start after the
+    warm-up. None while a rollout is in progress or when less than one interval is left."""
+    if rollout.in_progress:
+        return None
+    start = now - spec.timing.window_seconds
+    end_of_warmup = warmup_end(spec, rollout, memory)
+    if end_of_warmup is not None:
+        start = max(start, end_of_warmup)
+    if now - start < min(spec.timing.interval_seconds, spec.timing.window_seconds) - _EPS:
+        return None
+    return (start, now)
+
+
+def windows_needed(
+    spec: SpeculativeCanarySpec, fail_kinds: Collection[str] = ()
+) -> tuple[int, int]:
+    """(windows to confirm, windows to roll back) for this window's failing check kinds.
+
+    Confirming needs the longer of the acceptance and latency counts; a rollback needs the
+    shorter count among the kinds that failed ("latency" vs anything else = acceptance).
+    """
+    acc = spec.acceptance.consecutive_windows
+    lat = spec.latency.consecutive_windows if spec.latency.enabled else acc
+    to_pass = max(acc, lat)
+    counts = [lat if k.split(":", 1)[0] == "latency" else acc for k in fail_kinds]
+    return to_pass, (min(counts) if counts else acc)
+
+
+# ---------------------------------------------------------------- the step
+
+
+@dataclass(frozen=True, slots=True)
+class _Ctx:
+    memory: Memory
+    verdict: Verdict  # after the warm-up rule
+    unjudged: str | None
+    now: float
+    spec: SpeculativeCanarySpec
+    good_share: float | None
+    fail_kinds: Collection[str]
+    evidence: Mapping[str, float | str]
+    alerts: tuple[str, ...]
+
+    def hold(self, reason: str, *extra_alerts: str, memory: Memory | None = None) -> Decision:
+        return Decision(
+            memory or self.memory, Action.HOLD, reason, None, (*self.alerts, *extra_alerts)
+        )
+
+    def go(self, to: State, action: Action, reason: str, **update: object) -> Decision:
+        memory, transition = _move(
+            self.memory, to, reason, now=self.now, evidence=self.evidence, **update
+        )
+        return Decision(memory, action, reason, transition, self.alerts)
+
+
+def _move(
+    memory: Memory,
+    to: State,
+    reason: str,
+    *,
+    now: float,
+    evidence: Mapping[str, float | str],
+    **update: object,
+) -> tuple[Memory, Transition]:
+    transition = Transition(
+        from_state=memory.state, to_state=to, reason=reason, at=now, evidence=dict(evidence)
+    )
+    fields: dict[str, object] = {
+        "state": to,
+        "since": now if to is not memory.state else memory.since,
+        "pass_streak": 0,
+        "fail_streak": 0,
+        "history": (*memory.history, transition)[-HISTORY_LIMIT:],
+    }
+    fields.update(update)
+    return memory.model_copy(update=fields), transition
+
+
+def _flip(memory: Memory, now: float) -> dict[str, object]:
+    return {"flip_times": (*memory.flip_times, now), "last_flip_at": now}
+
+
+def _streaks(memory: Memory, verdict: Verdict) -> Memory:
+    """Consecutive windows: a verdict extends its own streak and breaks every other."""
+    return memory.model_copy(
+        update={
+            "pass_streak": memory.pass_streak + 1 if verdict is Verdict.PASS else 0,
+            "fail_streak": memory.fail_streak + 1 if verdict is Verdict.FAIL else 0,
+            "error_streak": memory.error_streak + 1 if verdict is Verdict.ERROR else 0,
+        }
+    )
+
+
+def _enable_update(ctx: _Ctx) -> dict[str, object]:
+    return {
+        **_flip(ctx.memory, ctx.now),
+        "probe_deadline": ctx.now + ctx.spec.timing.probe_seconds,
+        "state_before_pause": None,
+        "paused_by": None,
+    }
+
+
+def _rollback(ctx: _Ctx, reason: str, *, advance: bool) -> Decision:
+    m = ctx.memory
+    cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
+    until = ctx.now + cooldown
+    text = f"{reason}; next probe after {cooldown:.0f} s cooldown (at {until:.0f})"
+    return ctx.go(
+        State.ROLLED_BACK,
+        Action.DISABLE,
+        text,
+        **_flip(m, ctx.now),
+        cooldown_until=until,
+        cooldown_index=m.cooldown_index + 1 if advance else m.cooldown_index,
+        good_share_at_rollback=ctx.good_share if ctx.good_share is not None else 0.0,
+        state_before_pause=None,
+        paused_by=None,
+    )
+
+
+def _fail_safe(ctx: _Ctx) -> Decision | None:
+    e = ctx.spec.errors
+    if (
+        ctx.verdict is Verdict.ERROR
+        and e.fail_safe is FailSafe.DISABLE
+        and ctx.memory.error_streak >= e.fail_safe_after
+    ):
+        return _rollback(
+            ctx,
+            f"fail-safe: {ctx.memory.error_streak} consecutive source errors "
+            f"(failSafeAfter {e.fail_safe_after}, failSafe disable)",
+            advance=False,
+        )
+    return None
+
+
+def _judged_text(ctx: _Ctx) -> str:
+    if ctx.unjudged is not None:
+        return f"not judged ({ctx.unjudged})"
+    return f"window {ctx.verdict.value}"
+
+
+def _off(ctx: _Ctx) -> Decision:
+    """Off / RolledBack: speculation is off, so alpha cannot be measured; probe on timers."""
+    m, t, now = ctx.memory, ctx.spec.timing, ctx.now
+    state = m.state.value
+    if ctx.verdict is Verdict.ERROR:
+        return ctx.hold(f"{state}: source error; no probe while the source fails")
+    cooldown_over = now >= m.cooldown_until - _EPS
+    shift = (ctx.good_share - m.good_share_at_rollback) if ctx.good_share is not None else None
+    early = (
+        m.state is State.ROLLED_BACK
+        and not cooldown_over
+        and shift is not None
+        and shift > 0
+        and shift >= t.reprobe_mix_shift - _EPS
+    )
+    if not (cooldown_over or early):
+        return ctx.hold(
+            f"{state}: cooling down, next probe in {m.cooldown_until - now:.0f} s "
+            f"(at {m.cooldown_until:.0f})"
+        )
+    if m.last_flip_at is not None and now < m.last_flip_at + t.min_dwell_seconds - _EPS:
+        return ctx.hold(
+            f"{state}: minimum dwell, no flip before {m.last_flip_at + t.min_dwell_seconds:.0f} "
+            f"(minDwellSeconds {t.min_dwell_seconds:.0f})"
+        )
+    if not flip_room(m, ctx.spec, now):
+        n = len(recent_flips(m, now))
+        return ctx.hold(
+            f"{state}: flip budget, {n} flips in the last hour; maxFlipsPerHour "
+            f"{t.max_flips_per_hour} leaves no room for an enable and its possible rollback",
+            ALERT_FLIP_BUDGET,
+        )
+    probe = f"probe up to {t.probe_seconds:.0f} s"
+    if early and shift is not None and ctx.good_share is not None:
+        why = (
+            f"early re-probe: traffic share of slices whose last alpha cleared enableAbove grew "
+            f"from {m.good_share_at_rollback:.2f} to {ctx.good_share:.2f} (>= reprobeMixShift "
+            f"{t.reprobe_mix_shift:.2f})"
+        )
+    elif m.last_flip_at is None:
+        why = "new canary: enabling speculation to measure alpha first"
+    else:
+        why = "cooldown over: probing again"
+    return ctx.go(State.PROBING, Action.ENABLE, f"{why} ({probe})", **_enable_update(ctx))
+
+
+def _probing(ctx: _Ctx) -> Decision:
+    m, now = ctx.memory, ctx.now
+    safe = _fail_safe(ctx)
+    if safe is not None:
+        return safe
+    to_pass, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
+    if ctx.verdict is Verdict.FAIL and m.fail_streak >= to_fail:
+        return _rollback(
+            ctx, f"probe failed: {m.fail_streak} consecutive failing windows", advance=True
+        )
+    if ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
+        return ctx.go(
+            State.ON,
+            Action.HOLD,
+            f"confirmed: {m.pass_streak} consecutive passing windows; backoff reset",
+            cooldown_index=0,
+        )
+    status = (
+        f"probing: {_judged_text(ctx)}; pass streak {m.pass_streak}/{to_pass}, "
+        f"fail streak {m.fail_streak}/{to_fail}"
+    )
+    if now >= m.probe_deadline - _EPS:
+        return ctx.hold(
+            f"{status}; probe deadline {m.probe_deadline:.0f} passed without a verdict "
+            f"(insufficient data): still probing, insufficient data never flips",
+            ALERT_PROBE_STALLED,
+        )
+    return ctx.hold(status)
+
+
+def _on(ctx: _Ctx) -> Decision:
+    m, now, promo = ctx.memory, ctx.now, ctx.spec.promotion
+    safe = _fail_safe(ctx)
+    if safe is not None:
+        return safe
+    _, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
+    if ctx.verdict is Verdict.FAIL and m.fail_streak >= to_fail:
+        return _rollback(
+            ctx, f"rolled back: {m.fail_streak} consecutive failing windows", advance=True
+        )
+    if promo.enabled and ctx.verdict is Verdict.PASS and now >= m.since + promo.bake_seconds - _EPS:
+        return ctx.go(
+            State.PROMOTED,
+            Action.PROMOTE,
+            f"promote: on for {now - m.since:.0f} s >= bakeSeconds {promo.bake_seconds:.0f} "
+            f"and the last window passed",
+        )
+    return ctx.hold(f"on: {_judged_text(ctx)}; fail streak {m.fail_streak}/{to_fail}")
+
+
+def _promoted(ctx: _Ctx) -> Decision:
+    return ctx.hold(
+        f"promoted at {ctx.memory.since:.0f}: the canary is no longer gated ({_judged_text(ctx)})"
+    )
+
+
+def _paused(ctx: _Ctx) -> Decision:
+    m = ctx.memory
+    if m.paused_by == "manual":
+        return ctx.hold("paused by a person: holding everything until a manual resume")
+    before = m.state_before_pause or State.OFF
+    return ctx.go(
+        before,
+        Action.HOLD,
+        f"resumed: spec.paused is false; back to {before.value}",
+        state_before_pause=None,
+        paused_by=None,
+    )
+
+
+HANDLERS: Final[dict[State, Callable[[_Ctx], Decision]]] = {
+    State.OFF: _off,
+    State.ROLLED_BACK: _off,
+    State.PROBING: _probing,
+    State.ON: _on,
+    State.PROMOTED: _promoted,
+    State.PAUSED: _paused,
+}
+
+
+def _manual(ctx: _Ctx, command: Command) -> Decision:
+    m = ctx.memory
+    on = speculation_on(m)
+
+    def note(text: str) -> Decision:
+        """A command that changes nothing is still recorded (same state in and out)."""
+        memory, transition = _move(
+            m,
+            m.state,
+            f"manual: {command.value}: {text}",
+            now=ctx.now,
+            evidence=ctx.evidence,
+            pass_streak=m.pass_streak,
+            fail_streak=m.fail_streak,
+        )
+        return Decision(memory, Action.HOLD, transition.reason, transition, ctx.alerts)
+
+    if command is Command.PAUSE:
+        if m.state is State.PAUSED:
+            return note("already paused")
+        return ctx.go(
+            State.PAUSED,
+            Action.HOLD,
+            "manual: pause: holding everything until resumed",
+            state_before_pause=m.state,
+            paused_by="manual",
+        )
+    if command is Command.RESUME:
+        if m.state is not State.PAUSED:
+            return note("not paused")
+        if ctx.spec.paused:
+            return note("refused: spec.paused is true; set it to false to resume")
+        before = m.state_before_pause or State.OFF
+        return ctx.go(
+            before,
+            Action.HOLD,
+            f"manual: resume: back to {before.value}",
+            state_before_pause=None,
+            paused_by=None,
+        )
+    if command is Command.ENABLE:
+        if on:
+            return note("speculation is already on")
+        return ctx.go(
+            State.PROBING,
+            Action.ENABLE,
+            "manual: enable: probing with speculation on",
+            **_enable_update(ctx),
+        )
+    if command is Command.DISABLE:
+        if not on:
+            return note("speculation is already off")
+        cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
+        return ctx.go(
+            State.ROLLED_BACK,
+            Action.DISABLE,
+            f"manual: disable: next probe after {cooldown:.0f} s cooldown (pause to keep it off)",
+            **_flip(m, ctx.now),
+            cooldown_until=ctx.now + cooldown,
+            state_before_pause=None,
+            paused_by=None,
+        )
+    # PROMOTE
+    if not on:
+        return note("refused: speculation is off on the canary; enable it first")
+    return ctx.go(
+        State.PROMOTED,
+        Action.PROMOTE,
+        "manual: promote: copy the speculative config to the stable fleet",
+        state_before_pause=None,
+        paused_by=None,
+    )
+
+
+def step(
+    memory: Memory,
+    verdict: Verdict,
+    *,
+    now: float,
+    spec: SpeculativeCanarySpec,
+    rollout: Rollout,
+    command: Command | None = None,
+    good_share: float | None = None,
+    window_start: float | None = None,
+    fail_kinds: Collection[str] = (),
+    evidence: Mapping[str, float | str] | None = None,
+) -> Decision:
+    """Advance the machine by one evaluation window.
+
+    `verdict` is the window's overall verdict; `window_start` when its data begins (default
+    now - windowSeconds); `good_share` the current traffic share of slices whose last known
+    alpha cleared enableAbove (for the early re-probe); `fail_kinds` the kinds of the failing
+    checks ("acceptance", "floor", "latency"; with or without ":slice"); `evidence` is copied
+    into any transition.
+    """
+    memory = memory.model_copy(update={"flip_times": recent_flips(memory, now)})
+    start = window_start if window_start is not None else now - spec.timing.window_seconds
+    unjudged = not_judgeable(spec, rollout, memory, start)
+    effective = verdict
+    if unjudged is not None and verdict in (Verdict.PASS, Verdict.FAIL):
+        effective = Verdict.INCONCLUSIVE
+    ctx = _Ctx(
+        memory=memory,
+        verdict=effective,
+        unjudged=unjudged,
+        now=now,
+        spec=spec,
+        good_share=good_share,
+        fail_kinds=tuple(fail_kinds),
+        evidence=dict(evidence or {}),
+        alerts=(),
+    )
+    if command is not None:
+        return _manual(ctx, command)
+    if spec.paused and memory.state is not State.PAUSED:
+        return ctx.go(
+            State.PAUSED,
+            Action.HOLD,
+            "paused: spec.paused is true; holding everything",
+            state_before_pause=memory.state,
+            paused_by="spec",
+        )
+
+    memory = _streaks(memory, effective)
+    alerts: tuple[str, ...] = ()
+    if memory.error_streak >= spec.errors.alert_after:
+        alerts = (ALERT_SOURCE_ERRORS,)
+    ctx = replace(ctx, memory=memory, alerts=alerts)
+    if memory.state is State.PAUSED:
+        if spec.paused:
+            return ctx.hold(f"paused by spec ({_judged_text(ctx)})")
+        return _paused(ctx)
+    if rollout.in_progress:
+        extra: tuple[str, ...] = ()
+        if (
+            memory.last_flip_at is not None
+            and now - memory.last_flip_at > spec.timing.rollout_timeout_seconds
+        ):
+            extra = (ALERT_ROLLOUT_TIMEOUT,)
+        return ctx.hold(
+            f"{memory.state.value}: rollout in progress; its data is never judged", *extra
+        )
+    return HANDLERS[memory.state](ctx)
