@@ -1,0 +1,115 @@
+"""`alphagate plan`: a staged rollout plan (Markdown) and a ready SpeculativeCanary manifest.
+
+From a target model, its traffic slices with their expected alpha, the target concurrency and
+K, it writes the lesson's recipe as steps with the PromQL and commands for each, the cases
+where speculation should stay off, and a manifest that passes `alphagate policy check`.
+Printed to stdout, or written to `--out DIR` as `<name>.md` and `<name>.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from alphagate import config
+from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
+from alphagate.errors import PolicyError
+from alphagate.planning.plan import DEFAULT_PROMETHEUS_URL, PlanInput, build, render
+from alphagate.planning.slices import parse_slices
+
+
+def plan(
+    model: str = typer.Option(..., "--model", help="Target model, e.g. meta-llama/Llama-3.3-70B."),
+    slices: list[str] = typer.Option(
+        ..., "--slice", help="A traffic slice as name:share:alpha (repeat the option)."
+    ),
+    concurrency: int = typer.Option(..., "--concurrency", min=1, help="Target concurrency."),
+    k: int = typer.Option(5, "--k", min=1, help="Draft length K (num_speculative_tokens)."),
+    overhead: float = typer.Option(0.15, "--overhead", min=0.0, help="Verify overhead epsilon."),
+    gate: float = typer.Option(0.55, "--gate", min=0.0, max=1.0, help="Alpha gate."),
+    method: str = typer.Option("eagle3", "--method", help="vLLM speculative method."),
+    draft_model: str | None = typer.Option(
+        None, "--draft-model", help="Draft model or EAGLE-3 head for --speculative-config."
+    ),
+    namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace."),
+    prometheus_url: str = typer.Option(
+        DEFAULT_PROMETHEUS_URL, "--prometheus-url", help="In-cluster Prometheus URL."
+    ),
+    output_tokens: float | None = typer.Option(
+        None, "--output-tokens", min=1.0, help="Expected mean output length in tokens."
+    ),
+    offline: bool = typer.Option(
+        False, "--offline", help="The workload is offline batch-1 generation."
+    ),
+    aggregation: str | None = typer.Option(
+        None, "--aggregation", help="combined or perSlice (default: chosen from the numbers)."
+    ),
+    ridge_tokens: float = typer.Option(
+        DEFAULT_RIDGE_TOKENS, "--ridge-tokens", min=1.0, help="Roofline ridge, tokens per step."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write <name>.md and <name>.yaml into this directory."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
+) -> None:
+    """Write a staged rollout plan and a SpeculativeCanary manifest for a model and its traffic."""
+    try:
+        parsed = parse_slices(slices)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--slice'") from None
+    agg: config.Aggregation | None = None
+    if aggregation is not None:
+        try:
+            agg = config.Aggregation(aggregation)
+        except ValueError:
+            choices = ", ".join(a.value for a in config.Aggregation)
+            raise typer.BadParameter(
+                f"{aggregation!r} is not one of {choices}", param_hint="'--aggregation'"
+            ) from None
+    try:
+        inp = PlanInput(
+            model=model,
+            slices=tuple(parsed),
+            concurrency=concurrency,
+            k=k,
+            overhead=overhead,
+            gate=gate,
+            method=method,
+            draft_model=draft_model,
+            namespace=namespace,
+            prometheus_url=prometheus_url,
+            output_tokens=output_tokens,
+            offline_batch1=offline,
+            aggregation=agg,
+            ridge_tokens=ridge_tokens,
+        )
+        result = build(inp)
+    except (ValueError, PolicyError) as exc:
+        # PolicyError: an input (namespace, URL, ...) the manifest schema refuses.
+        raise typer.BadParameter(str(exc)) from None
+    markdown = render(result)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        md_path = out / f"{result.name}.md"
+        yaml_path = out / f"{result.name}.yaml"
+        md_path.write_text(markdown, encoding="utf-8")
+        yaml_path.write_text(result.manifest_yaml(), encoding="utf-8")
+        if as_json:
+            typer.echo(json.dumps({"markdown": str(md_path), "manifest": str(yaml_path)}))
+        else:
+            typer.echo(f"wrote {md_path}")
+            typer.echo(f"wrote {yaml_path}")
+        return
+    if as_json:
+        data = result.to_dict()
+        data["markdown"] = markdown
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        typer.echo(markdown)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `plan` to the CLI."""
+    app.command("plan")(plan)
