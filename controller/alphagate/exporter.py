@@ -347,6 +347,8 @@ class Recorder:
         key = (namespace, canary)
         c = (namespace, canary)
         with self._lock:
+            if key not in self._seen:
+                self._init_counters(c)
             new: dict[str, set[tuple[str, ...]]] = {}
 
             def put(metric: Gauge, name: str, labels: tuple[str, ...], value: float) -> None:
@@ -425,6 +427,12 @@ class Recorder:
                     self._gauges()[name].remove(*labels)
             self._seen[key] = _Seen(series=new)
 
+    def track(self, *, namespace: str, canary: str) -> None:
+        """Start the canary's counters at 0. Call it when a canary is first seen, before its
+        first evaluation, so even a transition in that evaluation is visible to increase()."""
+        with self._lock:
+            self._init_counters((namespace, canary))
+
     def source_error(self, kind: str, *, namespace: str, canary: str) -> None:
         """Count one failed read. `kind` is a `SourceErrorKind` value (a bounded set)."""
         self.source_errors.labels(namespace, canary, str(kind)).inc()
@@ -460,6 +468,17 @@ class Recorder:
             return sorted(self._seen)
 
     # ------------------------------------------------------------ helpers
+
+    def _init_counters(self, c: tuple[str, str]) -> None:
+        """Create every transition series at 0, so `increase()` sees the first rollback.
+
+        A counter series born at 1 has no earlier sample, and Prometheus' increase() over it is
+        0: the rollback alert would miss the first rollback after a restart or a leader change.
+        """
+        for from_state in State:
+            for to_state in State:
+                if from_state is not to_state:
+                    self.transitions.labels(*c, from_state.value, to_state.value)
 
     def _gauges(self) -> dict[str, Gauge]:
         return {
