@@ -1,0 +1,509 @@
+"""Read a policy's pools by scraping the pods' /metrics directly.
+
+Each :meth:`ScrapeSource.observe` discovers the pools' pods, scrapes every distinct URL once,
+concurrently (at most ``scrape.maxConcurrency`` at a time, each bounded by
+``scrape.timeoutSeconds`` in total and ``scrape.maxBodyBytes``), and turns each pod's counters
+into an increment since the previous scrape of that pod. A counter that went down, or whose
+``_created`` timestamp changed, was reset by a restart: the increment is then the new value,
+never negative. Increments live in a per-pod ring buffer; a pool's observation sums those
+whose midpoint falls inside the window, like PromQL ``increase`` over the window, and each
+increment that carries drafts is one AcceptanceSample (a batch for batch means).
+
+The first scrape of a pod gives no increment (there is nothing to subtract), unless
+``since_start`` is set: then the counters since the pod started are the first increment. That
+is what one-shot reads (``alphagate evaluate``) use.
+
+A pod that refuses the connection (it vanished after listing: ``pod_gone``) is left out of the
+pool. Other failures (timeout, malformed or oversized page, HTTP status) are kept in
+:attr:`ScrapeSource.failures` and fail the pool only when more than ``max_failed_fraction`` of
+its pods failed, or all did. Nothing here raises for source trouble.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Final, Self
+
+import httpx
+
+from alphagate.config import ScrapeSource as ScrapeSettings
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.model import AcceptanceSample, Observation, PoolObservation, Role
+from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.sources import exposition
+from alphagate.sources.common import (
+    SERIES_LABELS,
+    HistSum,
+    PoolRef,
+    has_drafts,
+    per_position_tuple,
+    pools_of,
+    sorted_samples,
+)
+from alphagate.sources.discovery import Discovery, Target, scrape_settings
+from alphagate.sources.exposition import Counter, Hist, LabelKey, Page, Series
+
+ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
+"""Ask for the classic text format: no OpenMetrics name escaping (vllm-metrics.md §5)."""
+
+RING_LIMIT: Final = 4096
+"""Hard bound on increments kept per pod, whatever the window."""
+
+
+# --------------------------------------------------------------------------- increments
+
+
+@dataclass(frozen=True, slots=True)
+class Increment:
+    """What one pod did between two scrapes (summed over its engines)."""
+
+    pod: str
+    start: float
+    end: float
+    speculating: bool
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: Mapping[int, float] = field(default_factory=dict)
+    generation_tokens: float = 0.0
+    histograms: Mapping[Hist, tuple[Mapping[float, float], float]] = field(default_factory=dict)
+    resets: int = 0  # series found reset (restart) in this increment
+
+
+def _delta(cur: float, prev: float | None, reset: bool) -> tuple[float, bool]:
+    """Counter increase; a decrease is a reset (counts restart at 0). Returns (inc, was_reset)."""
+    if prev is None:
+        return cur, False
+    if reset or cur < prev:
+        return cur, True
+    return cur - prev, False
+
+
+def _created_changed(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and a != b
+
+
+def _hist_delta(
+    cur: exposition.Histogram, prev: exposition.Histogram | None
+) -> tuple[dict[float, float], float, bool]:
+    cur_sum = cur.sum if math.isfinite(cur.sum) else 0.0
+    if prev is None:
+        return dict(cur.buckets), cur_sum, False
+    reset = (
+        set(cur.buckets) != set(prev.buckets)
+        or _created_changed(cur.created, prev.created)
+        or any(v < prev.buckets[le] for le, v in cur.buckets.items() if le in prev.buckets)
+        or (math.isfinite(cur.count) and math.isfinite(prev.count) and cur.count < prev.count)
+    )
+    if reset:
+        return dict(cur.buckets), cur_sum, True
+    prev_sum = prev.sum if math.isfinite(prev.sum) else 0.0
+    return (
+        {le: v - prev.buckets[le] for le, v in cur.buckets.items()},
+        max(cur_sum - prev_sum, 0.0),
+        False,
+    )
+
+
+def increment(
+    pod: str,
+    prev: Mapping[LabelKey, Series] | None,
+    cur: Mapping[LabelKey, Series],
+    *,
+    start: float,
+    end: float,
+) -> Increment:
+    """The increment from `prev` to `cur` snapshots of one pod's (filtered) series.
+
+    `prev` None means "count from zero" (a series born since the last scrape, or since_start).
+    """
+    totals = dict.fromkeys(Counter, 0.0)
+    per_pos: dict[int, float] = {}
+    hists: dict[Hist, HistSum] = {}
+    resets = 0
+    speculating = False
+    for key, s in cur.items():
+        p = prev.get(key) if prev is not None else None
+        speculating = speculating or s.speculating
+        for c, value in s.counters.items():
+            created = _created_changed(s.created.get(c), p.created.get(c) if p else None)
+            inc, was = _delta(value, p.counters.get(c) if p else None, created)
+            totals[c] += inc
+            resets += was
+        for pos, value in s.per_position.items():
+            created = _created_changed(
+                s.per_position_created.get(pos), p.per_position_created.get(pos) if p else None
+            )
+            inc, was = _delta(value, p.per_position.get(pos) if p else None, created)
+            per_pos[pos] = per_pos.get(pos, 0.0) + inc
+            resets += was
+        for h, hist in s.histograms.items():
+            buckets, total, was = _hist_delta(hist, p.histograms.get(h) if p else None)
+            hists.setdefault(h, HistSum()).add(buckets, total)
+            resets += was
+    return Increment(
+        pod=pod,
+        start=start,
+        end=end,
+        speculating=speculating,
+        drafts=totals[Counter.DRAFTS],
+        draft_tokens=totals[Counter.DRAFT_TOKENS],
+        accepted=totals[Counter.ACCEPTED],
+        per_position=per_pos,
+        generation_tokens=totals[Counter.GENERATION_TOKENS],
+        histograms={h: (acc.counts, acc.sum) for h, acc in hists.items()},
+        resets=resets,
+    )
+
+
+def _finite_page(series: Iterable[Series], target: str) -> None:
+    for s in series:
+        values = list(s.counters.values()) + list(s.per_position.values())
+        for h in s.histograms.values():
+            values.extend(h.buckets.values())
+        for v in values:
+            if not math.isfinite(v):
+                raise SourceError(
+                    SourceErrorKind.NAN, f"series {dict(s.labels)} has value {v}", target=target
+                )
+
+
+@dataclass(slots=True)
+class PodState:
+    """Last snapshot of one pod (in one pool) and its recent increments."""
+
+    pod: str
+    last: dict[LabelKey, Series] | None = None
+    last_at: float = 0.0
+    ring: deque[Increment] = field(default_factory=lambda: deque(maxlen=RING_LIMIT))
+
+    def update(self, series: dict[LabelKey, Series], at: float, *, since_start: bool) -> None:
+        if self.last is None:
+            if since_start:
+                began = _started_at(series.values())
+                inc = increment(self.pod, None, series, start=began or at, end=at)
+                self.ring.append(inc)
+        else:
+            self.ring.append(increment(self.pod, self.last, series, start=self.last_at, end=at))
+        self.last = series
+        self.last_at = at
+
+    def prune(self, before: float) -> None:
+        while self.ring and self.ring[0].end < before:
+            self.ring.popleft()
+
+
+def _started_at(series: Iterable[Series]) -> float | None:
+    """The pod's start as its counters' `_created` stamps tell it, if they do."""
+    stamps = [v for s in series for v in s.created.values() if math.isfinite(v)]
+    return min(stamps) if stamps else None
+
+
+# --------------------------------------------------------------------------- fetching
+
+
+@dataclass(frozen=True, slots=True)
+class Scraped:
+    """One scrape: the page or the classified failure."""
+
+    target: Target
+    at: float
+    page: Page | None = None
+    error: SourceError | None = None
+
+
+def fetch(
+    client: httpx.Client, target: Target, settings: ScrapeSettings, clock: Callable[[], float]
+) -> Scraped:
+    """GET one page within the time and size bounds; classify every failure."""
+    url = target.url
+    deadline = time.monotonic() + settings.timeout_seconds
+    try:
+        body = _get(client, url, settings, deadline)
+        text = exposition.decode(body, target=url)
+        page = exposition.parse(text, target=url)
+        _finite_page(page.series.values(), url)
+    except SourceError as exc:
+        return Scraped(target, clock(), error=exc)
+    except httpx.TimeoutException:
+        timeout = SourceError(
+            SourceErrorKind.TIMEOUT, f"no answer within {settings.timeout_seconds}s", target=url
+        )
+        return Scraped(target, clock(), error=timeout)
+    except httpx.ConnectError as exc:
+        gone = "refused" in str(exc).lower()
+        kind = SourceErrorKind.POD_GONE if gone else SourceErrorKind.UNREACHABLE
+        return Scraped(target, clock(), error=SourceError(kind, str(exc) or "connect", target=url))
+    except httpx.HTTPError as exc:
+        other = SourceError(SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=url)
+        return Scraped(target, clock(), error=other)
+    return Scraped(target, clock(), page=page)
+
+
+def _get(client: httpx.Client, url: str, settings: ScrapeSettings, deadline: float) -> bytes:
+    limit = settings.max_body_bytes
+    with client.stream("GET", url, timeout=settings.timeout_seconds) as resp:
+        if resp.status_code != 200:
+            raise SourceError(SourceErrorKind.HTTP_STATUS, f"HTTP {resp.status_code}", target=url)
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit and "content-encoding" not in resp.headers:
+            raise SourceError(
+                SourceErrorKind.TOO_LARGE,
+                f"Content-Length {declared} exceeds maxBodyBytes {limit}",
+                target=url,
+            )
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in resp.iter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise SourceError(
+                    SourceErrorKind.TOO_LARGE, f"body exceeds maxBodyBytes {limit}", target=url
+                )
+            if time.monotonic() > deadline:
+                raise SourceError(
+                    SourceErrorKind.TIMEOUT,
+                    f"body not complete within {settings.timeout_seconds}s",
+                    target=url,
+                )
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# --------------------------------------------------------------------------- the source
+
+
+class ScrapeSource:
+    """A `Source` that scrapes pods. Stateful: keep one per policy across evaluations."""
+
+    def __init__(
+        self,
+        discovery: Discovery,
+        *,
+        settings: ScrapeSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        since_start: bool = False,
+        max_failed_fraction: float = 0.1,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.discovery = discovery
+        self.settings = settings
+        self.clock = clock
+        self.since_start = since_start
+        self.max_failed_fraction = max_failed_fraction
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._client_key: tuple[int, float] | None = None
+        self._states: dict[tuple[str, Role, str], PodState] = {}
+        self._retention = 0.0
+        self._lock = threading.Lock()
+        self.failures: dict[tuple[str, Role], list[SourceError]] = {}
+        """Per pool, the pods that failed in the last observe (kept even when tolerated)."""
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _http(self, settings: ScrapeSettings) -> httpx.Client:
+        key = (settings.max_concurrency, settings.timeout_seconds)
+        if self._client is None or key != self._client_key:
+            self.close()
+            self._client = httpx.Client(
+                headers={"Accept": ACCEPT},
+                timeout=httpx.Timeout(settings.timeout_seconds),
+                limits=httpx.Limits(
+                    max_connections=settings.max_concurrency,
+                    max_keepalive_connections=settings.max_concurrency,
+                ),
+                transport=self._transport,
+                follow_redirects=False,
+            )
+            self._client_key = key
+        return self._client
+
+    def scrape(self, targets: Iterable[Target], settings: ScrapeSettings) -> dict[str, Scraped]:
+        """Scrape each distinct URL once, at most `maxConcurrency` at a time."""
+        unique = {t.url: t for t in targets}
+        if not unique:
+            return {}
+        client = self._http(settings)
+        workers = max(1, min(settings.max_concurrency, len(unique)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape") as pool:
+            results = pool.map(lambda t: fetch(client, t, settings, self.clock), unique.values())
+            return {r.target.url: r for r in results}
+
+    def observe(
+        self,
+        spec: SpeculativeCanarySpec,
+        *,
+        start: float,
+        end: float,
+        interval_seconds: float,
+    ) -> Observation:
+        """Scrape now and report every pool over the window. Never raises for source trouble.
+
+        Pod-scraping reads the present: `end` is taken as now and increments are those whose
+        midpoint lies after `start`."""
+        with self._lock:
+            return self._observe(spec, start=start, end=end, interval=interval_seconds)
+
+    def _observe(
+        self, spec: SpeculativeCanarySpec, *, start: float, end: float, interval: float
+    ) -> Observation:
+        settings = self.settings or scrape_settings(spec)
+        window = max(end - start, 0.0)
+        self._retention = max(self._retention, window + 2 * interval)
+        refs = pools_of(spec)
+        found: dict[tuple[str, Role], list[Target] | SourceError] = {}
+        for ref in refs:
+            try:
+                found[(ref.slice, ref.role)] = self.discovery.targets(spec, ref)
+            except SourceError as err:
+                found[(ref.slice, ref.role)] = err
+            except Exception as exc:  # a Discovery is user-pluggable: never let it crash us
+                found[(ref.slice, ref.role)] = SourceError(
+                    SourceErrorKind.UNREACHABLE, f"discovery failed: {exc!r}"
+                )
+        everything = [t for v in found.values() if isinstance(v, list) for t in v]
+        scraped = self.scrape(everything, settings)
+        now = self.clock()
+        self.failures = {}
+        pools = [self._pool(ref, found[(ref.slice, ref.role)], scraped, start) for ref in refs]
+        self._prune(now)
+        return Observation(at=end, window_seconds=window, pools=tuple(pools))
+
+    def _pool(
+        self,
+        ref: PoolRef,
+        found: list[Target] | SourceError,
+        scraped: Mapping[str, Scraped],
+        start: float,
+    ) -> PoolObservation:
+        if isinstance(found, SourceError):
+            return PoolObservation(ref.slice, ref.role, error=str(found))
+        series_filter = {k: v for k, v in ref.match_labels.items() if k in SERIES_LABELS}
+        ok: set[str] = set()
+        errors: list[SourceError] = []
+        for target in found:
+            result = scraped[target.url]
+            if result.error is not None:
+                errors.append(result.error)
+                continue
+            assert result.page is not None
+            series = {s.labels: s for s in result.page.matching(series_filter)}
+            key = (ref.slice, ref.role, target.name)
+            state = self._states.get(key)
+            if state is None:
+                state = self._states[key] = PodState(target.name)
+            state.update(series, result.at, since_start=self.since_start)
+            ok.add(target.name)
+        if errors:
+            self.failures[(ref.slice, ref.role)] = errors
+        # A pod that refused the connection is gone (deleted after listing): not a failure.
+        failed = [e for e in errors if e.kind is not SourceErrorKind.POD_GONE]
+        gone = len(errors) - len(failed)
+        where = f"{ref.slice}/{ref.role}"
+        if not found:
+            err = SourceError(
+                SourceErrorKind.EMPTY, f"no ready pods match {dict(ref.match_labels)}", target=where
+            )
+            return PoolObservation(ref.slice, ref.role, error=str(err))
+        if not ok:
+            kind = (failed or errors)[0].kind
+            detail = "; ".join(str(e) for e in (failed or errors)[:3])
+            err = SourceError(kind, f"all {len(found)} pods failed: {detail}", target=where)
+            return PoolObservation(ref.slice, ref.role, error=str(err))
+        if failed and len(failed) > self.max_failed_fraction * (len(found) - gone):
+            detail = "; ".join(str(e) for e in failed[:3])
+            err = SourceError(
+                SourceErrorKind.PARTIAL,
+                f"{len(failed)} of {len(found) - gone} pods failed: {detail}",
+                target=where,
+            )
+            return PoolObservation(ref.slice, ref.role, pods=len(ok), error=str(err))
+        return self._assemble(ref, start, ok)
+
+    def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
+        samples: list[AcceptanceSample] = []
+        gen = 0.0
+        hists = {h: HistSum() for h in Hist}
+        pods = set(ok)
+        for (slice_name, role, pod), state in self._states.items():
+            if slice_name != ref.slice or role is not ref.role:
+                continue
+            for inc in state.ring:
+                if (inc.start + inc.end) / 2 <= start:
+                    continue
+                pods.add(pod)
+                gen += inc.generation_tokens
+                for h, (buckets, total) in inc.histograms.items():
+                    hists[h].add(buckets, total)
+                if not inc.speculating:
+                    continue
+                sample = AcceptanceSample(
+                    drafts=inc.drafts,
+                    draft_tokens=inc.draft_tokens,
+                    accepted_tokens=inc.accepted,
+                    per_position=per_position_tuple(inc.per_position),
+                    pod=pod,
+                    start=inc.start,
+                    end=inc.end,
+                )
+                if has_drafts(sample):
+                    samples.append(sample)
+        return PoolObservation(
+            slice=ref.slice,
+            role=ref.role,
+            acceptance=sorted_samples(samples),
+            generation_tokens=gen,
+            itl=hists[Hist.ITL].to_buckets(),
+            tpot=hists[Hist.TPOT].to_buckets(),
+            pods=len(pods),
+        )
+
+    def _prune(self, now: float) -> None:
+        before = now - self._retention
+        for key in list(self._states):
+            state = self._states[key]
+            state.prune(before)
+            if not state.ring and state.last_at < before:
+                del self._states[key]
+
+
+def read_page(
+    target: str, *, timeout_seconds: float = 10.0, max_body_bytes: int = 64 << 20
+) -> Page:
+    """One page from a URL or a file path (for `inspect`). Raises SourceError."""
+    if target.startswith(("http://", "https://")):
+        settings = ScrapeSettings(timeout_seconds=timeout_seconds, max_body_bytes=max_body_bytes)
+        with httpx.Client(headers={"Accept": ACCEPT}) as client:
+            result = fetch(client, Target(url=target), settings, time.time)
+        if result.error is not None:
+            raise result.error
+        assert result.page is not None
+        return result.page
+    try:
+        with open(target, "rb") as fh:
+            body = fh.read(max_body_bytes + 1)
+    except OSError as exc:
+        raise SourceError(
+            SourceErrorKind.UNREACHABLE, f"cannot read: {exc.strerror or exc}", target=target
+        ) from exc
+    if len(body) > max_body_bytes:
+        raise SourceError(
+            SourceErrorKind.TOO_LARGE, f"file exceeds {max_body_bytes} bytes", target=target
+        )
+    return exposition.parse(exposition.decode(body, target=target), target=target)
