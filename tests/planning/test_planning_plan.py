@@ -166,3 +166,18 @@ def test_plan_bad_input(args: list[str], needle: str) -> None:
     result = _run("plan", "--model", "m", "--concurrency", "8", *args)
     assert result.exit_code == 2, result.output
     assert needle in _flat(result.output)
+
+
+def test_every_promql_block_in_the_plan_parses() -> None:
+    promql_parser = pytest.importorskip("promql_parser")
+    md = _run(*BASE).stdout
+    blocks = [b.split("```", 1)[0] for b in md.split("```promql\n")[1:]]
+    exprs = [
+        line
+        for block in blocks
+        for line in block.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert len(exprs) >= 20
+    for expr in exprs:
+        promql_parser.parse(expr)
