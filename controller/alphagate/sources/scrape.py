@@ -223,40 +223,47 @@ def fetch(
 ) -> Scraped:
     """GET one page within the time and size bounds; classify every failure."""
     url = target.url
+    where = f"{target.pod} {url}" if target.pod else url
     deadline = time.monotonic() + settings.timeout_seconds
     try:
-        body = _get(client, url, settings, deadline)
-        text = exposition.decode(body, target=url)
-        page = exposition.parse(text, target=url)
-        _finite_page(page.series.values(), url)
+        body = _get(client, url, settings, deadline, where)
+        text = exposition.decode(body, target=where)
+        page = exposition.parse(text, target=where)
+        _finite_page(page.series.values(), where)
     except SourceError as exc:
         return Scraped(target, clock(), error=exc)
     except httpx.TimeoutException:
         timeout = SourceError(
-            SourceErrorKind.TIMEOUT, f"no answer within {settings.timeout_seconds}s", target=url
+            SourceErrorKind.TIMEOUT, f"no answer within {settings.timeout_seconds}s", target=where
         )
         return Scraped(target, clock(), error=timeout)
     except httpx.ConnectError as exc:
         gone = "refused" in str(exc).lower()
         kind = SourceErrorKind.POD_GONE if gone else SourceErrorKind.UNREACHABLE
-        return Scraped(target, clock(), error=SourceError(kind, str(exc) or "connect", target=url))
+        return Scraped(
+            target, clock(), error=SourceError(kind, str(exc) or "connect", target=where)
+        )
     except httpx.HTTPError as exc:
-        other = SourceError(SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=url)
+        other = SourceError(
+            SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=where
+        )
         return Scraped(target, clock(), error=other)
     return Scraped(target, clock(), page=page)
 
 
-def _get(client: httpx.Client, url: str, settings: ScrapeSettings, deadline: float) -> bytes:
+def _get(
+    client: httpx.Client, url: str, settings: ScrapeSettings, deadline: float, where: str
+) -> bytes:
     limit = settings.max_body_bytes
     with client.stream("GET", url, timeout=settings.timeout_seconds) as resp:
         if resp.status_code != 200:
-            raise SourceError(SourceErrorKind.HTTP_STATUS, f"HTTP {resp.status_code}", target=url)
+            raise SourceError(SourceErrorKind.HTTP_STATUS, f"HTTP {resp.status_code}", target=where)
         declared = resp.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit and "content-encoding" not in resp.headers:
             raise SourceError(
                 SourceErrorKind.TOO_LARGE,
                 f"Content-Length {declared} exceeds maxBodyBytes {limit}",
-                target=url,
+                target=where,
             )
         chunks: list[bytes] = []
         size = 0
@@ -264,13 +271,13 @@ def _get(client: httpx.Client, url: str, settings: ScrapeSettings, deadline: flo
             size += len(chunk)
             if size > limit:
                 raise SourceError(
-                    SourceErrorKind.TOO_LARGE, f"body exceeds maxBodyBytes {limit}", target=url
+                    SourceErrorKind.TOO_LARGE, f"body exceeds maxBodyBytes {limit}", target=where
                 )
             if time.monotonic() > deadline:
                 raise SourceError(
                     SourceErrorKind.TIMEOUT,
                     f"body not complete within {settings.timeout_seconds}s",
-                    target=url,
+                    target=where,
                 )
             chunks.append(chunk)
     return b"".join(chunks)
