@@ -191,3 +191,13 @@ def test_show_refuses_an_invalid_file(tmp_path: Path) -> None:
     result = _run("policy", "show", str(path))
     assert result.exit_code == 1
     assert "spec.acceptance.disableBelow" in result.output
+
+
+def test_metadata_typo_is_refused(tmp_path: Path) -> None:
+    # config.ObjectMeta allows extra keys; without this check the resource lands in "default".
+    path = _broken(tmp_path, "  namespace: llm", "  namepsace: llm")
+    result = _run("policy", "check", str(path))
+    assert result.exit_code == 1
+    assert re.search(
+        r"document 1: line \d+: metadata.namepsace: not a Kubernetes ObjectMeta", result.output
+    )

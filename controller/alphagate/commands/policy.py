@@ -87,6 +87,34 @@ class Document:
         return self.resource is not None and not self.problems
 
 
+# ObjectMeta fields a manifest may carry. config.ObjectMeta allows extra keys (server-side
+# metadata arrives that way), so a typo such as `namepsace:` would pass parse() silently and land
+# the resource in "default"; the file check refuses it, as kubectl's strict validation would.
+_OBJECT_META_FIELDS = frozenset(
+    {
+        "name", "namespace", "labels", "annotations", "generateName", "uid",
+        "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+        "deletionGracePeriodSeconds", "ownerReferences", "finalizers", "managedFields",
+        "selfLink",
+    }
+)  # fmt: skip
+
+
+def _unknown_metadata(data: Any, node: yaml.Node | None) -> list[Problem]:
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict):
+        return []
+    return [
+        Problem(
+            f"metadata.{key}",
+            "not a Kubernetes ObjectMeta field (a typo?)",
+            _line_of(node, ("metadata", str(key))),
+        )
+        for key in meta
+        if key not in _OBJECT_META_FIELDS
+    ]
+
+
 def _loc_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -166,6 +194,7 @@ def load_file(path: Path) -> list[Document]:
             doc.resource = config.parse(data, where=doc.where)
         except PolicyError as exc:
             doc.problems = _problems(exc, node)
+        doc.problems.extend(_unknown_metadata(data, node))
         docs.append(doc)
     if not docs:
         docs.append(Document(name, 0, problems=[Problem("", "no resources in this file")]))

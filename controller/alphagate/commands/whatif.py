@@ -288,8 +288,8 @@ def _print_simulation(r: dict[str, Any]) -> None:
         f"{cfg['alpha_per_position']:g}, K {cfg['k']}, overhead {cfg['overhead']:g}, "
         f"{cfg['steps']} steps, seed {cfg['seed']}"
     )
-    cols = ("speculation", "tokens/pass", "alpha (vLLM)", "mean ms/token", "P99 ms/token",
-            "mean ms/step", "P99 ms/step", "P99 TPOT/request", "tokens/s")  # fmt: skip
+    cols = ("speculation", "tok/pass", "alpha (vLLM)", "mean ms/token", "P99 ms/token",
+            "mean ms/step", "P99 ms/step", "P99 TPOT", "tokens/s")  # fmt: skip
     for i, col in enumerate(cols):
         t.add_column(col, justify="left" if i == 0 else "right")
     for label in ("off", "on"):
