@@ -27,6 +27,7 @@ TPOT: Final = "vllm:request_time_per_output_token_seconds"
 TTFT: Final = "vllm:time_to_first_token_seconds"
 E2E: Final = "vllm:e2e_request_latency_seconds"
 DECODE_TIME: Final = "vllm:request_decode_time_seconds"
+QUEUE_TIME: Final = "vllm:request_queue_time_seconds"
 
 # --- request/token counters and gauges -------------------------------------------------------
 GENERATION_TOKENS: Final = "vllm:generation_tokens_total"
@@ -62,6 +63,7 @@ HELP: Final[dict[str, str]] = {
     TTFT: "Histogram of time to first token in seconds.",
     E2E: "Histogram of e2e request latency in seconds.",
     DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
+    QUEUE_TIME: "Histogram of time spent in WAITING phase for request.",
     GENERATION_TOKENS: "Number of generation tokens processed.",
     PROMPT_TOKENS: "Number of prefill tokens processed.",
     REQUEST_SUCCESS: "Count of successfully processed requests.",
@@ -85,6 +87,7 @@ REQUEST_LATENCY_BUCKETS: Final[tuple[float, ...]] = (
 )  # fmt: skip
 E2E_BUCKETS: Final[tuple[float, ...]] = REQUEST_LATENCY_BUCKETS
 DECODE_TIME_BUCKETS: Final[tuple[float, ...]] = REQUEST_LATENCY_BUCKETS
+QUEUE_TIME_BUCKETS: Final[tuple[float, ...]] = REQUEST_LATENCY_BUCKETS
 
 HISTOGRAM_BUCKETS: Final[dict[str, tuple[float, ...]]] = {
     ITL: ITL_BUCKETS,
@@ -92,6 +95,7 @@ HISTOGRAM_BUCKETS: Final[dict[str, tuple[float, ...]]] = {
     TTFT: TTFT_BUCKETS,
     E2E: E2E_BUCKETS,
     DECODE_TIME: DECODE_TIME_BUCKETS,
+    QUEUE_TIME: QUEUE_TIME_BUCKETS,
 }
 
 

@@ -1,0 +1,384 @@
+"""The in-process fleet: every simulated pod of a scenario, advanced in simulated time.
+
+The fleet owns the pods, splits each slice's traffic over its ready pods, applies the
+scenario's timeline and yields snapshots (what a scrape of every pod would return) together
+with the truth (the scenario's alpha per slice, each pod's effective alpha, step times ...).
+Time is simulated seconds from the start of the scenario; ``start_epoch + t`` is the unix
+time the pages show. Nothing reads a clock, so a run is a pure function of the scenario, the
+seed and the calls made: the same seed gives the same snapshots, byte for byte.
+
+Used three ways: ``Fleet.run()`` for fast backtests and benchmarks (thousands of times
+faster than real time), ``alphagate.sim.server`` for the real-time face, and a local kubelet
+that creates and deletes pods itself (``add_pod``/``remove_pod``/``apply_args``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from alphagate.errors import ScenarioError
+from alphagate.sim.model import Load
+from alphagate.sim.pod import PodSnapshot, PodSpec, SimPod, spec_args
+from alphagate.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
+
+
+@dataclass(frozen=True)
+class SliceTruth:
+    """A slice as the scenario sets it right now."""
+
+    name: str
+    alpha: float
+    share: float
+    arrival_rate: float
+    concurrency: int | None
+    ready_pods: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "share": self.share,
+            "arrival_rate": self.arrival_rate,
+            "concurrency": self.concurrency,
+            "ready_pods": self.ready_pods,
+        }
+
+
+@dataclass(frozen=True)
+class PodTruth:
+    """What a pod really did in its last tick (zeros when it is not serving)."""
+
+    pod: str
+    slice: str
+    role: str
+    ready: bool
+    k: int
+    alpha: float
+    batch: float
+    passes: int
+    mean_step: float
+    tokens_per_step: float
+    time_per_token: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slice": self.slice,
+            "role": self.role,
+            "ready": self.ready,
+            "k": self.k,
+            "alpha": self.alpha,
+            "batch": self.batch,
+            "passes": self.passes,
+            "mean_step": self.mean_step,
+            "tokens_per_step": self.tokens_per_step,
+            "time_per_token": self.time_per_token,
+        }
+
+
+@dataclass(frozen=True)
+class Truth:
+    t: float
+    slices: dict[str, SliceTruth]
+    pods: dict[str, PodTruth]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slices": {k: v.to_json() for k, v in self.slices.items()},
+            "pods": {k: v.to_json() for k, v in self.pods.items()},
+        }
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    t: float
+    time: float
+    pods: list[PodSnapshot]
+    truth: Truth
+
+    def pod(self, name: str) -> PodSnapshot:
+        for p in self.pods:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something that happened: a timeline entry, a restart, a pod becoming ready ..."""
+
+    t: float
+    kind: str
+    message: str
+    pod: str = ""
+
+
+class Fleet:
+    """All simulated pods of a scenario. Not thread-safe: callers serialise access."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        seed: int | None = None,
+        tick: float | None = None,
+        start_epoch: float | None = None,
+        create_pools: bool = True,
+    ) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed if seed is None else seed
+        self.tick = scenario.tick if tick is None else float(tick)
+        if self.tick <= 0:
+            raise ScenarioError(f"tick must be > 0, got {self.tick}")
+        self.epoch0 = scenario.start_epoch if start_epoch is None else float(start_epoch)
+        self.now = 0.0
+        self.pods: dict[str, SimPod] = {}
+        self.slices: dict[str, SliceSpec] = dict(scenario.slices)
+        self.traffic_rate = scenario.traffic.rate
+        self.pools: dict[str, PoolSpec] = {p.name: p for p in scenario.pools}
+        self._pool_next: dict[str, int] = {p.name: 0 for p in scenario.pools}
+        self._pool_pods: dict[str, list[str]] = {p.name: [] for p in scenario.pools}
+        self._next_event = 0
+        self._events: list[FleetEvent] = []
+        if create_pools:
+            for pool in scenario.pools:
+                for _ in range(pool.replicas):
+                    self._add_pool_pod(pool, ready=True)
+        self._apply_due_events()
+
+    # --- pods -------------------------------------------------------------------------------
+    def add_pod(self, spec: PodSpec, *, ready: bool = False) -> SimPod:
+        """Create a pod (as a kubelet would); it loads for ``spec.load_time`` unless ``ready``."""
+        if spec.name in self.pods:
+            raise ScenarioError(f"pod {spec.name!r} already exists")
+        if spec.slice not in self.slices:
+            raise ScenarioError(
+                f"pod {spec.name!r}: unknown slice {spec.slice!r} (known: {sorted(self.slices)})"
+            )
+        pod = SimPod(spec, seed=self.seed, now=self.now, epoch0=self.epoch0, ready=ready)
+        self.pods[spec.name] = pod
+        self._log(
+            "pod_added", f"{spec.name} ({spec.role}, slice {spec.slice}, k={pod.k})", spec.name
+        )
+        return pod
+
+    def remove_pod(self, name: str) -> None:
+        """Delete a pod; its series vanish with it."""
+        pod = self.pods.pop(name)
+        pod.stop()
+        for names in self._pool_pods.values():
+            if name in names:
+                names.remove(name)
+        self._log("pod_removed", name, name)
+
+    def pod(self, name: str) -> SimPod:
+        try:
+            return self.pods[name]
+        except KeyError:
+            raise ScenarioError(f"no such pod {name!r}") from None
+
+    def apply_args(self, name: str, args: list[str]) -> bool:
+        """New container args for a pod; a change restarts it (counters reset, model reload)."""
+        pod = self.pod(name)
+        changed = pod.apply_args(args, now=self.now)
+        if changed:
+            self._log("restart", f"{name} restarted with k={pod.k}", name)
+        return changed
+
+    def set_speculative_config(self, name: str, config: dict[str, Any] | None) -> bool:
+        """Turn speculation on a pod off (None) or on with ``config``; restarts on change."""
+        pod = self.pod(name)
+        changed = pod.set_speculative_config(config, now=self.now)
+        if changed:
+            self._log("restart", f"{name} restarted with k={pod.k}", name)
+        return changed
+
+    def restart(self, name: str) -> None:
+        self.pod(name).restart(now=self.now)
+        self._log("restart", f"{name} restarted", name)
+
+    def _pool_pod_spec(self, pool: PoolSpec, name: str) -> PodSpec:
+        rng = np.random.default_rng([self.seed, zlib.crc32(name.encode()), 0xA1FA])
+        offset = pool.alpha_offset
+        if pool.alpha_offset_spread > 0:
+            offset += float(rng.normal(0.0, pool.alpha_offset_spread))
+        decode = pool.decode or self.scenario.decode
+        return PodSpec(
+            name=name,
+            deployment=pool.name,
+            role=pool.role,
+            slice=pool.slice,
+            namespace=pool.namespace,
+            args=tuple(pool.extra_args) + tuple(spec_args(pool.speculative_config)),
+            model_name=self.scenario.model_name,
+            load_time=pool.load_time,
+            latency_scale=pool.latency_scale,
+            alpha_offset=offset,
+            params=decode.params(),
+        )
+
+    def _add_pool_pod(self, pool: PoolSpec, *, ready: bool) -> SimPod:
+        i = self._pool_next[pool.name]
+        self._pool_next[pool.name] = i + 1
+        name = f"{pool.name}-{i}"
+        pod = self.add_pod(self._pool_pod_spec(pool, name), ready=ready)
+        self._pool_pods[pool.name].append(name)
+        return pod
+
+    def pool_pods(self, pool: str) -> list[SimPod]:
+        return [self.pods[n] for n in self._pool_pods.get(pool, []) if n in self.pods]
+
+    # --- events -----------------------------------------------------------------------------
+    def _log(self, kind: str, message: str, pod: str = "") -> None:
+        self._events.append(FleetEvent(self.now, kind, message, pod))
+
+    def drain_events(self) -> list[FleetEvent]:
+        """Events since the last call (timeline entries, restarts, pods ready/added/removed)."""
+        out, self._events = self._events, []
+        return out
+
+    def _apply_due_events(self) -> None:
+        timeline = self.scenario.timeline
+        while self._next_event < len(timeline) and timeline[self._next_event].at <= self.now:
+            self._apply_event(timeline[self._next_event])
+            self._next_event += 1
+
+    def _apply_event(self, ev: Any) -> None:
+        self._log("timeline", ev.note or f"timeline event at {ev.at:g}s")
+        if ev.traffic is not None:
+            self.traffic_rate = ev.traffic.rate
+        for name, patch in ev.slices.items():
+            merged = {**self.slices[name].model_dump(), **patch_fields(patch)}
+            self.slices[name] = SliceSpec.model_validate(merged)
+        for name, patch in ev.pools.items():
+            fields = patch_fields(patch)
+            pool = self.pools[name]
+            pool = pool.model_copy(update=fields)
+            self.pools[name] = pool
+            pods = self.pool_pods(name)
+            if "speculative_config" in fields:
+                for pod in pods:
+                    self.set_speculative_config(pod.name, pool.speculative_config)
+            if "latency_scale" in fields or "alpha_offset" in fields:
+                for pod in pods:
+                    pod.spec = replace(
+                        pod.spec,
+                        latency_scale=pool.latency_scale,
+                        alpha_offset=self._pool_pod_spec(pool, pod.name).alpha_offset,
+                    )
+                    pod.engine.alpha_offset = pod.spec.alpha_offset
+            if "replicas" in fields and pool.replicas is not None:
+                while len(self.pool_pods(name)) < pool.replicas:
+                    self._add_pool_pod(pool, ready=False)
+                while len(self.pool_pods(name)) > pool.replicas:
+                    self.remove_pod(self._pool_pods[name][-1])
+        for name in ev.restart:
+            for pod in self.pool_pods(name):
+                self.restart(pod.name)
+
+    # --- time -------------------------------------------------------------------------------
+    def _slice_rate(self, sl: SliceSpec) -> float:
+        if sl.arrival_rate is not None:
+            return sl.arrival_rate
+        total = sum(s.share for s in self.slices.values() if s.arrival_rate is None)
+        return self.traffic_rate * sl.share / total if total > 0 else 0.0
+
+    def _compute_loads(self) -> dict[str, Load]:
+        ready: dict[str, int] = dict.fromkeys(self.slices, 0)
+        for pod in self.pods.values():
+            if pod.ready:
+                ready[pod.spec.slice] += 1
+        loads = {}
+        for name, sl in self.slices.items():
+            n = max(ready[name], 1)
+            loads[name] = Load(
+                alpha=sl.alpha,
+                arrival_rate=self._slice_rate(sl) / n,
+                concurrency=sl.concurrency,
+                alpha_noise=sl.alpha_noise,
+                decay=sl.decay,
+                draft_fill=sl.draft_fill,
+                request_spread=sl.request_spread,
+                prompt_tokens=sl.prompt_tokens,
+                output_tokens=sl.output_tokens,
+            )
+        return loads
+
+    def step(self) -> None:
+        """Advance one tick."""
+        for pod in self.pods.values():
+            if pod.phase == "loading" and self.now >= pod.ready_at:
+                pod.update_phase(self.now)
+                self._log("ready", f"{pod.name} ready (k={pod.k})", pod.name)
+        loads = self._compute_loads()
+        dt = self.tick
+        for pod in self.pods.values():
+            if pod.phase == "ready":
+                pod.tick(dt, loads[pod.spec.slice])
+        self.now = round(self.now + dt, 9)
+        self._apply_due_events()
+
+    def advance_to(self, t: float) -> None:
+        """Advance by whole ticks while the next tick ends at or before ``t``."""
+        eps = 1e-9
+        while self.now + self.tick <= t + eps:
+            self.step()
+
+    # --- observation ------------------------------------------------------------------------
+    def truth(self) -> Truth:
+        ready: dict[str, int] = dict.fromkeys(self.slices, 0)
+        pods: dict[str, PodTruth] = {}
+        for pod in self.pods.values():
+            if pod.ready:
+                ready[pod.spec.slice] += 1
+            tt = pod.truth
+            pods[pod.name] = PodTruth(
+                pod=pod.name,
+                slice=pod.spec.slice,
+                role=pod.spec.role,
+                ready=pod.ready,
+                k=pod.k,
+                alpha=tt.alpha if tt else 0.0,
+                batch=tt.batch if tt else 0.0,
+                passes=tt.passes if tt else 0,
+                mean_step=tt.mean_step if tt else 0.0,
+                tokens_per_step=tt.tokens_per_step if tt else 0.0,
+                time_per_token=tt.time_per_token if tt else 0.0,
+            )
+        slices = {
+            name: SliceTruth(
+                name=name,
+                alpha=sl.alpha,
+                share=sl.share,
+                arrival_rate=self._slice_rate(sl),
+                concurrency=sl.concurrency,
+                ready_pods=ready[name],
+            )
+            for name, sl in self.slices.items()
+        }
+        return Truth(self.now, slices, pods)
+
+    def snapshot(self) -> FleetSnapshot:
+        """What scraping every pod now would return, plus the truth."""
+        return FleetSnapshot(
+            t=self.now,
+            time=self.epoch0 + self.now,
+            pods=[pod.snapshot(self.now) for pod in self.pods.values()],
+            truth=self.truth(),
+        )
+
+    def run(self, duration: float | None = None, *, every: float = 15.0) -> Iterator[FleetSnapshot]:
+        """Snapshots at t = now, now + every, ... up to ``duration`` (the scenario's by default).
+
+        ``every`` is rounded to whole ticks.
+        """
+        end = self.scenario.duration if duration is None else duration
+        ticks = max(1, round(every / self.tick))
+        yield self.snapshot()
+        while self.now + ticks * self.tick <= end + 1e-9:
+            for _ in range(ticks):
+                self.step()
+            yield self.snapshot()
