@@ -70,7 +70,10 @@ _register_all()
 def main() -> None:
     """Entry point: AlphagateError becomes one clear line on stderr and exit status 1."""
     try:
-        app(standalone_mode=False)
+        # standalone_mode=False makes click *return* the code of typer.Exit instead of exiting.
+        result = app(standalone_mode=False)
+        if isinstance(result, int) and not isinstance(result, bool) and result != 0:
+            sys.exit(result)
     except AlphagateError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
