@@ -68,26 +68,12 @@ _register_all()
 
 
 def main() -> None:
-    """Entry point: AlphagateError becomes one clear line on stderr and exit status 1."""
+    """Entry point: AlphagateError becomes one clear line on stderr and exit status 1.
+
+    Click's standalone mode handles usage errors (exit 2), typer.Exit codes and Ctrl-C.
+    """
     try:
-        # standalone_mode=False makes click *return* the code of typer.Exit instead of exiting.
-        result = app(standalone_mode=False)
-        if isinstance(result, int) and not isinstance(result, bool) and result != 0:
-            sys.exit(result)
+        app()
     except AlphagateError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here with standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise

@@ -11,10 +11,6 @@ import pytest
 from alphagate import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-CLI_BUG = (
-    "cli.main runs app(standalone_mode=False): it drops the exit code typer.Exit returns and "
-    "catches click.ClickException, while typer 0.29 raises its own typer._click exceptions"
-)
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
@@ -36,7 +32,6 @@ def test_main_whatif_json(
     assert round(json.loads(capsys.readouterr().out)["speedup"], 2) == 4.09
 
 
-@pytest.mark.xfail(reason=CLI_BUG, strict=False)
 def test_main_policy_check_failure_exits_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -46,7 +41,6 @@ def test_main_policy_check_failure_exits_1(
     assert "malformed YAML" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(reason=CLI_BUG, strict=False)
 def test_main_malformed_mix_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
