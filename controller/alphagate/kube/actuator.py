@@ -1,0 +1,423 @@
+"""The actuator: turns a decision into (at most) one patch of a canary Deployment.
+
+It edits only the vLLM container's `--speculative-config` (via `kube.args`), and writes the
+controller's state into the Deployment's annotations *in the same patch*, so a controller
+killed between this patch and its status write finds the flip already recorded on the
+Deployment and does not flip again. It is idempotent (no request when nothing would change),
+uses optimistic concurrency (the patch carries the resourceVersion it was computed from; a 409
+re-reads and retries a bounded number of times, then ConflictError), and reports the
+Deployment's rollout as the core's `Rollout` so data from a rollout and its warm-up is never
+judged. Every failure is one of our KubeErrors, with a Warning Event when a recorder is given;
+nothing here crashes the controller. Dry-run never writes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from kubernetes import client
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+from alphagate.config import DeploymentRef
+from alphagate.core.model import Memory, Rollout, State
+from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
+from alphagate.kube import args as argsmod
+from alphagate.kube.client import call, translate
+from alphagate.kube.events import EventRecorder, ObjectRef, Reason
+from alphagate.kube.status import parse_time, rfc3339
+
+ANNOTATION_PREFIX: Final = "alphagate.io/"
+ANN_STATE: Final = "alphagate.io/state"
+ANN_MEMORY: Final = "alphagate.io/memory"
+ANN_LAST_FLIP: Final = "alphagate.io/last-flip"
+ANN_SPECULATION: Final = "alphagate.io/speculation"
+ANN_OWNER: Final = "alphagate.io/owner"
+ANNOTATION_HISTORY: Final = 5  # transitions kept in the annotation copy of Memory
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentState:
+    """What the actuator read from one Deployment."""
+
+    namespace: str
+    name: str
+    container: str
+    resource_version: str
+    generation: int
+    observed_generation: int
+    replicas: int
+    updated_replicas: int
+    ready_replicas: int
+    available_replicas: int
+    args: tuple[str, ...]
+    args_field: str  # "args" or "command": where the flag lives (or will be added)
+    speculative_config: dict[str, Any] | None
+    annotations: dict[str, str] = field(default_factory=dict)
+    completed_at: float | None = None  # Progressing=NewReplicaSetAvailable lastUpdateTime
+
+    @property
+    def speculation_on(self) -> bool:
+        return self.speculative_config is not None
+
+    @property
+    def rollout_complete(self) -> bool:
+        """The deployment controller's own definition (kubectl rollout status)."""
+        return (
+            self.observed_generation >= self.generation
+            and self.updated_replicas == self.replicas
+            and self.available_replicas == self.replicas
+            and self.ready_replicas == self.replicas
+        )
+
+    @property
+    def memory(self) -> Memory | None:
+        """The Memory recorded with the last flip, if any (and readable)."""
+        raw = self.annotations.get(ANN_MEMORY)
+        if not raw:
+            return None
+        try:
+            return Memory.model_validate_json(raw)
+        except ValueError:
+            return None
+
+    @property
+    def state(self) -> str | None:
+        return self.annotations.get(ANN_STATE)
+
+    @property
+    def last_flip(self) -> float | None:
+        return parse_time(self.annotations.get(ANN_LAST_FLIP))
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """The outcome of one `apply`: the Deployment after it, and what was (or would be) done."""
+
+    deployment: DeploymentState
+    args_changed: bool  # the container args differ (or would, in dry-run) from before
+    patched: bool  # a PATCH was accepted
+    dry_run: bool
+    attempts: int
+    before: DeploymentState
+
+
+class _Conflict(Exception):
+    def __init__(self, error: KubeError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+def _container(dep: Any, name: str, ref: str) -> Any:
+    containers = list(dep.spec.template.spec.containers or []) if dep.spec else []
+    for c in containers:
+        if c.name == name:
+            return c
+    have = ", ".join(c.name for c in containers) or "none"
+    raise argsmod.ArgsError(f"Deployment {ref} has no container {name!r} (containers: {have})")
+
+
+def _completed_at(dep: Any) -> float | None:
+    for cond in (dep.status.conditions or []) if dep.status else []:
+        if cond.type == "Progressing" and cond.reason == "NewReplicaSetAvailable":
+            stamp = cond.last_update_time or cond.last_transition_time
+            if stamp is not None:
+                return float(stamp.timestamp())
+    return None
+
+
+def deployment_state(dep: Any, container: str) -> DeploymentState:
+    """A typed V1Deployment -> DeploymentState (raises ArgsError on uneditable args)."""
+    meta = dep.metadata
+    ref = f"{meta.namespace}/{meta.name}"
+    c = _container(dep, container, ref)
+    args = tuple(c.args or ())
+    command = tuple(c.command or ())
+    config = argsmod.read(args)
+    where = "args"
+    if config is None:
+        command_config = argsmod.read(command)
+        if command_config is not None:
+            config, where = command_config, "command"
+    status = dep.status
+    replicas = int(dep.spec.replicas if dep.spec.replicas is not None else 1)
+    return DeploymentState(
+        namespace=str(meta.namespace),
+        name=str(meta.name),
+        container=container,
+        resource_version=str(meta.resource_version or ""),
+        generation=int(meta.generation or 0),
+        observed_generation=int((status.observed_generation if status else None) or 0),
+        replicas=replicas,
+        updated_replicas=int((status.updated_replicas if status else None) or 0),
+        ready_replicas=int((status.ready_replicas if status else None) or 0),
+        available_replicas=int((status.available_replicas if status else None) or 0),
+        args=args if where == "args" else command,
+        args_field=where,
+        speculative_config=config,
+        annotations=dict(meta.annotations or {}),
+        completed_at=_completed_at(dep),
+    )
+
+
+class Actuator:
+    """Reads and patches canary Deployments. Thread-safe; holds no decision state."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        events: EventRecorder | None = None,
+        max_attempts: int = 5,
+        wait_initial: float = 0.05,
+        wait_max: float = 1.0,
+        field_manager: str = "alphagate",
+    ) -> None:
+        self._apps = client.AppsV1Api(api_client)
+        self.events = events
+        self.max_attempts = max_attempts
+        self.wait_initial = wait_initial
+        self.wait_max = wait_max
+        self.field_manager = field_manager
+        # When this process first saw a generation complete, for Deployments whose status
+        # carries no Progressing condition time.
+        self._first_complete: dict[tuple[str, str, int], float] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ reading
+
+    def read(self, namespace: str, ref: DeploymentRef) -> DeploymentState:
+        dep = call(
+            f"read Deployment {namespace}/{ref.name}",
+            lambda: self._apps.read_namespaced_deployment(ref.name, namespace),
+        )
+        return deployment_state(dep, ref.container)
+
+    def rollout(self, dep: DeploymentState, *, now: float) -> Rollout:
+        """The core's view of this Deployment's rollout."""
+        if not dep.rollout_complete:
+            return Rollout(in_progress=True, completed_at=None, speculation_on=dep.speculation_on)
+        completed = dep.completed_at
+        if completed is None:
+            key = (dep.namespace, dep.name, dep.generation)
+            with self._lock:
+                completed = self._first_complete.setdefault(key, now)
+        return Rollout(in_progress=False, completed_at=completed, speculation_on=dep.speculation_on)
+
+    def wait_for_rollout(
+        self,
+        namespace: str,
+        ref: DeploymentRef,
+        *,
+        timeout: float,
+        poll: float = 0.05,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> DeploymentState:
+        """Poll until the rollout completes (bounded by `timeout`); KubeError on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            dep = self.read(namespace, ref)
+            if dep.rollout_complete:
+                return dep
+            if time.monotonic() >= deadline:
+                raise KubeError(
+                    f"Deployment {namespace}/{ref.name}: rollout not complete after {timeout:g} s "
+                    f"(generation {dep.generation}, observed {dep.observed_generation}, "
+                    f"updated {dep.updated_replicas}/{dep.replicas}, available "
+                    f"{dep.available_replicas}/{dep.replicas})",
+                    reason="RolloutTimeout",
+                )
+            sleep(poll)
+
+    # ------------------------------------------------------------ writing
+
+    def apply(
+        self,
+        namespace: str,
+        ref: DeploymentRef,
+        *,
+        speculative_config: Mapping[str, Any] | None,
+        state: State | str,
+        memory: Memory | None,
+        now: float,
+        dry_run: bool = False,
+        owner: str = "",
+        involved: ObjectRef | None = None,
+        record_state: bool = True,
+    ) -> ApplyResult:
+        """Make the container run `speculative_config` (None: off) and record `state`/`memory`.
+
+        No request is sent when the args already match and the recorded state is current (or
+        `record_state` is False). Raises ConflictError after `max_attempts` 409s,
+        ForbiddenError, NotFoundError, ArgsError or KubeError; each with a Warning Event on
+        `involved` when a recorder was given.
+        """
+        what = f"Deployment {namespace}/{ref.name}"
+        attempts = 0
+        first: DeploymentState | None = None
+        try:
+            retrying = Retrying(
+                stop=stop_after_attempt(self.max_attempts),
+                wait=wait_exponential(multiplier=self.wait_initial, max=self.wait_max)
+                + wait_random(0, self.wait_initial),
+                retry=retry_if_exception_type(_Conflict),
+                reraise=True,
+            )
+            for attempt in retrying:
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    dep = self.read(namespace, ref)
+                    if first is None:
+                        first = dep
+                    result = self._apply_once(
+                        dep,
+                        ref,
+                        speculative_config=speculative_config,
+                        state=str(state),
+                        memory=memory,
+                        now=now,
+                        dry_run=dry_run,
+                        owner=owner,
+                        record_state=record_state,
+                        attempts=attempts,
+                        first=first,
+                    )
+            return result
+        except _Conflict as exc:
+            err = ConflictError(
+                f"{what}: still conflicting after {attempts} attempts (someone else keeps "
+                f"changing it): {exc.error}",
+                status=409,
+                reason="Conflict",
+            )
+            self._warn(involved, Reason.CONFLICT_RETRIES_EXHAUSTED, str(err))
+            raise err from exc
+        except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
+            raise KubeError(f"{what}: {exc}") from exc
+        except ForbiddenError as err:
+            self._warn(involved, Reason.FORBIDDEN, str(err))
+            raise
+        except NotFoundError as err:
+            self._warn(involved, Reason.NOT_FOUND, str(err))
+            raise
+        except argsmod.ArgsError as err:
+            self._warn(involved, Reason.ARGS_UNEDITABLE, str(err))
+            raise
+        except KubeError as err:
+            self._warn(involved, Reason.PATCH_FAILED, str(err))
+            raise
+
+    def _apply_once(
+        self,
+        dep: DeploymentState,
+        ref: DeploymentRef,
+        *,
+        speculative_config: Mapping[str, Any] | None,
+        state: str,
+        memory: Memory | None,
+        now: float,
+        dry_run: bool,
+        owner: str,
+        record_state: bool,
+        attempts: int,
+        first: DeploymentState,
+    ) -> ApplyResult:
+        new_args = argsmod.edit(dep.args, speculative_config)
+        args_changed = new_args != list(dep.args)
+        annotations = self._annotations(
+            dep,
+            state=state,
+            memory=memory,
+            now=now,
+            flip=args_changed,
+            owner=owner,
+            speculation_on=speculative_config is not None,
+        )
+        stale_state = record_state and any(
+            dep.annotations.get(k) != v for k, v in annotations.items() if k != ANN_MEMORY
+        )
+        if dry_run or not (args_changed or stale_state):
+            return ApplyResult(dep, args_changed, False, dry_run, attempts, first)
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": dep.resource_version, "annotations": annotations}
+        }
+        if args_changed:
+            body["spec"] = {
+                "template": {
+                    "spec": {"containers": [{"name": ref.container, dep.args_field: new_args}]}
+                }
+            }
+        try:
+            patched = self._apps.patch_namespaced_deployment(
+                ref.name, dep.namespace, body, field_manager=self.field_manager
+            )
+        except client.ApiException as exc:
+            err = translate(exc, f"patch Deployment {dep.ref}")
+            if isinstance(err, ConflictError):
+                raise _Conflict(err) from exc
+            raise err from exc
+        except Exception as exc:
+            raise translate(exc, f"patch Deployment {dep.ref}") from exc
+        after = deployment_state(patched, ref.container)
+        return ApplyResult(after, args_changed, True, False, attempts, first)
+
+    @staticmethod
+    def _annotations(
+        dep: DeploymentState,
+        *,
+        state: str,
+        memory: Memory | None,
+        now: float,
+        flip: bool,
+        owner: str,
+        speculation_on: bool,
+    ) -> dict[str, str]:
+        out = {ANN_STATE: state, ANN_SPECULATION: "on" if speculation_on else "off"}
+        if owner:
+            out[ANN_OWNER] = owner
+        if memory is not None:
+            trimmed = memory.model_copy(update={"history": memory.history[-ANNOTATION_HISTORY:]})
+            out[ANN_MEMORY] = trimmed.model_dump_json()
+        if flip:
+            out[ANN_LAST_FLIP] = rfc3339(now)
+        elif ANN_LAST_FLIP in dep.annotations:
+            out[ANN_LAST_FLIP] = dep.annotations[ANN_LAST_FLIP]
+        return out
+
+    def _warn(self, involved: ObjectRef | None, reason: Reason, message: str) -> None:
+        if self.events is not None and involved is not None:
+            self.events.warning(involved, reason, message)
+
+
+def config_text(config: Mapping[str, Any] | None) -> str:
+    """How a config is shown in messages: the exact JSON vLLM receives, or `off`."""
+    return "off" if config is None else argsmod.render(config)
+
+
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "ANN_LAST_FLIP",
+    "ANN_MEMORY",
+    "ANN_OWNER",
+    "ANN_SPECULATION",
+    "ANN_STATE",
+    "Actuator",
+    "ApplyResult",
+    "DeploymentState",
+    "config_text",
+    "deployment_state",
+]

@@ -1,0 +1,178 @@
+"""Connecting to the Kubernetes API, and turning its failures into our error tree.
+
+One place decides where the API is (an explicit URL, a kubeconfig, or the in-cluster service
+account) and builds a private `ApiClient` — never the library's global default, so tests can run
+several controllers against several API servers in one process. `call()` wraps every request:
+403 -> ForbiddenError, 404 -> NotFoundError, 409 -> ConflictError, anything else (422, 500,
+connection refused) -> KubeError, each naming what was being done and the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
+
+T = TypeVar("T")
+
+IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+
+
+def load_configuration(
+    *,
+    server: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    in_cluster: bool | None = None,
+    retries: int = 1,
+) -> client.Configuration:
+    """Where the API is, in order: `server` (a URL; no auth, for the sandbox), an explicit or
+    `$KUBECONFIG`/`~/.kube/config` kubeconfig, then the in-cluster service account.
+
+    `in_cluster=True` forces the service account; False forbids it.
+    """
+    cfg = client.Configuration()
+    if server:
+        cfg.host = server.rstrip("/")
+    elif in_cluster:
+        _in_cluster(cfg)
+    else:
+        path = kubeconfig or _default_kubeconfig()
+        if path:
+            try:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=path, context=context, client_configuration=cfg
+                )
+            except (ConfigException, OSError, ValueError) as exc:
+                raise KubeError(f"kubeconfig {path}: {exc}") from exc
+        elif in_cluster is None and os.environ.get(IN_CLUSTER_ENV):
+            _in_cluster(cfg)
+        else:
+            raise KubeError(
+                "no Kubernetes API configured: pass --server URL or --kubeconfig FILE, set "
+                "KUBECONFIG, or run in a cluster"
+            )
+    cfg.retries = retries
+    return cfg
+
+
+def _in_cluster(cfg: client.Configuration) -> None:
+    try:
+        loader = config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+            token_filename=config.incluster_config.SERVICE_TOKEN_FILENAME,
+            cert_filename=config.incluster_config.SERVICE_CERT_FILENAME,
+        )
+        loader.load_and_set(cfg)  # type: ignore[no-untyped-call]
+    except ConfigException as exc:
+        raise KubeError(f"in-cluster configuration: {exc}") from exc
+
+
+def _default_kubeconfig() -> str | None:
+    env = os.environ.get("KUBECONFIG", "")
+    for part in env.split(os.pathsep):
+        if part and Path(part).expanduser().is_file():
+            return str(Path(part).expanduser())
+    home = Path("~/.kube/config").expanduser()
+    return str(home) if home.is_file() else None
+
+
+@dataclass(frozen=True, slots=True)
+class Kube:
+    """The API groups the controller uses, all on one private ApiClient."""
+
+    api_client: client.ApiClient
+    apps: client.AppsV1Api
+    core: client.CoreV1Api
+    custom: client.CustomObjectsApi
+    coordination: client.CoordinationV1Api
+
+    @classmethod
+    def from_configuration(cls, cfg: client.Configuration) -> Kube:
+        api = client.ApiClient(cfg)
+        return cls(
+            api_client=api,
+            apps=client.AppsV1Api(api),
+            core=client.CoreV1Api(api),
+            custom=client.CustomObjectsApi(api),
+            coordination=client.CoordinationV1Api(api),
+        )
+
+    @classmethod
+    def connect(
+        cls,
+        *,
+        server: str | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        in_cluster: bool | None = None,
+    ) -> Kube:
+        return cls.from_configuration(
+            load_configuration(
+                server=server, kubeconfig=kubeconfig, context=context, in_cluster=in_cluster
+            )
+        )
+
+    def close(self) -> None:
+        self.api_client.close()  # type: ignore[no-untyped-call]
+
+
+def status_message(exc: client.ApiException) -> tuple[str, str]:
+    """(reason, message) from an ApiException's Status body, falling back to its text."""
+    reason, message = str(exc.reason or ""), ""
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            parsed = json.loads(body)
+        except json.JSONDecodeError:
+            message = body[:300]
+        else:
+            if isinstance(parsed, dict):
+                reason = str(parsed.get("reason") or reason)
+                message = str(parsed.get("message") or "")
+    return reason, message
+
+
+def translate(exc: BaseException, what: str) -> KubeError:
+    """An exception from the client -> our KubeError subclass, naming `what` failed."""
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, client.ApiException):
+        status = int(exc.status or 0)
+        reason, message = status_message(exc)
+        text = f"{what}: HTTP {status} {reason}" + (f": {message}" if message else "")
+        if status == 403:
+            return ForbiddenError(text, status=status, reason=reason)
+        if status == 404:
+            return NotFoundError(text, status=status, reason=reason)
+        if status == 409:
+            return ConflictError(text, status=status, reason=reason)
+        return KubeError(text, status=status, reason=reason)
+    return KubeError(f"{what}: {type(exc).__name__}: {exc}", status=0, reason="Unreachable")
+
+
+def call(what: str, fn: Callable[[], T]) -> T:
+    """Run one API request; every failure comes out as a KubeError naming `what`."""
+    try:
+        return fn()
+    except KubeError:
+        raise
+    except Exception as exc:  # ApiException, urllib3 errors, pydantic validation of bodies
+        raise translate(exc, what) from exc
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A typed client model (or a dict) -> the API's camelCase JSON dict."""
+    if isinstance(obj, dict):
+        return obj
+    sanitized = client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return sanitized if isinstance(sanitized, dict) else {}

@@ -1,0 +1,190 @@
+"""The SpeculativeCanary CRD, generated from the pydantic spec and status models.
+
+The models are the single source of truth; this module turns their JSON Schema into a
+Kubernetes *structural* OpenAPI v3 schema: `$ref`s inlined, `Optional[X]` as `nullable`,
+free-form maps as `x-kubernetes-preserve-unknown-fields`, JSON-Schema-2020 exclusive bounds
+in the OpenAPI 3.0 boolean form, no `additionalProperties: false` (the API server prunes
+unknown fields instead), only scalar defaults. `deploy/crd/speculativecanaries.yaml` is this
+module's output; a test fails when the two drift.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Final
+
+import yaml
+
+from alphagate.config import GROUP, KIND, PLURAL, VERSION, SpeculativeCanary, SpeculativeCanarySpec
+from alphagate.kube.status import CanaryStatus
+
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+SHORT_NAMES: Final = ["speccanary"]
+CATEGORIES: Final = ["alphagate"]
+DEPLOY_PATH: Final = "deploy/crd/speculativecanaries.yaml"
+
+PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
+    {"name": "State", "type": "string", "jsonPath": ".status.state"},
+    {
+        "name": "Alpha",
+        "type": "number",
+        "jsonPath": ".status.combinedAlpha",
+        "description": "Traffic-weighted acceptance rate in the last window",
+    },
+    {
+        "name": "P99 Ratio",
+        "type": "number",
+        "jsonPath": ".status.p99Ratio",
+        "description": "Canary P99 over baseline P99 (worst latency check)",
+    },
+    {"name": "Last Decision", "type": "string", "jsonPath": ".status.lastDecision.summary"},
+    {"name": "Mode", "type": "string", "jsonPath": ".spec.mode", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+_DROP_KEYS: Final = frozenset({"title", "$defs", "definitions", "$schema"})
+
+
+class SchemaError(ValueError):
+    """The models use a construct that has no structural-schema form."""
+
+
+def _resolve(node: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
+    if isinstance(node, list):
+        return [_resolve(n, defs, seen) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[-1]
+        if name in seen:
+            raise SchemaError(f"recursive model {name} cannot be inlined")
+        target = copy.deepcopy(defs[name])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        merged = {**_resolve(target, defs, (*seen, name)), **_resolve(extra, defs, seen)}
+        return merged
+    return {k: _resolve(v, defs, seen) for k, v in node.items()}
+
+
+def _structural(node: Any, path: str) -> Any:
+    """One JSON Schema node -> structural OpenAPI v3 node (recursively)."""
+    if not isinstance(node, dict):
+        return node
+    node = {k: v for k, v in node.items() if k not in _DROP_KEYS}
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            branches = node.pop(key)
+            non_null = [b for b in branches if b.get("type") != "null"]
+            if len(non_null) != 1:
+                raise SchemaError(f"{path}: a union of several types has no structural form")
+            inner = dict(non_null[0])
+            if len(non_null) < len(branches):
+                inner["nullable"] = True
+            node = {**inner, **node}
+    if "allOf" in node:
+        parts = node.pop("allOf")
+        for part in parts:
+            node = {**part, **node}
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if bound in node and not isinstance(node[bound], bool):
+            node[plain] = node.pop(bound)
+            node[bound] = True
+    if "prefixItems" in node:
+        raise SchemaError(f"{path}: fixed-length tuples have no structural form")
+    if "default" in node and (node["default"] is None or isinstance(node["default"], dict | list)):
+        del node["default"]
+    if node.get("type") == "object":
+        props = node.get("properties")
+        addl = node.get("additionalProperties")
+        if addl is False or addl is None:
+            node.pop("additionalProperties", None)
+            if not props:
+                node["x-kubernetes-preserve-unknown-fields"] = True
+        elif addl is True or addl == {}:
+            node.pop("additionalProperties")
+            node["x-kubernetes-preserve-unknown-fields"] = True
+        else:
+            node["additionalProperties"] = _structural(addl, f"{path}.*")
+        if props:
+            node["properties"] = {k: _structural(v, f"{path}.{k}") for k, v in props.items()}
+    if "items" in node:
+        node["items"] = _structural(node["items"], f"{path}[]")
+    if "type" not in node and "x-kubernetes-preserve-unknown-fields" not in node:
+        raise SchemaError(f"{path}: every node needs a type in a structural schema")
+    return node
+
+
+def model_schema(model: type[Any], path: str) -> dict[str, Any]:
+    """A pydantic model -> a structural OpenAPI v3 schema (camelCase property names)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, defs)
+    out: dict[str, Any] = _structural(resolved, path)
+    return out
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's openAPIV3Schema: apiVersion/kind/metadata, spec (required) and status."""
+    return {
+        "type": "object",
+        "description": (SpeculativeCanary.__doc__ or "").strip(),
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": model_schema(SpeculativeCanarySpec, "spec"),
+            "status": model_schema(CanaryStatus, "status"),
+        },
+    }
+
+
+def build_crd() -> dict[str, Any]:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {
+                "app.kubernetes.io/name": "alphagate",
+                "app.kubernetes.io/part-of": "alphagate",
+            },
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                    "schema": {"openAPIV3Schema": openapi_schema()},
+                }
+            ],
+        },
+    }
+
+
+HEADER: Final = (
+    "# Generated by `alphagate crd` from the pydantic models in controller/alphagate/config.py\n"
+    "# and controller/alphagate/kube/status.py. Do not edit: regenerate with\n"
+    "#   alphagate crd > deploy/crd/speculativecanaries.yaml\n"
+)
+
+
+def render_crd() -> str:
+    """The CRD as YAML text, exactly what `deploy/crd/speculativecanaries.yaml` holds."""
+    body = yaml.safe_dump(build_crd(), sort_keys=False, default_flow_style=False, width=100)
+    return HEADER + "---\n" + body

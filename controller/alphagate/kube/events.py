@@ -1,0 +1,218 @@
+"""Kubernetes Events for every transition and every refusal, on the SpeculativeCanary.
+
+`kubectl describe speculativecanary X` then tells the story: SpeculationEnabled,
+SpeculationDisabled, FlipRefused, SourceErrors, ConflictRetriesExhausted, Forbidden, ... each
+with the numbers in the message. Events are best effort: a failure to record one is logged and
+counted, never raised, so it cannot turn a good decision into a crash. Repeats of the same
+(object, type, reason, message) within `dedupe_seconds` bump the existing Event's count
+instead of creating a new one, as kubelet's recorder does.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from kubernetes import client
+
+from alphagate.config import API_VERSION, KIND
+from alphagate.kube.client import call
+from alphagate.logs import get as get_logger
+
+COMPONENT: Final = "alphagate"
+MAX_MESSAGE: Final = 1024
+
+
+class Reason(StrEnum):
+    """Event reasons (CamelCase, stable: people filter on them)."""
+
+    SPECULATION_ENABLED = "SpeculationEnabled"
+    SPECULATION_DISABLED = "SpeculationDisabled"
+    PROBE_STARTED = "ProbeStarted"
+    STATE_CHANGED = "StateChanged"
+    PROMOTED = "Promoted"
+    PAUSED = "Paused"
+    RESUMED = "Resumed"
+    COMMAND = "CommandHandled"
+    FLIP_REFUSED = "FlipRefused"
+    WOULD_FLIP = "DryRunWouldFlip"
+    SOURCE_ERRORS = "SourceErrors"
+    CONFLICT_RETRIES_EXHAUSTED = "ConflictRetriesExhausted"
+    FORBIDDEN = "Forbidden"
+    NOT_FOUND = "TargetNotFound"
+    PATCH_FAILED = "PatchFailed"
+    ROLLOUT_TIMEOUT = "RolloutTimeout"
+    INVALID_SPEC = "InvalidSpec"
+    ARGS_UNEDITABLE = "ArgsUneditable"
+    ALERT = "Alert"
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an Event is about (usually the SpeculativeCanary)."""
+
+    namespace: str
+    name: str
+    kind: str = KIND
+    api_version: str = API_VERSION
+    uid: str = ""
+    resource_version: str = ""
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> ObjectRef:
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            kind=str(obj.get("kind", KIND)),
+            api_version=str(obj.get("apiVersion", API_VERSION)),
+            uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+        )
+
+
+@dataclass(slots=True)
+class _Seen:
+    name: str
+    count: int
+    first: datetime
+    last_mono: float
+
+
+class EventRecorder:
+    """Creates core/v1 Events. Thread-safe; never raises."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        component: str = COMPONENT,
+        instance: str | None = None,
+        dedupe_seconds: float = 600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self.component = component
+        self.instance = instance or socket.gethostname()
+        self.dedupe_seconds = dedupe_seconds
+        self._clock = clock
+        self._seen: dict[tuple[str, str, str, str, str, str], _Seen] = {}
+        self._lock = threading.Lock()
+        self.failures = 0
+        # (object, type, reason, message) of the latest emits, for logs and tests.
+        self.emitted: deque[tuple[str, str, str, str]] = deque(maxlen=1000)
+        self._log = get_logger("events")
+
+    def normal(self, ref: ObjectRef, reason: str, message: str) -> bool:
+        return self.emit(ref, EventType.NORMAL, reason, message)
+
+    def warning(self, ref: ObjectRef, reason: str, message: str) -> bool:
+        return self.emit(ref, EventType.WARNING, reason, message)
+
+    def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
+        """Record one Event; True if the API took it."""
+        message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+        key = (ref.namespace, ref.kind, ref.name, str(type_), str(reason), message)
+        now = datetime.fromtimestamp(self._clock(), UTC).replace(microsecond=0)
+        mono = time.monotonic()
+        with self._lock:
+            self.emitted.append((f"{ref.namespace}/{ref.name}", str(type_), str(reason), message))
+            seen = self._seen.get(key)
+            if seen is not None and mono - seen.last_mono <= self.dedupe_seconds:
+                seen.count += 1
+                seen.last_mono = mono
+                count, name = seen.count, seen.name
+            else:
+                seen = None
+                count, name = 1, f"{ref.name}.{time.time_ns():x}"
+        try:
+            if seen is not None:
+                call(
+                    f"update event {ref.namespace}/{name}",
+                    lambda: self._core.patch_namespaced_event(
+                        name,
+                        ref.namespace,
+                        {"count": count, "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
+                        _content_type="application/merge-patch+json",
+                    ),
+                )
+            else:
+                body = client.CoreV1Event(
+                    metadata=client.V1ObjectMeta(name=name, namespace=ref.namespace),
+                    involved_object=client.V1ObjectReference(
+                        api_version=ref.api_version,
+                        kind=ref.kind,
+                        name=ref.name,
+                        namespace=ref.namespace,
+                        uid=ref.uid or None,
+                        resource_version=ref.resource_version or None,
+                    ),
+                    reason=str(reason),
+                    message=message,
+                    type=str(type_),
+                    count=1,
+                    first_timestamp=now,
+                    last_timestamp=now,
+                    source=client.V1EventSource(component=self.component, host=self.instance),
+                    reporting_component=self.component,
+                    reporting_instance=self.instance,
+                    action=str(reason),
+                )
+                call(
+                    f"create event {ref.namespace}/{name}",
+                    lambda: self._core.create_namespaced_event(ref.namespace, body),
+                )
+                with self._lock:
+                    self._seen[key] = _Seen(name, 1, now, mono)
+            return True
+        except Exception as exc:  # events are best effort by design
+            with self._lock:
+                self.failures += 1
+                if seen is not None:
+                    self._seen.pop(key, None)
+            self._log.warning(
+                "event_not_recorded",
+                object=f"{ref.namespace}/{ref.name}",
+                reason=str(reason),
+                error=str(exc),
+            )
+            return False
+
+
+def list_events(
+    api_client: Any, namespace: str, name: str, kind: str = KIND
+) -> list[dict[str, Any]]:
+    """Events about one object, oldest first (for `alphagate status`)."""
+    core = client.CoreV1Api(api_client)
+    result = call(
+        f"list events for {namespace}/{name}",
+        lambda: core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}"
+        ),
+    )
+    out = []
+    for ev in result.items or []:
+        stamp = ev.last_timestamp or ev.event_time or ev.first_timestamp
+        out.append(
+            {
+                "type": ev.type or "",
+                "reason": ev.reason or "",
+                "message": ev.message or "",
+                "count": ev.count or 1,
+                "time": stamp.isoformat() if stamp is not None else "",
+            }
+        )
+    out.sort(key=lambda e: str(e["time"]))
+    return out

@@ -1,0 +1,243 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, so two replicas never both flip.
+
+The algorithm is client-go's: a candidate creates the Lease or takes it over once the holder
+has not renewed for `lease_duration` *as observed on the candidate's own monotonic clock*
+(so clock skew between nodes does not matter); the holder renews every `retry_period` and
+gives up leadership when it could not renew for `renew_deadline`. Writes carry the Lease's
+resourceVersion, so two candidates racing for an expired Lease get one 200 and one 409.
+A clean stop releases the Lease (empty holder) so a standby takes over at once.
+
+The kubernetes package ships a LeaderElection, but it uses the global default client, cannot
+be stopped, and exits the process on bad arguments; this one is stoppable and testable.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from alphagate.errors import KubeError, NotFoundError
+from alphagate.kube.client import call
+from alphagate.logs import get as get_logger
+
+DEFAULT_LEASE_NAME = "alphagate-controller"
+
+
+def default_identity() -> str:
+    """Pod name (HOSTNAME) plus a random suffix: unique even for two processes on one host."""
+    host = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
+    return f"{host}_{uuid.uuid4().hex[:8]}"
+
+
+class LeaderElector:
+    """Campaign for one Lease; call `start()` (a thread) or `run(stop_event)` yourself."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        namespace: str,
+        name: str = DEFAULT_LEASE_NAME,
+        identity: str | None = None,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_started_leading: Callable[[], None] | None = None,
+        on_stopped_leading: Callable[[], None] | None = None,
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError(
+                "leader election needs lease_duration > renew_deadline > retry_period > 0, got "
+                f"{lease_duration} / {renew_deadline} / {retry_period}"
+            )
+        self._api = client.CoordinationV1Api(api_client)
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity or default_identity()
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.on_started_leading = on_started_leading
+        self.on_stopped_leading = on_stopped_leading
+        self._leading = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
+        self._observed_at = 0.0  # monotonic time the observed record last changed
+        self._last_renew = 0.0
+        self.transitions = 0  # how many times this elector became leader
+        self._log = get_logger("lease").bind(lease=f"{namespace}/{name}", identity=self.identity)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def wait_until_leader(self, timeout: float) -> bool:
+        return self._leading.wait(timeout)
+
+    def holder(self) -> str | None:
+        """Who holds the Lease now according to the API (None: nobody / no Lease)."""
+        try:
+            lease = call(
+                f"read Lease {self.namespace}/{self.name}",
+                lambda: self._api.read_namespaced_lease(self.name, self.namespace),
+            )
+        except NotFoundError:
+            return None
+        return (lease.spec.holder_identity if lease.spec else None) or None
+
+    # ------------------------------------------------------------ one round
+
+    def _spec(self, *, acquire: datetime | None, transitions: int) -> client.V1LeaseSpec:
+        now = datetime.now(UTC)
+        return client.V1LeaseSpec(
+            holder_identity=self.identity,
+            lease_duration_seconds=max(1, math.ceil(self.lease_duration)),
+            acquire_time=acquire or now,
+            renew_time=now,
+            lease_transitions=transitions,
+        )
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt; True when this elector holds the Lease afterwards."""
+        now = time.monotonic()
+        try:
+            lease = self._api.read_namespaced_lease(self.name, self.namespace)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                self._log.info("lease_read_failed", status=exc.status)
+                return False
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                spec=self._spec(acquire=None, transitions=0),
+            )
+            try:
+                self._api.create_namespaced_lease(self.namespace, body)
+            except client.ApiException as create_exc:
+                self._log.info("lease_create_failed", status=create_exc.status)
+                return False
+            self._observed, self._observed_at = (self.identity, ""), now
+            return True
+        except Exception as exc:  # unreachable API: not leader this round
+            self._log.info("lease_read_failed", error=str(exc))
+            return False
+
+        spec = lease.spec or client.V1LeaseSpec()
+        holder = spec.holder_identity or ""
+        renew = spec.renew_time.isoformat() if spec.renew_time else ""
+        if self._observed != (holder, renew):
+            self._observed, self._observed_at = (holder, renew), now
+        transitions = int(spec.lease_transitions or 0)
+        if holder and holder != self.identity:
+            duration = float(spec.lease_duration_seconds or self.lease_duration)
+            if self._observed_at + duration > now:
+                return False  # held by someone else and not expired on our clock
+        if holder == self.identity:
+            new_spec = self._spec(acquire=spec.acquire_time, transitions=transitions)
+        else:
+            new_spec = self._spec(acquire=None, transitions=transitions + 1)
+        lease.spec = new_spec
+        try:
+            self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+        except client.ApiException as exc:
+            self._log.info("lease_update_failed", status=exc.status)
+            return False
+        except Exception as exc:
+            self._log.info("lease_update_failed", error=str(exc))
+            return False
+        return True
+
+    def release(self) -> None:
+        """Give the Lease up (empty holder) if we hold it, so a standby need not wait."""
+        try:
+            lease = self._api.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            lease.spec.holder_identity = None
+            lease.spec.lease_duration_seconds = 1
+            lease.spec.renew_time = datetime.now(UTC)
+            self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self._log.info("lease_released")
+        except Exception as exc:  # best effort: the lease expires anyway
+            self._log.info("lease_release_failed", error=str(exc))
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Campaign and lead until `stop` is set. Leadership lost -> campaign again."""
+        stop = stop or self._stop
+        while not stop.is_set():
+            if not self.try_acquire_or_renew():
+                stop.wait(self.retry_period)
+                continue
+            self._lead(stop)
+        if self.is_leader:
+            self._set_leading(False)
+
+    def _lead(self, stop: threading.Event) -> None:
+        self._last_renew = time.monotonic()
+        self._set_leading(True)
+        while not stop.wait(self.retry_period):
+            if self.try_acquire_or_renew():
+                self._last_renew = time.monotonic()
+                continue
+            if time.monotonic() - self._last_renew >= self.renew_deadline:
+                self._log.warning(
+                    "leadership_lost", since_renew=time.monotonic() - self._last_renew
+                )
+                self._set_leading(False)
+                return
+        self._set_leading(False)
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading == self.is_leader:
+            return
+        if leading:
+            self._leading.set()
+            self.transitions += 1
+            self._log.info("leadership_acquired")
+            callback = self.on_started_leading
+        else:
+            self._leading.clear()
+            self._log.info("leadership_stopped")
+            callback = self.on_stopped_leading
+        if callback is not None:
+            try:
+                callback()
+            except Exception as exc:  # a callback bug must not kill the election loop
+                self._log.error("leader_callback_failed", error=str(exc))
+
+    def start(self) -> LeaderElector:
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self.run, args=(self._stop,), daemon=True, name=f"lease:{self.identity}"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, *, release: bool = True, timeout: float = 5.0) -> None:
+        """Stop campaigning; with `release`, hand the Lease back. Without it, the Lease simply
+        stops being renewed (what a crash looks like to the others)."""
+        was_leader = self.is_leader
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if release and was_leader:
+            self.release()
+
+
+__all__ = ["DEFAULT_LEASE_NAME", "KubeError", "LeaderElector", "default_identity"]

@@ -1,0 +1,497 @@
+"""The SpeculativeCanary status: its pydantic model (half of the CRD schema) and its writer.
+
+Status is where a person (or `kubectl get`, or `kubectl wait --for=condition=...`) reads why
+the controller did what it did: the state, per-slice alpha with its interval and sample size,
+canary and baseline P99 with the bucket bracket, the last decision and its reason, four
+conditions (Ready, SourceHealthy, SpecValid, RolloutComplete), a short transition history, and
+the serialised core Memory so a restarted controller resumes where it was. Times are RFC 3339
+strings as Kubernetes writes them. Writes go through the status subresource only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal, cast
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from alphagate.config import GROUP, PLURAL, VERSION
+from alphagate.core.model import (
+    CheckResult,
+    Estimate,
+    Evaluation,
+    Memory,
+    Transition,
+)
+
+HISTORY_LIMIT: Final = 20
+Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+def rfc3339(ts: float) -> str:
+    """Unix seconds -> `2026-11-30T01:02:03Z` (Kubernetes Time, second precision)."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 (with or without fraction, `Z` or offset) -> Unix seconds; None if absent/bad."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+class _Status(BaseModel):
+    """camelCase like Kubernetes; unknown fields ignored so an older controller can read a
+    newer status."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=AliasGenerator(alias=to_camel),
+    )
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    SOURCE_HEALTHY = "SourceHealthy"
+    SPEC_VALID = "SpecValid"
+    ROLLOUT_COMPLETE = "RolloutComplete"
+
+
+class Condition(_Status):
+    """A Kubernetes-style condition (metav1.Condition shape)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(min_length=1, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = ""
+    last_transition_time: Time
+    observed_generation: int | None = None
+
+
+class SliceEvidence(_Status):
+    """One slice's acceptance evidence in the last evaluation."""
+
+    name: str
+    weight: float | None = None  # share of generated tokens in the window
+    alpha: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    confidence: float | None = None
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    batches: int | None = None
+    method: str | None = None
+    mean_acceptance_length: float | None = None
+    verdict: str | None = None
+    reason: str = ""
+
+
+class LatencyEvidence(_Status):
+    """The P99 guard's evidence: canary vs baseline, the bucket brackets, the exceedance test."""
+
+    check: str
+    slice: str | None = None
+    verdict: str
+    reason: str = ""
+    metric: str | None = None
+    quantile: float | None = None
+    canary_p99_seconds: float | None = None
+    baseline_p99_seconds: float | None = None
+    ratio: float | None = None
+    canary_bucket_lower_seconds: float | None = None
+    canary_bucket_upper_seconds: float | None = None
+    baseline_bucket_lower_seconds: float | None = None
+    baseline_bucket_upper_seconds: float | None = None
+    limit_seconds: float | None = None
+    edge_seconds: float | None = None  # the bucket bound the exceedance is counted above
+    exceedance: float | None = None  # fraction of canary observations above the edge
+    expected_exceedance: float | None = None
+    p_value: float | None = None
+    canary_count: float | None = None
+    baseline_count: float | None = None
+    # Everything the check reported, as text (so nothing the core says is lost).
+    details: dict[str, str] = {}
+
+
+class Decision(_Status):
+    """The last decision: what, why, and whether it was applied."""
+
+    at: Time
+    action: str
+    verdict: str
+    reason: str
+    summary: str = ""  # one short line for `kubectl get`
+    state: str
+    speculation_on: bool = False  # what the canary should run after this decision
+    applied: bool = False  # the Deployment was patched (false: unchanged, dry-run or refused)
+    dry_run: bool = False
+    deployments: list[str] = []
+    alerts: list[str] = []
+
+
+class HistoryEntry(_Status):
+    from_state: str
+    to_state: str
+    reason: str
+    at: Time
+    evidence: dict[str, str] = {}
+
+
+class CommandRecord(_Status):
+    """The last manual command (annotation) the controller handled, so it acts once."""
+
+    command: str
+    id: str
+    handled_at: Time
+    result: str = ""
+
+
+class UnitStatus(_Status):
+    """perSlice aggregation: one entry per independently flipped Deployment group."""
+
+    name: str
+    deployments: list[str] = []
+    state: str
+    speculation_on: bool | None = None
+    last_decision: Decision | None = None
+
+
+class CanaryStatus(_Status):
+    """What the controller reports about one SpeculativeCanary."""
+
+    state: str | None = None
+    observed_generation: int | None = None
+    speculation_on: bool | None = None
+    mode: str | None = None
+    combined_alpha: float | None = None
+    combined_lower: float | None = None
+    combined_upper: float | None = None
+    p99_ratio: float | None = None
+    slices: list[SliceEvidence] = []
+    latency: list[LatencyEvidence] = []
+    last_decision: Decision | None = None
+    last_evaluated: Time | None = None
+    last_flip: Time | None = None
+    conditions: list[Condition] = []
+    history: list[HistoryEntry] = []
+    units: list[UnitStatus] = []
+    last_command: CommandRecord | None = None
+    # The core's Memory as JSON: for combined aggregation one Memory, for perSlice an object
+    # {unit name: Memory}. Read back with `memories()`.
+    memory: str | None = None
+
+    def condition(self, kind: str | ConditionType) -> Condition | None:
+        for c in self.conditions:
+            if c.type == str(kind):
+                return c
+        return None
+
+    def memories(self) -> dict[str, Memory]:
+        """The stored Memory per unit (`""` for combined); {} if absent or unreadable."""
+        return decode_memories(self.memory)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def decode_memories(text: str | None) -> dict[str, Memory]:
+    """JSON from `encode_memories` (or a bare Memory) -> {unit: Memory}; {} when unreadable."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    try:
+        if (
+            isinstance(raw, dict)
+            and "state" in raw
+            and not any(isinstance(v, dict) and "state" in v for v in raw.values())
+        ):
+            return {"": Memory.model_validate(raw)}
+        if isinstance(raw, dict):
+            return {str(k): Memory.model_validate(v) for k, v in raw.items()}
+    except ValidationError:
+        return {}
+    return {}
+
+
+def encode_memories(memories: Mapping[str, Memory]) -> str:
+    """{"": m} -> a bare Memory JSON; several units -> {unit: Memory}."""
+    if set(memories) == {""}:
+        return memories[""].model_dump_json()
+    return json.dumps(
+        {k: json.loads(m.model_dump_json()) for k, m in sorted(memories.items())},
+        separators=(",", ":"),
+    )
+
+
+def parse_status(obj: Mapping[str, Any] | None) -> CanaryStatus:
+    """The status block of a resource (dict) -> CanaryStatus; an unreadable one is empty."""
+    raw = (obj or {}).get("status") if obj is not None else None
+    if not isinstance(raw, dict):
+        return CanaryStatus()
+    try:
+        return CanaryStatus.model_validate(raw)
+    except ValidationError:
+        return CanaryStatus()
+
+
+# ---------------------------------------------------------------- conditions
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    kind: str | ConditionType,
+    status: bool | None,
+    reason: str,
+    message: str = "",
+    *,
+    now: float,
+    generation: int | None = None,
+) -> list[Condition]:
+    """Replace one condition; lastTransitionTime moves only when the status flips."""
+    text: Literal["True", "False", "Unknown"] = (
+        "Unknown" if status is None else ("True" if status else "False")
+    )
+    out: list[Condition] = []
+    replaced = False
+    for c in conditions:
+        if c.type == str(kind):
+            stamp = c.last_transition_time if c.status == text else rfc3339(now)
+            out.append(
+                Condition(
+                    type=str(kind),
+                    status=text,
+                    reason=reason,
+                    message=message[:1024],
+                    last_transition_time=stamp,
+                    observed_generation=generation,
+                )
+            )
+            replaced = True
+        else:
+            out.append(c)
+    if not replaced:
+        out.append(
+            Condition(
+                type=str(kind),
+                status=text,
+                reason=reason,
+                message=message[:1024],
+                last_transition_time=rfc3339(now),
+                observed_generation=generation,
+            )
+        )
+    order = [t.value for t in ConditionType]
+    out.sort(key=lambda c: (order.index(c.type) if c.type in order else len(order), c.type))
+    return out
+
+
+# ---------------------------------------------------------------- evidence from an Evaluation
+
+
+def _num(evidence: Mapping[str, float | str], *keys: str) -> float | None:
+    for key in keys:
+        if key in evidence:
+            try:
+                value = float(evidence[key])
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(value):
+                return value
+    return None
+
+
+def _fmt(value: float | str) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
+    """Per-slice acceptance evidence: estimates, weights, and the slice's acceptance verdict."""
+    checks = {c.check: c for c in evaluation.checks}
+    names = list(dict.fromkeys([*evaluation.weights, *evaluation.estimates]))
+    out = []
+    for name in names:
+        est: Estimate | None = evaluation.estimates.get(name)
+        check = checks.get(f"acceptance:{name}")
+        out.append(
+            SliceEvidence(
+                name=name,
+                weight=_finite(evaluation.weights.get(name)),
+                alpha=_finite(est.value) if est else None,
+                lower=_finite(est.lower) if est else None,
+                upper=_finite(est.upper) if est else None,
+                confidence=est.confidence if est else None,
+                drafts=_finite(est.drafts) if est else None,
+                draft_tokens=_finite(est.draft_tokens) if est else None,
+                accepted_tokens=_finite(est.accepted_tokens) if est else None,
+                batches=est.batches if est else None,
+                method=est.method if est else None,
+                mean_acceptance_length=_finite(est.mean_acceptance_length) if est else None,
+                verdict=str(check.verdict) if check else None,
+                reason=check.reason if check else "",
+            )
+        )
+    return out
+
+
+_LATENCY_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "quantile": ("quantile",),
+    "canary_p99_seconds": ("canary_p", "canary_p99_seconds", "canary_p99"),
+    "baseline_p99_seconds": ("baseline_p", "baseline_p99_seconds", "baseline_p99"),
+    "ratio": ("ratio", "p99_ratio"),
+    "canary_bucket_lower_seconds": ("canary_bucket_lo",),
+    "canary_bucket_upper_seconds": ("canary_bucket_hi",),
+    "baseline_bucket_lower_seconds": ("baseline_bucket_lo",),
+    "baseline_bucket_upper_seconds": ("baseline_bucket_hi",),
+    "limit_seconds": ("limit",),
+    "edge_seconds": ("edge",),
+    "exceedance": ("fraction_above", "exceedance"),
+    "expected_exceedance": ("expected_fraction",),
+    "p_value": ("p_value",),
+    "canary_count": ("canary_count",),
+    "baseline_count": ("baseline_count",),
+}
+
+
+def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
+    out = []
+    for c in checks:
+        family, _, slice_name = c.check.partition(":")
+        if family != "latency":
+            continue
+        ev = c.evidence
+        known = {k: _num(ev, *keys) for k, keys in _LATENCY_FIELDS.items()}
+        metric = ev.get("metric") or ev.get("latency_metric")
+        if known["ratio"] is None and known["canary_p99_seconds"] and known["baseline_p99_seconds"]:
+            known["ratio"] = known["canary_p99_seconds"] / known["baseline_p99_seconds"]
+        out.append(
+            LatencyEvidence(
+                check=c.check,
+                slice=slice_name or None,
+                verdict=str(c.verdict),
+                reason=c.reason,
+                metric=str(metric) if metric is not None else None,
+                details={k: _fmt(v) for k, v in sorted(ev.items())},
+                **known,
+            )
+        )
+    return out
+
+
+def history_entries(
+    transitions: Iterable[Transition], limit: int = HISTORY_LIMIT
+) -> list[HistoryEntry]:
+    items = [
+        HistoryEntry(
+            from_state=str(t.from_state),
+            to_state=str(t.to_state),
+            reason=t.reason,
+            at=rfc3339(t.at),
+            evidence={k: _fmt(v) for k, v in sorted(t.evidence.items())},
+        )
+        for t in transitions
+    ]
+    return items[-limit:]
+
+
+def summary(evaluation: Evaluation, *, dry_run: bool = False) -> str:
+    """One short line: `disable: alpha 0.41 [0.38,0.44] < 0.55` style, for printer columns."""
+    head = f"{evaluation.action}" + (" (dry-run)" if dry_run else "")
+    reason = evaluation.reason.strip().splitlines()[0] if evaluation.reason.strip() else ""
+    text = f"{head}: {reason}" if reason else head
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def p99_ratio(latency: Sequence[LatencyEvidence]) -> float | None:
+    """The worst (largest) canary/baseline ratio over the latency checks."""
+    ratios = [e.ratio for e in latency if e.ratio is not None]
+    return max(ratios) if ratios else None
+
+
+# ---------------------------------------------------------------- writing
+
+
+class StatusWriter:
+    """Reads SpeculativeCanary objects and writes their status through `/status` only."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._custom = client.CustomObjectsApi(api_client)
+
+    def read(self, namespace: str, name: str) -> dict[str, Any]:
+        """The whole resource as a dict."""
+        from alphagate.kube.client import call
+
+        result = call(
+            f"read {PLURAL}.{GROUP} {namespace}/{name}",
+            lambda: self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            ),
+        )
+        return cast(dict[str, Any], result)
+
+    def write(self, namespace: str, name: str, status: CanaryStatus) -> dict[str, Any]:
+        """Replace the whole status (JSON patch `add /status`: no stale leftovers, no
+        resourceVersion race with spec edits, which the status subresource ignores)."""
+        from alphagate.kube.client import call
+
+        body = [{"op": "add", "path": "/status", "value": status.dump()}]
+        result = call(
+            f"write status of {PLURAL}.{GROUP} {namespace}/{name}",
+            lambda: self._custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+                _content_type="application/json-patch+json",
+            ),
+        )
+        return cast(dict[str, Any], result)
+
+
+__all__ = [
+    "HISTORY_LIMIT",
+    "CanaryStatus",
+    "CommandRecord",
+    "Condition",
+    "ConditionType",
+    "Decision",
+    "HistoryEntry",
+    "LatencyEvidence",
+    "SliceEvidence",
+    "StatusWriter",
+    "UnitStatus",
+    "decode_memories",
+    "encode_memories",
+    "history_entries",
+    "latency_evidence",
+    "p99_ratio",
+    "parse_status",
+    "parse_time",
+    "rfc3339",
+    "set_condition",
+    "slice_evidence",
+    "summary",
+]
