@@ -173,7 +173,9 @@ def test_multiple_engines_are_separate_series() -> None:
         ('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1\n', 1, "position"),
         ('vllm:inter_token_latency_seconds_bucket{le="fast"} 1\n', 1, "le label"),
         ('vllm:inter_token_latency_seconds_bucket{le="0.1"} 1\n', 1, "+Inf"),
-        ("# HELP x\nsome$metric 1\n", 2, "bad character"),
+        ("# HELP x\nsome$metric 1\n", 2, "expected a space"),
+        ('ok 1\nother{a="1" 2\n', 2, "unterminated"),
+        ("ok 1\nother\n", 2, "expected a space"),
     ],
 )
 def test_malformed_pages_name_the_line(text: str, line: int, words: str) -> None:

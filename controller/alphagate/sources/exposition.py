@@ -180,11 +180,18 @@ def parse(text: str, *, target: str = "") -> Page:
         assert m is not None  # first char checked
         name = m.group()
         what = wanted.get(name)
-        if what is None:
+        if what is None:  # not ours: only a cheap shape check (name, labels closed, a value)
             rest = line[m.end() :]
-            if rest and rest[0] not in " \t{":
+            if rest and rest[0] == "{":
+                close = rest.rfind("}")
+                if close < 0:
+                    raise ExpositionError(
+                        f"unterminated label set in {_excerpt(line)!r}", line=lineno, target=target
+                    )
+                rest = rest[close + 1 :]
+            if not rest or rest[0] not in " \t" or not rest.strip():
                 raise ExpositionError(
-                    f"bad character after metric name in {_excerpt(line)!r}",
+                    f"expected a space and a value after {_excerpt(line)!r}",
                     line=lineno,
                     target=target,
                 )

@@ -1,0 +1,188 @@
+"""`alphagate inspect URL|FILE`: what one vLLM /metrics page says about speculation.
+
+Prints, per ``model_name`` and ``engine`` and aggregated across engines: alpha (accepted /
+draft tokens), mean acceptance length (1 + accepted / drafts), acceptance per draft position
+(per_pos[i] / drafts, unconditional as vLLM logs it), and ITL and TPOT P50/P99 from the buckets
+(Prometheus ``histogram_quantile`` rules). Counters are cumulative since the pod started, so
+this is the pod's lifetime view; the controller itself uses windowed increments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import typer
+
+from alphagate.core.histogram import bracket, quantile
+from alphagate.core.model import Buckets
+from alphagate.sources.common import HistSum
+from alphagate.sources.exposition import Counter, Hist, Page, Series
+from alphagate.sources.scrape import read_page
+
+QUANTILES = (0.5, 0.99)
+
+
+def _num(x: float) -> str:
+    """Counts print as integers when they are."""
+    return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:.6g}"
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else math.nan
+
+
+def summarize(series: Iterable[Series]) -> dict[str, Any]:
+    """Totals of some series (one engine, or all engines of a model) and what follows."""
+    items = list(series)
+    totals = {c: sum(s.counters.get(c, 0.0) for s in items) for c in Counter}
+    speculating = any(s.speculating for s in items)
+    per_pos: dict[int, float] = defaultdict(float)
+    for s in items:
+        for pos, v in s.per_position.items():
+            per_pos[pos] += v
+    drafts = totals[Counter.DRAFTS]
+    draft_tokens = totals[Counter.DRAFT_TOKENS]
+    accepted = totals[Counter.ACCEPTED]
+    out: dict[str, Any] = {
+        "engines": sorted({s.engine for s in items}),
+        "speculating": speculating,
+        "generation_tokens": totals[Counter.GENERATION_TOKENS],
+    }
+    if speculating:
+        out.update(
+            drafts=drafts,
+            draft_tokens=draft_tokens,
+            accepted_tokens=accepted,
+            alpha=_ratio(accepted, draft_tokens),
+            mean_acceptance_length=1.0 + _ratio(accepted, drafts) if drafts > 0 else math.nan,
+            per_position=[
+                _ratio(per_pos[i], drafts) for i in range(max(per_pos) + 1 if per_pos else 0)
+            ],
+            per_position_accepted=[per_pos[i] for i in range(max(per_pos) + 1 if per_pos else 0)],
+        )
+    for h, key in ((Hist.ITL, "itl"), (Hist.TPOT, "tpot")):
+        acc = HistSum()
+        for s in items:
+            hist = s.histograms.get(h)
+            if hist is not None:
+                acc.add(hist.buckets, hist.sum if math.isfinite(hist.sum) else 0.0)
+        buckets = acc.to_buckets()
+        if buckets is not None:
+            out[key] = _latency(buckets)
+    return out
+
+
+def _latency(buckets: Buckets) -> dict[str, Any]:
+    out: dict[str, Any] = {"count": buckets.total, "sum": buckets.sum}
+    for q in QUANTILES:
+        name = f"p{round(q * 100)}"
+        out[name] = quantile(q, buckets)
+        out[f"{name}_bucket"] = list(bracket(q, buckets))
+    return out
+
+
+def report(page: Page) -> list[dict[str, Any]]:
+    """One entry per model: its engines and the aggregate (JSON-ready, NaN as None)."""
+    by_model: dict[str, list[Series]] = defaultdict(list)
+    for s in page.series.values():
+        by_model[s.model_name].append(s)
+    models = []
+    for model in sorted(by_model):
+        items = sorted(by_model[model], key=lambda s: s.engine)
+        models.append(
+            {
+                "model_name": model,
+                "engines": [
+                    {
+                        "engine": s.engine,
+                        **{k: v for k, v in summarize([s]).items() if k != "engines"},
+                    }
+                    for s in items
+                ],
+                "all_engines": summarize(items),
+            }
+        )
+    return models
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("+Inf" if obj > 0 else "-Inf")
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _seconds(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    return f"{x * 1000:.2f} ms" if x < 1 else f"{x:.3f} s"
+
+
+def _text(summary: dict[str, Any], indent: str = "  ") -> list[str]:
+    lines = []
+    if summary["speculating"]:
+        acc, tok, drafts = (
+            summary["accepted_tokens"],
+            summary["draft_tokens"],
+            summary["drafts"],
+        )
+        lines.append(
+            f"{indent}alpha                    {_num(acc)}/{_num(tok)} = {summary['alpha']:.3f}"
+        )
+        lines.append(
+            f"{indent}mean acceptance length   1 + {_num(acc)}/{_num(drafts)} = "
+            f"{summary['mean_acceptance_length']:.3f}"
+        )
+        per = "  ".join(f"{i}:{r:.3f}" for i, r in enumerate(summary["per_position"]))
+        lines.append(f"{indent}acceptance per position  {per or 'n/a'}")
+    else:
+        lines.append(f"{indent}speculation              off (no vllm:spec_decode_* series)")
+    lines.append(f"{indent}generation tokens        {_num(summary['generation_tokens'])}")
+    for key, label in (("itl", "ITL (per step)"), ("tpot", "TPOT (per token)")):
+        lat = summary.get(key)
+        if lat is None:
+            continue
+        lines.append(
+            f"{indent}{label:<24} P50 {_seconds(lat['p50'])}  P99 {_seconds(lat['p99'])}  "
+            f"(P99 in bucket {_seconds(lat['p99_bucket'][0])}..{_seconds(lat['p99_bucket'][1])}, "
+            f"{_num(lat['count'])} observations)"
+        )
+    return lines
+
+
+def render_text(models: list[dict[str, Any]]) -> str:
+    if not models:
+        return "no vLLM series found (is this a vLLM /metrics page?)"
+    out: list[str] = []
+    for m in models:
+        for e in m["engines"]:
+            out.append(f"{m['model_name']}  engine {e['engine']}")
+            out.extend(_text(e))
+        if len(m["engines"]) > 1:
+            out.append(f"{m['model_name']}  all engines ({len(m['engines'])})")
+            out.extend(_text(m["all_engines"]))
+    return "\n".join(out)
+
+
+def inspect_command(
+    target: str = typer.Argument(..., help="A /metrics URL (http[s]://...) or a saved page."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for a URL."),
+) -> None:
+    """Alpha, mean acceptance length, per-position acceptance and ITL P50/P99 of one page."""
+    models = report(read_page(target, timeout_seconds=timeout))
+    if as_json:
+        typer.echo(json.dumps({"target": target, "models": _clean(models)}, indent=2))
+    else:
+        typer.echo(render_text(models))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect")(inspect_command)
