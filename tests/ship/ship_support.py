@@ -1,0 +1,172 @@
+"""Helpers shared by the ship tests (imported by name: conftest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+DASHBOARDS = ROOT / "dashboards"
+RULES = sorted((DEPLOY / "monitoring" / "rules").glob("*.yaml"))
+ALERT_TESTS = sorted((Path(__file__).parent / "alerts").glob("*.yaml"))
+CRD_FILE = DEPLOY / "crd" / "speculativecanaries.yaml"
+
+# Every kustomization a user may apply, and what it is for.
+KUSTOMIZATIONS = {
+    "deploy": "default install (kubectl apply -k deploy/)",
+    "deploy/default": "default install",
+    "deploy/monitoring": "prometheus-operator objects",
+    "deploy/examples": "example vLLM pair and SpeculativeCanary",
+    "deploy/overlays/dev": "dev overlay",
+    "deploy/overlays/prod": "prod overlay",
+    "deploy/overlays/cluster-wide": "cluster-wide overlay",
+}
+
+
+def load_all(path: Path) -> list[dict[str, Any]]:
+    """Every non-empty YAML document of a file."""
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def manifest_files() -> list[Path]:
+    """Every Kubernetes manifest file under deploy/ (kustomizations and rule files excluded)."""
+    out = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        if path.name == "kustomization.yaml" or "rules" in path.relative_to(DEPLOY).parts:
+            continue
+        out.append(path)
+    return out
+
+
+def kustomize(directory: str) -> list[dict[str, Any]]:
+    """`kubectl kustomize DIR` (offline), parsed; skips when kubectl is not installed.
+
+    Builds are cached per test session; callers get a deep copy they may change."""
+    return copy.deepcopy(_kustomize(directory))
+
+
+@functools.cache
+def _kustomize(directory: str) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: kustomize builds cannot be checked")
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def crd_schema(strict: bool = True) -> dict[str, Any]:
+    """The CRD's openAPIV3Schema; `strict` forbids unknown fields as the API server's strict
+    field validation (kubectl's default since 1.27) does, except where the schema preserves
+    unknown fields."""
+    if not CRD_FILE.exists():
+        pytest.skip("deploy/crd/speculativecanaries.yaml not generated yet")
+    (crd,) = [d for d in load_all(CRD_FILE) if d.get("kind") == "CustomResourceDefinition"]
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+    if strict:
+        _strictify(schema)
+    return schema
+
+
+def _strictify(node: Any) -> None:
+    if isinstance(node, dict):
+        if (
+            node.get("type") == "object"
+            and "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            node["additionalProperties"] = False
+        for key, value in node.items():
+            if key == "metadata" and isinstance(value, dict) and value.get("type") == "object":
+                continue  # ObjectMeta is validated by the API server, not the CRD
+            _strictify(value)
+    elif isinstance(node, list):
+        for item in node:
+            _strictify(item)
+
+
+def walk(obj: Any) -> Iterator[Any]:
+    """Every nested value of a JSON-like structure, depth first."""
+    yield obj
+    if isinstance(obj, dict):
+        for value in obj.values():
+            yield from walk(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            yield from walk(item)
+
+
+def validate_cr(obj: dict[str, Any], *, strict: bool = True) -> None:
+    """Validate a custom resource against the CRD schema. OpenAPI v3.0 schemas follow JSON
+    Schema draft 4 (boolean exclusiveMinimum/Maximum), hence the Draft4 validator."""
+    import jsonschema
+
+    jsonschema.Draft4Validator(crd_schema(strict=strict)).validate(obj)
+
+
+def vllm_series_names() -> set[str]:
+    """Series names a vLLM pod exposes, from alphagate.vllm (histograms with their suffixes)."""
+    from alphagate import vllm
+
+    names = {
+        value
+        for key, value in vars(vllm).items()
+        if key.isupper() and isinstance(value, str) and value.startswith(vllm.PREFIX)
+    }
+    names -= {n for n in names if n.endswith(("_", ":"))}  # prefixes, not names
+    for base in vllm.HISTOGRAM_BUCKETS:
+        names.discard(base)
+        names |= {base + vllm.BUCKET, base + vllm.COUNT, base + vllm.SUM}
+    return names
+
+
+def recorded_names() -> set[str]:
+    """Names the recording rules in deploy/monitoring/rules define."""
+    out = set()
+    for path in RULES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out |= {r["record"] for r in group["rules"] if "record" in r}
+    return out
+
+
+def known_names() -> set[str]:
+    """Every series name a query in rules or dashboards may use."""
+    from alphagate import exporter
+
+    return set(exporter.METRIC_NAMES) | vllm_series_names() | recorded_names() | {"up"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Series names selected by a PromQL expression (promql-parser's AST)."""
+    import promql_parser
+
+    found: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                found.add(node.name)
+            else:
+                for m in node.matchers.matchers:
+                    if m.name == "__name__":
+                        found.add(m.value)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
