@@ -174,7 +174,7 @@ def test_delta_of_bad_current_is_none() -> None:
 def test_delta_is_never_negative(pairs: list[tuple[float, float]]) -> None:
     prev_counts = sorted(p[0] for p in pairs)
     cur_counts = sorted(p[1] for p in pairs)
-    bounds = tuple(float(i + 1) for i in range(len(pairs) - 1)) + (INF,)
+    bounds = (*tuple(float(i + 1) for i in range(len(pairs) - 1)), INF)
     d = h.delta(Buckets(bounds, tuple(prev_counts)), Buckets(bounds, tuple(cur_counts)))
     assert d is not None
     assert all(c >= 0 for c in d.counts)

@@ -7,7 +7,8 @@ difficulty, so a binomial interval over token counts is far too narrow. Two hone
 * batch means: each (pod, interval) increment is one batch; alpha is the ratio estimator
   sum(accepted) / sum(draft tokens), its variance comes from the spread of the batches' residuals
   (delta method, leverage-corrected like the jackknife), and the interval uses a Student-t
-  quantile with batches - 1 degrees of freedom. Used when at least `MIN_BATCHES` batches carry drafts.
+  quantile with batches - 1 degrees of freedom. Used when at least `MIN_BATCHES` batches
+  carry drafts.
 * Wilson over drafts: with few batches, treat the DRAFT as the sample unit. A draft's accepted
   fraction lies in [0, 1] with mean alpha, so its variance is at most alpha (1 - alpha): the
   Wilson interval with n = drafts is conservative for within-draft correlation. With 2 to

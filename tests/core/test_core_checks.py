@@ -1,0 +1,383 @@
+"""Checks: the one place thresholds are compared. Table tests per verdict, the metric named in
+every reason, numeric evidence everywhere, and seeded simulations of the exceedance test's
+false-alarm rate and power."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from alphagate import vllm
+from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
+from alphagate.core import checks
+from alphagate.core.model import Buckets, CheckResult, Estimate, PoolObservation, Role, Verdict
+
+GATE = AcceptanceGate(disable_below=0.55, enable_above=0.60, min_drafts=200)
+P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
+
+
+def est(value: float, lower: float, upper: float, drafts: float = 1000) -> Estimate:
+    return Estimate(
+        value=value,
+        lower=lower,
+        upper=upper,
+        confidence=0.95,
+        drafts=drafts,
+        draft_tokens=drafts * 5,
+        accepted_tokens=drafts * 5 * value if math.isfinite(value) else math.nan,
+        batches=10,
+        method="batch-means",
+        std_error=0.01,
+        dof=9,
+    )
+
+
+ACCEPTANCE = [
+    ("clearly-good", est(0.7, 0.65, 0.75), None, P, "lower bound above enableAbove"),
+    ("clearly-bad", est(0.4, 0.35, 0.45), None, F, "upper bound below disableBelow"),
+    ("in-band", est(0.58, 0.56, 0.60), None, INC, "overlaps the band"),
+    ("straddles-disable", est(0.55, 0.50, 0.60), None, INC, "overlaps the band"),
+    ("point-above-gate-but-wide", est(0.62, 0.58, 0.66), None, INC, "overlaps the band"),
+    ("too-few-drafts", est(0.2, 0.1, 0.3, drafts=150), None, INC, "too few drafts"),
+    ("no-estimate", None, None, INC, "no drafts"),
+    ("source-error", est(0.7, 0.65, 0.75), "connection refused", E, "connection refused"),
+    ("nan-estimate", est(math.nan, math.nan, math.nan), None, INC, "not a number"),
+]
+
+
+@pytest.mark.parametrize(
+    ("estimate", "error", "verdict", "needle"),
+    [c[1:] for c in ACCEPTANCE],
+    ids=[c[0] for c in ACCEPTANCE],
+)
+def test_check_acceptance(
+    estimate: Estimate | None, error: str | None, verdict: Verdict, needle: str
+) -> None:
+    r = checks.check_acceptance(estimate, gate=GATE, error=error)
+    assert r.verdict is verdict
+    assert needle in r.reason
+    assert r.check == "acceptance"
+    assert r.evidence["disable_below"] == 0.55 and r.evidence["enable_above"] == 0.60
+    if estimate is not None and error is None:
+        assert "alpha" in r.evidence and "drafts" in r.evidence
+
+
+def test_check_acceptance_names_the_slice() -> None:
+    r = checks.check_acceptance(est(0.7, 0.65, 0.75), gate=GATE, slice="code")
+    assert r.check == "acceptance:code" and "slice code" in r.reason
+
+
+FLOOR = [
+    ("below-floor", est(0.3, 0.25, 0.33), None, F),
+    ("above-floor", est(0.5, 0.45, 0.55), None, P),
+    ("straddles-floor-no-veto", est(0.36, 0.30, 0.42), None, P),
+    ("too-few-drafts-cannot-veto", est(0.1, 0.0, 0.2, drafts=10), None, P),
+    ("no-drafts", None, None, P),
+    ("pool-error", None, "timeout", E),
+]
+
+
+@pytest.mark.parametrize(
+    ("estimate", "error", "verdict"), [c[1:] for c in FLOOR], ids=[c[0] for c in FLOOR]
+)
+def test_check_floor(estimate: Estimate | None, error: str | None, verdict: Verdict) -> None:
+    r = checks.check_floor(estimate, min_alpha=0.35, gate=GATE, slice="code", error=error)
+    assert r.verdict is verdict
+    assert r.check == "floor:code"
+    assert r.evidence["min_alpha"] == 0.35
+    assert r.reason
+
+
+WORST = [
+    ("empty", [], INC),
+    ("all-pass", [P, P], P),
+    ("fail-beats-error", [P, E, F, INC], F),
+    ("error-beats-inconclusive", [P, INC, E], E),
+    ("inconclusive-beats-pass", [P, INC], INC),
+]
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "expected"), [c[1:] for c in WORST], ids=[c[0] for c in WORST]
+)
+def test_worst(verdicts: list[Verdict], expected: Verdict) -> None:
+    assert checks.worst(verdicts) is expected
+    assert checks.overall(CheckResult("x", v, "r") for v in verdicts) is expected
+
+
+# ---------------------------------------------------------------- latency
+
+ITL = (*vllm.ITL_BUCKETS, math.inf)
+
+
+def hist(values: Sequence[float], bounds: Sequence[float] = ITL) -> Buckets:
+    counts = [0.0] * len(bounds)
+    for v in values:
+        counts[bisect.bisect_left(bounds, v)] += 1
+    cum, run = [], 0.0
+    for c in counts:
+        run += c
+        cum.append(run)
+    return Buckets(bounds=tuple(bounds), counts=tuple(cum), sum=math.fsum(values))
+
+
+def spread(n: int, low: float, high: float) -> list[float]:
+    """n values evenly spread over (low, high)."""
+    return [low + (high - low) * (i + 0.5) / n for i in range(n)]
+
+
+def pool(
+    role: Role, *, tpot: Buckets | None = None, itl: Buckets | None = None, error: str | None = None
+) -> PoolObservation:
+    return PoolObservation(slice="chat", role=role, tpot=tpot, itl=itl, error=error)
+
+
+BASE_TPOT = hist(
+    spread(990, 0.02, 0.045) + spread(10, 0.055, 0.07)
+)  # P99 ~0.05, inside (0.025, 0.05]
+GUARD = LatencyGuard()
+
+
+def test_per_token_same_distribution_passes() -> None:
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
+    )
+    assert r.verdict is P, r.reason
+    assert "per token" in r.reason
+    for key in (
+        "canary_p",
+        "baseline_p",
+        "canary_bucket_lo",
+        "canary_bucket_hi",
+        "baseline_bucket_hi",
+        "edge",
+        "p_value",
+        "ratio",
+        "limit",
+    ):
+        assert key in r.evidence, key
+    assert r.evidence["ratio"] == pytest.approx(1.0)
+
+
+def test_per_token_clear_regression_fails_with_evidence() -> None:
+    canary = hist(spread(940, 0.02, 0.045) + spread(60, 0.08, 0.09))  # 6% above 0.075
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
+    )
+    assert r.verdict is F, r.reason
+    assert "regressed" in r.reason and "per token" in r.reason
+    assert isinstance(r.evidence["p_value"], float) and r.evidence["p_value"] < GUARD.significance
+    assert r.evidence["fraction_above"] == pytest.approx(0.06)
+
+
+def test_suggestive_but_not_significant_is_inconclusive() -> None:
+    canary = hist(spread(985, 0.02, 0.045) + spread(15, 0.08, 0.09))  # 1.5% of 1000 above
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
+    )
+    assert r.verdict is INC, r.reason
+    assert "not significant" in r.reason
+
+
+def test_regression_hidden_in_one_coarse_bucket_cannot_fail() -> None:
+    # Canary 10% slower everywhere, but every observation stays under the same bucket bound.
+    canary = hist([v * 1.1 for v in spread(1000, 0.052, 0.066)])
+    base = hist(spread(1000, 0.052, 0.066))
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=base), guard=GUARD
+    )
+    assert r.verdict is P
+    assert r.evidence["canary_bucket_hi"] == r.evidence["baseline_bucket_hi"] == 0.075
+
+
+def test_too_few_observations_is_inconclusive() -> None:
+    small = hist(spread(50, 0.02, 0.04))
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=small), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
+    )
+    assert r.verdict is INC and "too few canary" in r.reason
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=small), guard=GUARD
+    )
+    assert r.verdict is INC and "too few baseline" in r.reason
+
+
+# per-step ITL: baseline one token per step at 30-45 ms; the speculating canary's steps take
+# about 2x longer but carry 3.1 tokens each, so per token it is faster.
+BASE_STEP = hist(spread(2000, 0.03, 0.045))
+CANARY_STEP = hist(spread(2000, 0.06, 0.09))
+
+
+def test_per_step_scaled_compares_like_with_like() -> None:
+    guard = LatencyGuard(metric=LatencyMetric.PER_STEP_SCALED)
+    r = checks.check_latency(
+        pool(Role.CANARY, itl=CANARY_STEP),
+        pool(Role.BASELINE, itl=BASE_STEP),
+        guard=guard,
+        tokens_per_step=3.1,
+    )
+    assert r.verdict is P, r.reason
+    assert "per step scaled by 3.1 tokens/step" in r.reason
+    assert r.evidence["tokens_per_step"] == 3.1
+    # The naive per-step comparison (1 token/step) would roll back this healthy canary.
+    naive = checks.check_latency(
+        pool(Role.CANARY, itl=CANARY_STEP),
+        pool(Role.BASELINE, itl=BASE_STEP),
+        guard=guard,
+        tokens_per_step=1.0,
+    )
+    assert naive.verdict is F
+
+
+def test_per_step_scaled_without_length_is_inconclusive() -> None:
+    guard = LatencyGuard(metric=LatencyMetric.PER_STEP_SCALED)
+    for tps in (None, math.nan, 0.5):
+        r = checks.check_latency(
+            pool(Role.CANARY, itl=CANARY_STEP),
+            pool(Role.BASELINE, itl=BASE_STEP),
+            guard=guard,
+            tokens_per_step=tps,
+        )
+        assert r.verdict is INC and "tokens per step" in r.reason
+
+
+def test_per_step_absolute_stutter_limit() -> None:
+    guard = LatencyGuard(metric=LatencyMetric.PER_STEP_ABSOLUTE, max_step_seconds=0.1)
+    stutter = hist(spread(950, 0.01, 0.05) + spread(50, 0.2, 0.3))
+    r = checks.check_latency(pool(Role.CANARY, itl=stutter), None, guard=guard)
+    assert r.verdict is F and "absolute stutter limit 0.1 s" in r.reason
+    fine = checks.check_latency(pool(Role.CANARY, itl=CANARY_STEP), None, guard=guard)
+    assert fine.verdict is P, fine.reason
+    assert fine.evidence["edge"] == 0.1
+
+
+ERRORS = [
+    ("canary-missing", None, pool(Role.BASELINE, tpot=BASE_TPOT), E, "no canary pool"),
+    (
+        "canary-error",
+        pool(Role.CANARY, error="timeout"),
+        pool(Role.BASELINE, tpot=BASE_TPOT),
+        E,
+        "timeout",
+    ),
+    (
+        "baseline-error",
+        pool(Role.CANARY, tpot=BASE_TPOT),
+        pool(Role.BASELINE, error="503"),
+        E,
+        "503",
+    ),
+    ("baseline-missing", pool(Role.CANARY, tpot=BASE_TPOT), None, E, "no baseline pool"),
+    (
+        "canary-no-histogram",
+        pool(Role.CANARY),
+        pool(Role.BASELINE, tpot=BASE_TPOT),
+        INC,
+        "no canary histogram",
+    ),
+    (
+        "baseline-no-histogram",
+        pool(Role.CANARY, tpot=BASE_TPOT),
+        pool(Role.BASELINE),
+        INC,
+        "no baseline histogram",
+    ),
+    (
+        "nan-counts",
+        pool(Role.CANARY, tpot=Buckets(bounds=(0.1, math.inf), counts=(math.nan, 5))),
+        pool(Role.BASELINE, tpot=BASE_TPOT),
+        E,
+        "bad canary histogram",
+    ),
+    (
+        "negative-counts",
+        pool(Role.CANARY, tpot=BASE_TPOT),
+        pool(Role.BASELINE, tpot=Buckets(bounds=(0.1, math.inf), counts=(-3, 5))),
+        E,
+        "negative",
+    ),
+    (
+        "all-zero-window",
+        pool(Role.CANARY, tpot=Buckets(bounds=(0.1, math.inf), counts=(0, 0))),
+        pool(Role.BASELINE, tpot=BASE_TPOT),
+        INC,
+        "too few canary",
+    ),
+    (
+        "baseline-p99-beyond-buckets",
+        pool(Role.CANARY, tpot=hist(spread(1000, 90, 100))),
+        pool(Role.BASELINE, tpot=hist(spread(1000, 90, 100))),
+        INC,
+        "cannot test",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("canary", "baseline", "verdict", "needle"), [c[1:] for c in ERRORS], ids=[c[0] for c in ERRORS]
+)
+def test_latency_bad_input_never_crashes(
+    canary: PoolObservation | None, baseline: PoolObservation | None, verdict: Verdict, needle: str
+) -> None:
+    r = checks.check_latency(canary, baseline, guard=GUARD, slice="chat")
+    assert r.verdict is verdict, r.reason
+    assert needle in r.reason
+    assert r.check == "latency:chat"
+
+
+def test_disabled_guard_passes() -> None:
+    r = checks.check_latency(None, None, guard=LatencyGuard(enabled=False))
+    assert r.verdict is P and "disabled" in r.reason
+
+
+def test_evidence_is_json_safe() -> None:
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=hist(spread(1000, 90, 100))),
+        pool(Role.BASELINE, tpot=hist(spread(1000, 90, 100))),
+        guard=GUARD,
+    )
+    for v in r.evidence.values():
+        assert isinstance(v, str) or math.isfinite(v)
+
+
+# ---------------------------------------------------------------- the test's error rates
+
+
+def _lognormal_hist(
+    rng: random.Random, n: int, median: float, bounds: Sequence[float] = ITL, sigma: float = 0.35
+) -> Buckets:
+    return hist([rng.lognormvariate(math.log(median), sigma) for _ in range(n)], bounds)
+
+
+FINE = (*(0.005 * i for i in range(1, 61)), math.inf)  # --custom-histogram-buckets, 5 ms steps
+
+
+def _fail_rate(seed: int, runs: int, slowdown: float, bounds: Sequence[float]) -> float:
+    rng = random.Random(seed)
+    fails = 0
+    for _ in range(runs):
+        base = _lognormal_hist(rng, 2000, 0.03, bounds)
+        canary = _lognormal_hist(rng, 2000, 0.03 * slowdown, bounds)
+        r = checks.check_latency(
+            pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=base), guard=GUARD
+        )
+        fails += r.verdict is F
+    return fails / runs
+
+
+def test_exceedance_false_alarm_rate_is_at_most_significance() -> None:
+    coarse, fine = _fail_rate(7, 150, 1.0, ITL), _fail_rate(17, 150, 1.0, FINE)
+    print(f"false alarms: vLLM buckets {coarse:.3f}, 5 ms buckets {fine:.3f}")
+    assert coarse <= 0.02 and fine <= 0.02
+
+
+def test_exceedance_catches_a_real_tail_regression() -> None:
+    # vLLM's default buckets need a large regression to cross a bound; fine buckets see less.
+    coarse = _fail_rate(8, 50, 2.0, ITL)
+    fine = _fail_rate(18, 50, 1.3, FINE)
+    print(f"detected: 2x on vLLM buckets {coarse:.2f}, 1.3x on 5 ms buckets {fine:.2f}")
+    assert coarse >= 0.9 and fine >= 0.9
