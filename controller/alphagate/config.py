@@ -317,7 +317,9 @@ class ObjectMeta(_Model):
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
     name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-    namespace: str = "default"
+    namespace: str = Field(
+        default="default", max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
 
