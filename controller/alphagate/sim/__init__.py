@@ -1,0 +1,51 @@
+"""Simulated vLLM pods that speak vLLM's exact metrics, driven by a seeded decode model.
+
+The simulator is the independent check on the decision core, so it must not import
+alphagate.core, sources, kube or reconciler. Entry points:
+
+* ``load_scenario(path)`` / ``parse_scenario(text)``: validated scenario files;
+* ``Fleet(scenario, seed=..., tick=...)``: in-process pods; ``run()`` yields snapshots;
+* ``SimServer(fleet, speed=..., file_sd=...)``: each pod on its own 127.0.0.1 port;
+* ``render(snapshot)``: a pod's ``/metrics`` page; ``record``/``read_recording``: JSONL.
+"""
+
+from alphagate.sim.exposition import render
+from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot, PodTruth, SliceTruth, Truth
+from alphagate.sim.model import DecodeParams, Load
+from alphagate.sim.pod import (
+    PodSnapshot,
+    PodSpec,
+    SimPod,
+    SpecConfig,
+    parse_speculative_args,
+    spec_args,
+)
+from alphagate.sim.recording import Recording, RecordingWriter, read_recording, record
+from alphagate.sim.scenario import Scenario, load_scenario, parse_scenario
+from alphagate.sim.server import SimServer
+
+__all__ = [
+    "DecodeParams",
+    "Fleet",
+    "FleetEvent",
+    "FleetSnapshot",
+    "Load",
+    "PodSnapshot",
+    "PodSpec",
+    "PodTruth",
+    "Recording",
+    "RecordingWriter",
+    "Scenario",
+    "SimPod",
+    "SimServer",
+    "SliceTruth",
+    "SpecConfig",
+    "Truth",
+    "load_scenario",
+    "parse_scenario",
+    "parse_speculative_args",
+    "read_recording",
+    "record",
+    "render",
+    "spec_args",
+]

@@ -363,20 +363,22 @@ class Engine:
         step_cache = self._step_cache
         if len(step_cache) > 4096:
             step_cache.clear()
+        cap = float(p.max_num_seqs)
+        conc = load.concurrency
+        closed = conc is not None
+        rate_in = 0.0 if closed else arrivals / dt
         for _ in range(n_sub):
-            if load.concurrency is not None:
+            if conc is not None:
                 clients = run + wait
-                if clients < load.concurrency:
-                    wait += load.concurrency - clients
-                elif clients > load.concurrency:
-                    wait -= min(wait, clients - load.concurrency)
-            else:
-                wait += arrivals / n_sub
-            admit = min(wait, max(p.max_num_seqs - run, 0.0))
+                if clients < conc:
+                    wait += conc - clients
+                elif clients > conc:
+                    wait -= min(wait, clients - conc)
+            admit = min(wait, max(cap - run, 0.0))
             wait -= admit
             run += admit
-            admitted += admit
-            if run <= 1e-9:
+            if run <= 1e-9 and rate_in <= 0:
+                admitted += admit
                 continue
             key = (max(round(run), 1), scale)
             cached = step_cache.get(key)
@@ -384,15 +386,40 @@ class Engine:
                 cached = step_cache[key] = step_time(key[0], k, p, scale)
             st, passes = cached
             passes_max = max(passes_max, passes)
-            prefill = min(admit * prefill_one, 0.5 * h)
+            lam = -log_keep * tps / st  # finishes per running request per second
+            # Prefill chunks of new requests take part of the sub-step from decoding.
+            expected_new = admit + (run * lam * h if closed or wait > 1e-9 else rate_in * h)
+            prefill = min(expected_new * prefill_one, 0.5 * h)
+            lam *= (h - prefill) / h
+            if closed or wait > 1e-9:
+                # Saturated or closed loop: each finish is replaced at once (from the queue,
+                # or by the client's next request) while there is someone to replace it.
+                fin = run * lam * h
+                refill = fin if closed else min(fin, wait + rate_in * h)
+                wait += (0.0 if closed else rate_in * h) - (0.0 if closed else refill)
+                integral = run * h
+                end = run - fin + refill
+                arrived = refill
+            else:
+                # Open loop below capacity: dB/dt = arrivals - lam * B, solved exactly.
+                decay = math.exp(-lam * h)
+                eq = rate_in / lam
+                end = eq + (run - eq) * decay
+                integral = eq * h + (run - eq) * (1.0 - decay) / lam
+                arrived = rate_in * h
+                if end > cap:
+                    wait += end - cap
+                    arrived -= end - cap
+                    end = cap
+                fin = run + arrived - end
+            admitted += admit + arrived
             n = (h - prefill) / st
             steps += n
             step_sum += n * st
-            obs += run * n
-            batch_time += run * h
-            fin = run * (1.0 - math.exp(n * tps * log_keep))
-            run -= fin
+            obs += integral * (h - prefill) / h / st
+            batch_time += integral
             finished += fin
+            run = max(end, 0.0)
         self.running, self.waiting = run, wait
         c.running, c.waiting = round(run), round(wait)
 
