@@ -170,3 +170,78 @@ def metric_names(expr: str) -> set[str]:
 
     promql_parser.walk(promql_parser.parse(expr), visit)
     return found
+
+
+DASHBOARD_VARS = {
+    "$namespace": "llm",
+    "$canary": "chat",
+    "$slice": "chat",
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+}
+
+
+def substitute(expr: str, values: dict[str, str] | None = None) -> str:
+    """A Grafana query with its template variables replaced, so it is plain PromQL."""
+    out = expr
+    for key, value in sorted((values or DASHBOARD_VARS).items(), key=lambda kv: -len(kv[0])):
+        out = out.replace("${" + key[1:] + "}", value).replace(key, value)
+    return out
+
+
+def dashboard_files() -> list[Path]:
+    return sorted(DASHBOARDS.glob("*.json"))
+
+
+def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, rows' nested panels included (rows themselves excluded)."""
+    out: list[dict[str, Any]] = []
+    for panel in dashboard.get("panels", []):
+        if panel.get("type") == "row":
+            out.extend(panel.get("panels", []))
+        else:
+            out.append(panel)
+    return out
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard file, panel title or variable/annotation name, expr) for every query."""
+    import json
+
+    out = []
+    for path in dashboard_files():
+        data = json.loads(path.read_text())
+        for panel in panels(data):
+            for target in panel.get("targets", []):
+                out.append((path.name, f"{panel['title']} [{target['refId']}]", target["expr"]))
+        for ann in data.get("annotations", {}).get("list", []):
+            if ann.get("expr"):
+                out.append((path.name, f"annotation {ann['name']}", ann["expr"]))
+    return out
+
+
+def variable_queries() -> list[tuple[str, str, str]]:
+    """label_values(...) variable queries: (file, name, the selector inside)."""
+    import json
+    import re
+
+    out = []
+    for path in dashboard_files():
+        data = json.loads(path.read_text())
+        for var in data.get("templating", {}).get("list", []):
+            if var.get("type") != "query":
+                continue
+            query = var["query"] if isinstance(var["query"], str) else var["query"]["query"]
+            m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query.strip())
+            assert m, f"{path.name}: variable {var['name']}: unexpected query {query!r}"
+            out.append((path.name, var["name"], m.group(1)))
+    return out
+
+
+def grafana_alert_rules() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((DASHBOARDS / "alerting").glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out.extend(group["rules"])
+    return out
