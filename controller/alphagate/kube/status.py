@@ -30,6 +30,14 @@ from alphagate.core.model import (
 )
 
 HISTORY_LIMIT: Final = 20
+
+# Manual commands reach the controller as annotations on the SpeculativeCanary (what
+# `alphagate pause NAME` writes, and what `kubectl annotate` can write too). The id makes a
+# repeated command a new request; without one, the command text is its id.
+ANN_COMMAND: Final = "alphagate.io/command"
+ANN_COMMAND_ID: Final = "alphagate.io/command-id"
+ANN_COMMAND_BY: Final = "alphagate.io/command-by"
+COMMANDS: Final = ("pause", "resume", "enable", "disable", "promote")
 Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
 
@@ -207,6 +215,21 @@ class CanaryStatus(_Status):
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, str] | None:
+    """(command, id) from the resource's annotations when not yet handled, else None.
+
+    An unknown command text is returned too, so the caller can refuse it visibly.
+    """
+    annotations = ((obj.get("metadata") or {}).get("annotations")) or {}
+    command = str(annotations.get(ANN_COMMAND, "")).strip().lower()
+    if not command:
+        return None
+    ident = str(annotations.get(ANN_COMMAND_ID) or command)
+    if status.last_command is not None and status.last_command.id == ident:
+        return None
+    return command, ident
 
 
 def decode_memories(text: str | None) -> dict[str, Memory]:
@@ -472,6 +495,10 @@ class StatusWriter:
 
 
 __all__ = [
+    "ANN_COMMAND",
+    "ANN_COMMAND_BY",
+    "ANN_COMMAND_ID",
+    "COMMANDS",
     "HISTORY_LIMIT",
     "CanaryStatus",
     "CommandRecord",
@@ -490,6 +517,7 @@ __all__ = [
     "p99_ratio",
     "parse_status",
     "parse_time",
+    "pending_command",
     "rfc3339",
     "set_condition",
     "slice_evidence",

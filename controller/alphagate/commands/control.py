@@ -1,0 +1,391 @@
+"""`alphagate pause|resume|enable|disable|promote NAME` and `alphagate status [NAME]`.
+
+Manual control goes through annotations on the SpeculativeCanary (`alphagate.io/command` and
+a fresh `alphagate.io/command-id`), never around the controller: the controller applies the
+command on its next evaluation, records it in status (`lastCommand`) and as a transition with
+reason "manual: ...", and the same path works with plain `kubectl annotate`. `--wait` polls
+(bounded) until the controller has handled it.
+
+`status` reads what the controller wrote: without NAME a one-line-per-canary table, with NAME
+the evidence: per-slice alpha with its interval and sample size, latency P99s with their
+bucket bracket and exceedance test, conditions, the last decision, history and recent Events.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from alphagate.config import GROUP, PLURAL, VERSION
+from alphagate.errors import ForbiddenError, KubeError
+from alphagate.kube.client import Kube, call
+from alphagate.kube.events import list_events
+from alphagate.kube.status import (
+    ANN_COMMAND,
+    ANN_COMMAND_BY,
+    ANN_COMMAND_ID,
+    COMMANDS,
+    CanaryStatus,
+    parse_status,
+    parse_time,
+)
+
+# ---------------------------------------------------------------- shared options
+
+SERVER = typer.Option(
+    None, "--server", envvar="ALPHAGATE_SERVER", help="API server URL (no auth; sandbox/tests)."
+)
+KUBECONFIG = typer.Option(None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG).")
+CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+NAMESPACE = typer.Option("default", "--namespace", "-n", help="Namespace of the canary.")
+
+
+def connect(server: str | None, kubeconfig: str | None, context: str | None) -> Kube:
+    return Kube.connect(server=server, kubeconfig=kubeconfig, context=context)
+
+
+def _console() -> Console:
+    # markup off: reasons carry brackets ("[0.38, 0.44]") that must print as written
+    return Console(highlight=False, soft_wrap=False, markup=False)
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _interval(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"[{lo:.3f}, {hi:.3f}]"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.1f} ms"
+
+
+def _ago(text: str | None) -> str:
+    ts = parse_time(text)
+    if ts is None:
+        return "-"
+    secs = max(0.0, time.time() - ts)
+    if secs < 120:
+        return f"{secs:.0f}s ago"
+    if secs < 7200:
+        return f"{secs / 60:.0f}m ago"
+    return f"{secs / 3600:.1f}h ago"
+
+
+# ---------------------------------------------------------------- commands
+
+
+def send_command(kube: Kube, namespace: str, name: str, command: str, *, by: str = "") -> str:
+    """Annotate the resource with `command` and a fresh id; return the id."""
+    if command not in COMMANDS:
+        raise KubeError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
+    ident = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+    annotations = {ANN_COMMAND: command, ANN_COMMAND_ID: ident}
+    if by:
+        annotations[ANN_COMMAND_BY] = by
+    call(
+        f"annotate {PLURAL}.{GROUP} {namespace}/{name}",
+        lambda: kube.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"metadata": {"annotations": annotations}},
+            _content_type="application/merge-patch+json",
+        ),
+    )
+    return ident
+
+
+def _read(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    obj = call(
+        f"read {PLURAL}.{GROUP} {namespace}/{name}",
+        lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+    )
+    return obj if isinstance(obj, dict) else {}
+
+
+def _make_command(command: str, verb: str) -> Any:
+    def run(
+        name: str = typer.Argument(..., help="SpeculativeCanary name."),
+        namespace: str = NAMESPACE,
+        wait: float = typer.Option(
+            0.0, "--wait", help="Seconds to wait for the controller to handle it (0: don't)."
+        ),
+        server: str | None = SERVER,
+        kubeconfig: str | None = KUBECONFIG,
+        context: str | None = CONTEXT,
+    ) -> None:
+        kube = connect(server, kubeconfig, context)
+        try:
+            by = f"{getpass.getuser()}@{socket.gethostname()}"
+            ident = send_command(kube, namespace, name, command, by=by)
+            typer.echo(
+                f"{namespace}/{name}: {command} requested (id {ident}); the controller applies it "
+                "on its next evaluation"
+            )
+            if wait > 0:
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline:
+                    status = parse_status(_read(kube, namespace, name))
+                    if status.last_command is not None and status.last_command.id == ident:
+                        typer.echo(f"handled: {status.last_command.result}")
+                        return
+                    time.sleep(min(0.5, max(0.05, wait / 20)))
+                typer.echo(
+                    f"error: not handled within {wait:g} s (is the controller running?)", err=True
+                )
+                raise typer.Exit(1)
+        finally:
+            kube.close()
+
+    run.__doc__ = f"{verb} (through an annotation the controller acts on)."
+    return run
+
+
+_VERBS = {
+    "pause": "Hold the canary in its current state until resumed",
+    "resume": "Resume automatic control after a pause",
+    "enable": "Turn speculation on now (a probe, judged like any other)",
+    "disable": "Turn speculation off now (cooldown before the next probe)",
+    "promote": "Copy the speculative config to the stable Deployment",
+}
+
+
+def status(
+    name: str | None = typer.Argument(None, help="SpeculativeCanary name (omit to list)."),
+    namespace: str = NAMESPACE,
+    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="List everywhere."),
+    as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON."),
+    events: int = typer.Option(10, "--events", help="How many recent Events to show."),
+    server: str | None = SERVER,
+    kubeconfig: str | None = KUBECONFIG,
+    context: str | None = CONTEXT,
+) -> None:
+    """Show what the controller decided and the evidence behind it."""
+    kube = connect(server, kubeconfig, context)
+    try:
+        if name is None:
+            _list(kube, None if all_namespaces else namespace, as_json)
+        else:
+            _detail(kube, namespace, name, as_json, events)
+    finally:
+        kube.close()
+
+
+def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
+    if namespace is None:
+        result = call(
+            f"list {PLURAL}.{GROUP}",
+            lambda: kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL),
+        )
+    else:
+        result = call(
+            f"list {PLURAL}.{GROUP} in {namespace}",
+            lambda: kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
+        )
+    items = result.get("items", []) if isinstance(result, dict) else []
+    if as_json:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "namespace": i["metadata"].get("namespace"),
+                        "name": i["metadata"]["name"],
+                        "status": i.get("status", {}),
+                    }
+                    for i in items
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in (
+        "NAMESPACE",
+        "NAME",
+        "MODE",
+        "STATE",
+        "SPEC",
+        "ALPHA",
+        "INTERVAL",
+        "P99 RATIO",
+        "LAST DECISION",
+        "EVALUATED",
+    ):
+        table.add_column(col)
+    for item in items:
+        st = parse_status(item)
+        table.add_row(
+            item["metadata"].get("namespace", ""),
+            item["metadata"]["name"],
+            str((item.get("spec") or {}).get("mode", "")),
+            st.state or "-",
+            "-" if st.speculation_on is None else ("on" if st.speculation_on else "off"),
+            _num(st.combined_alpha),
+            _interval(st.combined_lower, st.combined_upper),
+            _num(st.p99_ratio, 2),
+            st.last_decision.summary if st.last_decision else "-",
+            _ago(st.last_evaluated),
+        )
+    if not items:
+        typer.echo("no SpeculativeCanary resources found")
+        return
+    _console().print(table)
+
+
+def _detail(kube: Kube, namespace: str, name: str, as_json: bool, n_events: int) -> None:
+    obj = _read(kube, namespace, name)
+    st = parse_status(obj)
+    if as_json:
+        typer.echo(json.dumps(obj.get("status", {}), indent=2))
+        return
+    con = _console()
+    meta = obj.get("metadata", {})
+    spec = obj.get("spec", {})
+    target = (spec.get("target") or {}).get("name", "?")
+    mode = spec.get("mode", "enforce")
+    con.print(f"{namespace}/{name}  target Deployment {target}  mode {mode}")
+    spec_text = "-" if st.speculation_on is None else ("on" if st.speculation_on else "off")
+    interval = _interval(st.combined_lower, st.combined_upper)
+    con.print(
+        f"state {st.state or 'unknown'}  speculation {spec_text}  "
+        f"combined alpha {_num(st.combined_alpha)} {interval}  "
+        f"P99 ratio {_num(st.p99_ratio, 2)}  generation {meta.get('generation', '?')} "
+        f"(observed {st.observed_generation if st.observed_generation is not None else '-'})  "
+        f"evaluated {_ago(st.last_evaluated)}"
+    )
+    if st.last_decision is not None:
+        d = st.last_decision
+        applied = "applied" if d.applied else ("dry-run" if d.dry_run else "not applied")
+        con.print(f"last decision: {d.action} ({d.verdict}, {applied}, {_ago(d.at)}): {d.reason}")
+    _slices_table(con, st)
+    _latency_table(con, st)
+    _conditions_table(con, st)
+    _history_table(con, st)
+    if n_events > 0:
+        try:
+            evs = list_events(kube.api_client, namespace, name)
+        except ForbiddenError:
+            con.print("events: not allowed to list Events")
+            evs = []
+        if evs:
+            table = Table(title="Events", box=box.SIMPLE_HEAD, title_justify="left")
+            for col in ("TIME", "TYPE", "REASON", "COUNT", "MESSAGE"):
+                table.add_column(col, overflow="fold")
+            for e in evs[-n_events:]:
+                table.add_row(
+                    str(e["time"])[:19], e["type"], e["reason"], str(e["count"]), e["message"]
+                )
+            con.print(table)
+
+
+def _slices_table(con: Console, st: CanaryStatus) -> None:
+    if not st.slices:
+        return
+    table = Table(title="Acceptance by slice", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in (
+        "SLICE",
+        "WEIGHT",
+        "ALPHA",
+        "INTERVAL",
+        "DRAFTS",
+        "ACC.LEN",
+        "METHOD",
+        "VERDICT",
+        "REASON",
+    ):
+        table.add_column(col, overflow="fold")
+    for s in st.slices:
+        table.add_row(
+            s.name,
+            _num(s.weight, 2),
+            _num(s.alpha),
+            _interval(s.lower, s.upper),
+            "-" if s.drafts is None else f"{s.drafts:.0f}",
+            _num(s.mean_acceptance_length, 2),
+            s.method or "-",
+            s.verdict or "-",
+            s.reason,
+        )
+    con.print(table)
+
+
+def _latency_table(con: Console, st: CanaryStatus) -> None:
+    if not st.latency:
+        return
+    table = Table(title="Latency guard", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in (
+        "CHECK",
+        "VERDICT",
+        "CANARY P99",
+        "BASELINE P99",
+        "RATIO",
+        "CANARY BUCKET",
+        "ABOVE EDGE",
+        "P",
+        "REASON",
+    ):
+        table.add_column(col, overflow="fold")
+    for e in st.latency:
+        bucket = (
+            "-"
+            if e.canary_bucket_lower_seconds is None or e.canary_bucket_upper_seconds is None
+            else f"({_ms(e.canary_bucket_lower_seconds)}, {_ms(e.canary_bucket_upper_seconds)}]"
+        )
+        above = "-" if e.exceedance is None else f"{e.exceedance:.2%}"
+        table.add_row(
+            e.check,
+            e.verdict,
+            _ms(e.canary_p99_seconds),
+            _ms(e.baseline_p99_seconds),
+            _num(e.ratio, 2),
+            bucket,
+            above,
+            "-" if e.p_value is None else f"{e.p_value:.2g}",
+            e.reason,
+        )
+    con.print(table)
+
+
+def _conditions_table(con: Console, st: CanaryStatus) -> None:
+    if not st.conditions:
+        return
+    table = Table(title="Conditions", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"):
+        table.add_column(col, overflow="fold")
+    for c in st.conditions:
+        table.add_row(c.type, c.status, c.reason, _ago(c.last_transition_time), c.message)
+    con.print(table)
+
+
+def _history_table(con: Console, st: CanaryStatus) -> None:
+    if not st.history:
+        return
+    table = Table(title="History", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("AT", "FROM", "TO", "REASON"):
+        table.add_column(col, overflow="fold")
+    for h in st.history[-10:]:
+        table.add_row(h.at, h.from_state, h.to_state, h.reason)
+    con.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add pause/resume/enable/disable/promote and status to the CLI."""
+    for command in COMMANDS:
+        app.command(
+            command, help=f"{_VERBS[command]} (through an annotation the controller acts on)."
+        )(_make_command(command, _VERBS[command]))
+    app.command("status")(status)

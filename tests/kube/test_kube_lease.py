@@ -1,0 +1,117 @@
+"""Leader election on a Lease: two electors against one API server double."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from alphagate.kube.client import Kube
+from alphagate.kube.lease import LeaderElector
+from alphagate.sandbox.apiserver import ApiServer
+
+# Short, bounded times: whole test well under a few seconds.
+TIMES = {"lease_duration": 1.0, "renew_deadline": 0.6, "retry_period": 0.1}
+
+
+def elector(kube: Kube, identity: str, log: list[str] | None = None) -> LeaderElector:
+    return LeaderElector(
+        kube.api_client,
+        namespace="alphagate",
+        name="ctl",
+        identity=identity,
+        on_started_leading=(lambda: log.append(f"+{identity}")) if log is not None else None,
+        on_stopped_leading=(lambda: log.append(f"-{identity}")) if log is not None else None,
+        **TIMES,
+    )
+
+
+def wait_for(predicate: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_exactly_one_leads_and_the_other_takes_over(apiserver: ApiServer, kube: Kube) -> None:
+    log: list[str] = []
+    a, b = elector(kube, "a", log), elector(kube, "b", log)
+    a.start()
+    assert a.wait_until_leader(5)
+    b.start()
+    try:
+        # b keeps campaigning for several renew periods but never leads while a renews
+        assert not wait_for(lambda: b.is_leader, 1.5)
+        assert a.is_leader and a.holder() == "a"
+        # a dies without releasing: it simply stops renewing
+        a.stop(release=False)
+        assert b.wait_until_leader(TIMES["lease_duration"] * 4)
+        assert b.holder() == "b"
+        assert not a.is_leader
+        lease = apiserver.get("leases", "alphagate", "ctl")
+        assert lease["spec"]["leaseTransitions"] == 1
+        assert log == ["+a", "-a", "+b"]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_both_never_lead_at_once(apiserver: ApiServer, kube: Kube) -> None:
+    a, b = elector(kube, "a"), elector(kube, "b")
+    a.start()
+    b.start()
+    try:
+        assert wait_for(lambda: a.is_leader or b.is_leader, 5)
+        for _ in range(30):  # bounded sampling over ~0.6 s
+            assert not (a.is_leader and b.is_leader)
+            time.sleep(0.02)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_clean_stop_releases_for_an_immediate_takeover(apiserver: ApiServer, kube: Kube) -> None:
+    a, b = elector(kube, "a"), elector(kube, "b")
+    a.start()
+    assert a.wait_until_leader(5)
+    a.stop(release=True)
+    assert apiserver.get("leases", "alphagate", "ctl")["spec"].get("holderIdentity") is None
+    b.start()
+    try:
+        assert b.wait_until_leader(2)
+    finally:
+        b.stop()
+
+
+def test_leader_steps_down_when_it_cannot_renew(apiserver: ApiServer, kube: Kube) -> None:
+    log: list[str] = []
+    a = elector(kube, "a", log)
+    a.start()
+    try:
+        assert a.wait_until_leader(5)
+        apiserver.faults.add("*", r"/leases/ctl$", 500, times=None)
+        assert wait_for(lambda: not a.is_leader, TIMES["renew_deadline"] * 5)
+        assert log == ["+a", "-a"]
+        apiserver.faults.clear()
+        assert a.wait_until_leader(5)  # campaigns again once the API answers
+    finally:
+        a.stop()
+
+
+def test_forbidden_lease_never_leads(apiserver: ApiServer, kube: Kube) -> None:
+    apiserver.rbac.deny(["create", "update"], "coordination.k8s.io", "leases")
+    a = elector(kube, "a")
+    a.start()
+    try:
+        assert not a.wait_until_leader(0.5)
+    finally:
+        a.stop()
+
+
+def test_bad_timings_are_rejected(kube: Kube) -> None:
+    with pytest.raises(ValueError, match="lease_duration > renew_deadline > retry_period"):
+        LeaderElector(
+            kube.api_client, namespace="x", lease_duration=1, renew_deadline=2, retry_period=0.1
+        )
