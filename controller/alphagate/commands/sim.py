@@ -12,8 +12,11 @@ per-pod summary is printed.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 
 import typer
 
@@ -37,6 +40,10 @@ def _duration(value: str | None, name: str) -> float | None:
         return parse_duration(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=name) from None
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _fmt_t(t: float) -> str:
@@ -144,6 +151,10 @@ def run_real_time(
     """Serve the fleet until ``duration`` simulated seconds have passed or Ctrl-C."""
     server = SimServer(fleet, speed=speed, port_base=port_base, file_sd=file_sd)
     writer: RecordingWriter | None = None
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # A supervisor's SIGTERM stops as cleanly as Ctrl-C.
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         server.start()
         for ev in server.sync():
@@ -179,6 +190,8 @@ def run_real_time(
         server.close()
         if writer:
             writer.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def sim(

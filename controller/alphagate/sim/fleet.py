@@ -29,7 +29,12 @@ from alphagate.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
 
 @dataclass(frozen=True)
 class SliceTruth:
-    """A slice as the scenario sets it right now."""
+    """A slice as the scenario sets it right now.
+
+    ``alpha`` is the scenario's value; ``pods_alpha`` is the mean, over the slice's ready
+    speculating pods, of what each is set to converge to (alpha plus its pod offset), which
+    is what an estimator over those pods should find (None when no pod speculates).
+    """
 
     name: str
     alpha: float
@@ -37,10 +42,12 @@ class SliceTruth:
     arrival_rate: float
     concurrency: int | None
     ready_pods: int
+    pods_alpha: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "alpha": self.alpha,
+            "pods_alpha": self.pods_alpha,
             "share": self.share,
             "arrival_rate": self.arrival_rate,
             "concurrency": self.concurrency,
@@ -50,13 +57,15 @@ class SliceTruth:
 
 @dataclass(frozen=True)
 class PodTruth:
-    """What a pod really did in its last tick (zeros when it is not serving)."""
+    """A pod's set alpha (slice alpha + pod offset) and what it really did in its last tick
+    (``alpha`` includes the wander; zeros when it is not serving)."""
 
     pod: str
     slice: str
     role: str
     ready: bool
     k: int
+    expected_alpha: float
     alpha: float
     batch: float
     passes: int
@@ -70,6 +79,7 @@ class PodTruth:
             "role": self.role,
             "ready": self.ready,
             "k": self.k,
+            "expected_alpha": self.expected_alpha,
             "alpha": self.alpha,
             "batch": self.batch,
             "passes": self.passes,
@@ -330,17 +340,23 @@ class Fleet:
     # --- observation ------------------------------------------------------------------------
     def truth(self) -> Truth:
         ready: dict[str, int] = dict.fromkeys(self.slices, 0)
+        expected: dict[str, list[float]] = {name: [] for name in self.slices}
         pods: dict[str, PodTruth] = {}
         for pod in self.pods.values():
+            sl = pod.spec.slice
+            exp_alpha = min(max(self.slices[sl].alpha + pod.spec.alpha_offset, 0.0), 1.0)
             if pod.ready:
-                ready[pod.spec.slice] += 1
+                ready[sl] += 1
+                if pod.k:
+                    expected[sl].append(exp_alpha)
             tt = pod.truth
             pods[pod.name] = PodTruth(
                 pod=pod.name,
-                slice=pod.spec.slice,
+                slice=sl,
                 role=pod.spec.role,
                 ready=pod.ready,
                 k=pod.k,
+                expected_alpha=exp_alpha,
                 alpha=tt.alpha if tt else 0.0,
                 batch=tt.batch if tt else 0.0,
                 passes=tt.passes if tt else 0,
@@ -356,6 +372,7 @@ class Fleet:
                 arrival_rate=self._slice_rate(sl),
                 concurrency=sl.concurrency,
                 ready_pods=ready[name],
+                pods_alpha=sum(expected[name]) / len(expected[name]) if expected[name] else None,
             )
             for name, sl in self.slices.items()
         }

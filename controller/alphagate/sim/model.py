@@ -63,6 +63,8 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Correlation time (s) of the pod's alpha wander.
 ALPHA_NOISE_TAU = 30.0
+#: Correlation time (s) of an engine's slowness (batch composition, context lengths).
+SLOW_TAU = 20.0
 #: Fraction of finished requests that stop on max_tokens rather than on a stop token.
 LENGTH_FINISH_FRACTION = 0.25
 #: Cap on a simulated queue wait, so an overloaded pod cannot produce absurd TTFTs.
@@ -93,7 +95,7 @@ class Load:
     alpha_noise: float = 0.01
     decay: float = 0.15
     draft_fill: float = 1.0
-    request_spread: float = 20.0
+    request_spread: float = 6.0
     prompt_tokens: int = 512
     output_tokens: int = 256
 
@@ -321,6 +323,7 @@ class Engine:
         self.running = 0.0
         self.waiting = 0.0
         self.noise = 0.0
+        self.slow = 0.0
         self._positions = np.arange(k + 1, dtype=np.int64)
         self._step_cache: dict[tuple[int, float], tuple[float, int]] = {}
         self._carry_obs = 0.0
@@ -336,13 +339,17 @@ class Engine:
         sigma = p.jitter
         fill = load.draft_fill
 
-        # Alpha wander: AR(1) whose stationary std is alpha_noise whatever the tick length.
+        # Alpha wander and engine slowness: AR(1) processes whose stationary standard deviations
+        # (alpha_noise; jitter / 3 in log step time) do not depend on the tick length.
+        z0, z1 = rng.standard_normal(2).tolist()
+        rho = math.exp(-dt / ALPHA_NOISE_TAU)
         if load.alpha_noise > 0:
-            rho = math.exp(-dt / ALPHA_NOISE_TAU)
-            z0 = float(rng.standard_normal())
             self.noise = rho * self.noise + math.sqrt(1 - rho * rho) * load.alpha_noise * z0
         else:
             self.noise = 0.0
+        rho = math.exp(-dt / SLOW_TAU)
+        self.slow = rho * self.slow + math.sqrt(1 - rho * rho) * (sigma / 3) * z1
+        slow = math.exp(self.slow)
         alpha = min(max(load.alpha + self.alpha_offset + self.noise, 0.0), 1.0)
         tps = 1.0 + fill * k * alpha if k else 1.0
         n_out = max(load.output_tokens, 2)
@@ -385,18 +392,26 @@ class Engine:
             if cached is None:
                 cached = step_cache[key] = step_time(key[0], k, p, scale)
             st, passes = cached
+            st *= slow
             passes_max = max(passes_max, passes)
             lam = -log_keep * tps / st  # finishes per running request per second
             # Prefill chunks of new requests take part of the sub-step from decoding.
             expected_new = admit + (run * lam * h if closed or wait > 1e-9 else rate_in * h)
             prefill = min(expected_new * prefill_one, 0.5 * h)
             lam *= (h - prefill) / h
-            if closed or wait > 1e-9:
-                # Saturated or closed loop: each finish is replaced at once (from the queue,
-                # or by the client's next request) while there is someone to replace it.
+            if conc is not None:
+                # Closed loop: a client sends its next request as soon as the last one ends,
+                # unless there are more clients than wanted (then it leaves).
                 fin = run * lam * h
-                refill = fin if closed else min(fin, wait + rate_in * h)
-                wait += (0.0 if closed else rate_in * h) - (0.0 if closed else refill)
+                refill = max(fin - max(run + wait - conc, 0.0), 0.0)
+                integral = run * h
+                end = run - fin + refill
+                arrived = refill
+            elif wait > 1e-9:
+                # Saturated: each finish is replaced at once from the queue.
+                fin = run * lam * h
+                refill = min(fin, wait + rate_in * h)
+                wait += rate_in * h - refill
                 integral = run * h
                 end = run - fin + refill
                 arrived = refill

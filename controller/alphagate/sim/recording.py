@@ -24,10 +24,12 @@ Format (one JSON object per line, UTF-8):
                   "histograms": {"vllm:inter_token_latency_seconds":
                                    {"buckets": [cumulative counts, last is +Inf],
                                     "sum": 1.5, "count": 99}, ...}}, ...],
-        "truth": {"slices": {"chat": {"alpha": 0.7, "share": 1.0, "arrival_rate": 24.0,
-                                      "concurrency": null, "ready_pods": 4}},
+        "truth": {"slices": {"chat": {"alpha": 0.7, "pods_alpha": 0.7, "share": 1.0,
+                                      "arrival_rate": 24.0, "concurrency": null,
+                                      "ready_pods": 4}},
                   "pods": {"chat-canary-0": {"slice": ..., "role": ..., "ready": true,
-                                             "k": 5, "alpha": 0.71, "batch": 7.1, "passes": 1,
+                                             "k": 5, "expected_alpha": 0.7, "alpha": 0.71,
+                                             "batch": 7.1, "passes": 1,
                                              "mean_step": 0.017, "tokens_per_step": 4.5,
                                              "time_per_token": 0.0038}, ...}}}
 
@@ -145,6 +147,7 @@ def _truth_from_json(t: float, data: dict[str, Any]) -> Truth:
             arrival_rate=float(s["arrival_rate"]),
             concurrency=s["concurrency"],
             ready_pods=int(s["ready_pods"]),
+            pods_alpha=s.get("pods_alpha"),
         )
         for name, s in data["slices"].items()
     }

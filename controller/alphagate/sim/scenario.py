@@ -109,7 +109,7 @@ class SliceSpec(_Strict):
     alpha_noise: float = Field(default=0.01, ge=0, le=0.5)
     decay: float = Field(default=0.15, ge=0, le=5)
     draft_fill: float = Field(default=1.0, gt=0, le=1)
-    request_spread: float = Field(default=20.0, gt=0)
+    request_spread: float = Field(default=6.0, gt=0)
     prompt_tokens: int = Field(default=512, ge=1)
     output_tokens: int = Field(default=256, ge=2)
     concurrency: int | None = Field(default=None, ge=0)

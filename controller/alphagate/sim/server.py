@@ -183,11 +183,15 @@ class SimServer:
     def sim_now(self) -> float:
         return self._sim0 + (self._clock() - self._t0) * self.speed
 
+    def _advance(self) -> None:
+        self.fleet.advance_to(self.sim_now())
+        self._reconcile()
+
     def sync(self) -> list[FleetEvent]:
-        """Advance the fleet to now, start/stop servers for added/removed pods, return events."""
+        """Advance the fleet to now, start/stop servers for added/removed pods, and return the
+        events since the last call (scrapes advance the fleet too, but keep the events)."""
         with self.lock:
-            self.fleet.advance_to(self.sim_now())
-            self._reconcile()
+            self._advance()
             events, self._events = self._events, []
             return events
 
@@ -203,13 +207,13 @@ class SimServer:
     def snapshot(self, name: str) -> PodSnapshot:
         """The pod's counters now (KeyError if the pod is gone)."""
         with self.lock:
-            self.sync()
+            self._advance()
             pod = self.fleet.pods[name]
             return pod.snapshot(self.fleet.now)
 
     def state(self, name: str) -> dict[str, Any]:
         with self.lock:
-            self.sync()
+            self._advance()
             pod = self.fleet.pods[name]
             truth = self.fleet.truth().pods[name]
             return {
@@ -226,21 +230,21 @@ class SimServer:
     def add_pod(self, spec: PodSpec, *, ready: bool = False) -> int:
         """Create a pod (loading unless ``ready``) and serve it; returns its port."""
         with self.lock:
-            self.sync()
+            self._advance()
             self.fleet.add_pod(spec, ready=ready)
             self._reconcile()
             return self._servers[spec.name].server_address[1]
 
     def remove_pod(self, name: str) -> None:
         with self.lock:
-            self.sync()
+            self._advance()
             self.fleet.remove_pod(name)
             self._reconcile()
 
     def apply_args(self, name: str, args: list[str]) -> bool:
         """New container args for a pod; a change restarts it. KeyError if no such pod."""
         with self.lock:
-            self.sync()
+            self._advance()
             if name not in self.fleet.pods:
                 raise KeyError(name)
             changed = self.fleet.apply_args(name, args)
@@ -249,7 +253,7 @@ class SimServer:
 
     def set_speculative_config(self, name: str, config: dict[str, Any] | None) -> bool:
         with self.lock:
-            self.sync()
+            self._advance()
             if name not in self.fleet.pods:
                 raise KeyError(name)
             changed = self.fleet.set_speculative_config(name, config)
