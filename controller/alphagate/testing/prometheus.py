@@ -175,7 +175,8 @@ class PrometheusServer:
             raise SandboxError(
                 f"prometheus binary not found (install Debian's `prometheus` or set {ENV_BINARY})"
             )
-        self.write_targets(self.targets)
+        if self.targets or not self.targets_path.exists():  # keep a list someone else wrote
+            self.write_targets(self.targets)
         self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
         self.data_path.mkdir(parents=True, exist_ok=True)
         last_error = ""
@@ -326,8 +327,9 @@ class PrometheusServer:
                 raise SandboxError(f"timed out after {timeout}s waiting for {expr!r}; last: {last}")
             time.sleep(poll)
 
-    def wait_for_targets(self, count: int, *, timeout: float = 30.0) -> Result:
-        """Wait until `count` targets of the job are up (scraped successfully)."""
-        return self.wait_for(
-            f'up{{job="{self.job}"}} == 1', lambda r: len(r) >= count, timeout=timeout
-        )
+    def wait_for_targets(
+        self, count: int, *, job: str | None = None, timeout: float = 30.0
+    ) -> Result:
+        """Wait until at least `count` targets (of `job`, or of every job) are up."""
+        selector = f'{{job="{job}"}}' if job else ""
+        return self.wait_for(f"up{selector} == 1", lambda r: len(r) >= count, timeout=timeout)
