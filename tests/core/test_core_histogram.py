@@ -130,6 +130,32 @@ def test_quantile_lies_in_its_bracket(increments: list[float], q: float) -> None
     assert lo <= value <= hi or (math.isinf(hi) and value == lo)
 
 
+any_float = st.floats(allow_nan=True, allow_infinity=True)
+
+
+@given(
+    st.lists(any_float, max_size=6),
+    st.lists(any_float, max_size=6),
+    any_float,
+    st.lists(any_float, max_size=6),
+)
+def test_garbage_histograms_never_raise(
+    bounds: list[float], counts: list[float], q: float, prev: list[float]
+) -> None:
+    b = Buckets(bounds=tuple(bounds), counts=tuple(counts))
+    p = Buckets(bounds=tuple(bounds), counts=tuple(prev))
+    value = h.quantile(q, b)
+    assert isinstance(value, float)
+    lo, hi = h.bracket(q, b)
+    assert isinstance(lo, float) and isinstance(hi, float)
+    h.exceedance(q, b)
+    h.fraction_above(q, b)
+    d = h.delta(p, b)
+    assert d is None or all(c >= 0 for c in d.counts)
+    if h.problem(b) is not None:
+        assert math.isnan(h.quantile(0.5, b))
+
+
 # ---------------------------------------------------------------- delta / merge / scale
 
 

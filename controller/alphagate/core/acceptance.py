@@ -35,6 +35,8 @@ HULL: Final = "hull(wilson-drafts,batch-means)"
 
 # increase() extrapolates each series on its own; tolerate tiny accepted > drafted excesses.
 _EXCESS_TOLERANCE: Final = 1e-3
+# No fleet drafts 1e15 tokens in one window: larger values are corrupt, and would overflow sums.
+MAX_PLAUSIBLE: Final = 1e15
 
 
 def _where(s: AcceptanceSample) -> str:
@@ -55,6 +57,8 @@ def _sample_problem(s: AcceptanceSample) -> str | None:
             return f"{_where(s)}: {name} is {value}"
         if value < 0:
             return f"{_where(s)}: {name} is negative ({value:g}); a counter reset was not handled"
+        if value > MAX_PLAUSIBLE:
+            return f"{_where(s)}: {name} is implausibly large ({value:g})"
     if (s.drafts > 0) != (s.draft_tokens > 0):
         return f"{_where(s)}: drafts {s.drafts:g} but draft_tokens {s.draft_tokens:g}"
     if s.accepted_tokens > s.draft_tokens * (1 + _EXCESS_TOLERANCE) + 1e-6:
@@ -119,7 +123,8 @@ def estimate(
     lower, upper = wilson(alpha, drafts, confidence)
     z = normal_quantile(0.5 + confidence / 2.0)
     w_se = (upper - lower) / (2.0 * z)
-    if n >= 2:
+    # A batch holding (numerically) all the tokens leaves nothing to learn a spread from.
+    if n >= 2 and max(s.draft_tokens for s in good) / tokens < 1.0 - 1e-9:
         # Ratio estimator, delta method with a leverage correction (HC3, the linearised
         # jackknife): Var(r) = sum(e_i^2 / (1 - h_i)^2) / T^2, e_i = A_i - r T_i, h_i = T_i / T.
         # The plain n/(n-1) delta variance under-covers (~93%) with few, unequal batches.

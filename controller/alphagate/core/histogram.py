@@ -25,6 +25,8 @@ from alphagate.core.model import Buckets
 # promql/quantile.go: smallDeltaTolerance, and almost.Equal's minNormal.
 SMALL_DELTA_TOLERANCE: Final = 1e-12
 _MIN_NORMAL: Final = 2.2250738585072014e-308
+# No pool observes 1e15 latencies in one window: larger counts are corrupt.
+MAX_PLAUSIBLE: Final = 1e15
 
 
 def problem(buckets: Buckets) -> str | None:
@@ -42,6 +44,8 @@ def problem(buckets: Buckets) -> str | None:
             return f"count of bucket le={b:g} is {c}"
         if c < 0:
             return f"count of bucket le={b:g} is negative ({c:g}); a counter reset was not handled"
+        if c > MAX_PLAUSIBLE:
+            return f"count of bucket le={b:g} is implausibly large ({c:g})"
     return None
 
 

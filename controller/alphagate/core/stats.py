@@ -122,7 +122,7 @@ def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:
     Valid for any [0, 1]-valued mean, not only Bernoulli: the variance of such a variable with
     mean p is at most p(1 - p), so the interval is conservative there.
     """
-    if not n > 0 or math.isnan(p):
+    if not 1e-9 <= n < math.inf or math.isnan(p):
         return (0.0, 1.0)
     p = min(1.0, max(0.0, p))
     z = normal_quantile(0.5 + confidence / 2.0)

@@ -1,0 +1,413 @@
+"""evaluate(): estimates, weights, checks and the machine step together, as the shell calls it."""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alphagate import vllm
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import (
+    AcceptanceSample,
+    Action,
+    Buckets,
+    Command,
+    Memory,
+    Observation,
+    PoolObservation,
+    Role,
+    Rollout,
+    State,
+    Verdict,
+)
+
+T0 = 2_000_000.0
+K = 5
+SETTLED = Rollout(completed_at=T0 - 10_000, speculation_on=True)
+OLD = T0 - 10_000
+
+
+def _slice(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "canary": {"matchLabels": {"slice": name, "track": "canary"}},
+        "baseline": {"matchLabels": {"slice": name, "track": "baseline"}},
+        **extra,
+    }
+
+
+BASE: dict[str, Any] = {
+    "target": {"name": "canary"},
+    "baseline": {"name": "baseline"},
+    "speculativeConfig": {"method": "ngram", "num_speculative_tokens": K},
+    "slices": [_slice("chat")],
+    "source": {"kind": "prometheus", "prometheus": {"url": "http://127.0.0.1:9090"}},
+    "acceptance": {"minDrafts": 200},
+}
+
+
+def make_spec(**over: Any) -> SpeculativeCanarySpec:
+    d = copy.deepcopy(BASE)
+    d.update(over)
+    return SpeculativeCanarySpec.model_validate(d)
+
+
+SPEC = make_spec()
+TWO = make_spec(
+    slices=[_slice("chat", minAlpha=0.5), _slice("code", minAlpha=0.35)],
+)
+PER_SLICE = make_spec(
+    aggregation="perSlice",
+    slices=[
+        _slice("chat", deployment={"name": "chat-canary"}),
+        _slice("code", deployment={"name": "code-canary"}),
+    ],
+)
+
+ITL = (*vllm.ITL_BUCKETS, math.inf)
+
+
+def hist(values: list[float]) -> Buckets:
+    counts = [0.0] * len(ITL)
+    for v in values:
+        counts[bisect.bisect_left(ITL, v)] += 1
+    cum, run = [], 0.0
+    for c in counts:
+        run += c
+        cum.append(run)
+    return Buckets(bounds=ITL, counts=tuple(cum))
+
+
+def spread(n: int, lo: float, hi: float) -> list[float]:
+    return [lo + (hi - lo) * (i + 0.5) / n for i in range(n)]
+
+
+TPOT_OK = hist(spread(1000, 0.02, 0.045))
+TPOT_SLOW = hist(spread(900, 0.02, 0.045) + spread(100, 0.2, 0.3))
+
+
+def samples(alpha: float, *, batches: int = 10, drafts: int = 100) -> tuple[AcceptanceSample, ...]:
+    out = []
+    for i in range(batches):
+        wiggle = (i - (batches - 1) / 2) * 0.5
+        out.append(
+            AcceptanceSample(
+                drafts=drafts,
+                draft_tokens=drafts * K,
+                accepted_tokens=alpha * drafts * K + wiggle,
+                pod=f"pod-{i % 2}",
+                start=T0 - 300 + 30 * i,
+                end=T0 - 270 + 30 * i,
+            )
+        )
+    return tuple(out)
+
+
+def pools(
+    name: str,
+    alpha: float | None,
+    *,
+    tokens: float = 1000.0,
+    canary_tpot: Buckets | None = TPOT_OK,
+    canary_error: str | None = None,
+    baseline_error: str | None = None,
+    acc: tuple[AcceptanceSample, ...] | None = None,
+) -> tuple[PoolObservation, PoolObservation]:
+    return (
+        PoolObservation(
+            slice=name,
+            role=Role.CANARY,
+            acceptance=acc if acc is not None else (samples(alpha) if alpha is not None else ()),
+            generation_tokens=tokens * 0.2,
+            tpot=canary_tpot,
+            itl=canary_tpot,
+            error=canary_error,
+        ),
+        PoolObservation(
+            slice=name,
+            role=Role.BASELINE,
+            generation_tokens=tokens * 0.8,
+            tpot=TPOT_OK,
+            itl=TPOT_OK,
+            error=baseline_error,
+        ),
+    )
+
+
+def obs(
+    *pool_pairs: tuple[PoolObservation, PoolObservation], source_error: str | None = None
+) -> Observation:
+    return Observation(
+        at=T0,
+        window_seconds=300,
+        pools=tuple(p for pair in pool_pairs for p in pair),
+        source_error=source_error,
+    )
+
+
+PROBING = Memory(state=State.PROBING, since=OLD, last_flip_at=OLD, probe_deadline=T0 + 900)
+ON = Memory(state=State.ON, since=OLD, last_flip_at=OLD)
+
+
+def run(spec: SpeculativeCanarySpec, o: Observation, m: Memory, **kw: Any):  # type: ignore[no-untyped-def]
+    kw.setdefault("rollout", SETTLED)
+    rollout = kw.pop("rollout")
+    return evaluate(spec, o, m, rollout, now=T0, **kw)
+
+
+def test_new_canary_enables_without_judging() -> None:
+    e = run(SPEC, obs(pools("chat", None)), Memory())
+    assert e.action is Action.ENABLE and e.target_speculation_on
+    assert e.verdict is Verdict.INCONCLUSIVE
+    assert [c.check for c in e.checks] == ["acceptance"]
+    assert "not judged: speculation is off" in e.checks[0].reason
+    assert e.weights == {"chat": 1.0}
+
+
+def test_probing_good_alpha_passes_and_confirms() -> None:
+    e = run(SPEC, obs(pools("chat", 0.75)), PROBING)
+    assert e.verdict is Verdict.PASS, [c.reason for c in e.checks]
+    assert {c.check for c in e.checks} == {"acceptance", "latency"}
+    assert e.estimates["chat"].value == pytest.approx(0.75)
+    assert e.combined is not None and e.combined.value == pytest.approx(0.75)
+    assert e.memory.last_alpha == {"chat": pytest.approx(0.75)}
+    e2 = run(SPEC, obs(pools("chat", 0.75)), e.memory)
+    assert e2.memory.state is State.ON and e2.transition is not None
+    assert e2.transition.evidence["alpha"] == pytest.approx(0.75)
+
+
+def test_low_alpha_rolls_back_with_evidence() -> None:
+    e = run(SPEC, obs(pools("chat", 0.3)), ON)
+    assert e.verdict is Verdict.FAIL and e.action is Action.HOLD
+    e = run(SPEC, obs(pools("chat", 0.3)), e.memory)
+    assert e.action is Action.DISABLE and not e.target_speculation_on
+    assert e.transition is not None
+    ev = e.transition.evidence
+    assert ev["verdict"] == "Fail" and ev["alpha"] == pytest.approx(0.3)
+    assert isinstance(ev["alpha_upper"], float) and ev["alpha_upper"] < 0.55
+    assert "upper bound below disableBelow" in str(ev["why"])
+
+
+def test_latency_regression_fails_and_names_metric() -> None:
+    spec = make_spec(latency={"consecutiveWindows": 1})
+    e = run(spec, obs(pools("chat", 0.75, canary_tpot=TPOT_SLOW)), ON)
+    lat = next(c for c in e.checks if c.check == "latency")
+    assert lat.verdict is Verdict.FAIL and "per token" in lat.reason
+    assert e.action is Action.DISABLE  # latency needs only one window here
+
+
+def test_per_step_scaled_uses_measured_acceptance_length() -> None:
+    spec = make_spec(latency={"metric": "perStepScaled"})
+    canary_step = hist(spread(1000, 0.06, 0.09))  # ~2x the baseline per step...
+    base_step = hist(spread(1000, 0.03, 0.045))
+    o = Observation(
+        at=T0,
+        window_seconds=300,
+        pools=(
+            PoolObservation(
+                slice="chat",
+                role=Role.CANARY,
+                acceptance=samples(0.6),
+                itl=canary_step,
+                generation_tokens=1,
+            ),
+            PoolObservation(slice="chat", role=Role.BASELINE, itl=base_step, generation_tokens=1),
+        ),
+    )
+    e = run(spec, o, PROBING)
+    lat = next(c for c in e.checks if c.check == "latency")
+    # ... but each step carries 1 + 5 * 0.6 = 4 tokens
+    assert lat.verdict is Verdict.PASS, lat.reason
+    assert "per step scaled by 4 tokens/step" in lat.reason
+
+
+def test_warmup_window_is_not_judged() -> None:
+    rollout = Rollout(completed_at=T0 - 200, speculation_on=True)
+    e = run(SPEC, obs(pools("chat", 0.3)), ON, rollout=rollout)
+    assert [c.check for c in e.checks] == ["window"]
+    assert e.verdict is Verdict.INCONCLUSIVE and "warm-up" in e.checks[0].reason
+    assert e.memory.fail_streak == 0
+    assert "chat" in e.estimates  # still estimated, for display
+
+
+def test_rollout_in_progress_is_not_judged() -> None:
+    e = run(SPEC, obs(pools("chat", 0.3)), ON, rollout=Rollout(in_progress=True, completed_at=OLD))
+    assert e.verdict is Verdict.INCONCLUSIVE and e.action is Action.HOLD
+
+
+def test_source_error_is_error_and_holds() -> None:
+    e = run(SPEC, obs(pools("chat", 0.3), source_error="prometheus unreachable"), ON)
+    assert e.verdict is Verdict.ERROR and e.action is Action.HOLD
+    assert e.checks[0].check == "source" and "unreachable" in e.checks[0].reason
+    assert e.estimates == {}
+    assert e.memory.error_streak == 1
+
+
+def test_pool_error_is_error() -> None:
+    e = run(SPEC, obs(pools("chat", 0.75, canary_error="scrape timeout")), ON)
+    assert e.verdict is Verdict.ERROR
+    assert any("scrape timeout" in c.reason for c in e.checks)
+
+
+BAD_DATA = [
+    (
+        "nan-accepted",
+        AcceptanceSample(drafts=10, draft_tokens=50, accepted_tokens=math.nan, pod="a"),
+    ),
+    (
+        "negative-increment",
+        AcceptanceSample(drafts=-10, draft_tokens=-50, accepted_tokens=-20, pod="a"),
+    ),
+    ("zero-over-zero", AcceptanceSample(drafts=0, draft_tokens=0, accepted_tokens=0, pod="a")),
+    (
+        "inf-drafts",
+        AcceptanceSample(drafts=math.inf, draft_tokens=math.inf, accepted_tokens=1, pod="a"),
+    ),
+]
+
+
+@pytest.mark.parametrize("bad", [b[1] for b in BAD_DATA], ids=[b[0] for b in BAD_DATA])
+def test_bad_acceptance_data_never_crashes_or_flips(bad: AcceptanceSample) -> None:
+    e = run(SPEC, obs(pools("chat", None, acc=(bad,))), ON)
+    acc = next(c for c in e.checks if c.check == "acceptance")
+    assert acc.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE)
+    assert e.action is Action.HOLD and e.memory.state is State.ON
+
+
+def test_bad_histogram_data_is_error() -> None:
+    nan_hist = Buckets(bounds=(0.1, math.inf), counts=(math.nan, 1))
+    e = run(SPEC, obs(pools("chat", 0.75, canary_tpot=nan_hist)), ON)
+    lat = next(c for c in e.checks if c.check == "latency")
+    assert lat.verdict is Verdict.ERROR and e.action is Action.HOLD
+
+
+def test_combined_alpha_design_example_with_floors() -> None:
+    o = obs(pools("chat", 0.7, tokens=7000), pools("code", 0.4, tokens=3000))
+    e = run(TWO, o, PROBING)
+    assert e.weights == pytest.approx({"chat": 0.7, "code": 0.3})
+    assert e.combined is not None and e.combined.value == pytest.approx(0.61, abs=1e-6)
+    names = [c.check for c in e.checks]
+    assert names == ["acceptance", "floor:chat", "floor:code", "latency:chat", "latency:code"]
+    assert all(c.verdict is Verdict.PASS for c in e.checks), [c.reason for c in e.checks]
+
+
+def test_floor_vetoes_a_slice_riding_on_the_mix() -> None:
+    o = obs(pools("chat", 0.85, tokens=8000), pools("code", 0.2, tokens=2000))
+    e = run(TWO, o, PROBING)
+    assert e.combined is not None and e.combined.lower > 0.6  # the mix alone would pass
+    floor = next(c for c in e.checks if c.check == "floor:code")
+    assert floor.verdict is Verdict.FAIL and e.verdict is Verdict.FAIL
+
+
+def test_weights_fall_back_to_draft_tokens_without_generation_counts() -> None:
+    o = obs(pools("chat", 0.7, tokens=0), pools("code", 0.4, tokens=0))
+    e = run(TWO, o, PROBING)
+    assert e.weights == pytest.approx({"chat": 0.5, "code": 0.5})
+
+
+def test_per_slice_evaluates_only_the_given_slice() -> None:
+    o = obs(pools("chat", 0.75), pools("code", 0.3))
+    e = run(PER_SLICE, o, ON, slices=["code"])
+    assert [c.check for c in e.checks] == ["acceptance:code", "latency:code"]
+    assert set(e.estimates) == {"code"}
+    assert e.verdict is Verdict.FAIL
+    with pytest.raises(ValueError, match="unknown slices"):
+        run(PER_SLICE, o, ON, slices=["nope"])
+
+
+def test_rolled_back_small_mix_shift_keeps_cooling_down() -> None:
+    m = Memory(
+        state=State.ROLLED_BACK,
+        since=T0 - 700,
+        last_flip_at=T0 - 700,
+        cooldown_until=T0 + 5000,
+        last_alpha={"chat": 0.72, "code": 0.35},
+        good_share_at_rollback=0.3,
+    )
+    # speculation is off: no spec series; chat (the only slice whose last alpha cleared
+    # enableAbove) grew from 30% to 40% of the traffic: less than reprobeMixShift 0.15
+    e = run(TWO, obs(pools("chat", None, tokens=4000), pools("code", None, tokens=6000)), m)
+    assert e.action is Action.HOLD and "cooling down" in e.reason
+    assert e.weights["chat"] == pytest.approx(0.4)
+    assert e.verdict is Verdict.INCONCLUSIVE
+
+
+def test_rolled_back_reprobes_early_when_mix_moves_to_good_slices() -> None:
+    m = Memory(
+        state=State.ROLLED_BACK,
+        since=T0 - 700,
+        last_flip_at=T0 - 700,
+        cooldown_until=T0 + 5000,
+        last_alpha={"chat": 0.72, "code": 0.35},
+        good_share_at_rollback=0.3,
+    )
+    e = run(TWO, obs(pools("chat", None, tokens=5000), pools("code", None, tokens=5000)), m)
+    assert e.action is Action.ENABLE and "early re-probe" in e.reason
+    assert e.memory.last_alpha == {"chat": 0.72, "code": 0.35}  # kept while off
+
+
+def test_manual_command_passes_through() -> None:
+    e = run(SPEC, obs(pools("chat", 0.75)), ON, command=Command.PAUSE)
+    assert e.memory.state is State.PAUSED and e.reason.startswith("manual: pause")
+    assert e.target_speculation_on
+
+
+def test_every_check_has_reason_and_json_safe_evidence() -> None:
+    for o, m in [
+        (obs(pools("chat", 0.7, tokens=7000), pools("code", 0.4, tokens=3000)), PROBING),
+        (obs(pools("chat", None), pools("code", None)), Memory()),
+    ]:
+        e = run(TWO, o, m)
+        for c in e.checks:
+            assert c.reason
+            for v in c.evidence.values():
+                assert isinstance(v, str) or math.isfinite(v)
+
+
+# ---------------------------------------------------------------- garbage in, verdicts out
+
+floats = st.floats(allow_nan=True, allow_infinity=True, width=64) | st.floats(0, 1e6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    d=floats,
+    t=floats,
+    a=floats,
+    counts=st.lists(floats, min_size=2, max_size=2),
+    tokens=floats,
+)
+def test_garbage_never_crashes(
+    d: float, t: float, a: float, counts: list[float], tokens: float
+) -> None:
+    sample = AcceptanceSample(drafts=d, draft_tokens=t, accepted_tokens=a, pod="x")
+    h = Buckets(bounds=(0.1, math.inf), counts=(counts[0], counts[1]))
+    o = Observation(
+        at=T0,
+        window_seconds=300,
+        pools=(
+            PoolObservation(
+                slice="chat",
+                role=Role.CANARY,
+                acceptance=(sample,) * 10,
+                tpot=h,
+                generation_tokens=tokens,
+            ),
+            PoolObservation(slice="chat", role=Role.BASELINE, tpot=h, generation_tokens=tokens),
+        ),
+    )
+    for m in (ON, PROBING, Memory()):
+        e = run(SPEC, o, m)
+        assert e.verdict in Verdict
+        bad = any(not math.isfinite(x) or x < 0 for x in (d, t, a))
+        if bad and m is not Memory():
+            acc = next((c for c in e.checks if c.check == "acceptance"), None)
+            if acc is not None and m.state is not State.OFF:
+                assert acc.verdict is Verdict.ERROR
