@@ -1,0 +1,103 @@
+"""Benchmark: parsing a vLLM /metrics page, prometheus_client's parser against ours.
+
+Run ``python -m alphagate.bench.sources [--file PAGE] [--repeat N]``. It times, interleaved so
+the machine's state affects all alike, the three ways to read the families alphagate needs:
+``prometheus_client`` on the whole page, ``prometheus_client`` on pre-filtered lines, and the
+fast path in ``alphagate.sources.exposition``; then it prints per-page times, the ratios, and
+what one interval costs at 1000 pods. It prints numbers; it asserts nothing about speed.
+
+The page defaults to the real vLLM capture kept with the tests (55 KB, ~650 lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from alphagate.sources import exposition
+
+CAPTURE = (
+    Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
+)
+
+
+def _page(path: str | None) -> tuple[str, str]:
+    if path:
+        return Path(path).read_text(encoding="utf-8"), path
+    if CAPTURE.exists():
+        return CAPTURE.read_text(encoding="utf-8"), "real vLLM capture (tests/sources/data)"
+    from alphagate.sim.exposition import render
+    from alphagate.sim.fleet import Fleet
+    from alphagate.sim.scenario import Scenario
+
+    scenario = Scenario.model_validate(
+        {
+            "name": "bench",
+            "slices": {"chat": {"alpha": 0.7}},
+            "pools": [
+                {
+                    "name": "c",
+                    "role": "canary",
+                    "slice": "chat",
+                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
+                }
+            ],
+        }
+    )
+    fleet = Fleet(scenario)
+    fleet.advance_to(30.0)
+    return render(fleet.snapshot().pods[0]).decode(), "simulated pod page (capture not found)"
+
+
+def _time(fn: Callable[[], object], number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - t0) / number
+
+
+def run(text: str, *, repeat: int = 7, budget_seconds: float = 20.0) -> dict[str, float]:
+    """Median seconds per page for each parser, measured in interleaved rounds."""
+    contenders: dict[str, Callable[[], object]] = {
+        "prometheus_client": lambda: exposition.parse_with_client(text),
+        "prometheus_client+prefilter": lambda: exposition.parse_with_client(text, prefilter=True),
+        "alphagate fast path": lambda: exposition.parse(text),
+    }
+    # Same answer first: a fast wrong parser is worth nothing.
+    reference = exposition.parse_with_client(text)
+    for name, fn in contenders.items():
+        if fn() != reference:
+            raise SystemExit(f"{name} disagrees with prometheus_client on this page")
+    # Calibrate so one round of the slowest takes ~0.2 s.
+    slowest = max(_time(fn, 1) for fn in contenders.values())
+    number = max(1, int(0.2 / max(slowest, 1e-6)))
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    deadline = time.monotonic() + budget_seconds
+    for _ in range(repeat):
+        for name, fn in contenders.items():
+            samples[name].append(_time(fn, number * (10 if "fast" in name else 1)))
+        if time.monotonic() > deadline:
+            break
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--file", help="a saved /metrics page (default: the real capture)")
+    parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
+    args = parser.parse_args(argv)
+    text, where = _page(args.file)
+    lines = text.count("\n")
+    print(f"page: {where}: {len(text.encode()) / 1024:.1f} KiB, {lines} lines")
+    result = run(text, repeat=max(1, args.repeat))
+    base = result["prometheus_client"]
+    print(f"{'parser':<30} {'ms/page':>9} {'x faster':>9} {'s/interval @1000 pods':>22}")
+    for name, secs in result.items():
+        print(f"{name:<30} {secs * 1e3:>9.3f} {base / secs:>9.1f} {secs * 1000:>22.2f}")
+
+
+if __name__ == "__main__":
+    main()
