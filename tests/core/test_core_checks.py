@@ -149,8 +149,8 @@ def test_per_token_same_distribution_passes() -> None:
     assert r.verdict is P, r.reason
     assert "per token" in r.reason
     for key in (
-        "canary_p",
-        "baseline_p",
+        "canary_quantile_seconds",
+        "baseline_quantile_seconds",
         "canary_bucket_lo",
         "canary_bucket_hi",
         "baseline_bucket_hi",

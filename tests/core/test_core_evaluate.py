@@ -411,3 +411,34 @@ def test_garbage_never_crashes(
             acc = next((c for c in e.checks if c.check == "acceptance"), None)
             if acc is not None and m.state is not State.OFF:
                 assert acc.verdict is Verdict.ERROR
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    completed_ago=st.floats(0, 1000),
+    flip_ago=st.none() | st.floats(0, 1000),
+    alpha=st.sampled_from([0.2, 0.75]),
+    state=st.sampled_from([State.PROBING, State.ON]),
+)
+def test_warmup_data_is_never_judged(
+    completed_ago: float, flip_ago: float | None, alpha: float, state: State
+) -> None:
+    m = Memory(
+        state=state,
+        since=OLD,
+        last_flip_at=OLD if flip_ago is None else T0 - flip_ago,
+        pass_streak=5,
+        fail_streak=5,
+        probe_deadline=T0 + 900,
+    )
+    rollout = Rollout(completed_at=T0 - completed_ago, speculation_on=True)
+    e = run(SPEC, obs(pools("chat", alpha)), m, rollout=rollout)
+    warm_end = max(T0 - completed_ago, m.last_flip_at or OLD) + SPEC.timing.warmup_seconds
+    if abs(warm_end - (T0 - 300)) < 1e-6:
+        return  # on the boundary: either reading is right
+    if warm_end > T0 - 300:
+        assert [c.check for c in e.checks] == ["window"]
+        assert e.action is Action.HOLD and e.memory.state is state
+        assert e.memory.pass_streak == 0 and e.memory.fail_streak == 0
+    else:
+        assert any(c.check == "acceptance" for c in e.checks)

@@ -288,7 +288,7 @@ def check_latency(
     c_lo, c_hi = histogram.bracket(q, c_hist)
     evidence |= {
         "canary_count": ev(c_hist.total),
-        "canary_p": ev(c_p),
+        "canary_quantile_seconds": ev(c_p),
         "canary_bucket_lo": ev(c_lo),
         "canary_bucket_hi": ev(c_hi),
     }
@@ -298,7 +298,7 @@ def check_latency(
         b_lo, b_hi = histogram.bracket(q, b_hist)
         evidence |= {
             "baseline_count": ev(b_hist.total),
-            "baseline_p": ev(b_p),
+            "baseline_quantile_seconds": ev(b_p),
             "baseline_bucket_lo": ev(b_lo),
             "baseline_bucket_hi": ev(b_hi),
         }

@@ -73,7 +73,12 @@ def _evidence(
         out[f"alpha:{name}"] = checks.ev(e.value)
     for c in results:
         if c.check.startswith("latency"):
-            for key in ("canary_p", "baseline_p", "fraction_above", "p_value"):
+            for key in (
+                "canary_quantile_seconds",
+                "baseline_quantile_seconds",
+                "fraction_above",
+                "p_value",
+            ):
                 if key in c.evidence:
                     out[f"{c.check}:{key}"] = c.evidence[key]
     decisive = [c for c in results if c.verdict is verdict]

@@ -208,7 +208,7 @@ class Memory(BaseModel):
     error_streak: int = 0  # consecutive windows with an ERROR
     cooldown_index: int = 0  # how many rollbacks in a row (exponential backoff exponent)
     cooldown_until: float = 0.0
-    probe_deadline: float = 0.0  # a probe that gathered no verdict by then ends (back to off)
+    probe_deadline: float = 0.0  # past it a probe without a verdict keeps probing, and says so
     flip_times: tuple[float, ...] = ()  # recent flips, for the flips-per-hour cap
     last_alpha: dict[str, float] = Field(default_factory=dict)  # per slice, last estimate
     good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
