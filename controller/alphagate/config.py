@@ -177,7 +177,8 @@ class Timing(_Model):
     rollout_timeout_seconds: PositiveSeconds = 900.0
     min_dwell_seconds: NonNegativeSeconds = 600.0
     probe_seconds: PositiveSeconds = 900.0
-    max_flips_per_hour: int = Field(default=4, ge=1, le=60)
+    # At least 2: an enable is allowed only with room for itself and its possible rollback.
+    max_flips_per_hour: int = Field(default=4, ge=2, le=60)
     cooldown: Backoff = Backoff()
     # Re-probe before the cooldown ends when the traffic share of slices whose last known alpha
     # cleared the gate grew by at least this much since the rollback.
