@@ -49,15 +49,22 @@ class SpecConfig:
 
 
 def spec_config_from_dict(raw: object, where: str = "speculative config") -> SpecConfig:
-    """Validate a speculative config object the way vLLM would refuse a bad one."""
+    """Validate a speculative config object the way vLLM would refuse a bad one.
+
+    Raises ScenarioError whose message starts with ``where`` (if not empty).
+    """
+
+    def fail(reason: str) -> ScenarioError:
+        return ScenarioError(f"{where}: {reason}" if where else reason)
+
     if not isinstance(raw, dict):
-        raise ScenarioError(f"{where}: must be a JSON object, got {type(raw).__name__}")
+        raise fail(f"must be a JSON object, got {type(raw).__name__}")
     k = raw.get("num_speculative_tokens")
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ScenarioError(f"{where}: num_speculative_tokens must be an integer > 0, got {k!r}")
+        raise fail(f"num_speculative_tokens must be an integer > 0, got {k!r}")
     method = raw.get("method")
     if method is not None and not isinstance(method, str):
-        raise ScenarioError(f"{where}: method must be a string, got {method!r}")
+        raise fail(f"method must be a string, got {method!r}")
     return SpecConfig(k=k, method=method, raw=dict(raw))
 
 

@@ -137,7 +137,10 @@ class Traffic(_Strict):
 
 def _check_spec_config(value: object) -> object:
     if value is not None:
-        spec_config_from_dict(value, "speculative_config")
+        try:
+            spec_config_from_dict(value, "")
+        except ScenarioError as exc:
+            raise ValueError(str(exc)) from None
     return value
 
 
