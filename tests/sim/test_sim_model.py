@@ -100,7 +100,7 @@ def test_p99_per_token_latency_regresses_under_load_with_good_alpha(scenarios_di
     fleet = Fleet(load_scenario(scenarios_dir / "p99-regression.yaml"), tick=15.0)
     snaps = {round(s.t): s for s in fleet.run(40 * 60, every=300)}
     before, spike = (snaps[300], snaps[900]), (snaps[1500], snaps[2100])
-    for a, b in (before, spike):
+    for _, b in (before, spike):
         assert b.truth.pods["chat-canary-0"].expected_alpha == pytest.approx(0.70)
     # Before the spike the canary's slow-token tail is no worse than the baseline's.
     assert _tail_fraction(*before, "canary", 0.025) <= 0.005

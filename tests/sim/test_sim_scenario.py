@@ -29,13 +29,11 @@ def test_shipped_scenarios_load_and_run(scenarios_dir: Path, name: str) -> None:
     scenario = load_scenario(scenarios_dir / f"{name}.yaml")
     assert scenario.name == name
     fleet = Fleet(scenario, tick=60.0)  # coarse: this is a smoke test of the whole timeline
-    last = None
-    for last in fleet.run(scenario.duration, every=scenario.duration):
-        pass
-    assert last is not None and last.t == scenario.duration
+    snaps = list(fleet.run(scenario.duration, every=scenario.duration))
+    assert snaps[-1].t == scenario.duration
     applied = [e for e in fleet.drain_events() if e.kind == "timeline"]
     assert len(applied) == len(scenario.timeline)
-    assert any(p.spec_k for p in last.pods)
+    assert any(p.spec_k for p in snaps[-1].pods)
 
 
 @pytest.mark.parametrize(
