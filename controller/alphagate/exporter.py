@@ -36,6 +36,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from alphagate import __version__
 from alphagate.core.model import CheckResult, Evaluation, State, Verdict
+from alphagate.errors import SourceErrorKind
 
 PREFIX: Final = "alphagate_"
 
@@ -49,6 +50,7 @@ COMBINED_ALPHA: Final = "alphagate_combined_alpha_ratio"
 COMBINED_ALPHA_LOWER: Final = "alphagate_combined_alpha_lower_ratio"
 COMBINED_ALPHA_UPPER: Final = "alphagate_combined_alpha_upper_ratio"
 ALPHA_GATE: Final = "alphagate_alpha_gate_ratio"
+ALERT: Final = "alphagate_alert"
 WINDOW_DRAFTS: Final = "alphagate_window_drafts"
 SLICE_WEIGHT: Final = "alphagate_slice_weight_ratio"
 ITL_QUANTILE: Final = "alphagate_itl_quantile_seconds"
@@ -77,6 +79,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         COMBINED_ALPHA_LOWER,
         COMBINED_ALPHA_UPPER,
         ALPHA_GATE,
+        ALERT,
         WINDOW_DRAFTS,
         SLICE_WEIGHT,
         ITL_QUANTILE,
@@ -99,11 +102,16 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
     }
 )
 
+# Cost of one speculative step over a plain one (the lesson's epsilon) when the policy does not
+# say: the design's example value. The prediction is the small-batch (memory-bound) one.
+DEFAULT_OVERHEAD: Final = 0.15
+
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # Label values of `alphagate_itl_quantile_seconds{metric}`: which vLLM histogram the P99 is of.
 METRIC_PER_TOKEN: Final = "per_token"  # vllm:request_time_per_output_token_seconds
-METRIC_PER_STEP: Final = "per_step"  # vllm:inter_token_latency_seconds
+METRIC_PER_STEP_SCALED: Final = "per_step_scaled"  # ITL divided by measured tokens per step
+METRIC_PER_STEP: Final = "per_step"  # vllm:inter_token_latency_seconds, absolute
 
 # Bounded vocabulary of the `reason` label on alphagate_decisions_total.
 REASON_KINDS: Final = (
@@ -115,19 +123,24 @@ REASON_KINDS: Final = (
     "error",
     "paused",
     "manual",
+    "flip_budget",
+    "probe_stalled",
+    "rollout_timeout",
+)
+
+# Evaluation.alerts values that say why a decision held (most specific first).
+_ALERT_REASONS: Final = (
+    ("rollout-timeout", "rollout_timeout"),
+    ("probe-stalled", "probe_stalled"),
+    ("flip-budget", "flip_budget"),
 )
 
 _CANARY: Final = ("namespace", "canary")
 _SLICE: Final = ("namespace", "canary", "slice")
 
 # Evidence keys the core's latency check may use, tried in order (first present wins).
-_CANARY_P99_KEYS: Final = ("canary_p99_seconds", "canary_p99", "canary_quantile_seconds", "canary")
-_BASELINE_P99_KEYS: Final = (
-    "baseline_p99_seconds",
-    "baseline_p99",
-    "baseline_quantile_seconds",
-    "baseline",
-)
+_CANARY_P99_KEYS: Final = ("canary_quantile_seconds", "canary_p99_seconds", "canary_p99")
+_BASELINE_P99_KEYS: Final = ("baseline_quantile_seconds", "baseline_p99_seconds", "baseline_p99")
 _CANARY_P50_KEYS: Final = ("canary_p50_seconds", "canary_p50")
 _BASELINE_P50_KEYS: Final = ("baseline_p50_seconds", "baseline_p50")
 _RATIO_KEYS: Final = ("ratio", "p99_ratio", "latency_ratio", "regression_ratio")
@@ -175,10 +188,12 @@ def check_slice(check: str) -> str | None:
 
 
 def latency_metric_label(raw: str | None) -> str:
-    """Map the policy's / evidence's latency metric spelling to `per_token` or `per_step`."""
+    """The policy's latency metric (perToken, perStepScaled, perStepAbsolute) as a label."""
     if raw is None:
         return METRIC_PER_TOKEN
     lowered = raw.lower().replace("-", "_")
+    if "scaled" in lowered:
+        return METRIC_PER_STEP_SCALED
     if "step" in lowered or "inter_token" in lowered:
         return METRIC_PER_STEP
     return METRIC_PER_TOKEN
@@ -190,12 +205,17 @@ def reason_kind(evaluation: Evaluation) -> str:
     The sentence in `evaluation.reason` is for people (status, Events, logs); a label needs a
     small closed set, so this looks at the verdict and which check failed, not at the words.
     """
-    memory_state = evaluation.memory.state
-    if memory_state is State.PAUSED:
-        return "paused"
     transition = evaluation.transition
-    if transition is not None and transition.from_state is State.PAUSED:
+    if transition is not None and (
+        transition.reason.startswith("manual") or transition.from_state is State.PAUSED
+    ):
         return "manual"
+    if evaluation.memory.state is State.PAUSED:
+        return "paused"
+    if evaluation.transition is None:
+        for alert, kind in _ALERT_REASONS:
+            if alert in evaluation.alerts:
+                return kind
     verdict = evaluation.verdict
     if verdict is Verdict.FAIL:
         families = {check_family(c.check) for c in evaluation.checks if c.verdict is Verdict.FAIL}
@@ -251,6 +271,12 @@ class Recorder:
             ALPHA_GATE,
             "Alpha thresholds of the policy: disable below, enable above.",
             (*_CANARY, "bound"),
+        )
+        self.alert = gauge(
+            ALERT,
+            "1 while the core raises a condition a person should hear about (source-errors, "
+            "flip-budget, probe-stalled, rollout-timeout).",
+            (*_CANARY, "condition"),
         )
         self.window_drafts = gauge(
             WINDOW_DRAFTS, "Drafts (the sample unit of alpha) in the evaluation window.", _SLICE
@@ -413,6 +439,8 @@ class Recorder:
             if speedup is not None:
                 put(self.speedup, PREDICTED_SPEEDUP, c, speedup)
             put(self.error_streak, ERROR_STREAK, c, float(evaluation.memory.error_streak))
+            for alert in sorted(set(evaluation.alerts)):
+                put(self.alert, ALERT, (*c, alert), 1.0)
 
             self.decisions.labels(*c, evaluation.action.value, reason_kind(evaluation)).inc()
             if evaluation.transition is not None:
@@ -470,7 +498,8 @@ class Recorder:
     # ------------------------------------------------------------ helpers
 
     def _init_counters(self, c: tuple[str, str]) -> None:
-        """Create every transition series at 0, so `increase()` sees the first rollback.
+        """Create every transition and source-error series at 0, so `increase()` sees the
+        first rollback (or error).
 
         A counter series born at 1 has no earlier sample, and Prometheus' increase() over it is
         0: the rollback alert would miss the first rollback after a restart or a leader change.
@@ -479,6 +508,8 @@ class Recorder:
             for to_state in State:
                 if from_state is not to_state:
                     self.transitions.labels(*c, from_state.value, to_state.value)
+        for kind in SourceErrorKind:
+            self.source_errors.labels(*c, kind.value)
 
     def _gauges(self) -> dict[str, Gauge]:
         return {
@@ -489,6 +520,7 @@ class Recorder:
             COMBINED_ALPHA_LOWER: self.combined_lower,
             COMBINED_ALPHA_UPPER: self.combined_upper,
             ALPHA_GATE: self.gate,
+            ALERT: self.alert,
             WINDOW_DRAFTS: self.window_drafts,
             SLICE_WEIGHT: self.slice_weight,
             ITL_QUANTILE: self.itl_quantile,
@@ -545,7 +577,7 @@ class Recorder:
             return None
         from alphagate.core import speedup as speedup_model
 
-        overhead = float(getattr(spec, "overhead", 0.0) or 0.0)
+        overhead = float(getattr(spec, "overhead", DEFAULT_OVERHEAD) or DEFAULT_OVERHEAD)
         return speedup_model.speedup(alpha, k, overhead)
 
     def _latency(
@@ -559,6 +591,9 @@ class Recorder:
         slice_name = check_slice(check.check) or "all"
         ev = check.evidence
         metric = latency_metric_label(_text(ev, _METRIC_KEYS) or default_metric)
+        q_value = _number(ev, ("quantile",))
+        if q_value is not None:
+            quantile = f"{q_value:g}"
         s = (*c, slice_name)
         for role, keys, q in (
             ("canary", _CANARY_P99_KEYS, quantile),

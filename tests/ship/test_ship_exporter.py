@@ -44,6 +44,7 @@ def evaluation(
     state: State = State.ROLLED_BACK,
     transition: bool = True,
     error_streak: int = 0,
+    alerts: tuple[str, ...] = (),
 ) -> Evaluation:
     """A rollback of a canary whose code slice fell below the gate."""
     alphas = slices if slices is not None else {"chat": 0.7, "code": 0.4}
@@ -62,7 +63,12 @@ def evaluation(
             check=f"latency:{s}",
             verdict=Verdict.PASS,
             reason="p99 within 10%",
-            evidence={"canary_p99_seconds": 0.011, "baseline_p99_seconds": 0.01},
+            evidence={
+                "metric": "perToken",
+                "quantile": 0.99,
+                "canary_quantile_seconds": 0.011,
+                "baseline_quantile_seconds": 0.01,
+            },
         )
         for s in alphas
     )
@@ -83,6 +89,7 @@ def evaluation(
         memory=Memory(state=state, error_streak=error_streak),
         transition=t,
         target_speculation_on=False,
+        alerts=alerts,
     )
 
 
@@ -113,7 +120,11 @@ def recorder() -> exporter.Recorder:
 
 def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     recorder.record(
-        evaluation(), namespace="llm", canary="chat", duration_seconds=0.02, speculation_on=False
+        evaluation(alerts=("flip-budget",)),
+        namespace="llm",
+        canary="chat",
+        duration_seconds=0.02,
+        speculation_on=False,
     )
     recorder.source_error("timeout", namespace="llm", canary="chat")
     s = scrape(recorder.registry)
@@ -152,6 +163,10 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     assert value(s, "alphagate_last_success_timestamp_seconds", **c) == 1_800_000_000.0
     assert value(s, "alphagate_error_streak", **c) == 0
     assert value(s, "alphagate_leader") == 1
+    assert value(s, "alphagate_alert", **c, condition="flip-budget") == 1
+    # counters start at 0 so increase() sees the first event
+    assert value(s, "alphagate_source_errors_total", **c, kind="unreachable") == 0
+    assert value(s, "alphagate_transitions_total", **c, from_state="Off", to_state="Probing") == 0
     names = {name for name, _ in s}
     missing = {n for n in exporter.METRIC_NAMES if n != "alphagate_predicted_speedup_ratio"} - names
     assert not missing
@@ -286,7 +301,7 @@ def test_speedup_from_spec_when_evidence_has_none(recorder: exporter.Recorder) -
     assert value(s, "alphagate_alpha_gate_ratio", namespace="n", canary="c", bound="enable") == 0.65
     assert value(
         s, "alphagate_predicted_speedup_ratio", namespace="n", canary="c"
-    ) == pytest.approx(1 + 4 * 0.55)
+    ) == pytest.approx((1 + 4 * 0.55) / 1.15)
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -316,3 +331,31 @@ def test_http_server_serves_metrics_and_probes(recorder: exporter.Recorder) -> N
         health.beat()
         assert _get(server.url + "/healthz")[0] == 200
         assert _get(server.url + "/nope")[0] == 404
+
+
+def test_reason_kinds_for_manual_budget_and_pause() -> None:
+    ev = evaluation(transition=False, verdict=Verdict.FAIL, alerts=("flip-budget",))
+    assert exporter.reason_kind(ev) == "flip_budget"
+    manual = Evaluation(
+        **{
+            **{f: getattr(ev, f) for f in ev.__slots__},
+            "transition": Transition(
+                from_state=State.ON, to_state=State.OFF, reason="manual: disable by alice", at=1.0
+            ),
+        }
+    )
+    assert exporter.reason_kind(manual) == "manual"
+    assert exporter.reason_kind(evaluation(transition=False, state=State.PAUSED)) == "paused"
+
+
+@pytest.mark.parametrize(
+    ("raw", "label"),
+    [
+        ("perToken", "per_token"),
+        ("perStepScaled", "per_step_scaled"),
+        ("perStepAbsolute", "per_step"),
+        (None, "per_token"),
+    ],
+)
+def test_latency_metric_label(raw: str | None, label: str) -> None:
+    assert exporter.latency_metric_label(raw) == label
