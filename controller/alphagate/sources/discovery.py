@@ -50,7 +50,8 @@ def scrape_settings(spec: SpeculativeCanarySpec) -> ScrapeSettings:
 class StaticDiscovery:
     """Fixed targets per (slice, role); a pool without an entry has no pods."""
 
-    def __init__(self, targets: Mapping[tuple[str, Role | str], Sequence[str | Target]]) -> None:
+    def __init__(self, targets: Mapping[Any, Sequence[str | Target]]) -> None:
+        """`targets` maps (slice, role) -- role a Role or "canary"/"baseline" -- to URLs."""
         self._targets: dict[tuple[str, Role], list[Target]] = {}
         for (slice_name, role), items in targets.items():
             key = (slice_name, Role(role))

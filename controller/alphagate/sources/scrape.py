@@ -187,7 +187,8 @@ class PodState:
         if self.last is None:
             if since_start:
                 began = _started_at(series.values())
-                inc = increment(self.pod, None, series, start=began or at, end=at)
+                start = began if began is not None and began < at else at
+                inc = increment(self.pod, None, series, start=start, end=at)
                 self.ring.append(inc)
         else:
             self.ring.append(increment(self.pod, self.last, series, start=self.last_at, end=at))

@@ -1,0 +1,172 @@
+"""`alphagate evaluate`: one evaluation against simulated pods, a dead Prometheus, bad input."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from alphagate.cli import app
+from alphagate.sim.fleet import Fleet
+from alphagate.sim.scenario import Scenario
+from alphagate.sim.server import SimServer
+
+runner = CliRunner()
+
+POLICY = """\
+apiVersion: alphagate.io/v1alpha1
+kind: SpeculativeCanary
+metadata: {name: chat, namespace: llm}
+spec:
+  target: {name: chat-canary}
+  baseline: {name: chat-baseline}
+  speculativeConfig: {method: ngram, num_speculative_tokens: 4}
+  slices:
+    - name: chat
+      canary: {matchLabels: {role: canary, slice: chat}}
+      baseline: {matchLabels: {role: baseline, slice: chat}}
+  acceptance: {minDrafts: 50}
+  latency: {minCount: 5}
+  timing: {intervalSeconds: 2, windowSeconds: 10, warmupSeconds: 0}
+  source: {kind: podScrape}
+"""
+
+
+def scenario(alpha: float) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "evaluate-cli",
+            "seed": 5,
+            "tick": 0.5,
+            "traffic": {"rate": 30},
+            "slices": {"chat": {"alpha": alpha, "output_tokens": 64}},
+            "pools": [
+                {
+                    "name": "chat-canary",
+                    "role": "canary",
+                    "slice": "chat",
+                    "replicas": 2,
+                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
+                },
+                {"name": "chat-baseline", "role": "baseline", "slice": "chat", "replicas": 1},
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY)
+    return path
+
+
+@pytest.fixture
+def low_alpha_fleet() -> Iterator[SimServer]:
+    fleet = Fleet(scenario(0.3))
+    fleet.advance_to(60.0)  # a minute of traffic already counted when we scrape
+    with SimServer(fleet) as sim:
+        yield sim
+
+
+def targets(sim: SimServer) -> list[str]:
+    out: list[str] = []
+    for name in sim.ports:
+        role = "canary" if "canary" in name else "baseline"
+        out += ["--scrape-target", f"chat:{role}={sim.url(name)}"]
+    return out
+
+
+def test_evaluate_scrape_targets_json(policy: Path, low_alpha_fleet: SimServer) -> None:
+    result = runner.invoke(
+        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["acted"] is False and data["assumed_state"] == "On"
+    assert data["policy"] == {"name": "chat", "namespace": "llm"}
+    canary = next(p for p in data["pools"] if p["role"] == "canary")
+    baseline = next(p for p in data["pools"] if p["role"] == "baseline")
+    assert canary["pods"] == 2 and canary["batches"] == 2 and canary["error"] is None
+    assert canary["alpha"] == pytest.approx(0.3, abs=0.05)
+    assert baseline["batches"] == 0 and baseline["pods"] == 1  # speculation off: no error
+    (acc,) = [c for c in data["checks"] if c["check"] == "acceptance"]
+    assert acc["verdict"] == "Fail"  # upper bound far below disableBelow 0.55
+    assert data["verdict"] == "Fail"
+    # One window of a fresh memory: the rollback needs its consecutive windows first.
+    assert data["action"] == "hold" and "1/2" in data["reason"]
+
+
+def test_evaluate_text_says_it_never_acts(policy: Path, low_alpha_fleet: SimServer) -> None:
+    result = runner.invoke(
+        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--state", "On"]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "counters since pod start" in out and "slice chat" in out
+    assert "canary   pods 2" in out and "no spec-decode series" in out
+    assert "acceptance" in out and "Fail" in out
+    assert "nothing was patched" in out
+
+
+def test_evaluate_against_dead_prometheus_is_an_error_verdict(policy: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = runner.invoke(
+        app,
+        ["evaluate", "--policy", str(policy), "--prometheus", f"http://127.0.0.1:{port}", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["source_error"].startswith("unreachable:")
+    assert data["verdict"] == "Error" and data["action"] == "hold"
+    assert data["source"] == f"prometheus http://127.0.0.1:{port}"
+
+
+def test_bad_scrape_target_is_a_usage_error(policy: Path) -> None:
+    result = runner.invoke(app, ["evaluate", "--policy", str(policy), "--scrape-target", "chat=x"])
+    assert result.exit_code == 2
+    assert "slice:role=http" in result.output
+    result = runner.invoke(
+        app,
+        [
+            "evaluate",
+            "--policy",
+            str(policy),
+            "--scrape-target",
+            "code:canary=http://127.0.0.1:1/m",
+        ],
+    )
+    assert result.exit_code == 2 and "not in the policy" in result.output
+
+
+def test_invalid_policy_exits_1_naming_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(POLICY.replace("num_speculative_tokens: 4", "num_speculative_tokens: 0"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "alphagate", "evaluate", "--policy", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert str(bad) in proc.stderr and "speculativeConfig" in proc.stderr
+
+
+def test_several_resources_need_a_name(tmp_path: Path) -> None:
+    two = tmp_path / "two.yaml"
+    two.write_text(
+        POLICY + "---\n" + POLICY.replace("name: chat, namespace", "name: other, namespace")
+    )
+    result = runner.invoke(
+        app, ["evaluate", "--policy", str(two), "--prometheus", "http://127.0.0.1:1"]
+    )
+    assert result.exit_code != 0
+    assert "--name" in str(result.exception)
