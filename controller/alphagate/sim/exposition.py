@@ -2,7 +2,7 @@
 
 Families, HELP texts, label names and order, bucket bounds and ``_created`` gauges follow
 vLLM (checked against a real capture by the tests). The page is always the classic text
-format 0.0.4 (``CONTENT_TYPE_LATEST``), whatever the scraper's Accept header: with
+format 0.0.4 (``CONTENT_TYPE``), whatever the scraper's Accept header: with
 prometheus_client >= 0.23, answering Prometheus 2's OpenMetrics Accept would rename the
 samples ``vllm_...`` (colon escaping), and Prometheus would then store names no ``vllm:``
 query finds. Real vLLM negotiates; the simulator picks the predictable form.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -24,7 +24,11 @@ from prometheus_client.samples import Sample
 from alphagate import vllm
 from alphagate.sim.pod import PodSnapshot
 
-__all__ = ["CONTENT_TYPE_LATEST", "SnapshotCollector", "render"]
+__all__ = ["CONTENT_TYPE", "SnapshotCollector", "render"]
+
+#: What vLLM's /metrics answers a plain GET with. (prometheus_client >= 0.23 calls
+#: ``text/plain; version=1.0.0`` its CONTENT_TYPE_LATEST; vLLM's default reply is 0.0.4.)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _ENGINE = "0"
 _HISTOGRAM_ORDER = (
@@ -103,7 +107,7 @@ class SnapshotCollector:
 
 
 def render(snap: PodSnapshot, *, created: bool = True) -> bytes:
-    """The text-format 0.0.4 page for ``snap`` (serve it with ``CONTENT_TYPE_LATEST``).
+    """The text-format 0.0.4 page for ``snap`` (serve it with ``CONTENT_TYPE``).
 
     ``created=False`` gives vLLM's multiprocess-mode page (``--api-server-count > 1``), which
     has no ``_created`` series.

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagate.errors import AlphagateError, SandboxError
-from alphagate.sim.exposition import CONTENT_TYPE_LATEST, render
+from alphagate.sim.exposition import CONTENT_TYPE, render
 from alphagate.sim.fleet import Fleet, FleetEvent
 from alphagate.sim.pod import PodSnapshot, PodSpec
 
@@ -84,7 +84,7 @@ class _PodHandler(BaseHTTPRequestHandler):
                 self._send(503, b"model is loading\n")
             else:
                 # Always 0.0.4 text, whatever the Accept header: see exposition.py.
-                self._send(200, render(snap, created=sim.created), CONTENT_TYPE_LATEST)
+                self._send(200, render(snap, created=sim.created), CONTENT_TYPE)
         elif path == "/health":
             self._send(200 if snap.ready else 503, b"" if snap.ready else b"loading\n")
         elif path == "/sim/state":
