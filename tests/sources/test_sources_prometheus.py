@@ -445,3 +445,17 @@ def test_slow_prometheus_times_out(slow_server: tuple[str, threading.Event]) -> 
     with PrometheusSource(settings, attempts=2, backoff_seconds=0.0) as src:
         obs = src.observe(make_spec(), start=START, end=END, interval_seconds=STEP)
     assert obs.source_error is not None and obs.source_error.startswith("timeout:")
+
+
+def test_make_source_builds_the_policy_source() -> None:
+    from alphagate.sources import Source, make_source
+    from alphagate.sources.scrape import ScrapeSource
+
+    src = make_source(make_spec())
+    assert isinstance(src, PrometheusSource) and isinstance(src, Source)
+    src.close()
+    scrape_spec = SpeculativeCanarySpec.model_validate(
+        {**make_spec().model_dump(by_alias=True), "source": {"kind": "podScrape"}}
+    )
+    scraper = make_source(scrape_spec, namespace="llm", core_api=object())
+    assert isinstance(scraper, ScrapeSource) and isinstance(scraper, Source)

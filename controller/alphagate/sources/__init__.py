@@ -32,7 +32,8 @@ class Source(Protocol):
 def make_source(
     spec: SpeculativeCanarySpec, *, namespace: str = "default", core_api: Any = None
 ) -> Source:
-    """The source a policy asks for. Pod scraping needs a `kubernetes` CoreV1Api."""
+    """The source a policy asks for. Pod scraping lists pods with `core_api` (a kubernetes
+    CoreV1Api; built from kubeconfig or the in-cluster account when None) in `namespace`."""
     if spec.source.kind is SourceKind.PROMETHEUS:
         from alphagate.sources.prometheus import PrometheusSource
 
@@ -40,10 +41,12 @@ def make_source(
     from alphagate.sources.discovery import KubeDiscovery
     from alphagate.sources.scrape import ScrapeSource
 
-    if core_api is None:
+    if core_api is None:  # a private ApiClient from kubeconfig or the service account
         from kubernetes import client
 
-        core_api = client.CoreV1Api()
+        from alphagate.kube.client import load_configuration
+
+        core_api = client.CoreV1Api(client.ApiClient(load_configuration()))
     return ScrapeSource(KubeDiscovery(core_api, namespace))
 
 

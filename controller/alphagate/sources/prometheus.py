@@ -354,7 +354,7 @@ class PrometheusSource:
     ) -> Observation:
         """Read every pool over [start, end]. Never raises for source trouble."""
         window = end - start
-        if window <= 0 or interval_seconds <= 0:
+        if window < 0.001 or interval_seconds < 0.001:  # PromQL durations are whole ms
             err = SourceError(
                 SourceErrorKind.QUERY_ERROR,
                 f"empty window: start={start} end={end} interval={interval_seconds}",
@@ -425,10 +425,12 @@ class PrometheusSource:
         out = []
         for key, drafts in series["drafts"].items():
             pod, at = key
+            if key not in series["draft_tokens"] or key not in series["accepted"]:
+                continue  # a point without all three counters cannot be a batch
             sample = AcceptanceSample(
                 drafts=drafts,
-                draft_tokens=series["draft_tokens"].get(key, 0.0),
-                accepted_tokens=series["accepted"].get(key, 0.0),
+                draft_tokens=series["draft_tokens"][key],
+                accepted_tokens=series["accepted"][key],
                 per_position=per_position_tuple(per_pos.get(key, {})),
                 pod=pod,
                 start=at - interval,
