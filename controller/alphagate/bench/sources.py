@@ -4,7 +4,10 @@ Run ``python -m alphagate.bench.sources [--file PAGE] [--repeat N]``. It times, 
 the machine's state affects all alike, the three ways to read the families alphagate needs:
 ``prometheus_client`` on the whole page, ``prometheus_client`` on pre-filtered lines, and the
 fast path in ``alphagate.sources.exposition``; then it prints per-page times, the ratios, and
-what one interval costs at 1000 pods. It prints numbers; it asserts nothing about speed.
+what one interval costs at 1000 pods. With ``--pods N`` (default 200) it also scrapes N pods
+serving that page from one local HTTP server through `ScrapeSource` (concurrency 32) and
+prints pages per second end to end (HTTP, parse, increments). It prints numbers; it asserts
+nothing about speed.
 
 The page defaults to the real vLLM capture kept with the tests (55 KB, ~650 lines).
 """
@@ -84,10 +87,76 @@ def run(text: str, *, repeat: int = 7, budget_seconds: float = 20.0) -> dict[str
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def scrape_rate(text: str, pods: int, *, rounds: int = 3) -> tuple[float, int]:
+    """Pages per second through ScrapeSource over `pods` local URLs, and failures seen."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from alphagate.config import ScrapeSource as ScrapeSettings
+    from alphagate.config import SpeculativeCanarySpec
+    from alphagate.core.model import Role
+    from alphagate.sources.discovery import StaticDiscovery
+    from alphagate.sources.scrape import ScrapeSource
+
+    body = text.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    port = server.server_address[1]
+    spec = SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": "c"},
+            "baseline": {"name": "b"},
+            "speculativeConfig": {"num_speculative_tokens": 4},
+            "slices": [
+                {
+                    "name": "s",
+                    "canary": {"matchLabels": {"r": "c"}},
+                    "baseline": {"matchLabels": {"r": "b"}},
+                }
+            ],
+            "source": {"kind": "podScrape"},
+        }
+    )
+    urls = [f"http://127.0.0.1:{port}/pod/{i}/metrics" for i in range(pods)]
+    settings = ScrapeSettings(max_concurrency=32, timeout_seconds=10)
+    failures = 0
+    try:
+        with ScrapeSource(StaticDiscovery({("s", Role.CANARY): urls}), settings=settings) as src:
+            src.observe(spec, start=0, end=time.time(), interval_seconds=1)  # warm connections
+            t0 = time.perf_counter()
+            for _ in range(rounds):
+                now = time.time()
+                src.observe(spec, start=now - 10, end=now, interval_seconds=1)
+                failures += len(src.failures.get(("s", Role.CANARY), []))
+            elapsed = time.perf_counter() - t0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    return pods * rounds / elapsed, failures
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--file", help="a saved /metrics page (default: the real capture)")
     parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument("--pods", type=int, default=200, help="pods for the scrape run (0: skip)")
     args = parser.parse_args(argv)
     text, where = _page(args.file)
     lines = text.count("\n")
@@ -97,6 +166,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'parser':<30} {'ms/page':>9} {'x faster':>9} {'s/interval @1000 pods':>22}")
     for name, secs in result.items():
         print(f"{name:<30} {secs * 1e3:>9.3f} {base / secs:>9.1f} {secs * 1000:>22.2f}")
+    if args.pods > 0:
+        rate, failures = scrape_rate(text, min(args.pods, 5000))
+        print(
+            f"ScrapeSource over {args.pods} local pods (concurrency 32): {rate:.0f} pages/s"
+            f" ({1000 / rate:.2f} s per 1000 pods), {failures} failed scrapes"
+        )
 
 
 if __name__ == "__main__":
