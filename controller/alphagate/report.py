@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -108,9 +107,9 @@ def transitions(points: Sequence[Point]) -> list[Point]:
 
 def summary(points: Sequence[Point], *, title: str) -> dict[str, Any]:
     """Machine-readable run summary (the `--json` output of demo and backtest)."""
-    seconds_in: Counter[str] = Counter()
+    seconds_in: dict[str, float] = {}
     for a, b in itertools.pairwise(points):
-        seconds_in[a.state] += b.t - a.t
+        seconds_in[a.state] = seconds_in.get(a.state, 0.0) + b.t - a.t
     flips = [p for p in points if p.action in (Action.ENABLE, Action.DISABLE)]
     return {
         "title": title,
