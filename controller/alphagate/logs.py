@@ -38,7 +38,9 @@ def configure(*, fmt: Format = "auto", level: str = "INFO", stream: Any = None) 
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(stream=out, level=level.upper(), format="%(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        stream=out, level=level.upper(), format="%(levelname)s %(name)s %(message)s"
+    )
 
 
 def get(name: str) -> Any:
