@@ -407,10 +407,11 @@ class Recorder:
                 q = getattr(getattr(spec, "latency", None), "quantile", None)
                 if isinstance(q, float):
                     quantile = f"{q:g}"
+            only_slice = self._only_slice(evaluation, spec)
             for check in evaluation.checks:
                 if check_family(check.check) != "latency":
                     continue
-                self._latency(check, c, put, default_metric, quantile)
+                self._latency(check, c, put, default_metric, quantile, only_slice)
 
             for state in State:
                 put(
@@ -510,6 +511,7 @@ class Recorder:
                     self.transitions.labels(*c, from_state.value, to_state.value)
         for kind in SourceErrorKind:
             self.source_errors.labels(*c, kind.value)
+        self.duration.labels(*c)
 
     def _gauges(self) -> dict[str, Gauge]:
         return {
@@ -539,6 +541,18 @@ class Recorder:
         if seen is None:
             return set()
         return {(name, labels) for name, sets in seen.series.items() for labels in sets}
+
+    @staticmethod
+    def _only_slice(evaluation: Evaluation, spec: Any) -> str | None:
+        """The slice a check without a `:slice` suffix is about: the core leaves the suffix off
+        when the policy has a single slice."""
+        names: set[str] = set()
+        slices = getattr(spec, "slices", None)
+        if slices:
+            names = {str(getattr(s, "name", "")) for s in slices}
+        else:
+            names = set(evaluation.weights) | set(evaluation.estimates)
+        return next(iter(names)) if len(names) == 1 else None
 
     @staticmethod
     def _succeeded(evaluation: Evaluation) -> bool:
@@ -587,8 +601,9 @@ class Recorder:
         put: Callable[[Gauge, str, tuple[str, ...], float], None],
         default_metric: str | None,
         quantile: str,
+        only_slice: str | None,
     ) -> None:
-        slice_name = check_slice(check.check) or "all"
+        slice_name = check_slice(check.check) or only_slice or "all"
         ev = check.evidence
         metric = latency_metric_label(_text(ev, _METRIC_KEYS) or default_metric)
         q_value = _number(ev, ("quantile",))

@@ -359,3 +359,24 @@ def test_reason_kinds_for_manual_budget_and_pause() -> None:
 )
 def test_latency_metric_label(raw: str | None, label: str) -> None:
     assert exporter.latency_metric_label(raw) == label
+
+
+def test_single_slice_checks_without_suffix_are_labelled_with_the_slice(
+    recorder: exporter.Recorder,
+) -> None:
+    ev = evaluation(slices={"chat": 0.7}, transition=False, state=State.ON, verdict=Verdict.PASS)
+    unsuffixed = tuple(
+        CheckResult(c.check.split(":")[0], c.verdict, c.reason, c.evidence) for c in ev.checks
+    )
+    ev = Evaluation(**{**{f: getattr(ev, f) for f in ev.__slots__}, "checks": unsuffixed})
+    recorder.record(ev, namespace="n", canary="c", duration_seconds=0.0, speculation_on=True)
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_latency_ratio", namespace="n", canary="c", slice="chat") == (
+        pytest.approx(1.1)
+    )
+    assert (
+        value(
+            s, "alphagate_check_verdict", namespace="n", canary="c", check="latency", verdict="Pass"
+        )
+        == 1
+    )
