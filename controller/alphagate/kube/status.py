@@ -27,6 +27,7 @@ from alphagate.core.model import (
     Evaluation,
     Memory,
     Transition,
+    Verdict,
 )
 
 HISTORY_LIMIT: Final = 20
@@ -142,7 +143,8 @@ class Decision(_Status):
     at: Time
     action: str
     verdict: str
-    reason: str
+    reason: str  # the state machine's reason
+    why: str = ""  # the checks that decided it, with their numbers
     summary: str = ""  # one short line for `kubectl get`
     state: str
     speculation_on: bool = False  # what the canary should run after this decision
@@ -378,8 +380,8 @@ def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
 
 _LATENCY_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "quantile": ("quantile",),
-    "canary_p99_seconds": ("canary_p", "canary_p99_seconds", "canary_p99"),
-    "baseline_p99_seconds": ("baseline_p", "baseline_p99_seconds", "baseline_p99"),
+    "canary_p99_seconds": ("canary_quantile_seconds", "canary_p", "canary_p99_seconds"),
+    "baseline_p99_seconds": ("baseline_quantile_seconds", "baseline_p", "baseline_p99_seconds"),
     "ratio": ("ratio", "p99_ratio"),
     "canary_bucket_lower_seconds": ("canary_bucket_lo",),
     "canary_bucket_upper_seconds": ("canary_bucket_hi",),
@@ -436,10 +438,28 @@ def history_entries(
     return items[-limit:]
 
 
+def decisive(evaluation: Evaluation) -> list[CheckResult]:
+    """The checks whose verdict is the window's verdict (what decided it)."""
+    return [c for c in evaluation.checks if c.verdict is evaluation.verdict]
+
+
+def why(evaluation: Evaluation) -> str:
+    """The deciding checks with their numbers: `acceptance: alpha 0.400 [0.362, 0.440] ...`."""
+    return "; ".join(f"{c.check}: {c.reason}" for c in decisive(evaluation))
+
+
 def summary(evaluation: Evaluation, *, dry_run: bool = False) -> str:
-    """One short line: `disable: alpha 0.41 [0.38,0.44] < 0.55` style, for printer columns."""
+    """One short line for printer columns: the action and what drove it.
+
+    A failing or erroring window names its first deciding check (`disable: alpha 0.40 [0.36,
+    0.44] ...`); otherwise the state machine's reason."""
     head = f"{evaluation.action}" + (" (dry-run)" if dry_run else "")
-    reason = evaluation.reason.strip().splitlines()[0] if evaluation.reason.strip() else ""
+    lead = decisive(evaluation)
+    if evaluation.verdict in (Verdict.FAIL, Verdict.ERROR) and lead:
+        reason = lead[0].reason
+    else:
+        reason = evaluation.reason
+    reason = reason.strip().splitlines()[0] if reason.strip() else ""
     text = f"{head}: {reason}" if reason else head
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -522,4 +542,5 @@ __all__ = [
     "set_condition",
     "slice_evidence",
     "summary",
+    "why",
 ]

@@ -1,0 +1,182 @@
+"""Shared pieces for the reconciler tests (imported by name: conftest puts this folder on
+sys.path): a policy with fast timings, a fake Source that
+reads what the canary Deployment runs from the API double, and time that runs ahead."""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from alphagate import vllm
+from alphagate.config import GROUP, VERSION, SpeculativeCanarySpec
+from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation, Role
+from alphagate.kube import args as argsmod
+from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+
+NS = "llm"
+K = 4
+CFG = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4}
+BASE_ARGS = ["--model", "/models/tiny", "--port", "8000"]
+INTERVAL = 10.0
+
+
+def _slice(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "canary": {"matchLabels": {"slice": name, "track": "canary"}},
+        "baseline": {"matchLabels": {"slice": name, "track": "baseline"}},
+        **extra,
+    }
+
+
+def spec_dict(**over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "target": {"name": "chat-canary", "container": "vllm"},
+        "baseline": {"name": "chat-baseline", "container": "vllm"},
+        "speculativeConfig": CFG,
+        "slices": [_slice("chat")],
+        "source": {"kind": "podScrape"},
+        "acceptance": {"minDrafts": 100, "consecutiveWindows": 2},
+        "latency": {"minCount": 50, "consecutiveWindows": 2},
+        "timing": {
+            "intervalSeconds": INTERVAL,
+            "windowSeconds": INTERVAL,
+            "warmupSeconds": 0,
+            "minDwellSeconds": 0,
+            "probeSeconds": 120,
+            "maxFlipsPerHour": 60,
+            "rolloutTimeoutSeconds": 60,
+            "cooldown": {"initialSeconds": 30, "factor": 2, "maxSeconds": 120},
+        },
+        "errors": {"alertAfter": 2},
+    }
+    spec.update(copy.deepcopy(over))
+    SpeculativeCanarySpec.model_validate(spec)  # fail early on a bad test policy
+    return spec
+
+
+def canary_cr(name: str = "chat", **over: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeCanary",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec_dict(**over),
+    }
+
+
+def seed(
+    apiserver: ApiServer, *deployments: str, cr: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    for name in deployments or ("chat-canary", "chat-baseline"):
+        apiserver.put(DeploymentTemplate(name, NS, args=list(BASE_ARGS), replicas=2).build())
+    return apiserver.put(cr or canary_cr())
+
+
+BOUNDS = (*vllm.ITL_BUCKETS, math.inf)
+
+
+def hist(n: int, lo: float, hi: float) -> Buckets:
+    counts = [0.0] * len(BOUNDS)
+    for i in range(n):
+        counts[bisect.bisect_left(BOUNDS, lo + (hi - lo) * (i + 0.5) / n)] += 1
+    cum, run = [], 0.0
+    for c in counts:
+        run += c
+        cum.append(run)
+    return Buckets(bounds=BOUNDS, counts=tuple(cum))
+
+
+TPOT = hist(400, 0.02, 0.045)
+
+
+def speculating(apiserver: ApiServer, deployment: str) -> bool:
+    dep = apiserver.get("deployments", NS, deployment, group="apps")
+    for c in dep["spec"]["template"]["spec"]["containers"]:
+        if c["name"] == "vllm":
+            return argsmod.read(c.get("args") or []) is not None
+    return False
+
+
+def args_of(apiserver: ApiServer, deployment: str = "chat-canary") -> list[str]:
+    dep = apiserver.get("deployments", NS, deployment, group="apps")
+    return list(dep["spec"]["template"]["spec"]["containers"][0].get("args") or [])
+
+
+class FakeSource:
+    """Observations as a pod scrape would give them: acceptance batches only while the slice's
+    canary Deployment really runs --speculative-config (vLLM exports no spec series when off)."""
+
+    def __init__(
+        self,
+        apiserver: ApiServer,
+        alpha: Callable[[str], float],
+        *,
+        deployment_of: Callable[[str], str] = lambda s: "chat-canary",
+    ) -> None:
+        self.apiserver = apiserver
+        self.alpha = alpha
+        self.deployment_of = deployment_of
+        self.error: str | None = None
+        self.calls = 0
+
+    def observe(
+        self, spec: SpeculativeCanarySpec, *, start: float, end: float, interval_seconds: float
+    ) -> Observation:
+        self.calls += 1
+        if self.error is not None:
+            return Observation(
+                at=end, window_seconds=end - start, pools=(), source_error=self.error
+            )
+        pools = []
+        for s in spec.slices:
+            on = speculating(self.apiserver, self.deployment_of(s.name))
+            acc: tuple[AcceptanceSample, ...] = ()
+            if on:
+                a = self.alpha(s.name)
+                acc = tuple(
+                    AcceptanceSample(
+                        drafts=100,
+                        draft_tokens=100 * K,
+                        accepted_tokens=a * 100 * K + (i - 2.5) * 0.5,
+                        pod=f"{s.name}-canary-{i % 2}",
+                        start=start + (end - start) * i / 6,
+                        end=start + (end - start) * (i + 1) / 6,
+                    )
+                    for i in range(6)
+                )
+            pools.append(
+                PoolObservation(
+                    s.name,
+                    Role.CANARY,
+                    acceptance=acc,
+                    generation_tokens=1000.0,
+                    tpot=TPOT,
+                    itl=TPOT,
+                    pods=2,
+                )
+            )
+            pools.append(
+                PoolObservation(
+                    s.name, Role.BASELINE, generation_tokens=4000.0, tpot=TPOT, itl=TPOT, pods=2
+                )
+            )
+        return Observation(at=end, window_seconds=end - start, pools=tuple(pools))
+
+
+class Clock:
+    """Synthetic time, far enough ahead of the wall clock that rollouts completed by the API
+    double (stamped with real time) are always in the past."""
+
+    def __init__(self) -> None:
+        self.now = time.time() + 3600.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, seconds: float = INTERVAL) -> float:
+        self.now += seconds
+        return self.now

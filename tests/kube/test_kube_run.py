@@ -1,0 +1,210 @@
+"""`alphagate run` and `Controller`: leader election between two replicas, the HTTP probes,
+metrics and JSON logs, all against the API server double over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from kube_support import NS, FakeSource, canary_cr, seed, speculating
+
+from alphagate.commands.run import Controller, RunOptions
+from alphagate.kube.client import Kube
+from alphagate.kube.status import parse_status
+from alphagate.sandbox.apiserver import ApiServer
+
+FAST = {
+    "intervalSeconds": 0.4,
+    "windowSeconds": 0.4,
+    "warmupSeconds": 0,
+    "minDwellSeconds": 0,
+    "probeSeconds": 30,
+    "maxFlipsPerHour": 60,
+    "rolloutTimeoutSeconds": 30,
+    "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
+}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def controller(apiserver: ApiServer, identity: str, source: FakeSource) -> Controller:
+    opts = RunOptions(
+        namespace=NS,
+        identity=identity,
+        lease_namespace="alphagate",
+        lease_duration=1.0,
+        renew_deadline=0.6,
+        retry_period=0.1,
+        metrics_port=0,
+        watch_timeout=2.0,
+    )
+    kube = Kube.from_configuration(apiserver.configuration())
+    return Controller(opts, kube=kube, source_factory=lambda spec, ns, name: source)
+
+
+def state(apiserver: ApiServer) -> str | None:
+    return parse_status(apiserver.get("speculativecanaries", NS, "chat")).state
+
+
+def test_two_replicas_one_acts_and_the_other_takes_over(apiserver: ApiServer) -> None:
+    seed(apiserver, cr=canary_cr(timing=FAST))
+    alpha = {"chat": 0.72}
+    source = FakeSource(apiserver, lambda s: alpha[s])
+    a = controller(apiserver, "replica-a", source).start()
+    b = controller(apiserver, "replica-b", source).start()
+    try:
+        leader, standby = wait_for(
+            lambda: (a, b) if a.is_leader else ((b, a) if b.is_leader else None), 10, "a leader"
+        )
+        wait_for(lambda: state(apiserver) == "On", 20, "the canary confirmed On")
+        assert not standby.is_leader
+        instances = {e.get("reportingInstance") for e in apiserver.objects("events", NS, group="")}
+        assert instances == {leader.identity}  # only the leader acted
+        # /metrics, /healthz, /readyz on both; only the leader exports per-canary state
+        for c in (leader, standby):
+            assert httpx.get(c.metrics_url + "/healthz").status_code == 200
+            assert wait_for(
+                lambda c=c: httpx.get(c.metrics_url + "/readyz").status_code == 200, 5, "ready"
+            )
+        lead_metrics = httpx.get(leader.metrics_url + "/metrics").text
+        assert "alphagate_leader 1.0" in lead_metrics
+        assert 'alphagate_state{canary="chat",namespace="llm"' in lead_metrics
+        assert "alphagate_leader 0.0" in httpx.get(standby.metrics_url + "/metrics").text
+
+        leader.stop(release=False)  # the leader dies without a goodbye
+        wait_for(lambda: standby.is_leader, 10, "the standby to take over")
+        alpha["chat"] = 0.4
+        wait_for(lambda: not speculating(apiserver, "chat-canary"), 20, "the new leader's rollback")
+        wait_for(lambda: state(apiserver) == "RolledBack", 10, "the status after the rollback")
+        disabled = [
+            e
+            for e in apiserver.objects("events", NS, group="")
+            if e["reason"] == "SpeculationDisabled"
+        ]
+        assert [e["reportingInstance"] for e in disabled] == [standby.identity]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_controller_without_leader_election_acts_at_once(apiserver: ApiServer) -> None:
+    seed(apiserver, cr=canary_cr(timing=FAST))
+    source = FakeSource(apiserver, lambda s: 0.72)
+    opts = RunOptions(namespace=NS, leader_elect=False, serve_metrics=False, watch_timeout=2.0)
+    c = Controller(
+        opts,
+        kube=Kube.from_configuration(apiserver.configuration()),
+        source_factory=lambda *a: source,
+    ).start()
+    try:
+        wait_for(lambda: speculating(apiserver, "chat-canary"), 10, "the first probe")
+        # a spec change is picked up by the watch and evaluated at once
+        obj = apiserver.get("speculativecanaries", NS, "chat")
+        obj["spec"]["mode"] = "dryRun"
+        apiserver.put(obj)
+        wait_for(
+            lambda: (
+                parse_status(apiserver.get("speculativecanaries", NS, "chat")).observed_generation
+                == 2
+            ),
+            10,
+            "observedGeneration 2",
+        )
+        # deleting the resource forgets it
+        apiserver.delete("speculativecanaries", NS, "chat")
+        wait_for(lambda: not c.reconciler.due(float("inf")), 10, "the cache to forget it")
+    finally:
+        c.stop()
+
+
+@pytest.mark.slow
+def test_alphagate_run_command_serves_probes_and_logs_json(apiserver: ApiServer) -> None:
+    seed(apiserver, cr=canary_cr(timing=FAST))
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "alphagate",
+        "run",
+        "--server",
+        apiserver.url,
+        "-n",
+        NS,
+        "--lease-namespace",
+        "alphagate",
+        "--metrics-port",
+        str(port),
+        "--log-format",
+        "json",
+        "--watch-timeout",
+        "2",
+        "--exit-after",
+        "60",
+        "--lease-duration",
+        "2",
+        "--renew-deadline",
+        "1",
+        "--retry-period",
+        "0.2",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return httpx.get(url + "/readyz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(ready, 30, "/readyz")
+        assert httpx.get(url + "/healthz").status_code == 200
+        assert "alphagate_build_info" in httpx.get(url + "/metrics").text
+        # the default pod-scrape source finds no pods here: an Error, held, and said so
+        st = wait_for(
+            lambda: parse_status(apiserver.get("speculativecanaries", NS, "chat")).condition(
+                "SourceHealthy"
+            ),
+            30,
+            "a status with SourceHealthy",
+        )
+        assert st.status == "False" and "no ready pods" in st.message
+        assert not speculating(apiserver, "chat-canary")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    decisions = [line for line in lines if line.get("event") == "decision"]
+    assert decisions and decisions[0]["canary"] == "chat" and decisions[0]["action"] == "hold"
+    assert any(line.get("event") == "lease_released" for line in lines)
+    assert (
+        apiserver.get("leases", "alphagate", "alphagate-controller")["spec"].get("holderIdentity")
+        is None
+    )
