@@ -13,7 +13,8 @@ there because the controller's decisions depend on it:
   durations get log-normal jitter (``jitter``), and a step that carries a new request's
   prefill chunk is longer by that prefill (the stutter a streaming user sees).
   So step time grows with batch size and K; at small batch speculation costs little extra
-  per step, at large batch it costs a multiple.
+  per step, at large batch it costs a multiple. A slow AR(1) "slowness" (batch composition,
+  context lengths) multiplies step times so throughput wanders like a real engine's.
 * **Acceptance.** Each draft proposes K tokens. Position ``i`` is accepted with probability
   ``p ** (1 + decay * i)`` given that all earlier ones were; the first rejection ends the
   draft. ``p`` is solved so that the expected accepted tokens per draft is ``K * alpha``, so
@@ -32,17 +33,20 @@ there because the controller's decisions depend on it:
   acceptance pays the long speculative step for one token. That is why the mean time per
   output token falls with good alpha while per-step ITL rises, and why, under a full batch
   where steps split into passes, the P99 per-token latency of a speculating pod can exceed
-  the baseline's although its mean is lower.
+  the baseline's although its mean is lower (``scenarios/p99-regression.yaml``).
 * **Load.** Either open loop (Poisson arrivals at ``arrival_rate`` per pod, queued when
   ``max_num_seqs`` are running) or closed loop (``concurrency`` clients per pod, each sending
   its next request when the last finished). Output lengths are geometric with mean
   ``output_tokens`` (memoryless, so finishing needs no per-request state); prompts have mean
-  ``prompt_tokens``.
+  ``prompt_tokens``. The queue is integrated exactly (``dB/dt = arrivals - lam * B``) in
+  sub-steps of at most a second, so results do not depend on the tick length.
 
-Everything is aggregate per tick (a tick is typically 1-15 simulated seconds): one draw per
-quantity per tick, one sample per engine step for the ITL histogram, one per finished request
-for the per-request histograms. A 24 h fleet therefore runs in seconds. All randomness comes
-from the ``numpy.random.Generator`` given to the engine, so a seed fixes the run.
+Everything is aggregate per tick (1 s in real time, 15 s for fast runs): one draw per
+quantity per tick; up to 256 sampled step durations for the ITL histogram and up to 64
+sampled requests for the per-request histograms, each weighted to stand for its share.
+Fractional counts carry to the next tick. A 24 h fleet therefore runs in seconds. All
+randomness comes from the ``numpy.random.Generator`` given to the engine, so a seed fixes
+the run.
 """
 
 from __future__ import annotations
