@@ -53,7 +53,6 @@ fi
 # Serialise concurrent setups (two CI jobs, a test and a developer).
 exec 9>"$home/.setup.lock"
 if command -v flock >/dev/null; then
-    say "waiting for lock $home/.setup.lock"
     flock 9 || die "cannot lock $home/.setup.lock"
     if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" && -f "$model/config.json" ]]; then
         say "up to date after waiting for another setup, nothing to do [$(elapsed)]"
@@ -99,7 +98,7 @@ cp -r "$here/synthetic_plugin" "$tmp_src/"
     || die "pip install of tools/vllm/synthetic_plugin failed"
 
 say "checking imports [$(elapsed)]"
-"$venv/bin/python" - <<'EOF' || die "the vLLM venv does not import cleanly (see above)"
+"$venv/bin/python" - <<'EOF' >&2 || die "the vLLM venv does not import cleanly (see above)"
 import importlib.metadata as md
 import torch, transformers, vllm  # noqa: F401
 from transformers import LlamaConfig  # noqa: F401  (breaks when torchvision is present)
@@ -115,7 +114,7 @@ if [[ -f "$model/config.json" && -f "$model/.build_hash" && "$(cat "$model/.buil
 else
     say "building the tiny model into $model [$(elapsed)]"
     rm -rf "$model.tmp"
-    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" "$here/build_tiny_model.py" --out "$model.tmp" \
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$venv/bin/python" "$here/build_tiny_model.py" --out "$model.tmp" >&2 \
         || die "build_tiny_model.py failed"
     printf '%s\n' "$model_hash" >"$model.tmp/.build_hash"
     rm -rf "$model"

@@ -138,6 +138,7 @@ class VllmServer:
         home: Path | None = None,
         model: Path | None = None,
         env: Mapping[str, str] | None = None,
+        log_dir: Path | None = None,
     ) -> None:
         if not 0 < port < 65536:
             raise SandboxError(f"vLLM server: port {port} is out of range 1-65535")
@@ -153,6 +154,7 @@ class VllmServer:
         self.home = home or vllm_home()
         self.model = model or vllm_model_dir(self.home)
         self._env_overrides = dict(env or {})
+        self.log_dir = log_dir
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self._started_at: float | None = None
@@ -166,6 +168,7 @@ class VllmServer:
         home: Path | None = None,
         default_served_model_name: str = "model",
         env: Mapping[str, str] | None = None,
+        log_dir: Path | None = None,
     ) -> VllmServer:
         """Map a Deployment's vLLM container args onto a local server.
 
@@ -203,6 +206,7 @@ class VllmServer:
             extra_args=[*extra, *rest],
             home=home,
             env=env,
+            log_dir=log_dir,
         )
 
     # --- what would run -------------------------------------------------------------
@@ -288,7 +292,11 @@ class VllmServer:
             raise SandboxError(reason)
         if _port_in_use(self.port):
             raise SandboxError(f"vLLM server: port {HOST}:{self.port} is already in use")
-        fd, name = tempfile.mkstemp(prefix=f"alphagate-vllm-{self.port}-", suffix=".log")
+        fd, name = tempfile.mkstemp(
+            prefix=f"alphagate-vllm-{self.port}-",
+            suffix=".log",
+            dir=str(self.log_dir) if self.log_dir else None,
+        )
         self._log_path = Path(name)
         with os.fdopen(fd, "wb") as log:
             log.write(("$ " + " ".join(self.argv) + "\n").encode())
