@@ -199,3 +199,26 @@ def test_24h_runs_fast_and_is_deterministic_for_a_seed(steady_chat: Scenario) ->
     assert again == first
     other, _ = _digest(Fleet(day.model_copy(update={"duration": 3600.0}), seed=43, tick=15.0), 60.0)
     assert other != first
+
+
+def test_kubelet_mode_takes_pool_defaults_and_owns_replicas() -> None:
+    fleet = Fleet(parse_scenario(SCALING), seed=1, create_pools=False)
+    args = ["--model", "m", "-sc", '{"num_speculative_tokens": 2}']
+    spec = fleet.spec_for("chat-canary-5c7d-x1", deployment="chat-canary", args=args)
+    assert (spec.role, spec.slice, spec.load_time, spec.args) == (
+        "canary",
+        "chat",
+        5.0,
+        tuple(args),
+    )
+    fleet.add_pod(spec, ready=True)
+    other = fleet.spec_for("web-0", deployment="web", args=[], role="baseline", slice="code")
+    fleet.add_pod(other, ready=True)
+    with pytest.raises(ScenarioError, match="give its role and slice"):
+        fleet.spec_for("z", deployment="z", args=[])
+    with pytest.raises(ScenarioError, match="invalid JSON"):
+        fleet.spec_for("y", deployment="chat-canary", args=["-sc", "{"])
+    fleet.advance_to(40.0)  # the timeline scales chat-canary to 3, then 1 and turns it off
+    assert sorted(fleet.pods) == ["chat-canary-5c7d-x1", "web-0"]  # replicas: the kubelet's
+    assert fleet.pods["chat-canary-5c7d-x1"].k == 2  # its args too
+    assert fleet.truth().slices["chat"].alpha == 0.5  # slices and traffic still follow

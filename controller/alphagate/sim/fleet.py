@@ -23,7 +23,14 @@ import numpy as np
 
 from alphagate.errors import ScenarioError
 from alphagate.sim.model import Load
-from alphagate.sim.pod import PodSnapshot, PodSpec, SimPod, spec_args
+from alphagate.sim.pod import (
+    PodSnapshot,
+    PodSpec,
+    Role,
+    SimPod,
+    parse_speculative_args,
+    spec_args,
+)
 from alphagate.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
 
 
@@ -131,7 +138,9 @@ class Fleet:
 
     ``tick`` defaults to the scenario's (1 s, right for real time); backtests and benchmarks
     should pass ``tick=15`` (a scrape interval), which is ~15x cheaper and statistically the
-    same. ``create_pools=False`` starts with no pods, for a kubelet that adds its own.
+    same. ``create_pools=False`` starts with no pods, for a kubelet that adds its own: the
+    timeline's pool changes then apply to the pods whose ``deployment`` is the pool's name,
+    except ``replicas``, which stays the kubelet's business.
     """
 
     def __init__(
@@ -155,7 +164,7 @@ class Fleet:
         self.traffic_rate = scenario.traffic.rate
         self.pools: dict[str, PoolSpec] = {p.name: p for p in scenario.pools}
         self._pool_next: dict[str, int] = {p.name: 0 for p in scenario.pools}
-        self._pool_pods: dict[str, list[str]] = {p.name: [] for p in scenario.pools}
+        self.create_pools = create_pools
         self._next_event = 0
         self._events: list[FleetEvent] = []
         if create_pools:
@@ -184,9 +193,6 @@ class Fleet:
         """Delete a pod; its series vanish with it."""
         pod = self.pods.pop(name)
         pod.stop()
-        for names in self._pool_pods.values():
-            if name in names:
-                names.remove(name)
         self._log("pod_removed", name, name)
 
     def pod(self, name: str) -> SimPod:
@@ -235,16 +241,65 @@ class Fleet:
             params=decode.params(),
         )
 
+    def spec_for(
+        self,
+        name: str,
+        *,
+        deployment: str,
+        args: list[str],
+        role: Role | None = None,
+        slice: str | None = None,
+        namespace: str | None = None,
+        load_time: float | None = None,
+    ) -> PodSpec:
+        """A PodSpec for a pod a kubelet creates from a Deployment's container ``args``.
+
+        If the scenario has a pool named ``deployment``, its role, slice, namespace, load
+        time, latency scale, alpha offset and decode costs are the defaults; otherwise
+        ``role`` and ``slice`` are required. Raises ScenarioError on bad args or slice.
+        """
+        pool = self.pools.get(deployment)
+        if pool is not None:
+            base = self._pool_pod_spec(pool, name)
+        else:
+            if role is None or slice is None:
+                raise ScenarioError(
+                    f"pod {name!r}: deployment {deployment!r} is not a scenario pool; "
+                    "give its role and slice"
+                )
+            base = PodSpec(
+                name=name,
+                deployment=deployment,
+                role=role,
+                slice=slice,
+                model_name=self.scenario.model_name,
+                params=self.scenario.decode.params(),
+            )
+        parse_speculative_args(list(args))  # refuse bad args before anything is created
+        spec = replace(
+            base,
+            args=tuple(args),
+            role=role or base.role,
+            slice=slice or base.slice,
+            namespace=namespace or base.namespace,
+            load_time=base.load_time if load_time is None else load_time,
+        )
+        if spec.slice not in self.slices:
+            raise ScenarioError(
+                f"pod {name!r}: unknown slice {spec.slice!r} (known: {sorted(self.slices)})"
+            )
+        return spec
+
     def _add_pool_pod(self, pool: PoolSpec, *, ready: bool) -> SimPod:
         i = self._pool_next[pool.name]
         self._pool_next[pool.name] = i + 1
         name = f"{pool.name}-{i}"
         pod = self.add_pod(self._pool_pod_spec(pool, name), ready=ready)
-        self._pool_pods[pool.name].append(name)
         return pod
 
     def pool_pods(self, pool: str) -> list[SimPod]:
-        return [self.pods[n] for n in self._pool_pods.get(pool, []) if n in self.pods]
+        """Pods of a Deployment (a pool), oldest first."""
+        return [p for p in self.pods.values() if p.spec.deployment == pool]
 
     # --- events -----------------------------------------------------------------------------
     def _log(self, kind: str, message: str, pod: str = "") -> None:
@@ -274,7 +329,7 @@ class Fleet:
             pool = pool.model_copy(update=fields)
             self.pools[name] = pool
             pods = self.pool_pods(name)
-            if "speculative_config" in fields:
+            if "speculative_config" in fields and self.create_pools:
                 for pod in pods:
                     self.set_speculative_config(pod.name, pool.speculative_config)
             if "latency_scale" in fields or "alpha_offset" in fields:
@@ -285,11 +340,11 @@ class Fleet:
                         alpha_offset=self._pool_pod_spec(pool, pod.name).alpha_offset,
                     )
                     pod.engine.alpha_offset = pod.spec.alpha_offset
-            if "replicas" in fields and pool.replicas is not None:
+            if "replicas" in fields and pool.replicas is not None and self.create_pools:
                 while len(self.pool_pods(name)) < pool.replicas:
                     self._add_pool_pod(pool, ready=False)
                 while len(self.pool_pods(name)) > pool.replicas:
-                    self.remove_pod(self._pool_pods[name][-1])
+                    self.remove_pod(self.pool_pods(name)[-1].name)
         for name in ev.restart:
             for pod in self.pool_pods(name):
                 self.restart(pod.name)
