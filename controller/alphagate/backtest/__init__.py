@@ -1,0 +1,35 @@
+"""Backtests: replay a policy through the same decision core over recorded metrics.
+
+``run_recording(spec, path)`` streams a simulator recording (``alphagate sim --fast --record``)
+through the pod-scrape source's own increment logic and scores the decisions against the
+recorded truth (detection delay, false flips); ``run_range(spec, source, start=, end=)`` steps
+a metrics source such as Prometheus over a historical range. ``alphagate backtest`` is the
+command line over both (``alphagate.commands.backtest``).
+"""
+
+from alphagate.backtest.engine import (
+    DISCLAIMER,
+    BacktestResult,
+    Options,
+    RecordedEvent,
+    UnitResult,
+    run_range,
+    run_recording,
+    units_of,
+)
+from alphagate.backtest.truth import Episode, FalseFlip, Score, TruthSample
+
+__all__ = [
+    "DISCLAIMER",
+    "BacktestResult",
+    "Episode",
+    "FalseFlip",
+    "Options",
+    "RecordedEvent",
+    "Score",
+    "TruthSample",
+    "UnitResult",
+    "run_range",
+    "run_recording",
+    "units_of",
+]

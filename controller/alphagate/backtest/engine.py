@@ -1,0 +1,511 @@
+"""Replay a policy through the decision core over recorded metrics, decision by decision.
+
+The loop is the controller's: every ``intervalSeconds`` of recorded time, for each decision
+unit (every slice together for combined aggregation, each slice alone for perSlice), it asks
+:func:`~alphagate.core.machine.judge_window` which window to read (the configured window, cut
+to start after a warm-up; the whole window while nothing can be judged), observes the unit's
+pools over it through a metrics source, and calls :func:`~alphagate.core.evaluate.evaluate`
+with the unit's Memory and a Rollout that follows the unit's own decisions: a flip starts a
+rollout that completes ``rollout_seconds`` later with the new config.
+
+Recorded data cannot be changed by those decisions. So while the policy has speculation off,
+the canary's acceptance batches are hidden from the core (a pod without
+``--speculative-config`` exports no spec-decode series); everything else -- traffic, latency,
+restarts -- is what was recorded. The result answers "what would this policy have decided on
+this traffic", not "what would the fleet have done under this policy".
+
+Two drivers share :class:`UnitReplay`: :func:`run_recording` streams a simulator recording
+(through :class:`~alphagate.backtest.recorded.RecordingSource`, the pod-scrape source fed from
+snapshots, and scores the decisions against the recorded truth), and :func:`run_range` steps a
+`Source` such as the Prometheus source over a historical range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from alphagate.backtest import truth as truth_mod
+from alphagate.backtest.recorded import (
+    PageCache,
+    PoolMembers,
+    RecordingSource,
+    check_selectors,
+    header_label_sets,
+    members,
+)
+from alphagate.config import Aggregation, SpeculativeCanarySpec
+from alphagate.core import machine
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
+from alphagate.errors import ScenarioError
+from alphagate.report import Point
+from alphagate.report import point as report_point
+from alphagate.sim.fleet import FleetEvent, FleetSnapshot
+from alphagate.sim.recording import iter_recording
+from alphagate.sources import Source
+
+_EPS: Final = 1e-6
+MAX_EVALUATIONS: Final = 1_000_000
+"""A range that would need more evaluations than this is refused (a typo in --step)."""
+
+SHOWN_EVENTS: Final = frozenset({"timeline", "restart"})
+
+DISCLAIMER: Final = (
+    "A backtest cannot change recorded data: it answers what this policy would have decided "
+    "on this traffic, not what the fleet would have done under it. After a simulated flip the "
+    "recorded pods kept running as recorded; while the policy had speculation off, the "
+    "canary's recorded spec-decode series were hidden from the core (a pod without "
+    "--speculative-config exports none), and latency and traffic stayed as recorded."
+)
+
+
+# --------------------------------------------------------------------------- units
+
+
+@dataclass(frozen=True, slots=True)
+class UnitDef:
+    """Slices decided together: name "" and every slice (combined), or one slice (perSlice)."""
+
+    name: str
+    slices: tuple[str, ...]
+    per_slice: bool
+
+
+def units_of(spec: SpeculativeCanarySpec) -> list[UnitDef]:
+    if spec.aggregation is Aggregation.PER_SLICE:
+        return [UnitDef(s.name, (s.name,), True) for s in spec.slices]
+    return [UnitDef("", tuple(s.name for s in spec.slices), False)]
+
+
+def sub_spec(spec: SpeculativeCanarySpec, slices: Sequence[str]) -> SpeculativeCanarySpec:
+    """The policy restricted to `slices`, so a source reads only that unit's pools."""
+    if len(slices) == len(spec.slices):
+        return spec
+    keep = [s for s in spec.slices if s.name in slices]
+    return spec.model_copy(update={"slices": keep})
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How the replay models what the recording cannot show."""
+
+    initial_on: bool = False  # start as if the canary already ran speculation (On)
+    rollout_seconds: float = 0.0  # a flip's rollout completes this long after the decision
+    via_text: bool = False  # recordings: render and parse real /metrics text (slower, same)
+
+
+def _p99(evaluation: Evaluation, pt: Point) -> Point:
+    """report.point reads older evidence keys; fill the P99s from the core's current ones."""
+    if not math.isnan(pt.canary_p99):
+        return pt
+    best: tuple[float, float, str] | None = None
+    for check in evaluation.checks:
+        if not check.check.startswith("latency"):
+            continue
+        c = check.evidence.get("canary_quantile_seconds")
+        b = check.evidence.get("baseline_quantile_seconds", math.nan)
+        if isinstance(c, int | float) and not math.isnan(c) and (best is None or c > best[0]):
+            best = (float(c), float(b) if isinstance(b, int | float) else math.nan,
+                    str(check.evidence.get("metric", "")))  # fmt: skip
+    if best is None:
+        return pt
+    return dataclasses.replace(pt, canary_p99=best[0], baseline_p99=best[1], latency_metric=best[2])
+
+
+def mask_acceptance(observation: Observation, slices: Sequence[str]) -> Observation:
+    """Drop the canary acceptance batches of `slices`: what an off canary would export."""
+    if not any(p.acceptance for p in observation.pools):
+        return observation
+    pools = tuple(
+        dataclasses.replace(p, acceptance=())
+        if p.role is Role.CANARY and p.slice in slices and p.acceptance
+        else p
+        for p in observation.pools
+    )
+    return dataclasses.replace(observation, pools=pools)
+
+
+class UnitReplay:
+    """One unit's Memory, its modelled rollouts and its decisions, evaluation by evaluation."""
+
+    def __init__(
+        self, spec: SpeculativeCanarySpec, unit: UnitDef, *, start: float, options: Options
+    ) -> None:
+        self.spec = spec
+        self.unit = unit
+        self.view = sub_spec(spec, unit.slices)
+        self.start = start
+        self.options = options
+        self.speculation_on = options.initial_on
+        self.memory = Memory(state=State.ON, since=start) if options.initial_on else Memory()
+        self.flip_at: float | None = None
+        self.points: list[Point] = []
+        self.truth: list[truth_mod.TruthSample] = []
+        self.evaluations = 0
+        self.unspeculating = 0  # evaluations with speculation on but no canary drafts recorded
+
+    def rollout(self, now: float) -> Rollout:
+        if self.flip_at is None:
+            return Rollout(speculation_on=self.speculation_on)
+        done = self.flip_at + self.options.rollout_seconds
+        if now < done - _EPS:
+            return Rollout(in_progress=True, speculation_on=self.speculation_on)
+        return Rollout(completed_at=done, speculation_on=self.speculation_on)
+
+    def window(self, now: float) -> tuple[Rollout, float, float]:
+        """The rollout now and the window to read: judge_window's, else the whole window."""
+        rollout = self.rollout(now)
+        span = machine.judge_window(self.spec, rollout, now, memory=self.memory)
+        if span is None:
+            return rollout, now - self.spec.timing.window_seconds, now
+        return rollout, span[0], span[1]
+
+    def step(
+        self, observation: Observation, rollout: Rollout, now: float, truth_alpha: float
+    ) -> Evaluation:
+        if not rollout.speculation_on:
+            observation = mask_acceptance(observation, self.unit.slices)
+        elif not any(
+            p.acceptance
+            for p in observation.pools
+            if p.role is Role.CANARY and p.slice in self.unit.slices
+        ):
+            self.unspeculating += 1
+        evaluation = evaluate(
+            self.spec,
+            observation,
+            self.memory,
+            rollout,
+            now=now,
+            slices=self.unit.slices if self.unit.per_slice else None,
+        )
+        self.memory = evaluation.memory
+        if evaluation.target_speculation_on != self.speculation_on:
+            self.speculation_on = evaluation.target_speculation_on
+            self.flip_at = now
+        pt = report_point(evaluation, start=self.start, truth_alpha=truth_alpha)
+        self.points.append(_p99(evaluation, pt))
+        self.evaluations += 1
+        return evaluation
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    t: float
+    kind: str
+    message: str
+    pod: str = ""
+
+
+@dataclass
+class UnitResult:
+    name: str
+    slices: tuple[str, ...]
+    points: list[Point]
+    truth: list[truth_mod.TruthSample]
+    score: truth_mod.Score | None
+    unspeculating: int = 0
+
+
+@dataclass
+class BacktestResult:
+    """Everything a backtest found: decisions per unit, the truth and its score, and notes."""
+
+    policy: str
+    spec: SpeculativeCanarySpec
+    source: dict[str, Any]
+    start: float
+    units: list[UnitResult]
+    events: list[RecordedEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def has_truth(self) -> bool:
+        return any(u.score is not None for u in self.units)
+
+    @property
+    def gate(self) -> tuple[float, float]:
+        a = self.spec.acceptance
+        return (a.disable_below, a.enable_above)
+
+    def title(self, unit: UnitResult | None = None) -> str:
+        what = self.source.get("scenario") or self.source.get("url") or "recorded metrics"
+        unit_part = f" [slice {unit.name}]" if unit is not None and unit.name else ""
+        return f"Backtest of {self.policy}{unit_part} on {what}"
+
+    def to_json(self) -> dict[str, Any]:
+        from alphagate.report import summary
+
+        units = []
+        for u in self.units:
+            s = summary(u.points, title=self.title(u))
+            s["unit"] = u.name or "combined"
+            s["slices"] = list(u.slices)
+            if u.score is not None:
+                s["truth"] = u.score.to_json()
+            units.append(s)
+        flips = sum(int(u["flips"]) for u in units)
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "aggregation": self.spec.aggregation.value,
+            "gate": {"disable_below": self.gate[0], "enable_above": self.gate[1]},
+            "interval_seconds": self.spec.timing.interval_seconds,
+            "window_seconds": self.spec.timing.window_seconds,
+            "source": self.source,
+            "start": self.start,
+            "evaluations": sum(len(u.points) for u in self.units),
+            "flips": flips,
+            "units": units,
+            "events": [dataclasses.asdict(e) for e in self.events],
+            "notes": list(self.notes),
+        }
+        if self.has_truth:
+            scores = [u.score for u in self.units if u.score is not None]
+            delays = [d for s in scores for d in s.delays]
+            out["detection_delays_seconds"] = delays
+            out["false_flips"] = sum(len(s.false_flips) for s in scores)
+            out["missed"] = sum(1 for s in scores for e in s.episodes if e.missed)
+        return out
+
+
+def _common_notes(spec: SpeculativeCanarySpec, options: Options) -> list[str]:
+    t = spec.timing
+    return [
+        DISCLAIMER,
+        f"Evaluated every {t.interval_seconds:g} s over windows of up to {t.window_seconds:g} s "
+        "(cut to start after each warm-up, as judge_window says), starting from "
+        + ("On (the canary already speculating)." if options.initial_on else "Off (a new canary).")
+        + f" A flip's rollout is modelled to complete {options.rollout_seconds:g} s after the "
+        "decision; the policy's warm-up follows it.",
+    ]
+
+
+# --------------------------------------------------------------------------- recordings
+
+
+def _truth_slices(
+    found: Mapping[tuple[str, Role], PoolMembers],
+) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each slice's (canary, baseline) pods, ready or loading, for the truth."""
+    out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for (slice_name, role), m in found.items():
+        c, b = out.get(slice_name, ((), ()))
+        pods = (*m.ready, *m.loading)
+        out[slice_name] = (pods, b) if role is Role.CANARY else (c, pods)
+    return out
+
+
+def iter_snapshots(
+    path: str | Path, events: list[RecordedEvent]
+) -> tuple[dict[str, Any], Iterator[FleetSnapshot]]:
+    """The header and a stream of snapshots; events are appended to `events` as met."""
+    it = iter_recording(path)
+    header = next(it, None)
+    if not isinstance(header, dict):
+        raise ScenarioError(f"{path}: empty recording (no header line)")
+    epoch = float(header.get("start_epoch", 0.0))
+
+    def snaps() -> Iterator[FleetSnapshot]:
+        for item in it:
+            if isinstance(item, FleetSnapshot):
+                yield item
+            elif isinstance(item, FleetEvent) and item.kind in SHOWN_EVENTS:
+                events.append(RecordedEvent(epoch + item.t, item.kind, item.message, item.pod))
+
+    return header, snaps()
+
+
+def run_recording(
+    spec: SpeculativeCanarySpec,
+    path: str | Path,
+    *,
+    policy: str = "policy",
+    where: str = "",
+    options: Options = Options(),
+    progress: Callable[[float], None] | None = None,
+) -> BacktestResult:
+    """Backtest `spec` over a simulator recording, streaming it (memory stays flat).
+
+    Raises ScenarioError for a missing, empty or garbled recording (naming the line) and
+    PolicyError when a pool of the policy selects none of the recorded pods.
+    """
+    interval = spec.timing.interval_seconds
+    events: list[RecordedEvent] = []
+    header, snaps = iter_snapshots(path, events)
+    pages = PageCache(via_text=options.via_text)
+    replays: list[UnitReplay] = []
+    sources: list[RecordingSource] = []
+    start = math.nan
+    next_eval = -math.inf
+    last_time = math.nan
+    gaps = 0
+    ever_ready: dict[tuple[str, Role], bool] = {}
+    count = 0
+    for snap in snaps:
+        if count == 0:
+            labels = [p.labels for p in snap.pods] + header_label_sets(header)
+            check_selectors(spec, labels, where=where, source=str(path))
+            start = snap.time
+            replays = [UnitReplay(spec, u, start=start, options=options) for u in units_of(spec)]
+            sources = [RecordingSource(pages=pages) for _ in replays]
+        elif snap.time < last_time - _EPS:
+            raise ScenarioError(
+                f"{path}: snapshot at t={snap.t:g} s goes back in time "
+                f"(previous at {last_time - start:g} s)"
+            )
+        count += 1
+        if count > 1 and snap.time - last_time > interval + _EPS:
+            gaps += 1
+        last_time = snap.time
+        due = snap.time + _EPS >= next_eval
+        for replay, source in zip(replays, sources, strict=True):
+            found = members(replay.view, snap.pods)
+            for key, m in found.items():
+                ever_ready[key] = ever_ready.get(key, False) or bool(m.ready)
+            sample = truth_mod.unit_truth(
+                snap.time - start,
+                snap.truth,
+                _truth_slices(found),
+                max_regression_ratio=spec.latency.max_regression_ratio,
+            )
+            replay.truth.append(sample)
+            if not due:
+                continue
+            rollout, w_start, w_end = replay.window(snap.time)
+            source.feed(snap.pods, snap.time)
+            obs = source.observe(replay.view, start=w_start, end=w_end, interval_seconds=interval)
+            replay.step(obs, rollout, snap.time, sample.alpha)
+        if due:
+            next_eval = max(next_eval, start)
+            while next_eval <= snap.time + _EPS:
+                next_eval += interval
+            if progress is not None:
+                progress(snap.time - start)
+    if count == 0:
+        raise ScenarioError(f"{path}: the recording has no snapshots")
+
+    notes = _common_notes(spec, options)
+    rec_interval = header.get("interval")
+    if gaps or (isinstance(rec_interval, int | float) and rec_interval > interval + _EPS):
+        notes.append(
+            f"The recording's snapshots ({rec_interval} s apart) are coarser than the policy's "
+            f"{interval:g} s interval: evaluations happened at each snapshot instead."
+        )
+    never = [f"{s}/{r.value}" for (s, r), ok in ever_ready.items() if not ok]
+    if never:
+        notes.append(
+            "Pools that matched recorded pods but never a ready one (every read was an error): "
+            + ", ".join(never)
+        )
+    units: list[UnitResult] = []
+    gate = spec.acceptance.disable_below
+    for replay in replays:
+        sc = truth_mod.score(
+            replay.truth,
+            replay.points,
+            gate=gate,
+            window=spec.timing.window_seconds,
+            initial_on=options.initial_on,
+        )
+        units.append(
+            UnitResult(
+                replay.unit.name,
+                replay.unit.slices,
+                replay.points,
+                replay.truth,
+                sc,
+                replay.unspeculating,
+            )
+        )
+        if replay.unspeculating:
+            notes.append(
+                f"{replay.unit.name or 'combined'}: in {replay.unspeculating} evaluations the "
+                "policy had speculation on but the recorded canary pods had no drafts (they did "
+                "not speculate, or had no traffic): those windows were not judged on alpha."
+            )
+    notes.append(
+        "True alpha: traffic-weighted alpha the selected canary pods were set to (scenario "
+        "slice alpha + pod offset). True latency regression: a canary pod's verify passes split "
+        "while the baseline's did not, or its mean time per token exceeded the baseline's by "
+        "more than maxRegressionRatio (a heuristic on the simulator's truth)."
+    )
+    source_info = {
+        "kind": "recording",
+        "path": str(path),
+        "scenario": header.get("scenario"),
+        "seed": header.get("seed"),
+        "recording_interval_seconds": rec_interval,
+        "snapshots": count,
+        "duration_seconds": last_time - start,
+    }
+    return BacktestResult(policy, spec, source_info, start, units, events, notes)
+
+
+# --------------------------------------------------------------------------- ranges
+
+
+def run_range(
+    spec: SpeculativeCanarySpec,
+    source: Source,
+    *,
+    start: float,
+    end: float,
+    step: float | None = None,
+    policy: str = "policy",
+    options: Options = Options(),
+    describe: Mapping[str, Any] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> BacktestResult:
+    """Backtest `spec` over historical times start, start + step, ... <= end from `source`.
+
+    `step` defaults to the policy's interval. No truth: nothing is scored.
+    """
+    step = spec.timing.interval_seconds if step is None else step
+    if not (math.isfinite(start) and math.isfinite(end)) or end <= start:
+        raise ValueError(f"the range must have end > start (start={start}, end={end})")
+    if not step > 0:
+        raise ValueError(f"step must be > 0, got {step}")
+    n = math.floor((end - start) / step + _EPS) + 1
+    if n > MAX_EVALUATIONS:
+        raise ValueError(
+            f"{n} evaluations (range {end - start:g} s / step {step:g} s) is more than "
+            f"{MAX_EVALUATIONS}: use a larger step"
+        )
+    replays = [UnitReplay(spec, u, start=start, options=options) for u in units_of(spec)]
+    interval = spec.timing.interval_seconds
+    errors = 0
+    for i in range(n):
+        now = start + i * step
+        for replay in replays:
+            rollout, w_start, w_end = replay.window(now)
+            obs = source.observe(replay.view, start=w_start, end=w_end, interval_seconds=interval)
+            if obs.source_error is not None or any(p.error for p in obs.pools):
+                errors += 1
+            replay.step(obs, rollout, now, math.nan)
+        if progress is not None:
+            progress(now - start)
+    notes = _common_notes(spec, options)
+    if errors:
+        notes.append(
+            f"{errors} unit evaluations had source errors (missing series, Prometheus "
+            "errors): they held, as missing data never flips."
+        )
+    if step != interval:
+        notes.append(
+            f"Evaluated every {step:g} s (--step) instead of the policy's {interval:g} s: "
+            "consecutive-window counts and timers follow the evaluations made."
+        )
+    units = [
+        UnitResult(r.unit.name, r.unit.slices, r.points, r.truth, None, r.unspeculating)
+        for r in replays
+    ]
+    info = {"kind": "range", "start": start, "end": end, "step_seconds": step, **(describe or {})}
+    return BacktestResult(policy, spec, info, start, units, [], notes)
