@@ -56,4 +56,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4).status == 200 else 1)"]
 ENTRYPOINT ["alphagate"]
-CMD ["run", "--metrics-host=0.0.0.0", "--metrics-port=8080"]
+CMD ["run", "--in-cluster", "--metrics-host=0.0.0.0", "--metrics-port=8080"]

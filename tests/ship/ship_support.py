@@ -245,3 +245,18 @@ def grafana_alert_rules() -> list[dict[str, Any]]:
         for group in yaml.safe_load(path.read_text())["groups"]:
             out.extend(group["rules"])
     return out
+
+
+def parse_cli(args: list[str]) -> None:
+    """Parse `alphagate ARGS` with the real Typer command tree without running it; raises the
+    parser's usage error on an unknown command or flag."""
+    import typer
+
+    from alphagate import cli
+
+    group: Any = typer.main.get_command(cli.app)
+    name, *rest = args
+    parent = group.make_context("alphagate", [name], resilient_parsing=True)
+    command = group.get_command(parent, name)
+    assert command is not None, f"no `alphagate {name}` command"
+    command.make_context(name, list(rest), parent=parent)

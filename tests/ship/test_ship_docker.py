@@ -141,6 +141,7 @@ def test_entrypoint_is_alphagate_run(instructions: list[Instruction]) -> None:
     (cmd,) = [json.loads(i.args) for i in final if i.keyword == "CMD"]
     assert entry == ["alphagate"]
     assert cmd[0] == "run"
+    ship.parse_cli(cmd)  # the real command line accepts the default CMD
     scripts = tomllib.loads((ship.ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["alphagate"] == "alphagate.cli:main"
     # the Deployment overrides CMD with its own args, also starting with `run`
