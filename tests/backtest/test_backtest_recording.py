@@ -8,7 +8,6 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-import pytest
 from backtest_support import make_recording, policy_doc, scenario, spec_of
 
 from alphagate.backtest import BacktestResult, Options, run_recording
@@ -171,7 +170,6 @@ def test_direct_pages_equal_rendered_and_parsed_pages(tmp_path: Path) -> None:
     assert seen_on and seen_off
 
 
-@pytest.mark.slow
 def test_via_text_gives_the_same_decisions(tmp_path: Path) -> None:
     sc = scenario("steady-chat").model_copy(update={"duration": 900.0})
     rec = make_recording(sc, tmp_path / "short.jsonl")

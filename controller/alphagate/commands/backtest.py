@@ -405,7 +405,7 @@ def backtest(
                 spec, prometheus, start, end, step, title=title, options=options
             )
     except AlphagateError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     written = write_reports(result, out) if out is not None else []
     if as_json:
