@@ -713,7 +713,7 @@ specs = st.builds(
             "cooldown": {"initialSeconds": cd, "factor": 2, "maxSeconds": max(cd, 3600)},
         },
     ),
-    cap=st.integers(1, 6),
+    cap=st.integers(2, 6),
     acc=st.integers(1, 3),
     lat=st.integers(1, 3),
     fs=st.sampled_from(["hold", "disable"]),
