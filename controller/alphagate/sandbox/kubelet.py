@@ -1,0 +1,724 @@
+"""A local runner that plays kubelet (and the Deployment controller) against the API double.
+
+No cluster runs here, so something must turn Deployments into running pods and report back
+the way Kubernetes does, or the controller's actuator would patch into a void. For every
+Deployment the runner keeps ``spec.replicas`` pods running through a pluggable
+:class:`PodRuntime` (simulated vLLM pods now; real vLLM processes can plug in the same way),
+and keeps the API in step:
+
+* a **Pod object** per pod: the template's labels plus ``pod-template-hash``, an owner
+  reference, ``status.podIP`` 127.0.0.1, the port as a container port named ``http`` and as
+  the ``prometheus.io/port`` annotation, and a ``Ready`` condition that follows the runtime's
+  readiness (a model that is still loading is not ready);
+* **rollouts**: when the pod template changes (the actuator patched the args) the pods are
+  replaced with pods of the new template, by the Deployment's strategy (``Recreate``, or
+  ``RollingUpdate`` with maxSurge/maxUnavailable), and the Deployment's status says what the
+  real controllers would: ``observedGeneration``, ``replicas``, ``updatedReplicas``,
+  ``readyReplicas``, ``availableReplicas`` and the ``Progressing`` condition, whose reason
+  becomes ``NewReplicaSetAvailable`` only once every new pod is ready;
+* **pods that go away**: a Pod deleted through the API is stopped and replaced; a container
+  that died is restarted (``restartCount`` goes up); a container that cannot start is retried
+  with back-off and shown as waiting with the reason.
+
+The runner reads and writes the double's store directly (as a node agent on the same host
+would, and unaffected by the faults a test injects into the controller's HTTP requests).
+Its loop is bounded by a poll period and stops cleanly; :meth:`KubeletRunner.sync` does one
+pass for tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import math
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, runtime_checkable
+
+from alphagate.errors import AlphagateError, SandboxError
+from alphagate.sandbox.apiserver import ApiError, ApiServer, now_rfc3339
+
+HOST: Final = "127.0.0.1"
+PORT_ANNOTATION: Final = "prometheus.io/port"
+HASH_LABEL: Final = "pod-template-hash"
+MANAGED_BY: Final = "alphagate.io/kubelet"
+_NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes uses for suffixes
+
+
+# ---------------------------------------------------------------- the runtime protocol
+
+
+@dataclass(frozen=True, slots=True)
+class PodLaunch:
+    """Everything a runtime needs to start one pod's vLLM container."""
+
+    name: str
+    namespace: str
+    deployment: str
+    labels: Mapping[str, str]
+    container: str
+    image: str
+    args: tuple[str, ...]
+    template_hash: str
+
+
+@runtime_checkable
+class PodRuntime(Protocol):
+    """Runs pod containers on 127.0.0.1. Implementations: :class:`SimRuntime` here; a real
+    vLLM runtime (``alphagate.sandbox.vllm_server.VllmServer`` per pod) fits the same shape."""
+
+    def start(self, pod: PodLaunch) -> int:
+        """Start the container (returns at once, loading may go on); return its port.
+        Raise AlphagateError when it cannot start (bad args ...)."""
+        ...
+
+    def ready(self, name: str) -> bool:
+        """Would a readiness probe pass now (the model is loaded and serving)?"""
+        ...
+
+    def alive(self, name: str) -> bool:
+        """Is the container still running (False: it died or was killed)?"""
+        ...
+
+    def stop(self, name: str) -> None:
+        """Stop the container; unknown names are ignored."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything this runtime started."""
+        ...
+
+
+# ---------------------------------------------------------------- the simulator runtime
+
+
+class SimRuntime:
+    """Pods as simulated vLLM engines served by a :class:`~alphagate.sim.SimServer`.
+
+    ``role`` and ``slice`` come from the pod labels; per-Deployment settings (load time,
+    latency scale, alpha offset, decode model) from the scenario's pool of the same name.
+    """
+
+    def __init__(self, server: Any, *, label_role: str = "role", label_slice: str = "slice"):
+        self.server = server
+        self.label_role = label_role
+        self.label_slice = label_slice
+        self._pools = {p.name: p for p in server.fleet.scenario.pools}
+
+    def start(self, pod: PodLaunch) -> int:
+        from alphagate.sim import PodSpec
+
+        role = pod.labels.get(self.label_role)
+        slice_name = pod.labels.get(self.label_slice)
+        if role not in ("canary", "baseline") or not slice_name:
+            raise SandboxError(
+                f"pod {pod.namespace}/{pod.name}: the simulator needs labels "
+                f"{self.label_role}=canary|baseline and {self.label_slice}=<slice>, got "
+                f"{dict(pod.labels)}"
+            )
+        scenario = self.server.fleet.scenario
+        pool = self._pools.get(pod.deployment)
+        decode = (pool.decode if pool is not None else None) or scenario.decode
+        spec = PodSpec(
+            name=pod.name,
+            deployment=pod.deployment,
+            role="canary" if role == "canary" else "baseline",
+            slice=slice_name,
+            namespace=pod.namespace,
+            args=tuple(pod.args),
+            model_name=scenario.model_name,
+            load_time=pool.load_time if pool is not None else 30.0,
+            latency_scale=pool.latency_scale if pool is not None else 1.0,
+            alpha_offset=pool.alpha_offset if pool is not None else 0.0,
+            params=decode.params(),
+        )
+        return int(self.server.add_pod(spec))
+
+    def ready(self, name: str) -> bool:
+        try:
+            return bool(self.server.snapshot(name).ready)
+        except KeyError:
+            return False
+
+    def alive(self, name: str) -> bool:
+        with self.server.lock:
+            return name in self.server.fleet.pods
+
+    def stop(self, name: str) -> None:
+        with contextlib.suppress(KeyError):
+            self.server.remove_pod(name)
+
+    def kill(self, name: str) -> None:
+        """Make the container die (for chaos tests): the runner sees it gone and restarts it."""
+        self.stop(name)
+
+    def close(self) -> None:
+        with self.server.lock:
+            names = list(self.server.fleet.pods)
+        for name in names:
+            self.stop(name)
+
+
+# ---------------------------------------------------------------- bookkeeping
+
+
+@dataclass(slots=True)
+class _Pod:
+    """One pod the runner owns."""
+
+    name: str
+    namespace: str
+    deployment: str
+    template_hash: str
+    launch: PodLaunch
+    port: int | None = None
+    ready: bool = False
+    restarts: int = 0
+    started: str = ""
+    error: str = ""  # why the container is not running (start failed)
+    retry_at: float = 0.0
+    backoff: float = 1.0
+    uid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletEvent:
+    """Something the runner did, for logs and the demo's event list."""
+
+    at: float
+    deployment: str
+    pod: str
+    kind: str  # started, ready, not-ready, deleted, replaced, restarted, failed, rollout
+    message: str
+
+
+@dataclass(slots=True)
+class _Rollout:
+    generation: int = 0
+    template_hash: str = ""
+    complete_stamp: str = ""  # when the current template's pods all became ready
+    progress_stamp: str = ""
+    announced: bool = False
+
+
+def template_hash(template: Mapping[str, Any]) -> str:
+    """A stable short hash of a pod template (what the ReplicaSet name carries)."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    return digest[:10]
+
+
+def _int_or_percent(value: Any, replicas: int, *, round_up: bool, default: str) -> int:
+    raw = default if value is None else value
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return max(raw, 0)
+    text = str(raw).strip()
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1]) / 100.0
+        except ValueError:
+            pct = float(default.rstrip("%")) / 100.0
+        n = replicas * pct
+        return max(math.ceil(n - 1e-9) if round_up else math.floor(n + 1e-9), 0)
+    try:
+        return max(int(text), 0)
+    except ValueError:
+        return 0
+
+
+def _container_of(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"].get("containers") or [{}]
+    first: dict[str, Any] = containers[0]
+    return first
+
+
+# ---------------------------------------------------------------- the runner
+
+
+class KubeletRunner:
+    """Keeps each Deployment's pods running through `runtime` and reports to the API double.
+
+    Install :meth:`hook` as the double's kubelet (``ApiServer(kubelet=runner.hook)``) so a
+    patched template is acted on at once; otherwise the poll picks it up.
+    """
+
+    def __init__(
+        self,
+        api: ApiServer,
+        runtime: PodRuntime,
+        *,
+        namespace: str | None = None,
+        poll_seconds: float = 0.1,
+        seed: int = 0,
+        node_name: str = "alphagate-sandbox",
+        max_backoff_seconds: float = 30.0,
+        on_event: Callable[[KubeletEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.runtime = runtime
+        self.namespace = namespace
+        self.poll_seconds = poll_seconds
+        self.node_name = node_name
+        self.max_backoff_seconds = max_backoff_seconds
+        self.on_event = on_event
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._pods: dict[tuple[str, str], _Pod] = {}
+        self._rollouts: dict[tuple[str, str], _Rollout] = {}
+        self._events: deque[KubeletEvent] = deque(maxlen=1000)
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors: deque[str] = deque(maxlen=50)  # unexpected failures of a pass
+
+    # ------------------------------------------------------------ lifecycle
+
+    def hook(self, server: ApiServer, deployment: dict[str, Any]) -> None:
+        """The API double's kubelet hook: a Deployment is new or its template changed."""
+        self._wake.set()
+
+    def start(self) -> KubeletRunner:
+        if self._thread is not None:
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="sandbox-kubelet", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, *, stop_pods: bool = True, timeout: float = 10.0) -> None:
+        """Stop the loop and (by default) every pod it started."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if stop_pods:
+            with self._lock:
+                pods = list(self._pods.values())
+                self._pods.clear()
+            for pod in pods:
+                with contextlib.suppress(Exception):
+                    self.runtime.stop(pod.name)
+
+    def __enter__(self) -> KubeletRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # one bad pass must not kill the node
+                self.errors.append(repr(exc))
+            self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+
+    # ------------------------------------------------------------ views
+
+    def events(self) -> list[KubeletEvent]:
+        """Everything that happened since the last call."""
+        with self._lock:
+            out = list(self._events)
+            self._events.clear()
+        return out
+
+    def pods(self, deployment: str | None = None) -> dict[str, dict[str, Any]]:
+        """The runner's pods: name -> {deployment, hash, port, ready, restarts, error}."""
+        with self._lock:
+            return {
+                p.name: {
+                    "namespace": p.namespace,
+                    "deployment": p.deployment,
+                    "template_hash": p.template_hash,
+                    "port": p.port,
+                    "ready": p.ready,
+                    "restarts": p.restarts,
+                    "error": p.error,
+                    "args": list(p.launch.args),
+                }
+                for p in self._pods.values()
+                if deployment is None or p.deployment == deployment
+            }
+
+    def _emit(self, pod: _Pod | None, deployment: str, kind: str, message: str) -> None:
+        ev = KubeletEvent(time.time(), deployment, pod.name if pod else "", kind, message)
+        self._events.append(ev)
+        if self.on_event is not None:
+            with contextlib.suppress(Exception):
+                self.on_event(ev)
+
+    # ------------------------------------------------------------ one pass
+
+    def sync(self) -> None:
+        """Bring pods and statuses in line with the Deployments once."""
+        with self._lock:
+            deployments = self.api.objects("deployments", self.namespace, group="apps")
+            api_pods = {
+                (p["metadata"]["namespace"], p["metadata"]["name"]): p
+                for p in self.api.objects("pods", self.namespace)
+            }
+            self._reap(api_pods)
+            self._probe(api_pods)
+            wanted = set()
+            for dep in deployments:
+                meta = dep["metadata"]
+                key = (meta["namespace"], meta["name"])
+                wanted.add(key)
+                try:
+                    self._reconcile(dep)
+                except ApiError:
+                    continue  # the Deployment went away meanwhile
+            for key in [k for k in self._rollouts if k not in wanted]:
+                self._rollouts.pop(key, None)
+            for pod in [
+                p for p in self._pods.values() if (p.namespace, p.deployment) not in wanted
+            ]:
+                self._delete(pod, "its Deployment is gone")
+
+    def _reap(self, api_pods: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+        """Pods deleted through the API are stopped; dead containers are restarted."""
+        for key, pod in list(self._pods.items()):
+            obj = api_pods.get(key)
+            if obj is None or (pod.uid and obj["metadata"].get("uid") != pod.uid):
+                self._pods.pop(key, None)
+                with contextlib.suppress(Exception):
+                    self.runtime.stop(pod.name)
+                self._emit(pod, pod.deployment, "deleted", f"pod {pod.name} deleted: stopped")
+                continue
+            if pod.port is not None and not self.runtime.alive(pod.name):
+                pod.restarts += 1
+                pod.port = None
+                pod.ready = False
+                pod.backoff = 1.0
+                pod.retry_at = 0.0
+                self._emit(
+                    pod,
+                    pod.deployment,
+                    "restarted",
+                    f"container of {pod.name} died: restarting (restart {pod.restarts})",
+                )
+            if pod.port is None and self._clock() >= pod.retry_at:
+                self._run_container(pod)
+
+    def _run_container(self, pod: _Pod) -> None:
+        try:
+            pod.port = self.runtime.start(pod.launch)
+        except (AlphagateError, OSError, ValueError) as exc:
+            pod.error = str(exc)
+            pod.retry_at = self._clock() + pod.backoff
+            pod.backoff = min(pod.backoff * 2, self.max_backoff_seconds)
+            self._emit(pod, pod.deployment, "failed", f"{pod.name} cannot start: {exc}")
+            self._write_pod(pod)
+            return
+        pod.error = ""
+        pod.started = now_rfc3339()
+        pod.ready = False
+        self._emit(
+            pod, pod.deployment, "started", f"{pod.name} started on {HOST}:{pod.port} (loading)"
+        )
+        self._write_pod(pod)
+
+    def _probe(self, api_pods: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+        for pod in self._pods.values():
+            ready = pod.port is not None and self.runtime.ready(pod.name)
+            if ready != pod.ready:
+                pod.ready = ready
+                kind = "ready" if ready else "not-ready"
+                self._emit(pod, pod.deployment, kind, f"{pod.name} {kind}")
+                self._write_pod(pod)
+
+    # ------------------------------------------------------------ Deployments
+
+    def _reconcile(self, dep: dict[str, Any]) -> None:
+        meta, spec = dep["metadata"], dep.get("spec") or {}
+        ns, name = meta["namespace"], meta["name"]
+        generation = int(meta.get("generation") or 1)
+        replicas = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
+        template = spec.get("template") or {}
+        thash = template_hash(template)
+        rollout = self._rollouts.setdefault((ns, name), _Rollout())
+        if rollout.template_hash != thash:
+            if rollout.template_hash:
+                self._emit(
+                    None, name, "rollout", f"{name}: new pod template (generation {generation})"
+                )
+            rollout.template_hash = thash
+            rollout.complete_stamp = ""
+            rollout.progress_stamp = now_rfc3339()
+            rollout.announced = False
+        rollout.generation = generation
+
+        mine = [p for p in self._pods.values() if (p.namespace, p.deployment) == (ns, name)]
+        new = [p for p in mine if p.template_hash == thash]
+        old = [p for p in mine if p.template_hash != thash]
+        strategy = spec.get("strategy") or {}
+        min_available = replicas
+        if strategy.get("type") == "Recreate":
+            min_available = 0
+            for pod in old:
+                self._delete(pod, "Recreate: old template")
+            if not old:
+                self._scale(dep, thash, new, replicas)
+        else:
+            rolling = strategy.get("rollingUpdate") or {}
+            surge = _int_or_percent(rolling.get("maxSurge"), replicas, round_up=True, default="25%")
+            unavailable = _int_or_percent(
+                rolling.get("maxUnavailable"), replicas, round_up=False, default="25%"
+            )
+            if surge == 0 and unavailable == 0:
+                unavailable = 1
+            min_available = max(replicas - unavailable, 0)
+            self._scale(dep, thash, new, replicas, limit=replicas + surge - len(old))
+            new = [
+                p
+                for p in self._pods.values()
+                if (p.namespace, p.deployment) == (ns, name) and p.template_hash == thash
+            ]
+            ready_total = sum(
+                p.ready for p in self._pods.values() if (p.namespace, p.deployment) == (ns, name)
+            )
+            for pod in sorted(old, key=lambda p: p.ready):  # not-ready old pods go first
+                if not pod.ready:
+                    self._delete(pod, "rolling update: old template")
+                elif ready_total - 1 >= replicas - unavailable:
+                    self._delete(pod, "rolling update: old template")
+                    ready_total -= 1
+        self._status(dep, thash, replicas, rollout, min_available)
+
+    def _scale(
+        self,
+        dep: dict[str, Any],
+        thash: str,
+        new: list[_Pod],
+        replicas: int,
+        *,
+        limit: int | None = None,
+    ) -> None:
+        if len(new) > replicas:
+            for pod in sorted(new, key=lambda p: p.ready)[: len(new) - replicas]:
+                self._delete(pod, "scaled down")
+            return
+        room = replicas - len(new) if limit is None else min(replicas - len(new), limit)
+        for _ in range(max(room, 0)):
+            self._create(dep, thash)
+
+    def _create(self, dep: dict[str, Any], thash: str) -> None:
+        meta = dep["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        template = (dep.get("spec") or {}).get("template") or {}
+        container = _container_of(dep)
+        suffix = "".join(self._rng.choice(_NAME_CHARS) for _ in range(5))
+        pod_name = f"{name}-{thash[:9]}-{suffix}"
+        labels = {**((template.get("metadata") or {}).get("labels") or {}), HASH_LABEL: thash}
+        launch = PodLaunch(
+            name=pod_name,
+            namespace=ns,
+            deployment=name,
+            labels=labels,
+            container=str(container.get("name", "vllm")),
+            image=str(container.get("image", "")),
+            args=tuple(str(a) for a in (container.get("args") or [])),
+            template_hash=thash,
+        )
+        pod = _Pod(pod_name, ns, name, thash, launch)
+        self._pods[(ns, pod_name)] = pod
+        self._write_pod(pod, owner=dep)
+        self._run_container(pod)
+
+    def _delete(self, pod: _Pod, why: str) -> None:
+        self._pods.pop((pod.namespace, pod.name), None)
+        with contextlib.suppress(Exception):
+            self.runtime.stop(pod.name)
+        with contextlib.suppress(ApiError):
+            self.api.delete("pods", pod.namespace, pod.name)
+        self._emit(
+            pod,
+            pod.deployment,
+            "replaced" if "template" in why else "deleted",
+            f"{pod.name} stopped ({why})",
+        )
+
+    # ------------------------------------------------------------ API objects
+
+    def _write_pod(self, pod: _Pod, *, owner: dict[str, Any] | None = None) -> None:
+        """Create or update the Pod object (spec and status) in the store."""
+        try:
+            existing = self.api.get("pods", pod.namespace, pod.name)
+        except ApiError:
+            existing = None
+        if existing is None and owner is None:
+            return  # deleted meanwhile: _reap handles it next pass
+        obj = copy.deepcopy(existing) if existing is not None else self._pod_object(pod, owner)
+        ann = obj["metadata"].setdefault("annotations", {})
+        container = obj["spec"]["containers"][0]
+        if pod.port is not None:
+            ann[PORT_ANNOTATION] = str(pod.port)
+            ann["prometheus.io/scrape"] = "true"
+            container["ports"] = [{"name": "http", "containerPort": pod.port, "protocol": "TCP"}]
+        obj["status"] = self._pod_status(pod, obj.get("status") or {})
+        stored = self.api.put(obj)
+        pod.uid = stored["metadata"]["uid"]
+
+    def _pod_object(self, pod: _Pod, owner: dict[str, Any] | None) -> dict[str, Any]:
+        owner_refs = []
+        if owner is not None:
+            owner_refs = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"].get("uid", ""),
+                    "controller": True,
+                }
+            ]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "labels": dict(pod.launch.labels),
+                "annotations": {MANAGED_BY: "true"},
+                "ownerReferences": owner_refs,
+            },
+            "spec": {
+                "nodeName": self.node_name,
+                "containers": [
+                    {
+                        "name": pod.launch.container,
+                        "image": pod.launch.image,
+                        "args": list(pod.launch.args),
+                    }
+                ],
+            },
+        }
+
+    def _pod_status(self, pod: _Pod, previous: Mapping[str, Any]) -> dict[str, Any]:
+        stamp = now_rfc3339()
+        ready = "True" if pod.ready else "False"
+        conditions = []
+        for ctype, status in (
+            ("Initialized", "True"),
+            ("ContainersReady", ready),
+            ("Ready", ready),
+            ("PodScheduled", "True"),
+        ):
+            before = next(
+                (c for c in previous.get("conditions") or [] if c.get("type") == ctype), None
+            )
+            since = (
+                before["lastTransitionTime"] if before and before.get("status") == status else stamp
+            )
+            conditions.append({"type": ctype, "status": status, "lastTransitionTime": since})
+        if pod.error:
+            state: dict[str, Any] = {
+                "waiting": {"reason": "CrashLoopBackOff", "message": pod.error[:500]}
+            }
+            phase = "Pending" if pod.restarts == 0 else "Running"
+        else:
+            state = {"running": {"startedAt": pod.started or stamp}}
+            phase = "Running"
+        return {
+            "phase": phase,
+            "hostIP": HOST,
+            "podIP": HOST if pod.port is not None else "",
+            "podIPs": [{"ip": HOST}] if pod.port is not None else [],
+            "startTime": previous.get("startTime") or stamp,
+            "conditions": conditions,
+            "containerStatuses": [
+                {
+                    "name": pod.launch.container,
+                    "image": pod.launch.image,
+                    "ready": pod.ready,
+                    "started": pod.port is not None,
+                    "restartCount": pod.restarts,
+                    "state": state,
+                }
+            ],
+        }
+
+    def _status(
+        self,
+        dep: dict[str, Any],
+        thash: str,
+        replicas: int,
+        rollout: _Rollout,
+        min_available: int,
+    ) -> None:
+        meta = dep["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        mine = [p for p in self._pods.values() if (p.namespace, p.deployment) == (ns, name)]
+        new = [p for p in mine if p.template_hash == thash]
+        ready = sum(p.ready for p in mine)
+        done = len(new) == replicas == len(mine) and all(p.ready for p in new)
+        if done and not rollout.complete_stamp:
+            rollout.complete_stamp = now_rfc3339()
+        if not done:
+            rollout.complete_stamp = ""
+        if done and not rollout.announced:
+            rollout.announced = True
+            self._emit(
+                None,
+                name,
+                "rollout",
+                f"{name}: rollout of generation {rollout.generation} complete "
+                f"({replicas}/{replicas} ready)",
+            )
+        available = ready >= min_available
+        stamp = rollout.complete_stamp or rollout.progress_stamp or now_rfc3339()
+        progressing = {
+            "type": "Progressing",
+            "status": "True",
+            "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
+            "message": (
+                f'ReplicaSet "{name}-{thash[:9]}" has successfully progressed.'
+                if done
+                else f'ReplicaSet "{name}-{thash[:9]}" is progressing.'
+            ),
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": rollout.progress_stamp or stamp,
+        }
+        available_cond = {
+            "type": "Available",
+            "status": "True" if available else "False",
+            "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+            "message": "Deployment has minimum availability."
+            if available
+            else "Deployment does not have minimum availability.",
+            "lastUpdateTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        status = {
+            "observedGeneration": rollout.generation,
+            "replicas": len(mine),
+            "updatedReplicas": len(new),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "unavailableReplicas": max(replicas - ready, 0),
+            "conditions": [available_cond, progressing],
+        }
+        current = dep.get("status") or {}
+        if all(current.get(k) == v for k, v in status.items()):
+            return
+        self.api.set_deployment_status(ns, name, status)
+
+
+__all__ = [
+    "HASH_LABEL",
+    "PORT_ANNOTATION",
+    "KubeletEvent",
+    "KubeletRunner",
+    "PodLaunch",
+    "PodRuntime",
+    "SimRuntime",
+    "template_hash",
+]
