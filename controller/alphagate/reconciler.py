@@ -523,6 +523,16 @@ class Reconciler:
                     involved=ref,
                 )
                 changed = changed or result.args_changed
+                flip = evaluation.action in (Action.ENABLE, Action.DISABLE)
+                if result.args_changed and not flip and not dry_run:
+                    # Someone else changed the flag (or spec.speculativeConfig changed): the
+                    # Deployment is brought back to what the current state needs.
+                    self.events.warning(
+                        ref,
+                        Reason.DRIFT_CORRECTED,
+                        f"Deployment {dref.name} ran {config_text(dep.speculative_config)}; "
+                        f"state {state_now} needs {config_text(want)}: patched back",
+                    )
                 uo.applied = uo.applied or result.patched
                 uo.args_changed = uo.args_changed or result.args_changed
                 idx = deps.index(dep)
@@ -557,7 +567,7 @@ class Reconciler:
         uo.memory = evaluation.memory
         uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
         uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
-        self._events_for(ref, spec, evaluation, previous, dry_run, unit)
+        self._events_for(ref, spec, evaluation, dry_run, unit, source_errors(observation))
         self._decision_log(ulog, evaluation, uo, dry_run)
         return uo
 
@@ -751,9 +761,9 @@ class Reconciler:
         ref: ObjectRef,
         spec: SpeculativeCanarySpec,
         e: Evaluation,
-        previous: CanaryStatus,
         dry_run: bool,
         unit: Unit,
+        errors: Sequence[str],
     ) -> None:
         where = f" [slice {unit.name}]" if unit.name else ""
         alpha = ""
@@ -800,20 +810,30 @@ class Reconciler:
                     reason,
                     f"{t.from_state.value} -> {t.to_state.value}{where}: {t.reason}{alpha}",
                 )
-        before = set(previous.last_decision.alerts) if previous.last_decision else set()
+        # Alerts repeat every interval while they last, with a stable message, so the recorder
+        # folds them into one Event with a growing count (what `kubectl describe` shows as
+        # "x12 over 6m") instead of one Event per interval.
         for alert in e.alerts:
-            if alert in before:
-                continue  # one Event when an alert starts, not one per interval
             if alert == "source-errors":
-                self.events.warning(ref, Reason.SOURCE_ERRORS, f"{e.reason}{where}")
+                first = errors[0] if errors else "no details"
+                self.events.warning(
+                    ref, Reason.SOURCE_ERRORS, f"metrics source failing{where}: {first}"
+                )
             elif alert == "flip-budget":
                 self.events.warning(
-                    ref, Reason.FLIP_REFUSED, f"flip budget exhausted{where}: {e.reason}"
+                    ref,
+                    Reason.FLIP_REFUSED,
+                    f"flip budget exhausted{where}: at most {spec.timing.max_flips_per_hour} "
+                    "flips per hour; holding",
                 )
             elif alert == "rollout-timeout":
-                self.events.warning(ref, Reason.ROLLOUT_TIMEOUT, f"{e.reason}{where}")
+                self.events.warning(
+                    ref,
+                    Reason.ROLLOUT_TIMEOUT,
+                    f"rollout not complete after {spec.timing.rollout_timeout_seconds:g} s{where}",
+                )
             else:
-                self.events.warning(ref, Reason.ALERT, f"{alert}{where}: {e.reason}")
+                self.events.warning(ref, Reason.ALERT, f"{alert}{where}")
 
     @staticmethod
     def _decision_log(log: Any, e: Evaluation, uo: UnitOutcome, dry_run: bool) -> None:

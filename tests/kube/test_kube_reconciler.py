@@ -216,7 +216,9 @@ def test_source_errors_hold_and_alert(apiserver: ApiServer, kube: Kube) -> None:
     assert st.state == "On" and speculating(apiserver, "chat-canary")  # errors never flip
     assert st.condition("SourceHealthy").status == "False"
     assert "connection refused" in st.condition("SourceHealthy").message
-    assert reasons(apiserver).count("SourceErrors") == 1
+    # one Event, counted up while the source keeps failing (not one per interval)
+    (ev,) = [e for e in apiserver.objects("events", NS, group="") if e["reason"] == "SourceErrors"]
+    assert ev["count"] >= 2 and "connection refused" in ev["message"]
 
 
 def test_invalid_spec_is_reported_not_acted_on(apiserver: ApiServer, kube: Kube) -> None:
@@ -313,3 +315,19 @@ def test_deleted_canary_is_forgotten(apiserver: ApiServer, kube: Kube) -> None:
     apiserver.delete("speculativecanaries", NS, "chat")
     out = step(rec)
     assert out.gone
+
+
+def test_manual_edit_of_the_flag_is_patched_back(apiserver: ApiServer, kube: Kube) -> None:
+    seed(apiserver)
+    clock = Clock()
+    rec = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock)
+    step(rec, 3)
+    assert status(apiserver).state == "On"
+    dep = apiserver.get("deployments", NS, "chat-canary", group="apps")
+    dep["spec"]["template"]["spec"]["containers"][0]["args"] = ["--model", "/models/tiny"]
+    apiserver.put(dep)
+    step(rec)
+    assert speculating(apiserver, "chat-canary")
+    assert args_of(apiserver)[:2] == ["--model", "/models/tiny"]
+    (drift,) = [e for e in events(apiserver) if e[1] == "DriftCorrected"]
+    assert drift[0] == "Warning" and "ran off; state On needs" in drift[2]

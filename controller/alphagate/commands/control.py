@@ -271,6 +271,7 @@ def _detail(kube: Kube, namespace: str, name: str, as_json: bool, n_events: int)
         d = st.last_decision
         applied = "applied" if d.applied else ("dry-run" if d.dry_run else "not applied")
         con.print(f"last decision: {d.action} ({d.verdict}, {applied}, {_ago(d.at)}): {d.reason}")
+    _units_table(con, st)
     _slices_table(con, st)
     _latency_table(con, st)
     _conditions_table(con, st)
@@ -290,6 +291,25 @@ def _detail(kube: Kube, namespace: str, name: str, as_json: bool, n_events: int)
                     str(e["time"])[:19], e["type"], e["reason"], str(e["count"]), e["message"]
                 )
             con.print(table)
+
+
+def _units_table(con: Console, st: CanaryStatus) -> None:
+    """perSlice aggregation: each slice's own Deployment, state and decision."""
+    if not st.units:
+        return
+    table = Table(title="Canaries by slice", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("SLICE", "DEPLOYMENTS", "STATE", "SPEC", "LAST DECISION"):
+        table.add_column(col, overflow="fold")
+    for u in st.units:
+        spec = "-" if u.speculation_on is None else ("on" if u.speculation_on else "off")
+        table.add_row(
+            u.name,
+            ", ".join(u.deployments),
+            u.state,
+            spec,
+            u.last_decision.summary if u.last_decision else "-",
+        )
+    con.print(table)
 
 
 def _slices_table(con: Console, st: CanaryStatus) -> None:

@@ -51,6 +51,7 @@ class Reason(StrEnum):
     ROLLOUT_TIMEOUT = "RolloutTimeout"
     INVALID_SPEC = "InvalidSpec"
     ARGS_UNEDITABLE = "ArgsUneditable"
+    DRIFT_CORRECTED = "DriftCorrected"
     ALERT = "Alert"
 
 
@@ -128,6 +129,11 @@ class EventRecorder:
         now = datetime.fromtimestamp(self._clock(), UTC).replace(microsecond=0)
         mono = time.monotonic()
         with self._lock:
+            if len(self._seen) > 512:  # forget aggregation keys past their window
+                for k in [
+                    k for k, v in self._seen.items() if mono - v.last_mono > self.dedupe_seconds
+                ]:
+                    del self._seen[k]
             self.emitted.append((f"{ref.namespace}/{ref.name}", str(type_), str(reason), message))
             seen = self._seen.get(key)
             if seen is not None and mono - seen.last_mono <= self.dedupe_seconds:
