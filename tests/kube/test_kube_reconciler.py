@@ -331,3 +331,42 @@ def test_manual_edit_of_the_flag_is_patched_back(apiserver: ApiServer, kube: Kub
     assert args_of(apiserver)[:2] == ["--model", "/models/tiny"]
     (drift,) = [e for e in events(apiserver) if e[1] == "DriftCorrected"]
     assert drift[0] == "Warning" and "ran off; state On needs" in drift[2]
+
+
+def test_promote_copies_the_config_to_the_stable_deployment(
+    apiserver: ApiServer, kube: Kube
+) -> None:
+    cr = canary_cr(
+        promotion={"enabled": True, "bakeSeconds": 86400, "stable": {"name": "chat-stable"}}
+    )
+    seed(apiserver, "chat-canary", "chat-baseline", "chat-stable", cr=cr)
+    clock = Clock()
+    rec = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock)
+    step(rec, 3)
+    assert not speculating(apiserver, "chat-stable")
+    obj = apiserver.get("speculativecanaries", NS, "chat")
+    obj["metadata"]["annotations"] = {ANN_COMMAND: "promote", ANN_COMMAND_ID: "p-1"}
+    apiserver.put(obj)
+    out = step(rec)
+    assert out.evaluation.action.value == "promote"
+    assert argsmod.read(args_of(apiserver, "chat-stable")) == CFG
+    assert speculating(apiserver, "chat-canary")
+    assert status(apiserver).state == "Promoted"
+    assert "Promoted" in reasons(apiserver)
+
+
+def test_label_selector_shards_the_work(apiserver: ApiServer, kube: Kube) -> None:
+    seed(apiserver)
+    other = canary_cr("other")
+    other["metadata"]["labels"] = {"shard": "b"}
+    apiserver.put(other)
+    mine = apiserver.get("speculativecanaries", NS, "chat")
+    mine["metadata"]["labels"] = {"shard": "a"}
+    apiserver.put(mine)
+    clock = Clock()
+    rec = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock, label_selector="shard=a")
+    rec.relist()
+    assert rec.due(float("inf")) == [(NS, "chat")]
+    everywhere = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock)
+    everywhere.relist()
+    assert everywhere.due(float("inf")) == [(NS, "chat"), (NS, "other")]
