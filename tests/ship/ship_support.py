@@ -29,6 +29,7 @@ KUSTOMIZATIONS = {
     "deploy/overlays/dev": "dev overlay",
     "deploy/overlays/prod": "prod overlay",
     "deploy/overlays/cluster-wide": "cluster-wide overlay",
+    "dashboards": "Grafana dashboard ConfigMap",
 }
 
 

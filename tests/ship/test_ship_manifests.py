@@ -4,7 +4,10 @@ resources), every kustomization builds, and the pieces agree with each other."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -389,3 +392,78 @@ def test_no_machine_paths_in_deploy() -> None:
 def test_cli_parse_check_rejects_an_unknown_flag() -> None:
     with pytest.raises(Exception, match="--no-such-flag"):
         ship.parse_cli(["run", "--no-such-flag"])
+
+
+# ---------------------------------------------------------------- deploy/README.md
+
+
+def _readme_commands() -> list[str]:
+    text = (ship.DEPLOY / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    lines = []
+    for block in blocks:
+        for line in block.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def test_readme_kustomize_paths_exist_and_build() -> None:
+    paths = set()
+    for line in _readme_commands():
+        m = re.search(r"kubectl (?:apply|delete) -k (\S+)", line)
+        if m and not m.group(1).startswith("my-"):
+            paths.add(m.group(1).rstrip("/"))
+    assert {
+        "deploy",
+        "deploy/monitoring",
+        "deploy/examples",
+        "dashboards",
+        "deploy/overlays/prod",
+    } <= paths
+    for path in paths:
+        assert ship.kustomize(path), path
+
+
+def test_readme_alphagate_commands_parse() -> None:
+    commands = [line.split()[1:] for line in _readme_commands() if line.startswith("alphagate ")]
+    assert commands
+    for args in commands:
+        ship.parse_cli(args)
+
+
+def test_readme_namespace_overlay_example_builds(tmp_path: Path) -> None:
+    text = (ship.DEPLOY / "README.md").read_text()
+    (example,) = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+        if "my-alphagate/kustomization.yaml" in b
+    ]
+    shutil.copytree(ship.DEPLOY, tmp_path / "alphagate" / "deploy")
+    (tmp_path / "my-alphagate").mkdir()
+    (tmp_path / "my-alphagate" / "kustomization.yaml").write_text(example)
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path / "my-alphagate")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    role = [
+        o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "alphagate-controller"
+    ]
+    binding = [
+        o
+        for o in objs
+        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "alphagate-controller"
+    ]
+    assert role[0]["metadata"]["namespace"] == binding[0]["metadata"]["namespace"] == "inference"
+    args = _controller(objs)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=inference" in args
+    ship.parse_cli(args)
