@@ -4,8 +4,9 @@ Role: the reconciler hands every `Evaluation` to a `Recorder`, which turns it in
 counters under the ``alphagate_`` prefix (labels ``namespace``, ``canary``, and ``slice`` where a
 value is per slice). `make_app` / `serve` expose ``/metrics``, ``/healthz`` and ``/readyz``.
 
-This module decides nothing: it reads the core's results and never changes them, and it reads
-no clock except to measure nothing (durations come from the caller). Label values stay bounded:
+This module decides nothing: it reads the core's results and never changes them; times and
+durations come from the caller (only `Health` reads a monotonic clock, to notice a stuck
+control loop). Label values stay bounded:
 slices come from the policy, states/verdicts/actions from the core's enums, and a decision's
 ``reason`` label is a short machine kind (`reason_kind`), never the sentence.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -32,7 +34,6 @@ from prometheus_client import (
     ProcessCollector,
     make_wsgi_app,
 )
-from prometheus_client.metrics import MetricWrapperBase
 
 from alphagate import __version__
 from alphagate.core.model import CheckResult, Evaluation, State, Verdict
@@ -481,15 +482,22 @@ class Recorder:
         return self._leader
 
     def forget(self, *, namespace: str, canary: str) -> None:
-        """Drop every series of a deleted canary (gauges, counters and the histogram)."""
-        key = (namespace, canary)
+        """Drop every series of a deleted canary (gauges, counters and the histogram), its
+        per-slice units (`canary/slice`, as the reconciler labels perSlice canaries) included."""
+
+        def mine(ns: str, name: str) -> bool:
+            return ns == namespace and (name == canary or name.startswith(canary + "/"))
+
         with self._lock:
-            seen = self._seen.pop(key, _Seen())
-            for name, labelsets in seen.series.items():
-                for labels in labelsets:
-                    self._gauges()[name].remove(*labels)
+            for key in [k for k in self._seen if mine(*k)]:
+                seen = self._seen.pop(key)
+                for name, labelsets in seen.series.items():
+                    for labels in labelsets:
+                        self._gauges()[name].remove(*labels)
             for metric in (self.decisions, self.transitions, self.source_errors, self.duration):
-                _remove_prefixed(metric, key)
+                for labels in list(metric._metrics):  # no public listing in prometheus_client
+                    if mine(labels[0], labels[1]):
+                        metric.remove(*labels)
 
     def canaries(self) -> list[tuple[str, str]]:
         """(namespace, canary) pairs currently exported, for tests and the status command."""
@@ -629,14 +637,6 @@ class Recorder:
             put(self.latency_ratio, LATENCY_RATIO, s, ratio)
 
 
-def _remove_prefixed(metric: MetricWrapperBase, prefix: tuple[str, ...]) -> None:
-    """Remove every child whose first label values equal `prefix`."""
-    children = list(metric._metrics)
-    for labels in children:
-        if labels[: len(prefix)] == prefix:
-            metric.remove(*labels)
-
-
 def new_registry(*, process: bool = True) -> CollectorRegistry:
     """A fresh registry, with the process/platform/GC collectors when `process` is set."""
     registry = CollectorRegistry()
@@ -664,8 +664,6 @@ class Health:
         stale_after_seconds: float | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        import time
-
         self._clock = clock or time.monotonic
         self._stale_after = stale_after_seconds
         self._last_beat = self._clock()

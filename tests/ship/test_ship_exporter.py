@@ -232,14 +232,14 @@ def test_losing_leadership_drops_per_canary_gauges(recorder: exporter.Recorder) 
 
 
 def test_forget_drops_every_series_of_a_deleted_canary(recorder: exporter.Recorder) -> None:
-    for canary in ("a", "b"):
+    for canary in ("a", "a/chat", "ab", "b"):
         recorder.record(
             evaluation(), namespace="n", canary=canary, duration_seconds=0.01, speculation_on=False
         )
-    recorder.forget(namespace="n", canary="a")
+    recorder.forget(namespace="n", canary="a")  # and its perSlice unit a/chat, not ab
     s = scrape(recorder.registry)
-    assert {dict(lb).get("canary") for _, lb in s} - {None} == {"b"}
-    assert recorder.canaries() == [("n", "b")]
+    assert {dict(lb).get("canary") for _, lb in s} - {None} == {"ab", "b"}
+    assert recorder.canaries() == [("n", "ab"), ("n", "b")]
 
 
 def test_reason_label_is_a_bounded_kind_not_the_sentence(recorder: exporter.Recorder) -> None:
