@@ -495,9 +495,9 @@ class Recorder:
                     for labels in labelsets:
                         self._gauges()[name].remove(*labels)
             for metric in (self.decisions, self.transitions, self.source_errors, self.duration):
-                for labels in list(metric._metrics):  # no public listing in prometheus_client
-                    if mine(labels[0], labels[1]):
-                        metric.remove(*labels)
+                for values in list(metric._metrics):  # no public listing in prometheus_client
+                    if mine(values[0], values[1]):
+                        metric.remove(*values)
 
     def canaries(self) -> list[tuple[str, str]]:
         """(namespace, canary) pairs currently exported, for tests and the status command."""
