@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alphagate.core.model import Action, Evaluation, State
+from alphagate.core.model import Action, Evaluation, State, Verdict
 
 STATE_LEVEL = {
     State.OFF: 0,
@@ -53,6 +53,19 @@ class Point:
     latency_metric: str = ""
     transition: str = ""  # "Off -> Probing" when the state changed
     truth_alpha: float = math.nan  # from a simulator recording, when known
+    # Per slice (check suffix; "" with one slice): (canary, baseline) latency quantile, seconds.
+    latency: dict[str, tuple[float, float]] = field(default_factory=dict)
+    failing: tuple[str, ...] = ()  # the checks that failed in this evaluation
+
+
+# Latency evidence keys, newest first (core.checks names them *_quantile_seconds).
+_CANARY_KEYS = ("canary_quantile_seconds", "canary_p99", "canary_quantile", "canary_p99_seconds")
+_BASELINE_KEYS = (
+    "baseline_quantile_seconds",
+    "baseline_p99",
+    "baseline_quantile",
+    "baseline_p99_seconds",
+)
 
 
 def _num(evidence: dict[str, float | str], *keys: str) -> float:
@@ -75,10 +88,14 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
         combined = SliceAlpha(c.value, c.lower, c.upper, c.drafts, 1.0)
     canary_p99 = baseline_p99 = math.nan
     metric = ""
+    latency: dict[str, tuple[float, float]] = {}
     for check in evaluation.checks:
         if check.check.startswith("latency"):
-            cp = _num(check.evidence, "canary_p99", "canary_quantile", "canary_p99_seconds")
-            bp = _num(check.evidence, "baseline_p99", "baseline_quantile", "baseline_p99_seconds")
+            cp = _num(check.evidence, *_CANARY_KEYS)
+            bp = _num(check.evidence, *_BASELINE_KEYS)
+            name = check.check.split(":", 1)[1] if ":" in check.check else ""
+            if not (math.isnan(cp) and math.isnan(bp)):
+                latency[name] = (cp, bp)
             if not math.isnan(cp) and (math.isnan(canary_p99) or cp > canary_p99):
                 canary_p99, baseline_p99 = cp, bp
                 metric = str(check.evidence.get("metric", ""))
@@ -98,6 +115,8 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
         latency_metric=metric,
         transition=f"{tr.from_state} -> {tr.to_state}" if tr is not None else "",
         truth_alpha=truth_alpha,
+        latency=latency,
+        failing=tuple(c.check for c in evaluation.checks if c.verdict is Verdict.FAIL),
     )
 
 
@@ -124,60 +143,128 @@ def summary(points: Sequence[Point], *, title: str) -> dict[str, Any]:
     }
 
 
-def plot(points: Sequence[Point], path: Path, *, title: str, gate: tuple[float, float]) -> Path:
-    """Three stacked panels sharing time: alpha per slice with bounds and gate; state; P99."""
+def _flip_label(p: Point) -> str:
+    """A short label for a transition on the timeline."""
+    if p.action == Action.ENABLE:
+        return "re-probe (early)" if "early re-probe" in p.reason else "enable"
+    if p.action == Action.DISABLE:
+        kinds = {c.split(":", 1)[0] for c in p.failing}
+        if kinds == {"latency"}:
+            return "rollback: P99"
+        if kinds & {"acceptance", "floor"}:
+            return "rollback: alpha"
+        return "rollback"
+    return p.transition.split(" -> ")[-1]
+
+
+def plot(
+    points: Sequence[Point],
+    path: Path,
+    *,
+    title: str,
+    gate: tuple[float, float],
+    spans: Sequence[tuple[float, float, str]] = (),
+) -> Path:
+    """Three stacked panels sharing time: alpha per slice with bounds and gate; state with
+    each evaluation's verdict; P99 canary vs baseline per slice. `spans` (start, end, label)
+    are shaded on every panel (e.g. faults injected on purpose)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_a, ax_s, ax_p) = plt.subplots(
-        3, 1, figsize=(11, 7.5), sharex=True, gridspec_kw={"height_ratios": [3, 1, 2]}
+        3, 1, figsize=(12, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 1.3, 2]}
     )
-    ts = [p.t for p in points]
-    slices = sorted({name for p in points for name in p.alphas})
-    for name in slices:
+    colors = {}
+    slices = sorted(
+        {name for p in points for name in p.alphas} | {name for p in points for name in p.latency}
+    )
+    for i, name in enumerate(slices):
+        colors[name] = f"C{i}"
+    for name in sorted({name for p in points for name in p.alphas}):
         xs = [p.t for p in points if name in p.alphas]
         v = [p.alphas[name].value for p in points if name in p.alphas]
         lo = [p.alphas[name].lower for p in points if name in p.alphas]
         hi = [p.alphas[name].upper for p in points if name in p.alphas]
-        (line,) = ax_a.plot(xs, v, marker=".", ms=3, lw=1.2, label=f"alpha {name}")
-        ax_a.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
+        ax_a.plot(xs, v, ".", ms=3, color=colors[name], label=f"alpha {name} (95% interval)")
+        ax_a.fill_between(xs, lo, hi, color=colors[name], alpha=0.2, lw=0)
     comb = [(p.t, p.combined.value) for p in points if p.combined is not None]
     if comb:
-        ax_a.plot(*zip(*comb, strict=True), color="black", lw=1.6, label="combined alpha")
+        ax_a.plot(*zip(*comb, strict=True), ".", ms=4, color="black", label="combined alpha")
     truth = [(p.t, p.truth_alpha) for p in points if not math.isnan(p.truth_alpha)]
     if truth:
         ax_a.plot(*zip(*truth, strict=True), color="grey", ls=":", lw=1.2, label="true alpha")
     ax_a.axhline(gate[0], color="red", ls="--", lw=1, label=f"disable below {gate[0]:.2f}")
     ax_a.axhline(gate[1], color="green", ls="--", lw=1, label=f"enable above {gate[1]:.2f}")
-    ax_a.set_ylim(0, 1)
+    ax_a.set_ylim(0.2, 1.0)
     ax_a.set_ylabel("acceptance alpha")
-    ax_a.legend(loc="lower left", fontsize=7, ncol=3)
+    ax_a.legend(loc="upper right", fontsize=7, ncol=3, framealpha=0.9)
     ax_a.set_title(title)
 
-    ax_s.step(ts, [STATE_LEVEL.get(State(p.state), 0) for p in points], where="post", color="C4")
+    ax_s.step(
+        [p.t for p in points],
+        [STATE_LEVEL.get(State(p.state), 0) for p in points],
+        where="post",
+        color="C4",
+        lw=1.8,
+    )
     ax_s.set_yticks([0, 1, 2], ["off", "probing", "on"])
     ax_s.set_ylabel("state")
-    for p in transitions(points):
-        for ax in (ax_a, ax_s, ax_p):
-            ax.axvline(p.t, color="grey", lw=0.6, alpha=0.6)
-        ax_s.annotate(
-            p.transition.replace(" -> ", "→"), (p.t, 2.05), fontsize=6, rotation=20, va="bottom"
+    marks = {"Error": ("x", "red"), "Inconclusive": ("|", "0.6")}
+    for verdict, (marker, color) in marks.items():
+        xs = [p.t for p in points if p.verdict == verdict]
+        if xs:
+            ax_s.plot(xs, [-0.45] * len(xs), marker, color=color, ms=5, ls="", label=verdict)
+    if any(p.verdict in marks for p in points):
+        ax_s.legend(
+            loc="lower right",
+            fontsize=6,
+            ncol=2,
+            title="evaluation verdicts",
+            title_fontsize=6,
+            framealpha=0.9,
         )
-    ax_s.set_ylim(-0.3, 2.8)
+    for p in transitions(points):
+        color = {Action.ENABLE: "green", Action.DISABLE: "red"}.get(Action(p.action), "grey")
+        for ax in (ax_a, ax_s, ax_p):
+            ax.axvline(p.t, color=color, lw=0.9 if color != "grey" else 0.5, alpha=0.6)
+        if p.action in (Action.ENABLE, Action.DISABLE):
+            ax_a.annotate(
+                _flip_label(p),
+                (p.t, 0.22),
+                fontsize=7,
+                rotation=90,
+                color=color,
+                va="bottom",
+                ha="right",
+            )
+    ax_s.set_ylim(-0.7, 2.5)
 
-    cp = [(p.t, p.canary_p99 * 1e3) for p in points if not math.isnan(p.canary_p99)]
-    bp = [(p.t, p.baseline_p99 * 1e3) for p in points if not math.isnan(p.baseline_p99)]
-    if cp:
-        ax_p.plot(*zip(*cp, strict=True), color="C3", label="canary P99")
-    if bp:
-        ax_p.plot(*zip(*bp, strict=True), color="C0", label="baseline P99")
+    nan = (math.nan, math.nan)
+    for name in sorted({name for p in points for name in p.latency}):
+        c = colors.get(name, "C3")
+        label = name or "canary"
+        # NaN where a window had no latency data, so lines break instead of bridging gaps.
+        ts = [p.t for p in points]
+        cp = [p.latency.get(name, nan)[0] * 1e3 for p in points]
+        bp = [p.latency.get(name, nan)[1] * 1e3 for p in points]
+        ax_p.plot(ts, cp, color=c, lw=1.4, label=f"{label}: canary")
+        ax_p.plot(ts, bp, color=c, lw=1.0, ls="--", label=f"{label}: baseline")
     metric = next((p.latency_metric for p in points if p.latency_metric), "")
-    ax_p.set_ylabel(f"P99 ms {metric}".strip())
+    words = {
+        "perToken": "per token",
+        "perStepScaled": "per step, scaled",
+        "perStepAbsolute": "per step",
+    }
+    ax_p.set_ylabel(f"P99 ms ({words.get(metric, metric)})" if metric else "P99 ms")
     ax_p.set_xlabel("seconds since start")
-    if cp or bp:
-        ax_p.legend(loc="upper left", fontsize=7)
+    if any(p.latency for p in points):
+        ax_p.legend(loc="upper right", fontsize=7, ncol=2, framealpha=0.9)
+    for start, end, label in spans:
+        for ax in (ax_a, ax_s, ax_p):
+            ax.axvspan(start, max(end, start + 0.5), color="orange", alpha=0.15, lw=0)
+        ax_a.annotate(label, (start, 0.98), fontsize=6, color="darkorange", va="top")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -220,10 +307,16 @@ def write(
     title: str,
     gate: tuple[float, float],
     notes: Sequence[str] = (),
+    spans: Sequence[tuple[float, float, str]] = (),
 ) -> dict[str, Path]:
-    """Write report.md, timeline.png and points.jsonl into `out_dir`; return their paths."""
+    """Write report.md, timeline.png and points.jsonl into `out_dir`; return their paths.
+    `spans` (start, end, label) are shaded on the timeline."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = plot(points, out_dir / "timeline.png", title=title, gate=gate) if points else None
+    png = (
+        plot(points, out_dir / "timeline.png", title=title, gate=gate, spans=spans)
+        if points
+        else None
+    )
     md = out_dir / "report.md"
     md.write_text(markdown(points, title=title, picture=png.name if png else None, notes=notes))
     jl = out_dir / "points.jsonl"

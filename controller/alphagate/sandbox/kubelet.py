@@ -638,6 +638,8 @@ class KubeletRunner:
                 {
                     "name": pod.launch.container,
                     "image": pod.launch.image,
+                    "imageID": f"sandbox://{pod.launch.image}",
+                    "containerID": f"sandbox://{pod.name}/{pod.restarts}",
                     "ready": pod.ready,
                     "started": pod.port is not None,
                     "restartCount": pod.restarts,
