@@ -274,3 +274,23 @@ def test_usage_errors_exit_2(
     result = runner.invoke(app, ["backtest", "-p", str(policy), *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_unreachable_prometheus_holds_and_says_why(app: typer.Typer, policy: Path) -> None:
+    """Nothing listens on the port: every evaluation is an Error, and errors never flip."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: connections are refused
+    args = ["backtest", "-p", str(policy), "--prometheus", f"http://127.0.0.1:{port}"]
+    args += ["--start", "1800000000", "--end", "1800000030", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["evaluations"] == 2 and data["flips"] == 0
+    unit = data["units"][0]
+    assert unit["transitions"] == [] and set(unit["seconds_in_state"]) == {"Off"}
+    notes = " ".join(data["notes"])
+    assert "2 unit evaluations had source errors" in notes
+    assert "Pool chat/canary returned no data in any evaluation; first error: unreachable" in notes

@@ -482,6 +482,7 @@ def run_range(
     replays = [UnitReplay(spec, u, start=start, options=options) for u in units_of(spec)]
     interval = spec.timing.interval_seconds
     errors = 0
+    pool_errors: dict[str, tuple[int, str]] = {}  # pool -> (failed evaluations, first error)
     for i in range(n):
         now = start + i * step
         for replay in replays:
@@ -489,6 +490,11 @@ def run_range(
             obs = source.observe(replay.view, start=w_start, end=w_end, interval_seconds=interval)
             if obs.source_error is not None or any(p.error for p in obs.pools):
                 errors += 1
+            for p in obs.pools:
+                if p.error is not None:
+                    key = f"{p.slice}/{p.role.value}"
+                    count, first = pool_errors.get(key, (0, p.error))
+                    pool_errors[key] = (count + 1, first)
             replay.step(obs, rollout, now, math.nan)
         if progress is not None:
             progress(now - start)
@@ -498,6 +504,9 @@ def run_range(
             f"{errors} unit evaluations had source errors (missing series, Prometheus "
             "errors): they held, as missing data never flips."
         )
+    for key, (count, first) in sorted(pool_errors.items()):
+        if count == n:
+            notes.append(f"Pool {key} returned no data in any evaluation; first error: {first}")
     if step != interval:
         notes.append(
             f"Evaluated every {step:g} s (--step) instead of the policy's {interval:g} s: "

@@ -369,7 +369,15 @@ def backtest(
         False, "--every-evaluation", help="List every evaluation, not only transitions and flips."
     ),
 ) -> None:
-    """Replay a policy through the decision core over recorded metrics."""
+    """Replay a policy through the decision core over recorded metrics.
+
+    Prints the decision timeline, flips, time in each state and, for simulator recordings
+    (they carry the truth), detection delay and false flips. A backtest cannot change recorded
+    data: it answers what this policy would have decided on this traffic.
+
+    Example: alphagate sim -s scenarios/chat-to-code.yaml --fast --record rec.jsonl, then
+    alphagate backtest -p policy.yaml -r rec.jsonl --out report/
+    """
     if (recording is None) == (prometheus is None):
         raise typer.BadParameter("give exactly one of --recording or --prometheus")
     if initial_state not in ("off", "on"):
