@@ -46,7 +46,7 @@ LATENCY_FAMILIES = {
     "vllm:inter_token_latency_seconds",
 }
 READY_TIMEOUT_S = 360.0
-REQUESTS_PER_MIX = 32
+REQUESTS_PER_MIX = 64  # ~2,400 drafts in all: binomial spread ~0.01, so ±0.05 is ~5 sigma
 
 
 @pytest.fixture(autouse=True)
@@ -141,12 +141,12 @@ def test_vllm_real_synthetic_alpha_then_restart_without_speculation(port: int) -
         alpha, _accepted, drafted = alpha_between(s0, s1)
         drafts = s1.total("vllm:spec_decode_num_drafts_total")
         print(f"[vllm] overall alpha {alpha:.3f} over {drafts:.0f} drafts, {drafted:.0f} tokens")
-        assert drafted >= 400, f"too few draft tokens for a precise alpha: {drafted}"
+        assert drafted >= 1500, f"too few draft tokens for a precise alpha: {drafted}"
         assert abs(alpha - TARGET_ALPHA) <= 0.05, f"alpha {alpha:.3f} != {TARGET_ALPHA}±0.05"
         # Both CPU rejection paths (greedy for the repetitive mix, random for the varied
         # one, sampled at a low temperature) honour the synthetic rates.
         for mix, (a, _, n) in per_mix.items():
-            assert n >= 100, f"{mix}: only {n} draft tokens"
+            assert n >= 500, f"{mix}: only {n} draft tokens"
             assert abs(a - TARGET_ALPHA) <= 0.1, f"{mix}: alpha {a:.3f} far from {TARGET_ALPHA}"
         # Per position: flat unconditional rates => position 0 carries the rejections.
         pos0 = sum(
