@@ -48,6 +48,7 @@ _ENDPOINT = {
     "properties": {
         "port": {"type": "string"},
         "path": {"type": "string"},
+        "honorLabels": {"type": "boolean"},
         "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
         "scrapeTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
         "relabelings": {"type": "array", "items": _RELABEL},

@@ -111,9 +111,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             labels["track"] = labels.pop("role")
             labels["namespace"] = NAMESPACE
             targets.append({"targets": group["targets"], "labels": labels})
+        # What the ServiceMonitor gives: target labels of the controller pod (its own
+        # namespace) and the ServiceMonitor's honorLabels.
+        (monitor,) = ship.load_all(ship.DEPLOY / "monitoring" / "servicemonitor.yaml")
+        (endpoint,) = monitor["spec"]["endpoints"]
         controller_job = {
             "job_name": "alphagate-metrics",
-            "static_configs": [{"targets": [f"127.0.0.1:{metrics.port}"]}],
+            "honor_labels": bool(endpoint.get("honorLabels", False)),
+            "static_configs": [
+                {
+                    "targets": [f"127.0.0.1:{metrics.port}"],
+                    "labels": {"namespace": "alphagate-system", "pod": "alphagate-controller-0"},
+                }
+            ],
         }
         with testprom.PrometheusServer(
             targets=targets,
