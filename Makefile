@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	tools/ensure-prometheus.sh
 	$(BIN)/lint-imports
-	$(BIN)/ruff check controller tests tools
+	$(BIN)/ruff check controller tests tools dashboards deploy
 	$(BIN)/mypy
 	$(BIN)/pytest -m "not vllm" $(PYTEST_ARGS)
 
