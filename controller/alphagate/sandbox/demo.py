@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import io
 import math
 import queue
 import shutil
@@ -234,6 +235,7 @@ class ChaosRecord:
     started: float | None = None  # scenario seconds
     ended: float | None = None
     detail: str = ""
+    fault: Any = None  # the API double's Fault while it is active
 
 
 # ---------------------------------------------------------------- what the view shows
@@ -288,7 +290,7 @@ class DemoOptions:
     scenario: Path | None = None
     policy: Path | None = None
     duration: float | None = None  # scenario seconds; default: the scenario's
-    speed: float = 1.0
+    speed: float = 1.5
     source: SourceChoice = "auto"
     chaos: bool = False
     out: Path = DEFAULT_OUT
@@ -544,7 +546,7 @@ class Demo:
         if self.source_kind == "prometheus":
             from alphagate.testing.prometheus import PrometheusServer
 
-            scrape = max(0.1, min(1.0, round(interval_wall / 4, 3)))
+            scrape = max(0.2, min(1.0, round(interval_wall / 3, 3)))
             prom = PrometheusServer(
                 scrape_interval=scrape,
                 evaluation_interval=max(scrape, 1.0),
@@ -606,7 +608,14 @@ class Demo:
         self._clock.go()
         self._t0_wall = time.time()
         controller = self.controller
-        self._defer("controller", lambda: controller.stop(release=False))
+
+        def stop_controller() -> None:
+            # The API goes first: its watch streams end at once instead of at their timeout.
+            controller.request_stop()
+            api.stop()
+            controller.stop(release=False)
+
+        self._defer("controller", stop_controller)
         controller.start()
         api.put(dump(self.canary))
         self._say(
@@ -860,12 +869,17 @@ class Demo:
             self.prometheus.stop()
             rec.detail = "Prometheus process stopped (SIGTERM); its data dir is kept"
         elif step.kind == "apiserver" and self.api is not None:
+            # Deployments and Pods (what the actuator and pod discovery call): a transient
+            # failure of the apps API; the resource itself stays readable.
             fault = self.api.faults.add(
-                "*", r"^/api", 500, times=None, message="injected fault: the demo's API chaos"
+                "*",
+                r"^/apis/apps/|^/api/v1/namespaces/[^/]+/pods",
+                500,
+                times=None,
+                message="injected fault: the demo's API chaos",
             )
-            rec.detail = "every API request answered HTTP 500"
-            self._defer("API fault", lambda: self.api.faults.remove(fault) if self.api else None)
-            rec.__dict__["fault"] = fault
+            rec.detail = "every Deployment and Pod request answered HTTP 500"
+            rec.fault = fault
         elif step.kind == "pod" and self.api is not None and self.kubelet is not None:
             victims = [
                 n
@@ -877,7 +891,9 @@ class Demo:
 
                 api_client = client.ApiClient(self.api.configuration())
                 try:
-                    client.CoreV1Api(api_client).delete_namespaced_pod(victims[0], self.namespace)
+                    client.CoreV1Api(api_client).delete_namespaced_pod(
+                        victims[0], self.namespace, _preload_content=False
+                    )
                     rec.detail = f"pod {victims[0]} deleted through the API (kubectl delete pod)"
                 except Exception as exc:
                     rec.detail = f"deleting pod {victims[0]} failed: {exc}"
@@ -909,7 +925,7 @@ class Demo:
             th.start()
             return
         if step.kind == "apiserver" and self.api is not None:
-            fault = rec.__dict__.get("fault")
+            fault = rec.fault
             if fault is not None:
                 self.api.faults.remove(fault)
             self._say("chaos", "API server answers normally again", "magenta")
@@ -1099,9 +1115,41 @@ class Demo:
         )
 
 
+class _SafeStream(io.TextIOBase):
+    """A log file that drops writes after it is closed: a thread that outlives the demo's
+    shutdown must not crash on its last log line."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._fh.closed:
+                return len(text)
+            return int(self._fh.write(text))
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+        super().close()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+
 @contextlib.contextmanager
 def logging_to(path: Path | None) -> Iterator[None]:
-    """Send structlog and stdlib logging to `path` for the demo's duration, then restore."""
+    """Send structlog, stdlib logging and stray stderr output (HTTP servers' tracebacks) to
+    `path` for the demo's duration, then restore."""
     if path is None:
         yield
         return
@@ -1113,7 +1161,7 @@ def logging_to(path: Path | None) -> Iterator[None]:
 
     saved = structlog.get_config()
     path.parent.mkdir(parents=True, exist_ok=True)
-    stream = path.open("a", encoding="utf-8")
+    stream = _SafeStream(path.open("a", encoding="utf-8"))
     handler = logging.StreamHandler(stream)
     root = logging.getLogger()
     saved_handlers = list(root.handlers)
@@ -1124,7 +1172,8 @@ def logging_to(path: Path | None) -> Iterator[None]:
             root.removeHandler(h)
         root.addHandler(handler)
         root.setLevel(logging.INFO)
-        yield
+        with contextlib.redirect_stderr(stream):
+            yield
     finally:
         root.removeHandler(handler)
         for h in saved_handlers:
