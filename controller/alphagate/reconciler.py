@@ -79,6 +79,7 @@ from alphagate.kube.status import (
     parse_status,
     pending_command,
     rfc3339,
+    rounded,
     set_condition,
     slice_evidence,
     summary,
@@ -225,6 +226,7 @@ class Reconciler:
         watch_timeout_seconds: float = 60.0,
         actuator: Actuator | None = None,
         health: Any = None,
+        may_act: Callable[[], bool] | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -237,6 +239,9 @@ class Reconciler:
         self.status_writer = StatusWriter(kube.api_client)
         self.recorder = recorder
         self.health = health
+        # Checked right before every write to a Deployment: with leader election, "do I still
+        # hold a fresh Lease?" (a replica that stalled must not act on an old decision).
+        self.may_act = may_act or (lambda: True)
         self._source_factory = source_factory or self._default_source
         self._sources: dict[tuple[str, str], tuple[int, Any]] = {}
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
@@ -437,6 +442,9 @@ class Reconciler:
                 result="; ".join(failed) if failed else ("; ".join(results) or "no change"),
             )
 
+        if any(u.error_reason == "NotLeader" for u in out.units):
+            log.warning("lost_leadership_mid_evaluation")
+            return  # the new leader writes status and acts; this replica must not
         status = self._status(
             spec,
             out,
@@ -511,6 +519,11 @@ class Reconciler:
                 )
                 if not needs:
                     continue
+                if not self.may_act():
+                    raise KubeError(
+                        "not the leader any more: decision left to the current leader",
+                        reason="NotLeader",
+                    )
                 result = self.actuator.apply(
                     ref.namespace,
                     dref,
@@ -716,9 +729,9 @@ class Reconciler:
             observed_generation=generation,
             speculation_on=(all(spec_on) if spec_on else previous.speculation_on),
             mode=spec.mode.value if not self.dry_run else Mode.DRY_RUN.value,
-            combined_alpha=_finite(combined.value) if combined else None,
-            combined_lower=_finite(combined.lower) if combined else None,
-            combined_upper=_finite(combined.upper) if combined else None,
+            combined_alpha=rounded(combined.value) if combined else None,
+            combined_lower=rounded(combined.lower) if combined else None,
+            combined_upper=rounded(combined.upper) if combined else None,
             p99_ratio=p99_ratio(latency),
             slices=slices,
             latency=latency,
@@ -1052,6 +1065,8 @@ def _finite(x: float | None) -> float | None:
 
 
 def _failure_reason(exc: AlphagateError) -> str:
+    if isinstance(exc, KubeError) and exc.reason == "NotLeader":
+        return "NotLeader"
     if isinstance(exc, ConflictError):
         return "ConflictRetriesExhausted"
     if isinstance(exc, ForbiddenError):

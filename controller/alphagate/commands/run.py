@@ -115,6 +115,7 @@ class Controller:
                 on_started_leading=self._started_leading,
                 on_stopped_leading=self._stopped_leading,
             )
+            self.reconciler.may_act = lambda: self.elector is not None and self.elector.is_leader
         else:
             self.recorder.set_leader(True)
         self._stop = threading.Event()

@@ -81,7 +81,9 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
-        return self._leading.is_set()
+        """Leading, and the last renewal is fresh: a process that was stalled (GC, CPU
+        starvation) past its renew deadline is not the leader, even before its loop notices."""
+        return self._leading.is_set() and time.monotonic() - self._last_renew < self.renew_deadline
 
     def wait_until_leader(self, timeout: float) -> bool:
         return self._leading.wait(timeout)
@@ -182,7 +184,7 @@ class LeaderElector:
                 stop.wait(self.retry_period)
                 continue
             self._lead(stop)
-        if self.is_leader:
+        if self._leading.is_set():
             self._set_leading(False)
 
     def _lead(self, stop: threading.Event) -> None:
@@ -201,22 +203,27 @@ class LeaderElector:
         self._set_leading(False)
 
     def _set_leading(self, leading: bool) -> None:
-        if leading == self.is_leader:
+        """Flip the leading flag, then run the callback (so the work the callback starts sees
+        `is_leader` already true, and after a stop already false)."""
+        if leading == self._leading.is_set():
             return
         if leading:
-            self._leading.set()
             self.transitions += 1
             self._log.info("leadership_acquired")
-            callback = self.on_started_leading
+            self._leading.set()
+            self._callback(self.on_started_leading)
         else:
             self._leading.clear()
             self._log.info("leadership_stopped")
-            callback = self.on_stopped_leading
-        if callback is not None:
-            try:
-                callback()
-            except Exception as exc:  # a callback bug must not kill the election loop
-                self._log.error("leader_callback_failed", error=str(exc))
+            self._callback(self.on_stopped_leading)
+
+    def _callback(self, callback: Callable[[], None] | None) -> None:
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception as exc:  # a callback bug must not kill the election loop
+            self._log.error("leader_callback_failed", error=str(exc))
 
     def start(self) -> LeaderElector:
         if self._thread is not None and self._thread.is_alive():
@@ -231,7 +238,7 @@ class LeaderElector:
     def stop(self, *, release: bool = True, timeout: float = 5.0) -> None:
         """Stop campaigning; with `release`, hand the Lease back. Without it, the Lease simply
         stops being renewed (what a crash looks like to the others)."""
-        was_leader = self.is_leader
+        was_leader = self._leading.is_set()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -57,8 +58,9 @@ def parse_time(text: str | None) -> float | None:
         return None
 
 
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
+def rounded(x: float | None) -> float | None:
+    """Finite and rounded to 6 significant digits (status is read by people), else None."""
+    return float(f"{x:.6g}") if x is not None and math.isfinite(x) else None
 
 
 class _Status(BaseModel):
@@ -356,21 +358,26 @@ def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
     out = []
     for name in names:
         est: Estimate | None = evaluation.estimates.get(name)
-        check = checks.get(f"acceptance:{name}")
+        # the slice's own check: perSlice acceptance, a combined-mode floor, or the only one
+        check = (
+            checks.get(f"acceptance:{name}")
+            or checks.get(f"floor:{name}")
+            or (checks.get("acceptance") if len(names) == 1 else None)
+        )
         out.append(
             SliceEvidence(
                 name=name,
-                weight=_finite(evaluation.weights.get(name)),
-                alpha=_finite(est.value) if est else None,
-                lower=_finite(est.lower) if est else None,
-                upper=_finite(est.upper) if est else None,
-                confidence=est.confidence if est else None,
-                drafts=_finite(est.drafts) if est else None,
-                draft_tokens=_finite(est.draft_tokens) if est else None,
-                accepted_tokens=_finite(est.accepted_tokens) if est else None,
+                weight=rounded(evaluation.weights.get(name)),
+                alpha=rounded(est.value) if est else None,
+                lower=rounded(est.lower) if est else None,
+                upper=rounded(est.upper) if est else None,
+                confidence=rounded(est.confidence) if est else None,
+                drafts=rounded(est.drafts) if est else None,
+                draft_tokens=rounded(est.draft_tokens) if est else None,
+                accepted_tokens=rounded(est.accepted_tokens) if est else None,
                 batches=est.batches if est else None,
                 method=est.method if est else None,
-                mean_acceptance_length=_finite(est.mean_acceptance_length) if est else None,
+                mean_acceptance_length=rounded(est.mean_acceptance_length) if est else None,
                 verdict=str(check.verdict) if check else None,
                 reason=check.reason if check else "",
             )
@@ -404,10 +411,10 @@ def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
         if family != "latency":
             continue
         ev = c.evidence
-        known = {k: _num(ev, *keys) for k, keys in _LATENCY_FIELDS.items()}
+        known = {k: rounded(_num(ev, *keys)) for k, keys in _LATENCY_FIELDS.items()}
         metric = ev.get("metric") or ev.get("latency_metric")
         if known["ratio"] is None and known["canary_p99_seconds"] and known["baseline_p99_seconds"]:
-            known["ratio"] = known["canary_p99_seconds"] / known["baseline_p99_seconds"]
+            known["ratio"] = rounded(known["canary_p99_seconds"] / known["baseline_p99_seconds"])
         out.append(
             LatencyEvidence(
                 check=c.check,
@@ -438,6 +445,9 @@ def history_entries(
     return items[-limit:]
 
 
+_PARENS: Final = re.compile(r"\s*\((?:[^()]|\([^()]*\))*\)")
+
+
 def decisive(evaluation: Evaluation) -> list[CheckResult]:
     """The checks whose verdict is the window's verdict (what decided it)."""
     return [c for c in evaluation.checks if c.verdict is evaluation.verdict]
@@ -460,6 +470,7 @@ def summary(evaluation: Evaluation, *, dry_run: bool = False) -> str:
     else:
         reason = evaluation.reason
     reason = reason.strip().splitlines()[0] if reason.strip() else ""
+    reason = " ".join(_PARENS.sub("", reason).split())  # "(hull(...), 600 drafts)" is detail
     text = f"{head}: {reason}" if reason else head
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -539,6 +550,7 @@ __all__ = [
     "parse_time",
     "pending_command",
     "rfc3339",
+    "rounded",
     "set_condition",
     "slice_evidence",
     "summary",
