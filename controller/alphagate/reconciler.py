@@ -227,6 +227,7 @@ class Reconciler:
         actuator: Actuator | None = None,
         health: Any = None,
         may_act: Callable[[], bool] | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -242,6 +243,8 @@ class Reconciler:
         # Checked right before every write to a Deployment: with leader election, "do I still
         # hold a fresh Lease?" (a replica that stalled must not act on an old decision).
         self.may_act = may_act or (lambda: True)
+        # Told about every reconcile (the demo's live view, tests); exceptions are swallowed.
+        self.on_outcome = on_outcome
         self._source_factory = source_factory or self._default_source
         self._sources: dict[tuple[str, str], tuple[int, Any]] = {}
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
@@ -333,6 +336,11 @@ class Reconciler:
             out.spec_error = f"internal error: {exc!r}"
         out.duration_seconds = time.monotonic() - started
         self.evaluations += 1
+        if self.on_outcome is not None:
+            try:
+                self.on_outcome(out)
+            except Exception as exc:
+                log.warning("on_outcome_failed", error=repr(exc))
         return out
 
     def _reconcile(self, obj: dict[str, Any], now: float, out: Outcome, log: Any) -> None:

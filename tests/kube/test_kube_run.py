@@ -107,13 +107,16 @@ def test_controller_without_leader_election_acts_at_once(apiserver: ApiServer) -
     seed(apiserver, cr=canary_cr(timing=FAST))
     source = FakeSource(apiserver, lambda s: 0.72)
     opts = RunOptions(namespace=NS, leader_elect=False, serve_metrics=False, watch_timeout=2.0)
+    seen: list[str] = []
     c = Controller(
         opts,
         kube=Kube.from_configuration(apiserver.configuration()),
         source_factory=lambda *a: source,
+        on_outcome=lambda out: seen.append(out.name),
     ).start()
     try:
         wait_for(lambda: speculating(apiserver, "chat-canary"), 10, "the first probe")
+        assert "chat" in seen  # every reconcile is reported to on_outcome
         # a spec change is picked up by the watch and evaluated at once
         obj = apiserver.get("speculativecanaries", NS, "chat")
         obj["spec"]["mode"] = "dryRun"

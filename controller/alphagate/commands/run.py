@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from alphagate.exporter import Health, Recorder, new_registry, serve
 from alphagate.kube.client import Kube, load_configuration
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
-from alphagate.reconciler import Reconciler, SourceFactory
+from alphagate.reconciler import Outcome, Reconciler, SourceFactory
 
 
 def _pod_namespace() -> str:
@@ -74,6 +75,7 @@ class Controller:
         kube: Kube | None = None,
         source_factory: SourceFactory | None = None,
         registry: Any = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.opts = opts
         self.kube = kube or Kube.from_configuration(
@@ -100,6 +102,7 @@ class Controller:
             dry_run=opts.dry_run,
             watch_timeout_seconds=opts.watch_timeout,
             health=self.health,
+            on_outcome=on_outcome,
         )
         self.elector: LeaderElector | None = None
         if opts.leader_elect:
