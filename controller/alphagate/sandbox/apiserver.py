@@ -1218,7 +1218,12 @@ class ApiServer:
             yield {"type": "ADDED", "object": obj}
         while not self._stopping.is_set():
             with self._cond:
-                pending = [ev for ev in self._history if ev.rv > cursor]
+                pending = []
+                for ev in reversed(self._history):  # newest first; stop at the cursor
+                    if ev.rv <= cursor:
+                        break
+                    pending.append(ev)
+                pending.reverse()
                 if not pending:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
