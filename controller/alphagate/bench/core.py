@@ -1,7 +1,7 @@
 """Benchmark: the decision core's throughput and a day-long backtest's time and memory.
 
-Run ``python -m alphagate.bench.core [--hours 24] [--repeat 7] [--quick]``. It prints numbers
-and ratios measured side by side in this one run; it asserts nothing about speed.
+Run ``python -m alphagate.bench.core [--hours 24] [--repeat 7] [--rounds 3] [--quick]``. It
+prints numbers and ratios measured side by side in this one run; it asserts nothing about speed.
 
 1. ``core.evaluate`` on realistic observations: a simulated fleet of 2 slices with 8 canary and
    8 baseline pods each, read through the pod-scrape source over a 300 s window of 30 s
@@ -13,14 +13,15 @@ and ratios measured side by side in this one run; it asserts nothing about speed
    ``/metrics`` text (what ``--via-text`` costs).
 3. A backtest of a ``--hours`` long recording of the chat-to-code scenario (8 pods, a snapshot
    every 15 s, evaluations every 30 s): wall time of reading the file alone, of the combined and
-   the per-slice backtest, and peak traced memory (tracemalloc) of the streaming backtest
-   against loading the whole recording.
+   the per-slice backtest (median of interleaved rounds), and peak traced memory
+   (tracemalloc) of the streaming backtest against loading the whole recording.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import tempfile
 import time
@@ -211,21 +212,25 @@ def _traced(fn: Callable[[], object]) -> float:
     return float(peak)
 
 
-def bench_backtest(path: Path) -> dict[str, float]:
-    """Wall times (read only, combined, perSlice) and peak traced memory (streaming vs load)."""
+def bench_backtest(path: Path, *, rounds: int = 3) -> dict[str, float]:
+    """Median wall times of reading alone, the combined and the perSlice backtest (interleaved
+    rounds, so a busy machine slows all alike), and peak traced memory (streaming vs load)."""
     combined, per = spec(), spec("perSlice")
-    out: dict[str, float] = {}
-    t0 = time.perf_counter()
-    snapshots = sum(1 for _ in iter_recording(path))
-    out["read only"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    runs: dict[str, Callable[[], object]] = {
+        "read only": lambda: sum(1 for _ in iter_recording(path)),
+        "backtest combined": lambda: run_recording(combined, path),
+        "backtest perSlice": lambda: run_recording(per, path),
+    }
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    out = {name: statistics.median(v) for name, v in times.items()}
     result = run_recording(combined, path)
-    out["backtest combined"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    run_recording(per, path)
-    out["backtest perSlice"] = time.perf_counter() - t0
     out["evaluations"] = float(sum(len(u.points) for u in result.units))
-    out["lines"] = float(snapshots)
+    out["lines"] = float(sum(1 for _ in iter_recording(path)))
     out["simulated"] = float(result.source["duration_seconds"])
     out["flips"] = float(result.to_json()["flips"])
     out["peak streaming backtest"] = _traced(lambda: run_recording(combined, path))
@@ -245,11 +250,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hours", type=float, default=24.0, help="recording length (default 24)")
     parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--quick", action="store_true", help="30 min recording, 2 short rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="backtest rounds (default 3)")
     parser.add_argument("--recording", help="reuse this recording instead of simulating one")
     args = parser.parse_args(argv)
     hours = 0.5 if args.quick else args.hours
     repeat = 2 if args.quick else max(1, args.repeat)
     round_seconds = 0.05 if args.quick else 0.2
+    rounds = 1 if args.quick else max(1, args.rounds)
+    load = os.getloadavg()[0]
 
     batches = int(WINDOW / INTERVAL)
     print(f"core.evaluate: 2 slices x {PODS} canary + {PODS} baseline pods, "
@@ -275,13 +283,13 @@ def main(argv: list[str] | None = None) -> None:
             path = Path(tmp) / "day.jsonl"
             sim_wall, sim_seconds = make_day(path, hours)
         size = path.stat().st_size
-        b = bench_backtest(path)
+        b = bench_backtest(path, rounds=rounds)
     simulated = b["simulated"]
     print(
         f"backtest of a {simulated / 3600:g} h chat-to-code recording "
         f"({b['lines']:.0f} lines, {_mib(size)}; simulated in {sim_wall:.1f} s, "
         f"{sim_seconds / sim_wall:,.0f}x real time): {b['evaluations']:.0f} evaluations, "
-        f"{b['flips']:.0f} flips"
+        f"{b['flips']:.0f} flips; median of {rounds} interleaved rounds"
     )
     read = b["read only"]
     print(f"  {'run':<36} {'wall s':>9} {'x read only':>12} {'x real time':>12} {'evals/s':>9}")
@@ -294,6 +302,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  {'peak traced memory':<36} {'':>9} {'x streaming':>12}")
     print(f"  {'streaming backtest':<36} {_mib(stream):>9} {1.0:>12.2f}")
     print(f"  {'load whole recording (read only)':<36} {_mib(whole):>9} {whole / stream:>12.2f}")
+    print(
+        f"load average (1 min) at start {load:.2f}, at end {os.getloadavg()[0]:.2f} on "
+        f"{os.cpu_count()} CPUs: compare ratios, not absolute times, across runs"
+    )
 
 
 if __name__ == "__main__":
