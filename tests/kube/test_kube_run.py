@@ -116,7 +116,7 @@ def test_controller_without_leader_election_acts_at_once(apiserver: ApiServer) -
     ).start()
     try:
         wait_for(lambda: speculating(apiserver, "chat-canary"), 10, "the first probe")
-        assert "chat" in seen  # every reconcile is reported to on_outcome
+        wait_for(lambda: "chat" in seen, 10, "on_outcome to hear of the reconcile")
         # a spec change is picked up by the watch and evaluated at once
         obj = apiserver.get("speculativecanaries", NS, "chat")
         obj["spec"]["mode"] = "dryRun"
