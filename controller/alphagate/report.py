@@ -182,25 +182,29 @@ def plot(
     )
     for i, name in enumerate(slices):
         colors[name] = f"C{i}"
+    ts = [p.t for p in points]
+    nan = math.nan
+    lowest = 1.0
+    # NaN where a window had no estimate, so markers and bands break instead of bridging.
     for name in sorted({name for p in points for name in p.alphas}):
-        xs = [p.t for p in points if name in p.alphas]
-        v = [p.alphas[name].value for p in points if name in p.alphas]
-        lo = [p.alphas[name].lower for p in points if name in p.alphas]
-        hi = [p.alphas[name].upper for p in points if name in p.alphas]
-        ax_a.plot(xs, v, ".", ms=3, color=colors[name], label=f"alpha {name} (95% interval)")
-        ax_a.fill_between(xs, lo, hi, color=colors[name], alpha=0.2, lw=0)
-    comb = [(p.t, p.combined.value) for p in points if p.combined is not None]
-    if comb:
-        ax_a.plot(*zip(*comb, strict=True), ".", ms=4, color="black", label="combined alpha")
-    truth = [(p.t, p.truth_alpha) for p in points if not math.isnan(p.truth_alpha)]
-    if truth:
-        ax_a.plot(*zip(*truth, strict=True), color="grey", ls=":", lw=1.2, label="true alpha")
+        v = [p.alphas[name].value if name in p.alphas else nan for p in points]
+        lo = [p.alphas[name].lower if name in p.alphas else nan for p in points]
+        hi = [p.alphas[name].upper if name in p.alphas else nan for p in points]
+        ax_a.plot(ts, v, ".", ms=3, color=colors[name], label=f"alpha {name} (95% interval)")
+        ax_a.fill_between(ts, lo, hi, color=colors[name], alpha=0.2, lw=0)
+        lowest = min([lowest, *(x for x in v if not math.isnan(x))])
+    comb = [p.combined.value if p.combined is not None else nan for p in points]
+    if any(p.combined is not None for p in points):
+        ax_a.plot(ts, comb, ".", ms=4, color="black", label="combined alpha")
+    if any(not math.isnan(p.truth_alpha) for p in points):
+        truth = [p.truth_alpha for p in points]
+        ax_a.plot(ts, truth, color="grey", ls=":", lw=1.2, label="true alpha")
     ax_a.axhline(gate[0], color="red", ls="--", lw=1, label=f"disable below {gate[0]:.2f}")
     ax_a.axhline(gate[1], color="green", ls="--", lw=1, label=f"enable above {gate[1]:.2f}")
-    ax_a.set_ylim(0.2, 1.0)
+    ax_a.set_ylim(max(0.0, min(0.2, lowest - 0.1)), 1.0)
     ax_a.set_ylabel("acceptance alpha")
-    ax_a.legend(loc="upper right", fontsize=7, ncol=3, framealpha=0.9)
-    ax_a.set_title(title)
+    ax_a.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=7, ncol=6, frameon=False)
+    fig.suptitle(title)
 
     ax_s.step(
         [p.t for p in points],
@@ -241,14 +245,13 @@ def plot(
             )
     ax_s.set_ylim(-0.7, 2.5)
 
-    nan = (math.nan, math.nan)
+    missing = (math.nan, math.nan)
     for name in sorted({name for p in points for name in p.latency}):
         c = colors.get(name, "C3")
         label = name or "canary"
         # NaN where a window had no latency data, so lines break instead of bridging gaps.
-        ts = [p.t for p in points]
-        cp = [p.latency.get(name, nan)[0] * 1e3 for p in points]
-        bp = [p.latency.get(name, nan)[1] * 1e3 for p in points]
+        cp = [p.latency.get(name, missing)[0] * 1e3 for p in points]
+        bp = [p.latency.get(name, missing)[1] * 1e3 for p in points]
         ax_p.plot(ts, cp, color=c, lw=1.4, label=f"{label}: canary")
         ax_p.plot(ts, bp, color=c, lw=1.0, ls="--", label=f"{label}: baseline")
     metric = next((p.latency_metric for p in points if p.latency_metric), "")
@@ -264,7 +267,16 @@ def plot(
     for start, end, label in spans:
         for ax in (ax_a, ax_s, ax_p):
             ax.axvspan(start, max(end, start + 0.5), color="orange", alpha=0.15, lw=0)
-        ax_a.annotate(label, (start, 0.98), fontsize=6, color="darkorange", va="top")
+        ax_a.annotate(
+            label,
+            (start, 0.99),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="darkorange",
+            rotation=90,
+            va="top",
+            ha="left",
+        )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -136,9 +136,10 @@ def render(snap: Snapshot) -> RenderableType:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     latency = latency_by_slice(ev)
     names = sorted(set(snap.truth) | (set(ev.weights) if ev is not None else set()))
+    measured = ev is not None and sum(ev.weights.values()) > 0
     for name in names:
         est = ev.estimates.get(name) if ev is not None else None
-        weight = ev.weights.get(name) if ev is not None else None
+        weight = ev.weights.get(name) if ev is not None and measured else None
         lat = latency.get(name) or latency.get("", {})
         truth = snap.truth.get(name, {}).get("alpha")
         if est is not None:

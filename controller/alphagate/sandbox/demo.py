@@ -314,6 +314,7 @@ class DemoResult:
     interrupted: bool
     milestones: dict[str, bool]
     notes: list[str]
+    endpoints: dict[str, str]
 
     def summary(self) -> dict[str, Any]:
         """The `--json` output."""
@@ -334,6 +335,7 @@ class DemoResult:
             "milestones": self.milestones,
             "chaos": self.chaos,
             "notes": self.notes,
+            "endpoints": self.endpoints,
             "report": {k: str(v) for k, v in self.paths.items()},
         }
 
@@ -467,6 +469,7 @@ class Demo:
         self._threads: list[threading.Thread] = []
         self._notes: list[str] = []
         self._finished = False
+        self.endpoints: dict[str, str] = {}
         # parts
         self.api: ApiServer | None = None
         self.sim: Any = None
@@ -617,6 +620,9 @@ class Demo:
 
         self._defer("controller", stop_controller)
         controller.start()
+        self.endpoints = {"api": api.url, "metrics": str(controller.metrics_url)}
+        if self.prometheus is not None:
+            self.endpoints["prometheus"] = str(self.prometheus.url)
         api.put(dump(self.canary))
         self._say(
             "demo",
@@ -740,8 +746,9 @@ class Demo:
             self._outcome(wall, out)
 
     def _kubelet_line(self, ev: KubeletEvent) -> None:
-        if ev.kind in ("ready", "started", "deleted", "replaced", "restarted", "failed", "rollout"):
-            style = "red" if ev.kind in ("failed", "restarted") else "dim"
+        """Rollouts, and pods that went away or failed (not every start and ready)."""
+        if ev.kind in ("deleted", "restarted", "failed", "rollout"):
+            style = "red" if ev.kind in ("failed", "restarted", "deleted") else "dim"
             self._say("kubelet", ev.message, style, t=self._wall_to_sim(ev.at))
 
     def _k8s_events(self) -> None:
@@ -785,7 +792,7 @@ class Demo:
             error = f"not applied: {unit.error}"
         if evaluation is not None:
             truth = math.nan
-            if self._truth and evaluation.weights:
+            if self._truth and evaluation.weights and evaluation.combined is not None:
                 w = {k: v for k, v in evaluation.weights.items() if k in self._truth}
                 total = math.fsum(w.values())
                 if total > 0:
@@ -1049,10 +1056,19 @@ class Demo:
                     "evaluations": len(inside),
                     "verdicts": verdicts,
                     "flips": len(flips),
-                    "example": (shown[0].point.reason[:240] if shown else ""),
+                    "example": self._shown_as(shown[0]) if shown else "",
                 }
             )
         return out
+
+    @staticmethod
+    def _shown_as(d: Decision) -> str:
+        """How the view showed one evaluation: verdict, decision and the checks behind it."""
+        why = why_text(d.evaluation) or d.error
+        text = f"{d.point.verdict}: {d.point.reason}"
+        if why and why not in text:
+            text += f" ({why})"
+        return text[:400]
 
     def notes(self) -> list[str]:
         notes = [
@@ -1112,6 +1128,7 @@ class Demo:
             interrupted=interrupted,
             milestones=self.milestones(),
             notes=self.notes(),
+            endpoints=dict(self.endpoints),
         )
 
 

@@ -464,10 +464,9 @@ class KubeletRunner:
         min_available = replicas
         if strategy.get("type") == "Recreate":
             min_available = 0
-            for pod in old:
+            for pod in old:  # stopped synchronously, so the new pods may start at once
                 self._delete(pod, "Recreate: old template")
-            if not old:
-                self._scale(dep, thash, new, replicas)
+            self._scale(dep, thash, new, replicas)
         else:
             rolling = strategy.get("rollingUpdate") or {}
             surge = _int_or_percent(rolling.get("maxSurge"), replicas, round_up=True, default="25%")
