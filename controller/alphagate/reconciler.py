@@ -248,6 +248,7 @@ class Reconciler:
         self._source_factory = source_factory or self._default_source
         self._sources: dict[tuple[str, str], tuple[int, Any]] = {}
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
+        self._tracked: set[tuple[str, str]] = set()
         self._cache: dict[tuple[str, str], _Entry] = {}
         self._lock = threading.Lock()
         self._kick = threading.Event()
@@ -293,6 +294,7 @@ class Reconciler:
             held = self._sources.pop((namespace, name), None)
             self._memories.pop((namespace, name), None)
             self._cache.pop((namespace, name), None)
+            self._tracked.discard((namespace, name))
         if held is not None:
             self._close_source(held[1])
         if self.recorder is not None:
@@ -329,6 +331,10 @@ class Reconciler:
             return out
         if not isinstance(obj, dict):
             return out
+        if self.recorder is not None and (namespace, name) not in self._tracked:
+            # counters start at 0 before the first evaluation, so increase() sees its flip
+            self._tracked.add((namespace, name))
+            self.recorder.track(namespace=namespace, canary=name)
         try:
             self._reconcile(obj, now, out, log)
         except Exception as exc:  # a bug must cost one evaluation, never the controller
