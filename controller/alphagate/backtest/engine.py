@@ -99,24 +99,6 @@ class Options:
     via_text: bool = False  # recordings: render and parse real /metrics text (slower, same)
 
 
-def _p99(evaluation: Evaluation, pt: Point) -> Point:
-    """report.point reads older evidence keys; fill the P99s from the core's current ones."""
-    if not math.isnan(pt.canary_p99):
-        return pt
-    best: tuple[float, float, str] | None = None
-    for check in evaluation.checks:
-        if not check.check.startswith("latency"):
-            continue
-        c = check.evidence.get("canary_quantile_seconds")
-        b = check.evidence.get("baseline_quantile_seconds", math.nan)
-        if isinstance(c, int | float) and not math.isnan(c) and (best is None or c > best[0]):
-            best = (float(c), float(b) if isinstance(b, int | float) else math.nan,
-                    str(check.evidence.get("metric", "")))  # fmt: skip
-    if best is None:
-        return pt
-    return dataclasses.replace(pt, canary_p99=best[0], baseline_p99=best[1], latency_metric=best[2])
-
-
 def mask_acceptance(observation: Observation, slices: Sequence[str]) -> Observation:
     """Drop the canary acceptance batches of `slices`: what an off canary would export."""
     if not any(p.acceptance for p in observation.pools):
@@ -188,8 +170,7 @@ class UnitReplay:
         if evaluation.target_speculation_on != self.speculation_on:
             self.speculation_on = evaluation.target_speculation_on
             self.flip_at = now
-        pt = report_point(evaluation, start=self.start, truth_alpha=truth_alpha)
-        self.points.append(_p99(evaluation, pt))
+        self.points.append(report_point(evaluation, start=self.start, truth_alpha=truth_alpha))
         self.evaluations += 1
         return evaluation
 

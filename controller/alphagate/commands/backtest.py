@@ -277,7 +277,14 @@ def write_reports(result: BacktestResult, out: Path) -> list[Path]:
     for u in result.units:
         target = out / u.name if len(result.units) > 1 else out
         notes = [*_truth_notes(result, u), *result.notes, *events]
-        paths = report.write(u.points, target, title=result.title(u), gate=result.gate, notes=notes)
+        last = u.points[-1].t if u.points else 0.0
+        spans = [
+            (e.start, e.end if e.end is not None else last, f"true alpha < {result.gate[0]:g}")
+            for e in (u.score.episodes if u.score is not None else ())
+        ]
+        paths = report.write(
+            u.points, target, title=result.title(u), gate=result.gate, notes=notes, spans=spans
+        )
         written += list(paths.values())
     out.mkdir(parents=True, exist_ok=True)
     js = out / "backtest.json"
