@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import io
 import math
+import os
 import queue
 import shutil
 import tempfile
@@ -67,6 +68,7 @@ DEFAULT_POLICY: Final = "demo-policy.yaml"
 DEFAULT_OUT: Final = Path("alphagate-demo")
 HOST: Final = "127.0.0.1"
 MODEL_PORT: Final = 8000
+DEBIAN_PROMETHEUS: Final = "/usr/bin/prometheus"
 
 # Timing fields of the policy that are durations (camelCase path under spec.timing).
 _TIMING_SECONDS: Final = (
@@ -177,6 +179,13 @@ def check_fit(
             )
 
 
+def fleet_scenario(scenario: Any) -> Any:
+    """The scenario without its pool changes: in the demo the kubelet runs the pods, so pool
+    changes go through the API instead (see `Demo._pool_events`)."""
+    timeline = [ev.model_copy(update={"pools": {}, "restart": []}) for ev in scenario.timeline]
+    return scenario.model_copy(update={"timeline": timeline})
+
+
 def deployment_objects(scenario: Any, namespace: str) -> list[dict[str, Any]]:
     """One Deployment per scenario pool. Canaries use Recreate: a GPU canary has no room to
     surge, and the old pod's readiness then never stands in for the new one's."""
@@ -210,22 +219,38 @@ def deployment_objects(scenario: Any, namespace: str) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class ChaosStep:
-    """A scripted fault from `at` for `seconds` (scenario seconds)."""
+    """A scripted fault lasting `seconds` (scenario seconds).
+
+    It starts at a quiet moment of the story when there is one (`after`: "rollback" = a few
+    seconds into the first rollback's cooldown, "previous" = after the step before it ended,
+    "confirmed" = once the third probe was confirmed), and at `latest` otherwise.
+    """
 
     kind: Literal["prometheus", "apiserver", "pod"]
-    at: float
     seconds: float
     what: str
+    after: Literal["rollback", "previous", "confirmed"]
+    latest: float
 
 
 def chaos_plan(duration: float, *, prometheus: bool) -> list[ChaosStep]:
-    """Faults placed where the default story is steady (fractions of the duration): Prometheus
-    down while rolled back, API 500s a little later, a canary pod deleted near the end."""
+    """Prometheus down, then the API failing, both inside the first rollback's cooldown (so
+    neither can hide a decision the story needs), and a canary pod deleted near the end."""
     steps = []
     if prometheus:
-        steps.append(ChaosStep("prometheus", 0.26 * duration, 15.0, "Prometheus stopped"))
-    steps.append(ChaosStep("apiserver", 0.33 * duration, 12.0, "API server answers 500"))
-    steps.append(ChaosStep("pod", 0.945 * duration, 10.0, "a chat canary pod deleted"))
+        steps.append(
+            ChaosStep("prometheus", 12.0, "Prometheus stopped", "rollback", 0.3 * duration)
+        )
+    steps.append(
+        ChaosStep(
+            "apiserver",
+            10.0,
+            "API server answers 500",
+            "previous" if prometheus else "rollback",
+            0.4 * duration,
+        )
+    )
+    steps.append(ChaosStep("pod", 10.0, "a chat canary pod deleted", "confirmed", duration - 14.0))
     return steps
 
 
@@ -357,6 +382,28 @@ class _PausedClock:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
 
+def _import_controller() -> None:
+    """Load the controller's modules and the API classes it builds (their import is slow)."""
+    with contextlib.suppress(Exception):
+        from kubernetes import client
+
+        import alphagate.commands.run
+        import alphagate.reconciler  # noqa: F401
+
+        for name in ("AppsV1Api", "CoreV1Api", "CustomObjectsApi", "CoordinationV1Api"):
+            getattr(client, name)
+
+
+def prometheus_binary() -> str | None:
+    """$ALPHAGATE_PROMETHEUS, `prometheus` on PATH, or Debian's /usr/bin/prometheus."""
+    from alphagate.testing import prometheus as prom
+
+    found = prom.find_binary()
+    if found is None and os.access(DEBIAN_PROMETHEUS, os.X_OK):
+        found = DEBIAN_PROMETHEUS
+    return found
+
+
 def _free_port() -> int:
     from alphagate.testing.prometheus import free_port
 
@@ -470,6 +517,10 @@ class Demo:
         self._notes: list[str] = []
         self._finished = False
         self.endpoints: dict[str, str] = {}
+        self._next_pool_event = 0
+        self._events_checked = 0.0
+        self._first_rollback: float | None = None  # scenario seconds, for the chaos timing
+        self._confirmed: list[float] = []
         # parts
         self.api: ApiServer | None = None
         self.sim: Any = None
@@ -482,18 +533,17 @@ class Demo:
     # ------------------------------------------------------------ setup
 
     def _pick_source(self, choice: SourceChoice) -> str:
-        from alphagate.testing import prometheus as prom
-
+        self.prometheus_binary = prometheus_binary()
         if choice == "scrape":
             return "podScrape"
         if choice == "prometheus":
-            if not prom.available():
+            if self.prometheus_binary is None:
                 raise SandboxError(
                     "--source prometheus: no prometheus binary (install Debian's `prometheus` "
                     "package, or set ALPHAGATE_PROMETHEUS, or use --source scrape)"
                 )
             return "prometheus"
-        return "prometheus" if prom.available() else "podScrape"
+        return "prometheus" if self.prometheus_binary is not None else "podScrape"
 
     def sim_now(self) -> float:
         return float(self.sim.sim_now()) if self.sim is not None else 0.0
@@ -526,6 +576,9 @@ class Demo:
         from alphagate.sim import Fleet, SimServer
 
         opts = self.options
+        # The kubernetes client takes seconds to import; do it while Prometheus starts.
+        warm = threading.Thread(target=_import_controller, name="demo-import", daemon=True)
+        warm.start()
         self.workdir = Path(tempfile.mkdtemp(prefix="alphagate-demo-"))
         workdir = self.workdir
         self._defer("workdir", lambda: shutil.rmtree(workdir, ignore_errors=True))
@@ -551,6 +604,7 @@ class Demo:
 
             scrape = max(0.2, min(1.0, round(interval_wall / 3, 3)))
             prom = PrometheusServer(
+                binary=self.prometheus_binary,
                 scrape_interval=scrape,
                 evaluation_interval=max(scrape, 1.0),
                 port=_free_port(),
@@ -575,7 +629,7 @@ class Demo:
             source = {"kind": "podScrape", "scrape": {"timeoutSeconds": max(1.0, interval_wall)}}
 
         # 3. the simulated fleet (paused) and the kubelet runner: pods are created, loading
-        fleet = Fleet(self.scenario, seed=opts.seed, create_pools=False)
+        fleet = Fleet(fleet_scenario(self.scenario), seed=opts.seed, create_pools=False)
         self.sim = SimServer(fleet, speed=self.speed, file_sd=file_sd, clock=self._clock)
         self.sim.start()
         self._defer("simulated pods", self.sim.close)
@@ -607,6 +661,7 @@ class Demo:
             source=source,
             where=self.policy_where,
         )
+        warm.join()
         self.controller = self._controller(metrics_port)
         self._clock.go()
         self._t0_wall = time.time()
@@ -733,11 +788,12 @@ class Demo:
                     name: {"alpha": s.alpha, "share": s.share} for name, s in truth.slices.items()
                 }
         if not final:
+            self._pool_events(t)
             self._run_chaos(t)
         if self.kubelet is not None:
             for kev in self.kubelet.events():
                 self._kubelet_line(kev)
-        self._k8s_events()
+        self._k8s_events(force=final)
         while True:
             try:
                 wall, out = self._outcomes.get_nowait()
@@ -745,16 +801,53 @@ class Demo:
                 break
             self._outcome(wall, out)
 
+    def _pool_events(self, t: float) -> None:
+        """Scenario changes to pools, as a person would make them: `replicas` scales the
+        Deployment, `restart` deletes its pods; other pool fields are not applied here."""
+        while self._next_pool_event < len(self.scenario.timeline):
+            ev = self.scenario.timeline[self._next_pool_event]
+            if ev.at > t:
+                return
+            self._next_pool_event += 1
+            if self.api is None:
+                continue
+            for name, patch in ev.pools.items():
+                fields = patch.model_fields_set
+                if "replicas" in fields and patch.replicas is not None:
+                    dep = self.api.get("deployments", self.namespace, name, group="apps")
+                    dep["spec"]["replicas"] = patch.replicas
+                    self.api.put(dep)
+                    self._say("scenario", f"{name} scaled to {patch.replicas}", t=ev.at)
+                ignored = sorted(f for f in fields if f != "replicas")
+                if ignored:
+                    note = (
+                        f"t={ev.at:.0f} s: the scenario's change of {', '.join(ignored)} on "
+                        f"pool {name} is not applied in the demo (the controller owns the "
+                        "canary's config; the kubelet runs the pods)"
+                    )
+                    self._notes.append(note)
+                    self._say("demo", note, "yellow", t=ev.at)
+            for name in ev.restart:
+                for pod in self.api.objects("pods", self.namespace):
+                    if pod["metadata"].get("labels", {}).get("app") == name:
+                        with contextlib.suppress(Exception):
+                            self.api.delete("pods", self.namespace, pod["metadata"]["name"])
+                self._say("scenario", f"{name}: pods restarted", t=ev.at)
+
     def _kubelet_line(self, ev: KubeletEvent) -> None:
         """Rollouts, and pods that went away or failed (not every start and ready)."""
         if ev.kind in ("deleted", "restarted", "failed", "rollout"):
             style = "red" if ev.kind in ("failed", "restarted", "deleted") else "dim"
             self._say("kubelet", ev.message, style, t=self._wall_to_sim(ev.at))
 
-    def _k8s_events(self) -> None:
+    def _k8s_events(self, *, force: bool = False) -> None:
         """Events the controller wrote to Kubernetes (what `kubectl get events` shows)."""
         if self.api is None:
             return
+        now = time.monotonic()
+        if now - self._events_checked < 0.5 and not force:
+            return
+        self._events_checked = now
         try:
             events = self.api.objects("events", self.namespace)
         except Exception:
@@ -828,6 +921,10 @@ class Demo:
             self._last = decision
             if point.transition:
                 self._last_transition = decision
+        if point.action == Action.DISABLE.value and self._first_rollback is None:
+            self._first_rollback = t
+        if point.transition == f"{State.PROBING.value} -> {State.ON.value}":
+            self._confirmed.append(t)
         if point.transition:
             why = ""
             if point.action == Action.DISABLE.value:
@@ -850,15 +947,32 @@ class Demo:
 
     # ------------------------------------------------------------ chaos
 
+    def _chaos_due(self, i: int) -> float:
+        """When step `i` should start (scenario seconds)."""
+        rec = self._chaos[i]
+        step = rec.step
+        due = math.inf
+        if step.after == "rollback" and self._first_rollback is not None:
+            due = self._first_rollback + 3.0
+        elif step.after == "previous":
+            if i == 0:
+                due = 0.0
+            else:
+                ended = self._chaos[i - 1].ended
+                due = ended + 3.0 if ended is not None else math.inf
+        elif step.after == "confirmed" and len(self._confirmed) >= 3:
+            due = self._confirmed[2] + 4.0
+        return min(due, step.latest)
+
     def _run_chaos(self, t: float) -> None:
-        for rec in self._chaos:
-            if rec.started is None and t >= rec.step.at:
+        for i, rec in enumerate(self._chaos):
+            if rec.started is None and t >= self._chaos_due(i):
                 rec.started = t
                 self._chaos_begin(rec)
             elif (
                 rec.started is not None
                 and rec.ended is None
-                and t >= rec.step.at + rec.step.seconds
+                and t >= rec.started + rec.step.seconds
             ):
                 rec.ended = t
                 self._chaos_end(rec)
