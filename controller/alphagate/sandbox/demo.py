@@ -595,7 +595,6 @@ class Demo:
 
         # 2. Prometheus (its targets file is rewritten by the simulator)
         metrics_port = _free_port()
-        interval_wall = 0.0
         file_sd: Path | None = None
         base_spec = parse(self.policy_doc, where=self.policy_where).spec
         interval_wall = base_spec.timing.interval_seconds / self.speed
