@@ -235,8 +235,8 @@ def render(snap: Snapshot) -> RenderableType:
     log.add_column(style="dim", width=10)
     log.add_column(ratio=1)
     for line in snap.log[-9:]:
-        text = line.text if len(line.text) <= 150 else line.text[:147] + "..."
-        log.add_row(f"{line.t:5.0f}s", line.source, Text(text, style=line.style))
+        shown = line.text if len(line.text) <= 150 else line.text[:147] + "..."
+        log.add_row(f"{line.t:5.0f}s", line.source, Text(shown, style=line.style))
     return Group(
         head,
         Panel(Group(table, gate), title="alpha per slice", title_align="left"),
