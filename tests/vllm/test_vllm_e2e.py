@@ -555,16 +555,25 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
         # Status and Event say why, with the numbers.
         status = api.get("speculativecanaries", NS, "chat", group="alphagate.io").get("status")
         assert status is not None
-        timeline.add("status", json.dumps(status.get("lastDecision") or status)[:600])
-        text = json.dumps(status)
-        assert "RolledBack" in text
-        assert f"{rollback.combined.value:.3f}"[:4] in text or "alpha" in text
+        assert status["state"] == "RolledBack" and status["speculationOn"] is False
+        entry = next(
+            h for h in status["history"] if (h["fromState"], h["toState"]) == ("On", "RolledBack")
+        )
+        timeline.add("status", f"history: {entry['reason']} | evidence {entry['evidence']}")
+        assert "consecutive failing windows" in entry["reason"], entry
+        assert "cooldown" in entry["reason"], entry
+        evidence = entry["evidence"]
+        assert abs(float(evidence["alpha"]) - rollback.combined.value) < 1e-3, evidence
+        assert float(evidence["alpha_upper"]) < 0.55, evidence
+        assert "acceptance" in evidence["why"] and "disableBelow" in evidence["why"], evidence
         events = [e for e in api.objects("events", NS) if e.get("reason") == "SpeculationDisabled"]
-        assert events, [e.get("reason") for e in api.objects("events", NS)]
-        message = str(events[-1].get("message", ""))
-        timeline.add("event", f"SpeculationDisabled: {message[:400]}")
-        assert "alpha" in message.lower(), message
-        assert any(ch.isdigit() for ch in message), message
+        assert len(events) == 1, [e.get("reason") for e in api.objects("events", NS)]
+        message = str(events[0].get("message", ""))
+        timeline.add("event", f"{events[0].get('type')} SpeculationDisabled: {message}")
+        assert events[0].get("type") == "Warning"
+        assert message.startswith(f"{FLAG} removed"), message
+        assert f"alpha {rollback.combined.value:.3f}" in message, message
+        assert f"{rollback.combined.drafts:.0f} drafts" in message, message
 
         # ---- phase 3: the mix improves; after the cooldown a probe re-enables speculation
         timeline.phase("3. repetitive mix again: cooldown, probe, restart with speculation")
@@ -583,6 +592,10 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
             f"probe {probe.at - rollback.at:.1f} s after the rollback "
             f"({probe.at - improve_t:.1f} s after the mix improved)",
         )
+        assert "cooldown over" in probe.reason, probe.reason
+        enabled = [e for e in api.objects("events", NS) if e.get("reason") == "SpeculationEnabled"]
+        assert len(enabled) == 2, [e.get("message") for e in enabled]
+        assert any("cooldown over" in str(e.get("message")) for e in enabled), enabled
         wait_until("args with the flag", lambda: spec_value(canary_args(api)) == SPEC, 30)
         wait_until(
             "the spec-on canary ready",
@@ -744,6 +757,24 @@ def test_vllm_e2e_runtime_restarts_the_process_with_patched_args(
             assert not Path(f"/proc/{old.pid}").exists() or _zombie(old.pid or 0)
             [group] = json.loads(sd.read_text())
             assert group["labels"]["pod"] == second.pod
+
+            # A container that dies is started again in the same pod, on a new port.
+            runtime.kill(second.pod)
+            wait_until(
+                "the container restarted",
+                lambda: (
+                    (c := runtime.current(CANARY)) is not None
+                    and c.started_at > second.started_at
+                    and c.ready_at is not None
+                ),
+                20,
+                poll_s=0.05,
+            )
+            third = runtime.current(CANARY)
+            assert third is not None and third.pod == second.pod and third.port != second.port
+            died = [i for i in runtime.incarnations(CANARY) if i.pod == second.pod]
+            assert len(died) == 2 and died[0].stopped_at is not None
+            assert kubelet.pods()[second.pod]["restarts"] == 1
         finally:
             kubelet.stop()
             runtime.close()

@@ -305,6 +305,8 @@ FAKE_SERVER = textwrap.dedent(
         def do_GET(self):
             if self.path == "/health":
                 self._send(200 if time.monotonic() - started > 0.2 else 503, "")
+            elif self.path == "/v1/models":
+                self._send(200, json.dumps({"data": [{"id": name}]}))
             elif self.path == "/metrics":
                 lines = [
                     "# TYPE vllm:generation_tokens_total counter",

@@ -6,7 +6,9 @@
 host, port and model; ``--served-model-name``, ``--speculative-config`` and every other flag
 come from the Deployment), so when the actuator patches ``--speculative-config`` the runner
 stops the old vLLM process and starts a new one with the new argv, exactly as a real kubelet
-would restart the container. A pod is ready when its ``/health`` answers 200.
+would restart the container. A pod is ready when its ``/health`` answers 200 and
+``/v1/models`` lists its served model name (so a stranger on the port is never taken for it).
+Ports come from below the kernel's ephemeral range (:func:`pick_port`).
 
 Prometheus finds the pods through a file-SD list (labels ``pod``, ``namespace``,
 ``deployment``, ``role``, ``slice``, as the sandbox's Kubernetes SD relabelling would give),
@@ -24,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import socket
 import tempfile
 import threading
 import time
@@ -163,6 +167,38 @@ class _Running:
     ready: bool = False
 
 
+def _ephemeral_low() -> int:
+    """Where the kernel starts handing out ports for bind(0) (32768 when unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def pick_port(*, low: int = 20000, attempts: int = 64) -> int:
+    """A free 127.0.0.1 port *below* the ephemeral range.
+
+    vLLM binds its port only after ~30-50 s of imports. A port from bind(0) is back in the
+    kernel's ephemeral pool meanwhile, and on a busy machine another process's bind(0) or
+    outgoing connection can take it first (seen here: the server then dies with EADDRINUSE
+    while the other process answers /health). Ports below the range are never handed out
+    that way. Falls back to bind(0) when the range leaves no room.
+    """
+    high = _ephemeral_low()
+    rng = random.SystemRandom()
+    if high - low >= 1000:
+        for _ in range(attempts):
+            port = rng.randrange(low, high)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    continue
+            return port
+    return free_port()
+
+
 def _cmdline(pid: int | None) -> tuple[str, ...]:
     if pid is None:
         return ()
@@ -221,9 +257,12 @@ class VllmRuntime:
     def start(self, pod: PodLaunch) -> int:
         """Spawn the pod's vLLM server on a free 127.0.0.1 port; returns at once."""
         with self._lock:
-            if pod.name in self._running:
+            held = self._running.get(pod.name)
+            if held is not None and held.server.running():
                 raise SandboxError(f"pod {pod.namespace}/{pod.name}: already running")
-        port = free_port()
+        if held is not None:  # the container died: keep its record, start a new one
+            self.stop(pod.name)
+        port = pick_port()
         server = VllmServer.from_args(
             port,
             pod.args,
@@ -269,7 +308,9 @@ class VllmRuntime:
             url = run.server.url
         try:
             ok = self._http.get(f"{url}/health").status_code == 200
-        except httpx.HTTPError:
+            # ... and it is this pod's server, not a stranger on the port.
+            ok = ok and run.server.served_model_name in self._model_ids(url)
+        except (httpx.HTTPError, ValueError):
             ok = False
         if not ok:
             return False
@@ -280,8 +321,7 @@ class VllmRuntime:
         except SandboxError as exc:
             notes.append(f"scrape at ready failed: {exc}")
         with self._lock:
-            run2 = self._running.get(name)
-            if run2 is not run or run is None:
+            if self._running.get(name) is not run:
                 return False
             run.ready = True
             run.record = replace(
@@ -292,6 +332,10 @@ class VllmRuntime:
                 notes=(*run.record.notes, *notes),
             )
         return True
+
+    def _model_ids(self, url: str) -> set[str]:
+        body = self._http.get(f"{url}/v1/models").json()
+        return {str(m.get("id")) for m in body.get("data") or [] if isinstance(m, dict)}
 
     def alive(self, name: str) -> bool:
         with self._lock:
@@ -432,5 +476,6 @@ __all__ = [
     "alpha_between",
     "has_flag",
     "parse_metrics",
+    "pick_port",
     "scrape_metrics",
 ]
