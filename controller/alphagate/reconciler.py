@@ -41,6 +41,7 @@ from alphagate.config import (
     parse,
 )
 from alphagate.core.evaluate import evaluate
+from alphagate.core.machine import judge_window
 from alphagate.core.model import (
     Action,
     Command,
@@ -146,6 +147,32 @@ def resume_memory(
         if best is None or flip > best_flip:
             best, best_flip, origin = ann, flip, f"annotation on {dep.name}"
     return (best or Memory()), (origin if best is not None else "new")
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A unit after its Deployments were read: what runs, its memory and its rollout."""
+
+    outcome: UnitOutcome
+    log: Any
+    deps: list[DeploymentState] = field(default_factory=list)
+    memory: Memory | None = None
+    rollout: Rollout | None = None
+
+
+def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now: float) -> float:
+    """Where the one query for all units starts: the earliest post-warm-up start any unit may
+    judge (machine.judge_window), or the configured window when none can judge yet (weights
+    for a re-probe still need data). Units whose own cut is later see an Inconclusive warm-up.
+    """
+    starts = [
+        w[0]
+        for p in prepared
+        if p.memory is not None and p.rollout is not None
+        for w in [judge_window(spec, p.rollout, now, memory=p.memory)]
+        if w is not None
+    ]
+    return min(starts) if starts else now - spec.timing.window_seconds
 
 
 def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:
@@ -393,12 +420,31 @@ class Reconciler:
                 )
                 self.events.warning(ref, Reason.FLIP_REFUSED, f"unknown command {text!r}")
 
-        # ---- observe once for all units
+        # ---- read each unit's Deployments first: the window to query depends on its rollout
+        key = (namespace, name)
+        with self._lock:
+            cached = dict(self._memories.get(key, {}))
+        stored = previous.memories()
+        prepared = [
+            self._prepare(
+                unit,
+                ref=ref,
+                cached=cached.get(unit.name),
+                stored=stored.get(unit.name),
+                now=now,
+                log=log,
+            )
+            for unit in units_of(spec)
+        ]
+
+        # ---- observe once for all units, over the widest window any unit may judge: the
+        # configured window cut to start after warm-up (the same cut the backtest makes)
         source = self._source(spec, namespace, name, generation)
-        window = spec.timing.window_seconds
+        start = observe_start(spec, prepared, now)
+        window = now - start
         try:
             observation: Observation = source.observe(
-                spec, start=now - window, end=now, interval_seconds=spec.timing.interval_seconds
+                spec, start=start, end=now, interval_seconds=spec.timing.interval_seconds
             )
         except Exception as exc:  # sources should not raise; if one does, it is an Error
             observation = Observation(
@@ -419,22 +465,16 @@ class Reconciler:
             generation=generation,
         )
 
-        # ---- each unit: resume, evaluate, act
-        key = (namespace, name)
-        with self._lock:
-            cached = dict(self._memories.get(key, {}))
-        stored = previous.memories()
+        # ---- each unit: evaluate, act
         memories: dict[str, Memory] = {}
-        for unit in units_of(spec):
+        for prep in prepared:
             uo = self._unit(
                 spec,
-                unit,
+                prep,
                 observation,
                 now=now,
                 command=command,
                 dry_run=dry_run,
-                cached=cached.get(unit.name),
-                stored=stored.get(unit.name),
                 ref=ref,
                 owner=f"{namespace}/{name}",
                 previous=previous,
@@ -442,7 +482,7 @@ class Reconciler:
             )
             out.units.append(uo)
             if uo.memory is not None:
-                memories[unit.name] = uo.memory
+                memories[uo.unit.name] = uo.memory
         with self._lock:
             self._memories[key] = dict(memories)
 
@@ -481,25 +521,20 @@ class Reconciler:
             self.events.warning(ref, reason, f"could not write status: {exc}")
         self._export(spec, out, now)
 
-    def _unit(
+    def _prepare(
         self,
-        spec: SpeculativeCanarySpec,
         unit: Unit,
-        observation: Observation,
         *,
-        now: float,
-        command: Command | None,
-        dry_run: bool,
+        ref: ObjectRef,
         cached: Memory | None,
         stored: Memory | None,
-        ref: ObjectRef,
-        owner: str,
-        previous: CanaryStatus,
+        now: float,
         log: Any,
-    ) -> UnitOutcome:
+    ) -> Prepared:
+        """Read the unit's Deployments and resume its memory (never judge without knowing
+        what runs); a failed read is kept as the unit's outcome."""
         uo = UnitOutcome(unit)
         ulog = log.bind(unit=unit.name) if unit.name else log
-        # ---- read the Deployments (never judge without knowing what runs)
         deps: list[DeploymentState] = []
         try:
             for dref in unit.deployments:
@@ -509,12 +544,32 @@ class Reconciler:
             uo.memory = cached or stored
             self.events.warning(ref, _event_reason(exc), str(exc))
             ulog.warning("deployment_read_failed", error=str(exc))
-            return uo
+            return Prepared(uo, ulog)
         memory, origin = resume_memory(cached, stored, deps)
         uo.memory_origin = origin
         if origin.startswith("annotation"):
             ulog.info("resumed_from_annotation", origin=origin, state=memory.state.value)
         rollout = combined_rollout(self.actuator, deps, now)
+        return Prepared(uo, ulog, deps, memory, rollout)
+
+    def _unit(
+        self,
+        spec: SpeculativeCanarySpec,
+        prep: Prepared,
+        observation: Observation,
+        *,
+        now: float,
+        command: Command | None,
+        dry_run: bool,
+        ref: ObjectRef,
+        owner: str,
+        previous: CanaryStatus,
+        log: Any,
+    ) -> UnitOutcome:
+        uo, ulog, unit = prep.outcome, prep.log, prep.outcome.unit
+        if prep.memory is None or prep.rollout is None:
+            return uo  # the Deployment read failed; already reported
+        deps, memory, rollout = prep.deps, prep.memory, prep.rollout
         evaluation = evaluate(
             spec, observation, memory, rollout, now=now, command=command, slices=unit.slices
         )
