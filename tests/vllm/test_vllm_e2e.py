@@ -449,6 +449,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
             concurrency={BASELINE: CONCURRENCY, CANARY: CONCURRENCY},
             mix=Mix.REPETITIVE,
             timeline=timeline,
+            hold_while_unready={BASELINE: CANARY},
         ).start()
         stack.append(("load", traffic.stop))
         sampler = CounterSampler(runtime, CANARY).start()
@@ -461,7 +462,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
         timeline.add("test", "Prometheus has traffic from both pods")
         # A rollback cools down long enough for the spec-off pod to restart and serve: a
         # single restart takes about what the two concurrent starts took.
-        cooldown_s = float(min(300.0, max(90.0, 1.25 * startup_s + 20.0)))
+        cooldown_s = float(min(300.0, max(60.0, 1.25 * startup_s + 20.0)))
         policy = canary_policy(prom.url, cooldown_s)
         parse(policy, where="test policy")
         controller = start_controller(api, decisions)
@@ -668,7 +669,8 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
                     f"{inc.pod}: started +{timeline.rel(inc.started_at):.1f}s, ready after "
                     f"{inc.ready_seconds or float('nan'):.1f} s, stopped "
                     f"{stopped} "
-                    f"(exit {inc.exit_code}); log {inc.log_path}",
+                    f"(exit {inc.exit_code}, stop took {inc.stop_seconds or float('nan'):.1f} s);"
+                    f" log {inc.log_path}",
                 )
         for e in errors:
             timeline.add("teardown", e)
