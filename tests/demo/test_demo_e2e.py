@@ -79,9 +79,9 @@ def test_the_story_happens_in_order(demo_run: tuple[dict[str, Any], Path]) -> No
         ("enable", "", True),  # mix back: early re-probe
     ], summary["transitions"]
     assert all(summary["milestones"].values()), summary["milestones"]
-    # Each enable was confirmed (Probing -> On) before the next rollback.
+    # Probes were confirmed on the way (Probing -> On), not only enabled.
     states = [t["transition"] for t in summary["transitions"]]
-    assert states.count("Probing -> On") >= 3
+    assert states.count("Probing -> On") >= 2
     p99 = next(t for t in flips if t.get("cause") == "latency")
     assert any(c.startswith("latency:chat") for c in p99["failing_checks"])
 
