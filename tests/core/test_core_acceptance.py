@@ -115,6 +115,55 @@ def test_bad_samples_are_named_and_skipped(bad: AcceptanceSample, needle: str) -
     assert acceptance.estimate([bad], confidence=0.95) is None
 
 
+EDGE = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    -1.0,
+    -0.0,
+    0,
+    0.5,
+    10,
+    10.010001,
+    10.0101,
+    1e15,
+    1.0000001e15,
+]
+EDGE_PER_POSITION: list[tuple[float, ...]] = [
+    (),
+    (0,),
+    (-0.0, 3),
+    (1, 2, 3),
+    (math.nan,),
+    (1, math.nan, 2),
+    (math.nan, 1),
+    (math.inf,),
+    (-math.inf, 1),
+    (math.inf, -math.inf),
+    (2, -1),
+    (1e15, 1e15),
+    (1, 1.0000001e15),
+]
+
+
+def test_fast_range_check_agrees_with_the_worded_check() -> None:
+    """`problem` and the estimate run the cheap numeric check and word the message only when it
+    fails: both must judge every sample alike, edge values (NaN, infinities, -0, the bounds)
+    included, and `problem` must word the same message it always did."""
+    checked = bad = 0
+    for drafts in EDGE:
+        for tokens in EDGE:
+            for accepted in EDGE:
+                for per_position in EDGE_PER_POSITION:
+                    s = AcceptanceSample(drafts, tokens, accepted, per_position, pod="p")
+                    worded = acceptance._sample_problem(s)
+                    assert acceptance._sane(s) is (worded is None), s
+                    assert acceptance.problem([sample(10, 20), s]) == worded
+                    checked += 1
+                    bad += worded is not None
+    assert checked > bad > 0 and checked - bad > 50
+
+
 def test_per_position_rates() -> None:
     s = AcceptanceSample(
         drafts=100, draft_tokens=300, accepted_tokens=150, per_position=(80, 50, 20)

@@ -44,7 +44,24 @@ def _where(s: AcceptanceSample) -> str:
     return f"pod {pod} [{s.start:g}, {s.end:g}]"
 
 
+def _sane(s: AcceptanceSample) -> bool:
+    """The plain numeric range check behind `problem`, cheap enough to run on every sample.
+
+    Comparisons are False for NaN, so `0 <= v <= MAX_PLAUSIBLE` also rejects NaN and both
+    infinities. For per-position counts, a NaN anywhere makes the sum NaN; without one, min and
+    max are exact. Must agree with `_sample_problem` (a test checks it on edge values).
+    """
+    d, t, a = s.drafts, s.draft_tokens, s.accepted_tokens
+    if not (0.0 <= d <= MAX_PLAUSIBLE and 0.0 <= t <= MAX_PLAUSIBLE and 0.0 <= a <= MAX_PLAUSIBLE):
+        return False
+    if (d > 0) != (t > 0) or a > t * (1 + _EXCESS_TOLERANCE) + 1e-6:
+        return False
+    pp = s.per_position
+    return not pp or (sum(pp) >= 0.0 and min(pp) >= 0.0 and max(pp) <= MAX_PLAUSIBLE)
+
+
 def _sample_problem(s: AcceptanceSample) -> str | None:
+    """What is wrong with a sample, worded for a person; only called once `_sane` said so."""
     fields = {
         "drafts": s.drafts,
         "draft_tokens": s.draft_tokens,
@@ -76,14 +93,15 @@ def problem(samples: Iterable[AcceptanceSample]) -> str | None:
     bad counters mean the source, not the traffic, is broken.
     """
     for s in samples:
-        found = _sample_problem(s)
-        if found is not None:
-            return found
+        if not _sane(s):
+            found = _sample_problem(s)
+            if found is not None:
+                return found
     return None
 
 
 def _usable(samples: Iterable[AcceptanceSample]) -> list[AcceptanceSample]:
-    return [s for s in samples if _sample_problem(s) is None and s.draft_tokens > 0]
+    return [s for s in samples if _sane(s) and s.draft_tokens > 0]
 
 
 def estimate(
