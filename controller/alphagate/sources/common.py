@@ -8,8 +8,9 @@ the same code (the integration test compares the two).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from alphagate import vllm
 from alphagate.config import SpeculativeCanarySpec
@@ -54,27 +55,79 @@ def failed_observation(
     return Observation(at=at, window_seconds=window, pools=pools, source_error=text)
 
 
-@dataclass(slots=True)
 class HistSum:
-    """Sum of histogram increments by ``le``, like PromQL ``sum by (le)``."""
+    """Sum of histogram increments by ``le``, like PromQL ``sum by (le)``.
 
-    counts: dict[float, float] = field(default_factory=dict)
-    sum: float = 0.0
-    seen: bool = False
+    One exporter's increments carry the same bounds in the same order, so the running sum is
+    kept as that bounds tuple and a list of floats, merged by index (a few C-level passes instead
+    of a dict lookup and store per bucket). Increments with other bounds fall back to the merge
+    by bound. ``counts`` is the dict by bound, as before: once read (or passed in) it is the live
+    dict later adds update. Same sums, bit for bit, in the same key order.
+    """
+
+    __slots__ = ("_bounds", "_dict", "_live", "_values", "seen", "sum")
+
+    def __init__(
+        self, counts: dict[float, float] | None = None, sum: float = 0.0, seen: bool = False
+    ) -> None:
+        self._bounds: tuple[float, ...] | None = None  # None: the sums live in _dict
+        self._values: list[float] = []
+        self._dict: dict[float, float] = {} if counts is None else counts
+        self._live = counts is not None  # a dict someone else holds: keep adding into it
+        self.sum = sum
+        self.seen = seen
+
+    def _to_dict(self) -> dict[float, float]:
+        if self._bounds is not None:
+            self._dict = dict(zip(self._bounds, self._values, strict=True))
+            self._bounds, self._values = None, []
+        return self._dict
+
+    @property
+    def counts(self) -> dict[float, float]:
+        self._live = True
+        return self._to_dict()
+
+    @counts.setter
+    def counts(self, value: dict[float, float]) -> None:
+        self._bounds, self._values, self._dict, self._live = None, [], value, True
+
+    def _by_bound(self) -> dict[float, float]:
+        """The sums by bound without leaving the fast representation."""
+        if self._bounds is None:
+            return self._dict
+        return dict(zip(self._bounds, self._values, strict=True))
 
     def add(self, buckets: Mapping[float, float], total: float = 0.0) -> None:
         self.seen = True
-        for le, v in buckets.items():
-            self.counts[le] = self.counts.get(le, 0.0) + v
+        if self._bounds is not None and tuple(buckets) == self._bounds:
+            self._values = list(map(operator.add, self._values, buckets.values()))
+        elif self._bounds is None and not self._dict and not self._live:
+            values = [0.0 + v for v in buckets.values()]
+            self._bounds, self._values = tuple(buckets), values
+        else:
+            counts = self._to_dict()
+            for le, v in buckets.items():
+                counts[le] = counts.get(le, 0.0) + v
         self.sum += total
 
     def to_buckets(self, *, with_sum: bool = True) -> Buckets | None:
-        if not self.seen or math.inf not in self.counts:
+        counts = self._by_bound()
+        if not self.seen or math.inf not in counts:
             return None
-        bounds = tuple(sorted(self.counts))
-        return Buckets(
-            bounds, tuple(self.counts[b] for b in bounds), self.sum if with_sum else math.nan
-        )
+        bounds = tuple(sorted(counts))
+        return Buckets(bounds, tuple(counts[b] for b in bounds), self.sum if with_sum else math.nan)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, HistSum)
+        return (self._by_bound(), self.sum, self.seen) == (other._by_bound(), other.sum, other.seen)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return f"HistSum(counts={self._by_bound()!r}, sum={self.sum!r}, seen={self.seen!r})"
 
 
 def per_position_tuple(per_pos: Mapping[int, float]) -> tuple[float, ...]:
