@@ -261,6 +261,7 @@ class ChaosRecord:
     ended: float | None = None
     detail: str = ""
     fault: Any = None  # the API double's Fault while it is active
+    recovered: float | None = None  # when the part works again (Prometheus takes a while)
 
 
 # ---------------------------------------------------------------- what the view shows
@@ -380,6 +381,14 @@ class _PausedClock:
 
     def __call__(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
+
+
+def _fault_end(rec: ChaosRecord) -> float:
+    """When the faulty part worked again (Prometheus: once restarted), in scenario seconds."""
+    for t in (rec.recovered, rec.ended, rec.started):
+        if t is not None:
+            return t
+    return 0.0
 
 
 def _import_controller() -> None:
@@ -957,8 +966,8 @@ class Demo:
             if i == 0:
                 due = 0.0
             else:
-                ended = self._chaos[i - 1].ended
-                due = ended + 3.0 if ended is not None else math.inf
+                back = self._chaos[i - 1].recovered
+                due = back + 3.0 if back is not None else math.inf
         elif step.after == "confirmed" and len(self._confirmed) >= 3:
             due = self._confirmed[2] + 4.0
         return min(due, step.latest)
@@ -1039,11 +1048,13 @@ class Demo:
                     self._say("chaos", "Prometheus started again (same port, same data)", "magenta")
                 except Exception as exc:
                     self._say("chaos", f"Prometheus did not come back: {exc}", "red")
+                rec.recovered = self.sim_now()
 
             th = threading.Thread(target=restart, name="demo-prometheus-restart", daemon=True)
             self._threads.append(th)
             th.start()
             return
+        rec.recovered = rec.ended
         if step.kind == "apiserver" and self.api is not None:
             fault = rec.fault
             if fault is not None:
@@ -1146,7 +1157,7 @@ class Demo:
             if rec.started is None:
                 out.append({"kind": rec.step.kind, "what": rec.step.what, "ran": False})
                 continue
-            end = rec.ended if rec.ended is not None else rec.started
+            end = _fault_end(rec)
             # Evaluations during the fault (and one interval after, while data recovers).
             inside = [d for d in decisions if rec.started <= d.t <= end + interval]
             verdicts: dict[str, int] = {}
@@ -1158,6 +1169,10 @@ class Demo:
                 if d.point.action in (Action.ENABLE.value, Action.DISABLE.value)
             ]
             shown = [d for d in inside if d.point.verdict in ("Error", "Inconclusive")]
+            # The evaluation that shows this fault best: one naming it, if any does.
+            mark = {"prometheus": "unreachable", "apiserver": "HTTP 500", "pod": "rollout"}
+            naming = [d for d in shown if mark[rec.step.kind] in self._shown_as(d)]
+            shown = naming or shown
             out.append(
                 {
                     "kind": rec.step.kind,
@@ -1208,7 +1223,7 @@ class Demo:
 
     def spans(self) -> list[tuple[float, float, str]]:
         return [
-            (r.started, r.ended if r.ended is not None else r.started, r.step.what)
+            (r.started, _fault_end(r), r.step.what)
             for r in self._chaos
             if r.started is not None
         ]
