@@ -160,8 +160,10 @@ class TrafficDriver:
             return current
 
     def pure(self, start: float, end: float, *, margin_s: float | None = None) -> Mix | None:
-        """The mix if [start, end] saw only one (allowing a cycle's overlap), else None."""
-        margin = self.cycle_s + 1.0 if margin_s is None else margin_s
+        """The mix if [start, end] saw only one, else None. Requests of the old mix still in
+        flight after a switch (a cycle plus one slow request: 64 tokens at up to ~75 ms)
+        count as the old mix, hence the margin."""
+        margin = self.cycle_s + 8.0 if margin_s is None else margin_s
         with self._lock:
             inside = [(at, m) for at, m in self.switches[1:] if start - margin < at <= end]
         if inside:
