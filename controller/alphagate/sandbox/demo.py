@@ -1223,9 +1223,7 @@ class Demo:
 
     def spans(self) -> list[tuple[float, float, str]]:
         return [
-            (r.started, _fault_end(r), r.step.what)
-            for r in self._chaos
-            if r.started is not None
+            (r.started, _fault_end(r), r.step.what) for r in self._chaos if r.started is not None
         ]
 
     def write_report(self) -> dict[str, Path]:
