@@ -216,6 +216,7 @@ class Outcome:
     status: CanaryStatus | None = None
     status_written: bool = False
     spec_error: str | None = None
+    spec_invalid: bool = False  # the policy itself is wrong (not a transient API failure)
     gone: bool = False
     duration_seconds: float = 0.0
 
@@ -389,6 +390,7 @@ class Reconciler:
             canary: SpeculativeCanary = parse(obj, where=f"{PLURAL}/{namespace}/{name}")
         except PolicyError as exc:
             out.spec_error = str(exc)
+            out.spec_invalid = True
             self._spec_invalid(obj, previous, ref, "InvalidSpec", str(exc), generation, now, out)
             return
         spec = canary.spec
@@ -1081,7 +1083,8 @@ class Reconciler:
                     entry = self._cache.get((ns, name))
                     if entry is not None:
                         entry.next_due = self.clock() + (
-                            interval if not out.spec_error else max(interval, 30.0)
+                            # an invalid spec waits for an edit; API trouble retries on time
+                            interval if not out.spec_invalid else max(interval, 30.0)
                         )
             with self._lock:
                 upcoming = [e.next_due for e in self._cache.values()]

@@ -65,6 +65,7 @@ class DeploymentState:
     speculative_config: dict[str, Any] | None
     annotations: dict[str, str] = field(default_factory=dict)
     completed_at: float | None = None  # Progressing=NewReplicaSetAvailable lastUpdateTime
+    status_replicas: int | None = None  # all pods, old and new; None when the status has none
 
     @property
     def speculation_on(self) -> bool:
@@ -78,6 +79,8 @@ class DeploymentState:
             and self.updated_replicas == self.replicas
             and self.available_replicas == self.replicas
             and self.ready_replicas == self.replicas
+            # during a surge old pods still run: kubectl waits for status.replicas too
+            and (self.status_replicas is None or self.status_replicas == self.updated_replicas)
         )
 
     @property
@@ -171,6 +174,9 @@ def deployment_state(dep: Any, container: str) -> DeploymentState:
         speculative_config=config,
         annotations=dict(meta.annotations or {}),
         completed_at=_completed_at(dep),
+        status_replicas=(
+            int(status.replicas) if status is not None and status.replicas is not None else None
+        ),
     )
 
 

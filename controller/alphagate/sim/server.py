@@ -23,6 +23,7 @@ import contextlib
 import errno
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -48,6 +49,13 @@ class _PodHTTPServer(ThreadingHTTPServer):
         self.sim = sim
         self.pod_name = pod
         super().__init__(addr, _PodHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that gave up mid-answer (short scrape timeout) is not an error."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, BrokenPipeError | ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _PodHandler(BaseHTTPRequestHandler):
