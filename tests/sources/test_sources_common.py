@@ -73,6 +73,16 @@ def test_histsum_matches_the_dict_merge(seed: int) -> None:
     assert same(acc.to_buckets(), ref.to_buckets())
 
 
+def test_histsum_keeps_the_first_key_objects_like_a_dict() -> None:
+    """Equal keys of another type (1 and 1.0, 0.0 and -0.0) merge; the first one stays."""
+    ref, acc = DictMerge(), HistSum()
+    for inc in ({1: 1.0, -0.0: 2.0, math.inf: 3.0}, {1.0: 1.0, 0.0: 1.0, math.inf: 1.0}) * 2:
+        ref.add(inc)
+        acc.add(inc)
+    assert same(list(acc.counts.items()), list(ref.counts.items()))
+    assert same(acc.to_buckets(), ref.to_buckets())
+
+
 def test_histsum_same_bounds_are_summed_by_index() -> None:
     acc = HistSum()
     for k in range(3):

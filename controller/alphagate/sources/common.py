@@ -58,22 +58,23 @@ def failed_observation(
 class HistSum:
     """Sum of histogram increments by ``le``, like PromQL ``sum by (le)``.
 
-    One exporter's increments carry the same bounds in the same order, so the running sum is
-    kept as that bounds tuple and a list of floats, merged by index (a few C-level passes instead
-    of a dict lookup and store per bucket). Increments with other bounds fall back to the merge
-    by bound. ``counts`` is the dict by bound, as before: once read (or passed in) it is the live
-    dict later adds update. Same sums, bit for bit, in the same key order.
+    One exporter's increments carry the same bounds in the same order, so from the second add on
+    the running sum is kept as that bounds tuple and a list of floats, merged by index (a few
+    C-level passes instead of a dict lookup and store per bucket). Increments with other bounds
+    fall back to the merge by bound. ``counts`` is the dict by bound, as before: once read (or
+    passed in) it is the live dict later adds update. Same sums, bit for bit, same key order.
     """
 
-    __slots__ = ("_bounds", "_dict", "_live", "_values", "seen", "sum")
+    __slots__ = ("_bounds", "_dict", "_live", "_one", "_values", "seen", "sum")
 
     def __init__(
         self, counts: dict[float, float] | None = None, sum: float = 0.0, seen: bool = False
     ) -> None:
-        self._bounds: tuple[float, ...] | None = None  # None: the sums live in _dict
+        self._bounds: tuple[float, ...] | None = None  # set: the sums live in _values
         self._values: list[float] = []
         self._dict: dict[float, float] = {} if counts is None else counts
         self._live = counts is not None  # a dict someone else holds: keep adding into it
+        self._one = False  # _dict holds exactly one add: the next may switch to the list
         self.sum = sum
         self.seen = seen
 
@@ -81,6 +82,7 @@ class HistSum:
         if self._bounds is not None:
             self._dict = dict(zip(self._bounds, self._values, strict=True))
             self._bounds, self._values = None, []
+        self._one = False
         return self._dict
 
     @property
@@ -90,7 +92,7 @@ class HistSum:
 
     @counts.setter
     def counts(self, value: dict[float, float]) -> None:
-        self._bounds, self._values, self._dict, self._live = None, [], value, True
+        self._bounds, self._values, self._dict, self._live, self._one = None, [], value, True, False
 
     def _by_bound(self) -> dict[float, float]:
         """The sums by bound without leaving the fast representation."""
@@ -100,15 +102,26 @@ class HistSum:
 
     def add(self, buckets: Mapping[float, float], total: float = 0.0) -> None:
         self.seen = True
-        if self._bounds is not None and tuple(buckets) == self._bounds:
-            self._values = list(map(operator.add, self._values, buckets.values()))
-        elif self._bounds is None and not self._dict and not self._live:
-            values = [0.0 + v for v in buckets.values()]
-            self._bounds, self._values = tuple(buckets), values
-        else:
-            counts = self._to_dict()
-            for le, v in buckets.items():
-                counts[le] = counts.get(le, 0.0) + v
+        if self._bounds is not None:
+            if tuple(buckets) == self._bounds:
+                self._values = list(map(operator.add, self._values, buckets.values()))
+                self.sum += total
+                return
+        elif self._one:
+            first = tuple(self._dict)
+            if tuple(buckets) == first:
+                self._values = list(map(operator.add, self._dict.values(), buckets.values()))
+                self._bounds, self._dict, self._one = first, {}, False
+                self.sum += total
+                return
+        elif not self._dict and not self._live:
+            self._dict = {le: 0.0 + v for le, v in buckets.items()}
+            self._one = True
+            self.sum += total
+            return
+        counts = self._to_dict()
+        for le, v in buckets.items():
+            counts[le] = counts.get(le, 0.0) + v
         self.sum += total
 
     def to_buckets(self, *, with_sum: bool = True) -> Buckets | None:
