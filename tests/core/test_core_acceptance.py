@@ -164,6 +164,41 @@ def test_fast_range_check_agrees_with_the_worded_check() -> None:
     assert checked > bad > 0 and checked - bad > 50
 
 
+def test_batch_range_check_agrees_with_the_per_sample_check() -> None:
+    """The whole-batch shortcut says "all sane" exactly when every sample is, and `problem`,
+    `estimate` and `per_position` answer alike for a tuple, a list and a one-shot iterator."""
+    rng = random.Random(7)
+    pool = [
+        AcceptanceSample(d, t, a, pp, pod=f"p{i}")
+        for i, (d, t, a, pp) in enumerate(
+            (rng.choice(EDGE), rng.choice(EDGE), rng.choice(EDGE), rng.choice(EDGE_PER_POSITION))
+            for _ in range(400)
+        )
+    ]
+    good = [sample(100 + i, 200 + i, pod=f"g{i}") for i in range(20)]
+    saw_bad = saw_clean = 0
+    for _ in range(300):
+        batch = rng.sample(good, rng.randrange(0, 6))
+        if rng.random() < 0.6:
+            batch.insert(rng.randrange(len(batch) + 1), rng.choice(pool))
+        every = all(acceptance._sane(s) for s in batch)
+        assert acceptance._all_sane(batch) is every
+        assert acceptance._all_sane(tuple(batch)) is every
+        assert acceptance._all_sane(iter(batch)) is False  # not a tuple or list: per sample
+        worded = next((w for w in map(acceptance._sample_problem, batch) if w is not None), None)
+        for form in (tuple(batch), list(batch), iter(batch)):
+            assert acceptance.problem(form) == worded
+        expected = [s for s in batch if acceptance._sane(s) and s.draft_tokens > 0]
+        assert acceptance._usable(tuple(batch)) == expected
+        assert acceptance.estimate(batch, confidence=0.9) == acceptance.estimate(
+            expected, confidence=0.9
+        )
+        assert acceptance.per_position(tuple(batch)) == acceptance.per_position(iter(batch))
+        saw_bad += not every
+        saw_clean += every and len(batch) > 1
+    assert saw_bad > 50 and saw_clean > 50
+
+
 def test_per_position_rates() -> None:
     s = AcceptanceSample(
         drafts=100, draft_tokens=300, accepted_tokens=150, per_position=(80, 50, 20)

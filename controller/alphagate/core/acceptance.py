@@ -22,6 +22,7 @@ and that the naive token-count interval does not.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
@@ -60,6 +61,28 @@ def _sane(s: AcceptanceSample) -> bool:
     return not pp or (sum(pp) >= 0.0 and min(pp) >= 0.0 and max(pp) <= MAX_PLAUSIBLE)
 
 
+def _all_sane(samples: Iterable[AcceptanceSample]) -> bool:
+    """The same check over a whole tuple or list at once, column by column in C-level passes.
+
+    Only a shortcut: True means every sample passes `_sane`; False (or any other iterable, which
+    could be consumed only once) sends the caller to the per-sample loop, which decides.
+    """
+    if type(samples) is not tuple and type(samples) is not list:
+        return False
+    drafts = [s.drafts for s in samples]
+    tokens = [s.draft_tokens for s in samples]
+    accepted = [s.accepted_tokens for s in samples]
+    values = drafts + tokens + accepted + [v for s in samples for v in s.per_position]
+    total = sum(values)
+    # A NaN makes the sum NaN; without one, min and max are exact.
+    if values and not (total == total and min(values) >= 0.0 and max(values) <= MAX_PLAUSIBLE):
+        return False
+    # Every value is now a number in [0, MAX_PLAUSIBLE], where bool(v) is v > 0.
+    return all(map(operator.eq, map(bool, drafts), map(bool, tokens))) and all(
+        map(operator.le, accepted, [t * (1 + _EXCESS_TOLERANCE) + 1e-6 for t in tokens])
+    )
+
+
 def _sample_problem(s: AcceptanceSample) -> str | None:
     """What is wrong with a sample, worded for a person; only called once `_sane` said so."""
     fields = {
@@ -92,6 +115,8 @@ def problem(samples: Iterable[AcceptanceSample]) -> str | None:
     The estimate skips bad samples; the caller turns a problem into an ERROR verdict because
     bad counters mean the source, not the traffic, is broken.
     """
+    if _all_sane(samples):
+        return None
     for s in samples:
         if not _sane(s):
             found = _sample_problem(s)
@@ -101,6 +126,8 @@ def problem(samples: Iterable[AcceptanceSample]) -> str | None:
 
 
 def _usable(samples: Iterable[AcceptanceSample]) -> list[AcceptanceSample]:
+    if _all_sane(samples):
+        return [s for s in samples if s.draft_tokens > 0]
     return [s for s in samples if _sane(s) and s.draft_tokens > 0]
 
 
@@ -115,9 +142,11 @@ def estimate(
     Bad samples (see `problem`) are skipped here; the caller reports them.
     """
     good = _usable(samples)
-    drafts = math.fsum(s.drafts for s in good)
-    tokens = math.fsum(s.draft_tokens for s in good)
-    accepted = math.fsum(min(s.accepted_tokens, s.draft_tokens) for s in good)
+    toks = [s.draft_tokens for s in good]
+    accs = [min(s.accepted_tokens, s.draft_tokens) for s in good]
+    drafts = math.fsum([s.drafts for s in good])
+    tokens = math.fsum(toks)
+    accepted = math.fsum(accs)
     if not (drafts > 0 and tokens > 0):
         return None
     alpha = min(1.0, max(0.0, accepted / tokens))
@@ -142,17 +171,12 @@ def estimate(
     z = normal_quantile(0.5 + confidence / 2.0)
     w_se = (upper - lower) / (2.0 * z)
     # A batch holding (numerically) all the tokens leaves nothing to learn a spread from.
-    if n >= 2 and max(s.draft_tokens for s in good) / tokens < 1.0 - 1e-9:
+    if n >= 2 and max(toks) / tokens < 1.0 - 1e-9:
         # Ratio estimator, delta method with a leverage correction (HC3, the linearised
         # jackknife): Var(r) = sum(e_i^2 / (1 - h_i)^2) / T^2, e_i = A_i - r T_i, h_i = T_i / T.
         # The plain n/(n-1) delta variance under-covers (~93%) with few, unequal batches.
         resid = math.fsum(
-            (
-                (min(s.accepted_tokens, s.draft_tokens) - alpha * s.draft_tokens)
-                / (1.0 - s.draft_tokens / tokens)
-            )
-            ** 2
-            for s in good
+            [((a - alpha * t) / (1.0 - t / tokens)) ** 2 for a, t in zip(accs, toks, strict=True)]
         )
         se = math.sqrt(resid) / tokens
         dof = float(n - 1)
