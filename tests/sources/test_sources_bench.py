@@ -1,15 +1,21 @@
-"""The sources benchmark runs, agrees with prometheus_client, and prints its table."""
+"""The sources benchmark runs small under --quick, agrees with prometheus_client, and prints
+its table."""
 
 from __future__ import annotations
 
 import pytest
 
+from alphagate.bench import __main__ as bench_main
 from alphagate.bench import sources
 
 
 def test_bench_prints_ratios(capsys: pytest.CaptureFixture[str]) -> None:
-    sources.main(["--repeat", "1", "--pods", "20"])
+    """Run the way `python -m alphagate.bench --quick sources` does: with its QUICK_ARGS."""
+    assert "--pods" in sources.QUICK_ARGS and "--repeat" in sources.QUICK_ARGS
+    assert bench_main.main(["--quick", "sources"]) == 0
     out = capsys.readouterr().out
+    assert "ScrapeSource over 20 local pods" in out  # QUICK_ARGS reached the module
+    assert "sources          ok" in out
     assert "real vLLM capture" in out
     for name in ("prometheus_client", "prometheus_client+prefilter", "alphagate fast path"):
         assert name in out

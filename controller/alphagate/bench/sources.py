@@ -1,7 +1,9 @@
 """Benchmark: parsing a vLLM /metrics page, prometheus_client's parser against ours.
 
-Run ``python -m alphagate.bench.sources [--file PAGE] [--repeat N]``. It times, interleaved so
-the machine's state affects all alike, the three ways to read the families alphagate needs:
+Run ``python -m alphagate.bench.sources [--file PAGE] [--repeat N] [--pods N]``;
+``python -m alphagate.bench --quick`` runs it with ``QUICK_ARGS`` (2 rounds, 20 pods). It times,
+interleaved so the machine's state affects all alike, the three ways to read the families
+alphagate needs:
 ``prometheus_client`` on the whole page, ``prometheus_client`` on pre-filtered lines, and the
 fast path in ``alphagate.sources.exposition``; then it prints per-page times, the ratios, and
 what one interval costs at 1000 pods. With ``--pods N`` (default 200) it also scrapes N pods
@@ -21,6 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from alphagate.sources import exposition
+
+QUICK_ARGS = ["--repeat", "2", "--pods", "20"]
+"""What `python -m alphagate.bench --quick` passes: two rounds, a 20-pod scrape."""
 
 CAPTURE = (
     Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
