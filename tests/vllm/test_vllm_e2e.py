@@ -388,6 +388,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
     decisions = Decisions(timeline)
     stack: list[tuple[str, Any]] = []  # (what, stop function), stopped newest first
     runtime: VllmRuntime | None = None
+    passed = False
 
     def terminated(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}: stopping the vLLM servers first")
@@ -420,6 +421,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
                 CANARY: {"VLLM_CPU_OMP_THREADS_BIND": "1"},
             },
             log_dir=tmp_path,
+            stop_timeout_s=10.0,  # SIGKILL after 10 s (a stop normally takes 1-3 s)
         )
         stack.append(("vLLM runtime", runtime.close))
 
@@ -658,6 +660,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
         assert len(runtime.incarnations(CANARY)) == 3
         assert len(runtime.incarnations(BASELINE)) == 1
         timeline.add("load", traffic.summary())
+        passed = True
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         timeline.close()
@@ -679,6 +682,16 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
                     f"(exit {inc.exit_code}, stop took {inc.stop_seconds or float('nan'):.1f} s);"
                     f" log {inc.log_path}",
                 )
+            for inc in runtime.incarnations():
+                if passed and inc.exit_code == 0 and inc.ready_at is not None:
+                    continue
+                # Rotated away with pytest's temp dirs later: the log's end goes in the timeline.
+                try:
+                    lines = Path(inc.log_path).read_text(errors="replace").splitlines()[-12:]
+                except OSError as exc:
+                    lines = [f"(log unreadable: {exc})"]
+                for line in lines:
+                    timeline.add("vllm-log", f"{inc.pod}: {line[:300]}", at=inc.stopped_at)
         for e in errors:
             timeline.add("teardown", e)
         with capsys.disabled():

@@ -289,7 +289,8 @@ class VllmRuntime:
         return port
 
     def ready(self, name: str) -> bool:
-        """/health == 200 (probed at most every `probe_period_s`); stays ready while alive.
+        """/health == 200 and /v1/models serves the pod's model (probed at most every
+        `probe_period_s`); stays ready while the process lives.
 
         The first time it passes, the process's real command line and its /metrics page
         are recorded before readiness is reported, so they always precede any rollout
@@ -335,7 +336,10 @@ class VllmRuntime:
 
     def _model_ids(self, url: str) -> set[str]:
         body = self._http.get(f"{url}/v1/models").json()
-        return {str(m.get("id")) for m in body.get("data") or [] if isinstance(m, dict)}
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            return set()
+        return {str(m.get("id")) for m in data if isinstance(m, dict)}
 
     def alive(self, name: str) -> bool:
         with self._lock:
