@@ -246,6 +246,14 @@ def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
     _console().print(table)
 
 
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    """A titled evidence table whose long cells fold instead of being cut."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
 def _detail(kube: Kube, namespace: str, name: str, as_json: bool, n_events: int) -> None:
     obj = _read(kube, namespace, name)
     st = parse_status(obj)
@@ -297,9 +305,7 @@ def _units_table(con: Console, st: CanaryStatus) -> None:
     """perSlice aggregation: each slice's own Deployment, state and decision."""
     if not st.units:
         return
-    table = Table(title="Canaries by slice", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("SLICE", "DEPLOYMENTS", "STATE", "SPEC", "LAST DECISION"):
-        table.add_column(col, overflow="fold")
+    table = _table("Canaries by slice", ("SLICE", "DEPLOYMENTS", "STATE", "SPEC", "LAST DECISION"))
     for u in st.units:
         spec = "-" if u.speculation_on is None else ("on" if u.speculation_on else "off")
         table.add_row(
@@ -315,19 +321,20 @@ def _units_table(con: Console, st: CanaryStatus) -> None:
 def _slices_table(con: Console, st: CanaryStatus) -> None:
     if not st.slices:
         return
-    table = Table(title="Acceptance by slice", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in (
-        "SLICE",
-        "WEIGHT",
-        "ALPHA",
-        "INTERVAL",
-        "DRAFTS",
-        "ACC.LEN",
-        "METHOD",
-        "VERDICT",
-        "REASON",
-    ):
-        table.add_column(col, overflow="fold")
+    table = _table(
+        "Acceptance by slice",
+        (
+            "SLICE",
+            "WEIGHT",
+            "ALPHA",
+            "INTERVAL",
+            "DRAFTS",
+            "ACC.LEN",
+            "METHOD",
+            "VERDICT",
+            "REASON",
+        ),
+    )
     for s in st.slices:
         table.add_row(
             s.name,
@@ -346,19 +353,20 @@ def _slices_table(con: Console, st: CanaryStatus) -> None:
 def _latency_table(con: Console, st: CanaryStatus) -> None:
     if not st.latency:
         return
-    table = Table(title="Latency guard", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in (
-        "CHECK",
-        "VERDICT",
-        "CANARY P99",
-        "BASELINE P99",
-        "RATIO",
-        "CANARY BUCKET",
-        "ABOVE EDGE",
-        "P",
-        "REASON",
-    ):
-        table.add_column(col, overflow="fold")
+    table = _table(
+        "Latency guard",
+        (
+            "CHECK",
+            "VERDICT",
+            "CANARY P99",
+            "BASELINE P99",
+            "RATIO",
+            "CANARY BUCKET",
+            "ABOVE EDGE",
+            "P",
+            "REASON",
+        ),
+    )
     for e in st.latency:
         bucket = (
             "-"
@@ -383,9 +391,7 @@ def _latency_table(con: Console, st: CanaryStatus) -> None:
 def _conditions_table(con: Console, st: CanaryStatus) -> None:
     if not st.conditions:
         return
-    table = Table(title="Conditions", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"):
-        table.add_column(col, overflow="fold")
+    table = _table("Conditions", ("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"))
     for c in st.conditions:
         table.add_row(c.type, c.status, c.reason, _ago(c.last_transition_time), c.message)
     con.print(table)
@@ -394,9 +400,7 @@ def _conditions_table(con: Console, st: CanaryStatus) -> None:
 def _history_table(con: Console, st: CanaryStatus) -> None:
     if not st.history:
         return
-    table = Table(title="History", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("AT", "FROM", "TO", "REASON"):
-        table.add_column(col, overflow="fold")
+    table = _table("History", ("AT", "FROM", "TO", "REASON"))
     for h in st.history[-10:]:
         table.add_row(h.at, h.from_state, h.to_state, h.reason)
     con.print(table)
