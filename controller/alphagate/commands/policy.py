@@ -18,7 +18,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from alphagate import config
+from alphagate import config, yamlpos
 from alphagate.errors import PolicyError
 
 policy_app = typer.Typer(
@@ -108,7 +108,7 @@ def _unknown_metadata(data: Any, node: yaml.Node | None) -> list[Problem]:
         Problem(
             f"metadata.{key}",
             "not a Kubernetes ObjectMeta field (a typo?)",
-            _line_of(node, ("metadata", str(key))),
+            yamlpos.line_of(node, ("metadata", str(key))),
         )
         for key in meta
         if key not in _OBJECT_META_FIELDS
@@ -122,32 +122,6 @@ def _loc_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
-    """Line (1-based) of the deepest node along `loc` that exists in the YAML."""
-    if node is None:
-        return None
-    line = node.start_mark.line + 1
-    for part in loc:
-        nxt: yaml.Node | None = None
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value == part:
-                    nxt = value
-                    line = key.start_mark.line + 1
-                    break
-        elif (
-            isinstance(node, yaml.SequenceNode)
-            and isinstance(part, int)
-            and 0 <= part < len(node.value)
-        ):
-            nxt = node.value[part]
-            line = nxt.start_mark.line + 1
-        if nxt is None:
-            break
-        node = nxt
-    return line
-
-
 def _problems(exc: PolicyError, node: yaml.Node | None) -> list[Problem]:
     cause = exc.__cause__
     if isinstance(cause, ValidationError):
@@ -159,9 +133,9 @@ def _problems(exc: PolicyError, node: yaml.Node | None) -> list[Problem]:
             scalar = isinstance(value, int | float | str | bool)
             if err["type"] != "missing" and scalar and str(value) not in msg:
                 msg += f" (got {value!r})"
-            out.append(Problem(_loc_path(loc), msg, _line_of(node, loc)))
+            out.append(Problem(_loc_path(loc), msg, yamlpos.line_of(node, loc)))
         return out
-    return [Problem(exc.path, exc.reason, _line_of(node, ()))]
+    return [Problem(exc.path, exc.reason, yamlpos.line_of(node, ()))]
 
 
 def load_file(path: Path) -> list[Document]:

@@ -42,6 +42,7 @@ from pydantic import (
     field_validator,
 )
 
+from alphagate import yamlpos
 from alphagate.errors import ScenarioError
 from alphagate.sim.model import DecodeParams
 from alphagate.sim.pod import spec_config_from_dict
@@ -219,33 +220,8 @@ def _path_str(loc: tuple[int | str, ...]) -> str:
     return out or "(top level)"
 
 
-def _line_of(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
-    """1-based line of the deepest YAML node along ``loc`` that exists."""
-    node = root
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        nxt: yaml.Node | None = None
-        if isinstance(node, yaml.MappingNode):
-            for key, val in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                    nxt = val
-                    line = key.start_mark.line + 1
-                    break
-        elif (
-            isinstance(node, yaml.SequenceNode)
-            and isinstance(part, int)
-            and 0 <= part < len(node.value)
-        ):
-            nxt = node.value[part]
-            line = nxt.start_mark.line + 1
-        if nxt is None:
-            break
-        node = nxt
-    return line
-
-
 def _where(source: str, root: yaml.Node | None, loc: tuple[int | str, ...]) -> str:
-    line = _line_of(root, loc)
+    line = yamlpos.line_of(root, loc)
     return f"{source}:{line}" if line else source
 
 
