@@ -10,9 +10,15 @@ second through file SD; the API server double holds the Deployments and a Specul
 the patched args. Alpha is *natural*: the prompt mix of the load sets it (repetitive greedy
 prompts: ~0.98; varied prompts at temperature 0.05: ~0.0-0.13).
 
-The first test needs the vLLM environment (tools/vllm/setup.sh); it is skipped without it, and
-fails instead when ALPHAGATE_REQUIRE_VLLM=1 (CI). The last test checks the runtime with a
-stand-in server in a second and runs in the default suite.
+Cost on the 2-core machine: 6-8 minutes (measured 6:04, 6:33 and 8:13 as other jobs loaded
+the machine; one cold start of both pods 80-130 s, each canary restart 54-92 s, the rest is
+the controller's windows and the cooldown). A timeline of every decision, restart and check,
+with the duration of each phase, is printed to the terminal whether the test passes or not.
+
+The first test needs the vLLM environment (tools/vllm/setup.sh) and Prometheus; it is
+skipped without them, and fails instead when ALPHAGATE_REQUIRE_VLLM=1 (CI). Skip it locally
+with ``pytest -m "not vllm"``. The last test checks the runtime with a stand-in server in a
+few seconds and runs in the default suite.
 """
 
 from __future__ import annotations
