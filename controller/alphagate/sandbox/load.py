@@ -20,10 +20,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Final
 
 import httpx
 
 from alphagate.errors import SandboxError
+
+FAILURE_BACKOFF_SECONDS: Final = 0.2
 
 COMPLETIONS_PATH = "/v1/completions"  # served by vllm.entrypoints.openai.api_server
 
@@ -142,6 +145,8 @@ def run_load(
                     result.failed += 1
                     if len(result.errors) < 5:
                         result.errors.append(f"{type(exc).__name__}: {exc}")
+                # a stopping or restarting server fails at once: back off instead of spinning
+                time.sleep(FAILURE_BACKOFF_SECONDS)
                 continue
             with lock:
                 result.ok += 1

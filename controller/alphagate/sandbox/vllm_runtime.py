@@ -26,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
-import socket
 import tempfile
 import threading
 import time
@@ -41,7 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate.errors import SandboxError
 from alphagate.sandbox.kubelet import PodLaunch
-from alphagate.sandbox.vllm_server import HOST, VllmServer, free_port
+from alphagate.sandbox.vllm_server import HOST, VllmServer, pick_port
 
 SPEC_PREFIX: Final = "vllm:spec_decode"
 
@@ -165,38 +163,6 @@ class _Running:
     record: VllmIncarnation
     last_probe: float = 0.0
     ready: bool = False
-
-
-def _ephemeral_low() -> int:
-    """Where the kernel starts handing out ports for bind(0) (32768 when unreadable)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def pick_port(*, low: int = 20000, attempts: int = 64) -> int:
-    """A free 127.0.0.1 port *below* the ephemeral range.
-
-    vLLM binds its port only after ~30-50 s of imports. A port from bind(0) is back in the
-    kernel's ephemeral pool meanwhile, and on a busy machine another process's bind(0) or
-    outgoing connection can take it first (seen here: the server then dies with EADDRINUSE
-    while the other process answers /health). Ports below the range are never handed out
-    that way. Falls back to bind(0) when the range leaves no room.
-    """
-    high = _ephemeral_low()
-    rng = random.SystemRandom()
-    if high - low >= 1000:
-        for _ in range(attempts):
-            port = rng.randrange(low, high)
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((HOST, port))
-                except OSError:
-                    continue
-            return port
-    return free_port()
 
 
 def _cmdline(pid: int | None) -> tuple[str, ...]:
