@@ -41,7 +41,7 @@ from alphagate.config import (
     parse,
 )
 from alphagate.core.evaluate import evaluate
-from alphagate.core.machine import judge_window
+from alphagate.core.machine import effective_state, judge_window
 from alphagate.core.model import (
     Action,
     Command,
@@ -161,18 +161,26 @@ class Prepared:
 
 
 def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now: float) -> float:
-    """Where the one query for all units starts: the earliest post-warm-up start any unit may
-    judge (machine.judge_window), or the configured window when none can judge yet (weights
-    for a re-probe still need data). Units whose own cut is later see an Inconclusive warm-up.
+    """Where the one query for all units starts.
+
+    A unit that is judging (Probing, On) may cut the window to start after its warm-up
+    (machine.judge_window), so it judges sooner after a flip; the cut never leaves less than two
+    intervals, so a range query still spans scrapes. Units that judge nothing (Off, RolledBack)
+    still need the whole window of traffic for the re-probe weights. The earliest start wins:
+    a unit whose own cut is later sees an Inconclusive warm-up, never warm-up data judged.
     """
-    starts = [
-        w[0]
-        for p in prepared
-        if p.memory is not None and p.rollout is not None
-        for w in [judge_window(spec, p.rollout, now, memory=p.memory)]
-        if w is not None
-    ]
-    return min(starts) if starts else now - spec.timing.window_seconds
+    full = now - spec.timing.window_seconds
+    floor = now - min(spec.timing.window_seconds, 2 * spec.timing.interval_seconds)
+    starts = []
+    for p in prepared:
+        if p.memory is None or p.rollout is None:
+            continue
+        if effective_state(p.memory) not in (State.PROBING, State.ON):
+            starts.append(full)
+            continue
+        window = judge_window(spec, p.rollout, now, memory=p.memory)
+        starts.append(full if window is None else min(window[0], floor))
+    return min(starts) if starts else full
 
 
 def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:
