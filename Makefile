@@ -24,6 +24,7 @@ test: $(STAMP)
 	tools/ensure-prometheus.sh
 	$(BIN)/lint-imports
 	$(BIN)/ruff check controller tests tools dashboards deploy
+	$(BIN)/ruff format --check controller tests tools
 	$(BIN)/mypy
 	$(BIN)/pytest -m "not vllm" $(PYTEST_ARGS)
 
