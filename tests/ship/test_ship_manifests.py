@@ -381,12 +381,12 @@ def test_controller_args_are_accepted_by_alphagate_run(directory: str) -> None:
 
 
 def test_no_machine_paths_in_deploy() -> None:
+    # paths of the machine the tests run on: its home and the checkout's parent folder
+    local = (str(Path.home()) + "/", str(ship.DEPLOY.parent.parent) + "/")
     for path in ship.DEPLOY.rglob("*"):
         if path.is_file():
             text = path.read_text()
-            assert "/work/" not in text and "/root/" not in text.replace(
-                "/root/.cache/huggingface", ""
-            ), path
+            assert not any(p in text for p in local), path
     assert yaml  # imported for load_all's documents
 
 
