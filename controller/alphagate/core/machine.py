@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Final, NamedTuple
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
@@ -59,6 +60,14 @@ class Decision(NamedTuple):
 
 
 # ---------------------------------------------------------------- helpers the shell uses too
+
+
+def wall_time(at: float) -> str:
+    """A time in a reason a person reads: UTC wall time of the given Unix seconds (pure)."""
+    try:
+        return datetime.fromtimestamp(at, tz=UTC).strftime("%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{at:.0f}"
 
 
 def effective_state(memory: Memory) -> State:
@@ -226,7 +235,7 @@ def _rollback(ctx: _Ctx, reason: str, *, advance: bool) -> Decision:
     m = ctx.memory
     cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
     until = ctx.now + cooldown
-    text = f"{reason}; next probe after {cooldown:.0f} s cooldown (at {until:.0f})"
+    text = f"{reason}; next probe after {cooldown:.0f} s cooldown (at {wall_time(until)})"
     return ctx.go(
         State.ROLLED_BACK,
         Action.DISABLE,
@@ -280,7 +289,7 @@ def _off(ctx: _Ctx) -> Decision:
     if not (cooldown_over or early):
         return ctx.hold(
             f"{state}: cooling down, next probe in {m.cooldown_until - now:.0f} s "
-            f"(at {m.cooldown_until:.0f})"
+            f"(at {wall_time(m.cooldown_until)})"
         )
     if m.last_flip_at is not None and now < m.last_flip_at + t.min_dwell_seconds - _EPS:
         return ctx.hold(
