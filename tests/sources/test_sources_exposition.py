@@ -275,3 +275,42 @@ def test_fast_parser_matches_client_on_generated_pages(
         h.labels(model, "0").observe(x)
     text = generate_latest(reg).decode()
     assert parse(text) == parse_with_client(text)
+
+
+# ------------------------------------------------------------------------- lenient and strict
+
+
+def test_other_families_are_not_read_unless_strict() -> None:
+    """Only our families are parsed; `strict` (alphagate inspect) checks every line."""
+    text = real_capture() + 'http_requests_total{a="1" 2\n'
+    assert parse(text) == parse(real_capture()) == parse(real_capture(), strict=True)
+    with pytest.raises(ExpositionError) as info:
+        parse(text, strict=True)
+    assert info.value.line == real_capture().count("\n") + 1
+
+
+def test_cached_label_sets_keep_reporting_errors_and_values() -> None:
+    """Label texts are parsed once per process: a second page with the same texts still gets
+    its own values, and a bad label set is still an error the second time."""
+    line = 'vllm:generation_tokens_total{engine="0",engine="1"} 1\n'
+    for _ in range(2):
+        with pytest.raises(ExpositionError, match="duplicate label"):
+            parse(line)
+    for value in (3.0, 5.0):
+        page = parse(f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {value}\n')
+        assert tiny_or_m(page).counters[C.GENERATION_TOKENS] == value
+
+
+def tiny_or_m(page: Page):  # type: ignore[no-untyped-def]
+    (series,) = page.matching({"model_name": "m"})
+    return series
+
+
+def test_comments_and_label_values_that_name_our_samples_are_not_samples() -> None:
+    text = (
+        "# HELP vllm:generation_tokens_total 7\n"
+        'other{v="vllm:generation_tokens_total 9"} 1\n'
+        '  vllm:generation_tokens_total{model_name="m"} 4\n'
+    )
+    assert tiny_or_m(parse(text)).counters == {C.GENERATION_TOKENS: 4}
+    assert parse(text) == parse_with_client(text)

@@ -2,15 +2,18 @@
 
 A vLLM pod's page is ~55 KB and ~650 lines; alphagate needs about 60 of them (the four
 speculative-decoding counters, generated tokens, and two latency histograms). :func:`parse`
-looks only at those samples and skips every other line after a cheap name check, which is
-several times faster than a full parse (see ``alphagate.bench.sources``). :func:`parse_with_client`
-reads the same page through ``prometheus_client.parser`` and gives the same :class:`Page`: it
-is the reference the fast path is tested against.
+finds those samples with one regex scan in C (about as fast as ``str.splitlines`` on the page)
+and never touches the other lines in Python; label texts, the same on every pod of a model, are
+parsed once and cached. Together that is ~50x ``prometheus_client`` on the real capture (see
+``alphagate.bench.fleet``). A page without any of our lines (an HTML error page served with
+200, garbage) gets the full line-by-line check, so it is an error naming its line, never an
+empty page. :func:`parse_with_client` reads the same page through ``prometheus_client.parser``
+and gives the same :class:`Page`: it is the reference the fast path is tested against.
 
 Both accept the classic text format (0.0.4), OpenMetrics (``# EOF``, exemplars, timestamps)
-and the escaped ``vllm_`` sample names Prometheus 2 scrapes produce. Malformed text raises
-:class:`~alphagate.errors.ExpositionError` naming the 1-based line. Sample names are matched
-exactly: ``..._created`` gauges are never mistaken for counters.
+and the escaped ``vllm_`` sample names Prometheus 2 scrapes produce. Malformed samples of our
+families raise :class:`~alphagate.errors.ExpositionError` naming the 1-based line. Sample names
+are matched exactly: ``..._created`` gauges are never mistaken for counters.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import Final, NamedTuple
 
 from alphagate import vllm
 from alphagate.core.model import Buckets
@@ -108,23 +111,32 @@ class Page:
 
 # --------------------------------------------------------------------------- name table
 
-# kinds: counter, counter_created, pos, pos_created, bucket, count, sum, hist_created
+
+class _Want(NamedTuple):
+    """What one sample name carries: its kind, its family, and its ``vllm:`` spelling."""
+
+    kind: str  # bucket, count, sum, hist_created, counter, counter_created, pos, pos_created
+    family: Counter | Hist | None
+    name: str
 
 
-def _table() -> dict[str, tuple[str, Counter | Hist | None]]:
-    out: dict[str, tuple[str, Counter | Hist | None]] = {}
+def _table() -> dict[str, _Want]:
+    out: dict[str, _Want] = {}
     for c in Counter:
         b = vllm.base(c.value)
-        out[b + vllm.TOTAL] = ("counter", c)
-        out[b + vllm.CREATED] = ("counter_created", c)
+        out[b + vllm.TOTAL] = _Want("counter", c, b + vllm.TOTAL)
+        out[b + vllm.CREATED] = _Want("counter_created", c, b + vllm.CREATED)
     per_pos = vllm.base(vllm.SPEC_PER_POS)
-    out[per_pos + vllm.TOTAL] = ("pos", None)
-    out[per_pos + vllm.CREATED] = ("pos_created", None)
+    out[per_pos + vllm.TOTAL] = _Want("pos", None, per_pos + vllm.TOTAL)
+    out[per_pos + vllm.CREATED] = _Want("pos_created", None, per_pos + vllm.CREATED)
     for h in Hist:
-        out[h.value + vllm.BUCKET] = ("bucket", h)
-        out[h.value + vllm.COUNT] = ("count", h)
-        out[h.value + vllm.SUM] = ("sum", h)
-        out[h.value + vllm.CREATED] = ("hist_created", h)
+        for kind, suffix in (
+            ("bucket", vllm.BUCKET),
+            ("count", vllm.COUNT),
+            ("sum", vllm.SUM),
+            ("hist_created", vllm.CREATED),
+        ):
+            out[h.value + suffix] = _Want(kind, h, h.value + suffix)
     for name in list(out):
         out[vllm.escaped(name)] = out[name]
     return out
@@ -159,11 +171,112 @@ def _parse_value(token: str) -> float:
 # --------------------------------------------------------------------------- fast path
 
 
-def parse(text: str, *, target: str = "") -> Page:
-    """Parse the needed families of one page. Raises ExpositionError naming the line."""
-    builder = _Builder(target)
+def _family_prefixes() -> str:
+    """The part of our sample names after ``vllm:`` that tells our families from the rest."""
+    stems = {n[5:] for n in WANTED}
+    prefixes = {"spec_decode_num_", "generation_tokens_", vllm.base(vllm.ITL)[5:] + "_"}
+    prefixes.add(vllm.base(vllm.TPOT)[5:] + "_")
+    assert all(any(s.startswith(p) for p in prefixes) for s in stems)  # import-time self-check
+    return "|".join(sorted(prefixes))
+
+
+_FIND: Final = re.compile(
+    rf"(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)(?:"
+    r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*)\})?[ \t]+([^ \t\r\n#]+)[ \t\r]*(?=\n|\Z)'
+    r"|([^\n]*))"
+)
+"""A sample of one of our families, anywhere in the page: its name, then either the usual rest
+(plain labels, one value) or, for anything else, the raw rest of the line for the full path.
+The literal prefix and short literal branches keep this one scan in C faster than
+``str.splitlines``."""
+
+_PAIR: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
+
+_LabelSet = tuple[dict[str, str], tuple[tuple[str, str], ...], LabelKey]
+"""A label set as parsed once: the labels, sorted, and the series key (minus le/position)."""
+
+_LABEL_SETS: dict[str, _LabelSet | None] = {}
+"""Raw label text -> its parse (None: a duplicate label, for the full path to report). Every pod
+of a model serves the same label texts, so across a fleet almost every line hits. Bounded."""
+_LABEL_SETS_MAX: Final = 4096
+
+
+def _label_set(inside: str) -> _LabelSet | None:
+    """The parse of plain label text (already checked by _FIND), cached."""
+    got = _LABEL_SETS.get(inside, False)
+    if got is not False:
+        return got  # type: ignore[return-value]
+    found = _PAIR.findall(inside)
+    labels = dict(found)
+    result: _LabelSet | None = None
+    if len(labels) == len(found):
+        items = tuple(sorted(labels.items()))
+        key = items
+        if vllm.LE in labels or vllm.POSITION in labels:
+            key = tuple(kv for kv in items if kv[0] not in _SKIP_LABELS)
+        result = (labels, items, key)
+    if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
+        _LABEL_SETS.clear()
+    _LABEL_SETS[inside] = result
+    return result
+
+
+_NO_LABELS: Final[_LabelSet] = ({}, (), ())
+
+
+def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
+    """Parse the needed families of one page. Raises ExpositionError naming the line.
+
+    Only the lines of the families alphagate reads are looked at (found by one regex scan, about
+    as fast as ``str.splitlines``); other lines are neither parsed nor checked. A page with none
+    of those lines gets the full line-by-line check, so an HTML error page or garbage served
+    with status 200 is an error naming its line, not an empty page. `strict` checks the shape
+    of every line (for ``alphagate inspect``: a person asked about this page)."""
+    if strict:
+        return _parse_every_line(text, target)
+    builder = _Builder(target, text)
+    add, add_parsed = builder.add, builder.add_parsed
     wanted = WANTED
+    label_set = _label_set
+    found = False
+    for m in _FIND.finditer(text):
+        start = m.start()
+        if start and text[start - 1] != "\n":
+            begin = text.rfind("\n", 0, start) + 1
+            if text[begin:start].strip():
+                continue  # in a comment, a label value or another name: not a sample line
+        name, inside, token, other = m.groups()
+        what = wanted.get(name)
+        if what is None:
+            continue
+        found = True
+        if other is None and "_" not in token:
+            got = label_set(inside) if inside else _NO_LABELS
+            try:
+                value = float(token)
+            except ValueError:
+                value = math.nan  # not a number: the full path says so
+            if got is not None and value == value:  # else the full path
+                add_parsed(what, name, got, value, start)
+                continue
+        line = name + (other if other is not None else text[m.end(1) : m.end()]).rstrip()
+        try:
+            labels, value = _parse_sample_rest(line, len(name))
+        except _Bad as bad:
+            raise builder.error(str(bad), start) from None
+        add(what, name, labels, value, start)
+    if not found:
+        return _parse_every_line(text, target)
+    return builder.finish()
+
+
+def _parse_every_line(text: str, target: str) -> Page:
+    """The same result, checking the shape of every line (used for pages without our lines)."""
+    builder = _Builder(target, text)
+    wanted = WANTED
+    offset = 0
     for lineno, raw in enumerate(text.split("\n"), 1):
+        at, offset = offset, offset + len(raw) + 1  # the line's offset, for later errors
         line = raw.strip()
         if not line or line[0] == "#":
             continue
@@ -196,14 +309,16 @@ def parse(text: str, *, target: str = "") -> Page:
                     target=target,
                 )
             continue
-        labels, value = _parse_sample_rest(line, m.end(), lineno, target)
-        builder.add(what, name, labels, value, lineno)
+        try:
+            labels, value = _parse_sample_rest(line, m.end())
+        except _Bad as bad:
+            raise ExpositionError(str(bad), line=lineno, target=target) from None
+        builder.add(what, name, labels, value, at)
     return builder.finish()
 
 
-def _parse_sample_rest(
-    line: str, pos: int, lineno: int, target: str
-) -> tuple[dict[str, str], float]:
+def _parse_sample_rest(line: str, pos: int) -> tuple[dict[str, str], float]:
+    """Labels and value of one sample line after its name (at `pos`); raises _Bad."""
     labels: dict[str, str] = {}
     n = len(line)
     if pos < n and line[pos] == "{":
@@ -216,14 +331,10 @@ def _parse_sample_rest(
                 break
             m = _LABEL_RE.match(line, pos)
             if m is None:
-                raise ExpositionError(
-                    f"malformed label set in {_excerpt(line)!r}", line=lineno, target=target
-                )
+                raise _Bad(f"malformed label set in {_excerpt(line)!r}")
             key = m.group(1)
             if key in labels:
-                raise ExpositionError(
-                    f"duplicate label {key!r} in {_excerpt(line)!r}", line=lineno, target=target
-                )
+                raise _Bad(f"duplicate label {key!r} in {_excerpt(line)!r}")
             labels[key] = _unescape(m.group(2))
             pos = m.end()
             if pos < n and line[pos] == ",":
@@ -232,19 +343,13 @@ def _parse_sample_rest(
                 pos += 1
                 break
             else:
-                raise ExpositionError(
-                    f"expected ',' or '}}' in labels of {_excerpt(line)!r}",
-                    line=lineno,
-                    target=target,
-                )
+                raise _Bad(f"expected ',' or '}}' in labels of {_excerpt(line)!r}")
     rest = line[pos:]
     if rest and rest[0] not in " \t":
-        raise ExpositionError(
-            f"expected a space before the value in {_excerpt(line)!r}", line=lineno, target=target
-        )
+        raise _Bad(f"expected a space before the value in {_excerpt(line)!r}")
     tokens = rest.split()
     if not tokens:
-        raise ExpositionError(f"missing value in {_excerpt(line)!r}", line=lineno, target=target)
+        raise _Bad(f"missing value in {_excerpt(line)!r}")
     try:
         value = _parse_value(tokens[0])
         if len(tokens) > 1 and tokens[1] != "#":  # a timestamp; then maybe an exemplar
@@ -252,9 +357,7 @@ def _parse_sample_rest(
             if len(tokens) > 2 and tokens[2] != "#":
                 raise ValueError(tokens[2])
     except ValueError:
-        raise ExpositionError(
-            f"bad value or timestamp in {_excerpt(line)!r}", line=lineno, target=target
-        ) from None
+        raise _Bad(f"bad value or timestamp in {_excerpt(line)!r}") from None
     return labels, value
 
 
@@ -262,60 +365,56 @@ def _excerpt(line: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[:limit] + "..."
 
 
+class _Bad(Exception):
+    """A malformed sample line (the message); the caller adds where it is."""
+
+
 class _Builder:
-    """Collects samples into series and checks what a parser of single lines cannot."""
+    """Collects samples into series and checks what a parser of single lines cannot.
 
-    __slots__ = ("hist_lines", "page", "seen", "target")
+    Samples come with their offset in the page (0 when unknown); the line number is counted
+    only when an error needs it."""
 
-    def __init__(self, target: str) -> None:
+    __slots__ = ("hist_at", "page", "seen", "target", "text")
+
+    def __init__(self, target: str, text: str | None = None) -> None:
         self.target = target
+        self.text = text
         self.page = Page()
         self.seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-        self.hist_lines: dict[tuple[LabelKey, Hist], int] = {}
+        self.hist_at: dict[tuple[LabelKey, Hist], int] = {}
 
-    def add(
-        self,
-        what: tuple[str, Counter | Hist | None],
-        name: str,
-        labels: dict[str, str],
-        value: float,
-        lineno: int,
+    def line_of(self, at: int) -> int:
+        """1-based line of offset `at` in the page, 0 when the page is not known."""
+        return self.text.count("\n", 0, at) + 1 if self.text is not None else 0
+
+    def error(self, message: str, at: int) -> ExpositionError:
+        return ExpositionError(message, line=self.line_of(at), target=self.target)
+
+    def add(self, what: _Want, name: str, labels: dict[str, str], value: float, at: int) -> None:
+        items = tuple(sorted(labels.items()))
+        key: LabelKey = items
+        if vllm.LE in labels or vllm.POSITION in labels:
+            key = tuple(kv for kv in items if kv[0] not in _SKIP_LABELS)
+        self.add_parsed(what, name, (labels, items, key), value, at)
+
+    def add_parsed(
+        self, what: _Want, name: str, label_set: _LabelSet, value: float, at: int
     ) -> None:
-        ident = (vllm.unescaped(name), tuple(sorted(labels.items())))
+        labels, items, key = label_set
+        ident = (what.name, items)
         if ident in self.seen:
-            raise ExpositionError(
-                f"duplicate sample {name}{{{_fmt(labels)}}}", line=lineno, target=self.target
-            )
+            raise self.error(f"duplicate sample {name}{{{_fmt(labels)}}}", at)
         self.seen.add(ident)
-        kind, fam = what
-        key: LabelKey = tuple(sorted((k, v) for k, v in labels.items() if k not in _SKIP_LABELS))
+        kind, fam = what.kind, what.family
         series = self.page.series.get(key)
         if series is None:
             series = self.page.series[key] = Series(key)
-        if kind == "counter":
-            assert isinstance(fam, Counter)
-            series.counters[fam] = value
-        elif kind == "counter_created":
-            assert isinstance(fam, Counter)
-            series.created[fam] = value
-        elif kind in ("pos", "pos_created"):
-            raw = labels.get(vllm.POSITION)
-            if raw is None or not raw.isdigit() or len(raw) > 6:
-                raise ExpositionError(
-                    f"{name} needs a numeric position label, got {raw!r}",
-                    line=lineno,
-                    target=self.target,
-                )
-            if kind == "pos":
-                series.per_position[int(raw)] = value
-            else:
-                series.per_position_created[int(raw)] = value
-        else:
-            assert isinstance(fam, Hist)
+        if isinstance(fam, Hist):
             hist = series.histograms.get(fam)
             if hist is None:
                 hist = series.histograms[fam] = Histogram()
-                self.hist_lines[(key, fam)] = lineno
+                self.hist_at[(key, fam)] = at
             if kind == "bucket":
                 le = labels.get(vllm.LE)
                 try:
@@ -323,11 +422,7 @@ class _Builder:
                 except ValueError:
                     bound = math.nan
                 if math.isnan(bound):
-                    raise ExpositionError(
-                        f"{name} needs a numeric le label, got {le!r}",
-                        line=lineno,
-                        target=self.target,
-                    )
+                    raise self.error(f"{name} needs a numeric le label, got {le!r}", at)
                 hist.buckets[bound] = value
             elif kind == "count":
                 hist.count = value
@@ -335,16 +430,28 @@ class _Builder:
                 hist.sum = value
             else:
                 hist.created = value
+        elif fam is not None:
+            if kind == "counter":
+                series.counters[fam] = value
+            else:
+                series.created[fam] = value
+        else:
+            raw = labels.get(vllm.POSITION)
+            if raw is None or not raw.isdigit() or len(raw) > 6:
+                raise self.error(f"{name} needs a numeric position label, got {raw!r}", at)
+            if kind == "pos":
+                series.per_position[int(raw)] = value
+            else:
+                series.per_position_created[int(raw)] = value
 
     def finish(self) -> Page:
-        for (key, fam), lineno in self.hist_lines.items():
+        for (key, fam), at in self.hist_at.items():
             hist = self.page.series[key].histograms[fam]
             if math.inf not in hist.buckets:
-                raise ExpositionError(
+                raise self.error(
                     f"histogram {fam.value}{{{_fmt(dict(key))}}} has no +Inf bucket "
                     "(truncated page?)",
-                    line=lineno,
-                    target=self.target,
+                    at,
                 )
         return self.page
 

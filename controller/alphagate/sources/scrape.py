@@ -514,4 +514,4 @@ def read_page(
         raise SourceError(
             SourceErrorKind.TOO_LARGE, f"file exceeds {max_body_bytes} bytes", target=target
         )
-    return exposition.parse(exposition.decode(body, target=target), target=target)
+    return exposition.parse(exposition.decode(body, target=target), target=target, strict=True)
