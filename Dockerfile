@@ -6,7 +6,8 @@
 # wheels only: nothing is compiled) and the alphagate wheel into a virtualenv. The final stage
 # is the same slim Python base plus that virtualenv: no compilers, no pip cache, no sources,
 # a non-root numeric user, `alphagate run` as the entry point. Policies are not baked in: they
-# come from SpeculativeCanary resources.
+# come from SpeculativeCanary resources. The lock holds only the controller's dependencies:
+# numpy and matplotlib (simulator, planners, demo charts) are extras the image does not carry.
 #
 # Regenerate the locks after changing dependencies in pyproject.toml (uv from PyPI):
 #   uv pip compile pyproject.toml --python-version 3.11 --universal --generate-hashes \
@@ -14,11 +15,16 @@
 #   printf 'setuptools>=68\nwheel\n' | uv pip compile - --python-version 3.11 --universal \
 #     --generate-hashes --no-header -o requirements-build.lock
 #
-# Build: docker build -t alphagate:0.1.0 .
+# Build (any OCI engine: docker, podman, buildah, nerdctl; see deploy/README.md):
+#   docker build --build-arg REVISION="$(git rev-parse HEAD)" -t alphagate:0.1.0 .
 # Docker does not run where this project is developed: tests/ship/test_ship_docker.py checks
 # this file statically (hadolint, structure, locks), see deploy/README.md.
+#
+# The base is pinned by digest (the multi-arch index of python:3.11-slim-bookworm). To move to
+# a newer patch release: `docker buildx imagetools inspect python:3.11-slim-bookworm` and
+# replace the digest; or override for one build with --build-arg PYTHON_IMAGE=...
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
@@ -40,14 +46,22 @@ RUN /opt/build/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --whe
  && /opt/alphagate/bin/alphagate --version
 
 FROM ${PYTHON_IMAGE}
+ARG PYTHON_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+# SOURCE: the repository URL this image is built from (set it in your CI).
+ARG SOURCE=""
 LABEL org.opencontainers.image.title="alphagate" \
       org.opencontainers.image.description="Gates vLLM speculative decoding on measured acceptance (alpha) and P99 latency" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 ENV PATH=/opt/alphagate/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    HOME=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib
+    HOME=/tmp
 COPY --from=builder /opt/alphagate /opt/alphagate
 # 65532: the conventional "nonroot" uid/gid; no passwd entry is needed.
 USER 65532:65532

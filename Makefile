@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test lint unit e2e-vllm vllm-env bench clean
+.PHONY: setup demo test lint unit e2e-vllm vllm-env bench clean sbom image release-manifest
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,25 @@ e2e-vllm: $(STAMP) vllm-env
 	ALPHAGATE_REQUIRE_VLLM=1 $(BIN)/pytest -m vllm $(PYTEST_ARGS) || { \
 	  echo "== real vLLM on 2 shared cores: retrying the failed tests once"; \
 	  ALPHAGATE_REQUIRE_VLLM=1 $(BIN)/pytest -m vllm --last-failed $(PYTEST_ARGS); }
+
+## CycloneDX SBOM of the controller image's Python dependencies, made from the hash-pinned lock.
+sbom: $(STAMP)
+	$(BIN)/cyclonedx-py requirements --pyproject pyproject.toml --output-reproducible \
+	  --of JSON -o sbom.cdx.json requirements.lock
+	@echo "wrote sbom.cdx.json"
+
+## The controller image, with whatever OCI engine is installed (docker, podman, nerdctl, buildah).
+## IMAGE=registry.example.com/alphagate:0.1.0 make image
+IMAGE ?= alphagate:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+ENGINE ?= $(shell for e in docker podman nerdctl buildah; do command -v $$e >/dev/null && { echo $$e; break; }; done)
+image:
+	@test -n "$(ENGINE)" || { echo "no docker, podman, nerdctl or buildah on PATH"; exit 1; }
+	$(if $(filter buildah,$(ENGINE)),buildah bud,$(ENGINE) build) \
+	  --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .
+
+## deploy/release/: the single-file install manifest, rendered by the real `kubectl kustomize`.
+release-manifest: $(STAMP)
+	$(BIN)/python tools/render_install.py
 
 bench: $(STAMP)
 	$(BIN)/python -m alphagate.bench

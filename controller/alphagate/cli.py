@@ -1,14 +1,16 @@
 """The `alphagate` command line: one Typer app, each command group in its own module.
 
 Modules are imported lazily-by-list so a broken optional part names itself instead of
-taking the whole CLI down.
+taking the whole CLI down. The controller image installs only the core dependencies: a command
+whose module needs an extra (numpy for the simulator and planners, matplotlib for charts) is
+still listed, and running it says which extra to install.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Final
+from typing import Any, Final
 
 import typer
 
@@ -28,6 +30,18 @@ COMMAND_MODULES: Final = (
     "alphagate.commands.backtest",
     "alphagate.commands.demo",
 )
+
+# Third-party modules that live in an extra, not in the core dependencies (pyproject.toml).
+OPTIONAL_MODULES: Final = {"numpy": "sim", "matplotlib": "plot"}
+
+# The commands each module registers (used only when its optional dependency is missing).
+MODULE_COMMANDS: Final = {
+    "alphagate.commands.whatif": ("whatif",),
+    "alphagate.commands.plan": ("plan",),
+    "alphagate.commands.sim": ("sim",),
+    "alphagate.commands.backtest": ("backtest",),
+    "alphagate.commands.demo": ("demo",),
+}
 
 app = typer.Typer(
     name="alphagate",
@@ -53,6 +67,21 @@ def _root(
     """alphagate: measure alpha first, flip the flag after."""
 
 
+def _needs_extra(command: str, missing: str, extra: str) -> Any:
+    """A stand-in for a command whose optional dependency is not installed."""
+
+    def stand_in(ctx: typer.Context) -> None:
+        typer.echo(
+            f"error: `alphagate {command}` needs {missing}, which this install lacks; "
+            f"install it with: pip install 'alphagate[{extra}]'",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+    stand_in.__doc__ = f"(needs the `{extra}` extra: pip install 'alphagate[{extra}]')"
+    return stand_in
+
+
 def _register_all() -> None:
     for name in COMMAND_MODULES:
         try:
@@ -60,7 +89,17 @@ def _register_all() -> None:
         except ModuleNotFoundError as exc:
             if exc.name == name:  # not written yet: skip quietly
                 continue
-            raise
+            root = (exc.name or "").split(".", 1)[0]
+            if root not in OPTIONAL_MODULES or name not in MODULE_COMMANDS:
+                raise
+            extra = OPTIONAL_MODULES[root]
+            for command in MODULE_COMMANDS[name]:
+                app.command(
+                    command,
+                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                    add_help_option=False,
+                )(_needs_extra(command, root, extra))
+            continue
         module.register(app)
 
 

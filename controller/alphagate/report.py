@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagate.core.model import Action, Evaluation, State, Verdict
+from alphagate.errors import AlphagateError
 
 STATE_LEVEL = {
     State.OFF: 0,
@@ -168,7 +169,13 @@ def plot(
     """Three stacked panels sharing time: alpha per slice with bounds and gate; state with
     each evaluation's verdict; P99 canary vs baseline per slice. `spans` (start, end, label)
     are shaded on every panel (e.g. faults injected on purpose)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:
+        raise AlphagateError(
+            "charts need matplotlib, which this install lacks; "
+            "install it with: pip install 'alphagate[plot]'"
+        ) from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

