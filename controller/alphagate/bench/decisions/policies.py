@@ -1,0 +1,144 @@
+"""The policies under test, behind one small interface, and alphagate's own one.
+
+A policy sees what a controller in the cluster would: every ``interval`` seconds it gets the
+fleet's pods as a scrape would return them (through its own pod-scrape source, the controller's
+code path) and the canary Deployment's rollout status, and answers whether the canary should
+run with ``--speculative-config``. The loop turns a change of that answer into a restart of the
+canary pods. Only the oracle may read the truth.
+
+alphagate is driven exactly as the reconciler drives it: ``machine.judge_window`` says which
+window to read (cut after warm-up), the pod-scrape source observes it, ``evaluate`` decides
+with the unit's Memory and the real rollout status. A change to the core is therefore judged
+by this benchmark with no change here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from alphagate import config
+from alphagate.backtest.recorded import RecordingSource
+from alphagate.bench.decisions import suite
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core import machine
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import Memory, Observation, Rollout, Verdict
+from alphagate.sim.fleet import Fleet, FleetSnapshot
+
+POLICIES_DIR = Path(__file__).resolve().parents[4] / "policies"
+SHIPPED_POLICY = "general-chat-eagle3.yaml"
+
+
+@dataclass
+class Ctx:
+    """What a policy is given at one decision time (``now`` is Unix seconds)."""
+
+    t: float  # seconds since the start of the run
+    now: float
+    snap: FleetSnapshot
+    rollout: Rollout
+    fleet: Fleet  # for the in-engine gate (it lives inside the pods) and the oracle only
+    should_on: bool  # the truth: only the oracle reads it
+
+
+@dataclass
+class Want:
+    """A policy's answer: the Deployment's config, and pods whose engine gated itself off."""
+
+    on: bool
+    engine_off: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class IntervalRecord:
+    """One conclusive alpha interval of the core, for the coverage score."""
+
+    t: float
+    lower: float
+    upper: float
+    window_start: float
+
+
+class Policy(Protocol):
+    name: str
+    interval: float
+
+    def decide(self, ctx: Ctx) -> Want: ...
+
+
+def shipped_spec(name: str = SHIPPED_POLICY) -> SpeculativeCanarySpec:
+    """A shipped policy with its selectors pointed at the simulator's pod labels."""
+    data = yaml.safe_load((POLICIES_DIR / name).read_text(encoding="utf-8"))
+    spec = config.parse(data, where=name).spec
+    slices = [
+        s.model_copy(
+            update={
+                "canary": config.PodSelector(match_labels={"slice": "chat", "role": "canary"}),
+                "baseline": config.PodSelector(match_labels={"slice": "chat", "role": "baseline"}),
+            }
+        )
+        for s in spec.slices
+    ]
+    return spec.model_copy(update={"slices": slices, "speculative_config": dict(suite.SPEC)})
+
+
+def canary_alpha(obs: Observation) -> float:
+    """accepted / drafted over the canary pods in the window (NaN without drafts)."""
+    acc = drafted = 0.0
+    for p in obs.pools:
+        if p.role.value == "canary":
+            for s in p.acceptance:
+                acc += s.accepted_tokens
+                drafted += s.draft_tokens
+    return acc / drafted if drafted > 0 else math.nan
+
+
+class Alphagate:
+    """alphagate's decision core, driven as the reconciler drives it."""
+
+    def __init__(self, name: str, spec: SpeculativeCanarySpec) -> None:
+        self.name = name
+        self.spec = spec
+        self.interval = spec.timing.interval_seconds
+        self.memory = Memory()
+        self.source = RecordingSource()
+        self.intervals: list[IntervalRecord] = []
+        self.verdicts: dict[str, int] = {}
+
+    def decide(self, ctx: Ctx) -> Want:
+        spec = self.spec
+        span = machine.judge_window(spec, ctx.rollout, ctx.now, memory=self.memory)
+        start, end = span if span is not None else (ctx.now - spec.timing.window_seconds, ctx.now)
+        self.source.feed(ctx.snap.pods, ctx.now)
+        obs = self.source.observe(spec, start=start, end=end, interval_seconds=self.interval)
+        ev = evaluate(spec, obs, self.memory, ctx.rollout, now=ctx.now)
+        self.memory = ev.memory
+        self.verdicts[ev.verdict.value] = self.verdicts.get(ev.verdict.value, 0) + 1
+        conclusive = any(
+            c.check.startswith("acceptance") and c.verdict in (Verdict.PASS, Verdict.FAIL)
+            for c in ev.checks
+        )
+        e = ev.combined
+        if conclusive and e is not None and math.isfinite(e.lower) and math.isfinite(e.upper):
+            self.intervals.append(IntervalRecord(ctx.t, e.lower, e.upper, ctx.t - (end - start)))
+        return Want(ev.target_speculation_on)
+
+    def extra(self) -> dict[str, Any]:
+        return {"verdicts": dict(self.verdicts)}
+
+
+@dataclass
+class Oracle:
+    """Knows the true alpha and whether a latency regression is on; flips at once."""
+
+    name: str = "oracle"
+    interval: float = 30.0
+    notes: list[str] = field(default_factory=list)
+
+    def decide(self, ctx: Ctx) -> Want:
+        return Want(ctx.should_on)

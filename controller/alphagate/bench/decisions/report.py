@@ -1,0 +1,173 @@
+"""The benchmark's outputs: a Markdown table, the same numbers as JSON, and one PNG.
+
+The PNG is meant to be read at a glance: left, each policy's regret (tokens lost against the
+oracle, % over the suite) against its false flips per simulated day (down and left is better);
+right, each policy's detection delays over every onset of the suite, with the misses counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from alphagate.bench.decisions import anchors, score, suite
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("false_flips_per_day", "false flips/d"),
+    ("false_rollbacks_per_day", "false rollbacks/d"),
+    ("restarts_per_day", "restarts/d"),
+    ("delay_median_s", "delay s (median)"),
+    ("delay_drafts_median", "drafts to detect"),
+    ("caught_within_3_windows", "caught <= 15 min"),
+    ("missed", "missed/onsets"),
+    ("wrong_state_pct", "wrong state %"),
+    ("regret_pct", "regret %"),
+)
+
+
+def _fmt(key: str, value: Any, cell: dict[str, Any]) -> str:
+    if key == "missed":
+        return f"{cell['missed']}/{cell['onsets']}" if cell["onsets"] else "-"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if key == "caught_within_3_windows":
+        return f"{100 * value:.0f}%"
+    if key == "delay_drafts_median":
+        return f"{value / 1e3:.0f}k" if value >= 1e3 else f"{value:.0f}"
+    if key == "delay_median_s":
+        return f"{value:.0f}"
+    if key in ("wrong_state_pct", "regret_pct"):
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    agg = result["aggregate"]
+    lines = [
+        "# Decision benchmark",
+        "",
+        f"{meta['seeds']} seeds x {len(meta['cases'])} scenarios x {len(meta['policies'])} "
+        f"policies, {meta['hours']:g} simulated hours per run, closed loop "
+        f"({meta['runs']} runs, {meta['wall_seconds']:.0f} s wall on {meta['jobs']} processes; "
+        f"{meta['machine']}; {meta['date']}).",
+        "",
+        "## Over the suite",
+        "",
+        _row(
+            [
+                "policy",
+                "false flips/d",
+                "false rollbacks/d",
+                "restarts/d",
+                "delay s (median)",
+                "missed/onsets",
+                "wrong state % (mean)",
+                "regret %",
+            ]
+        ),
+        _row(["---"] * 8),
+    ]
+    for s in agg["summary"]:
+        lines.append(
+            _row(
+                [
+                    s["policy"],
+                    f"{s['false_flips_per_day']:.2f}",
+                    f"{s['false_rollbacks_per_day']:.2f}",
+                    f"{s['restarts_per_day']:.2f}",
+                    _fmt("delay_median_s", s["delay_median_s"], s),
+                    f"{s['missed']}/{s['onsets']}",
+                    f"{s['wrong_state_pct']:.1f}",
+                    _fmt("regret_pct", s["regret_pct"], s),
+                ]
+            )
+        )
+    lines += ["", "## Per scenario", ""]
+    lines.append(_row(["scenario", "policy", *(title for _, title in COLUMNS)]))
+    lines.append(_row(["---"] * (2 + len(COLUMNS))))
+    for c in agg["cells"]:
+        lines.append(_row([c["case"], c["policy"], *(_fmt(k, c.get(k), c) for k, _ in COLUMNS)]))
+    lines += [
+        "",
+        "## Coverage of alphagate's 95% alpha interval",
+        "",
+        _row(["scenario", "coverage", "conclusive intervals"]),
+        _row(["---"] * 3),
+    ]
+    for c in agg["cells"]:
+        if c["policy"] == "alphagate" and c["intervals"]:
+            lines.append(_row([c["case"], f"{100 * c['coverage']:.1f}%", str(c["intervals"])]))
+    lines += ["", "## Scenarios", ""]
+    lines += [f"- `{c.name}`: {c.title}" for c in suite.SUITE if c.name in meta["cases"]]
+    lines += ["", "## How each anchor is rendered", ""]
+    lines += [f"- **{name}**: {text}" for name, text in anchors.RENDERING.items()]
+    lines += ["", "## What the numbers mean", "", (score.__doc__ or "").strip(), ""]
+    if meta.get("partial"):
+        lines += ["", f"**Partial run**: {meta['partial']}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    agg = result["aggregate"]
+    summary = [s for s in agg["summary"] if s["policy"] != "oracle"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for i, s in enumerate(summary):
+        x, y = s["false_flips_per_day"], s["regret_pct"] or 0.0
+        color = "tab:red" if s["policy"].startswith("alphagate") else "tab:blue"
+        left.scatter([x], [y], s=60, color=color)
+        left.annotate(
+            s["policy"], (x, y), textcoords="offset points", xytext=(6, 10 - 14 * (i % 2))
+        )
+    left.set_xlabel("false flips per simulated day (suite)")
+    left.set_ylabel("regret: tokens lost vs oracle (% of oracle, suite)")
+    left.set_title("Regret vs false flips (down-left is better)")
+    left.grid(alpha=0.3)
+    names = [s["policy"] for s in summary]
+    delays = []
+    for name in names:
+        values = [d / 60.0 for c in agg["cells"] if c["policy"] == name for d in c["delays_s"]]
+        delays.append([max(v, 0.25) for v in values] or [math.nan])
+    right.boxplot(delays, showfliers=True)
+    right.set_xticks(
+        range(1, len(names) + 1),
+        [f"{s['policy']}\nmissed {s['missed']}/{s['onsets']}" for s in summary],
+    )
+    right.set_yscale("log")
+    right.set_ylabel("detection delay, minutes (log)")
+    right.set_title("Detection delay after the truth turns 'off'")
+    right.tick_params(axis="x", labelsize=8)
+    right.grid(alpha=0.3, axis="y")
+    meta = result["meta"]
+    fig.suptitle(
+        f"alphagate decision benchmark: {meta['seeds']} seeds x {len(meta['cases'])} scenarios, "
+        f"{meta['hours']:g} h each, closed loop ({meta['date']})"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(result: dict[str, Any], out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "markdown": out / "decisions.md",
+        "json": out / "decisions.json",
+        "png": out / "decisions.png",
+    }
+    paths["markdown"].write_text(markdown(result), encoding="utf-8")
+    paths["json"].write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    plot(result, paths["png"])
+    return paths

@@ -1,0 +1,228 @@
+"""Scores: what each number in the table means, computed from runs.
+
+The truth at a step says whether the oracle would speculate: true alpha >= 0.55 and no
+injected latency regression ("should be on").
+
+* **false flip**: a rollback (or an engine gating itself) while the truth said "on" over the
+  whole ``WINDOW`` before it, or an enable (a probe included) while it said "off".
+* **restarts**: canary pod restarts caused by the policy's flips (one flip restarts every
+  canary pod); an in-engine gate restarts nothing.
+* **onset**: the truth turns "off" (alpha crosses below 0.55, or a regression starts; a run
+  that starts below the gate has an onset at 0) while the policy speculates. Its **detection
+  delay** is the time to the first decision that leaves no canary pod speculating, made before
+  the truth turns back "on" (plus one window); the **draft tokens** are those the canary
+  drafted meanwhile. An onset with no such decision is **missed**.
+* **wrong state**: the time-weighted share of canary pods whose speculation disagrees with
+  the truth, as a percentage of the run.
+* **regret**: canary tokens the oracle's run generated minus the policy's, as a percentage
+  of the oracle's (same case, same seeds; the oracle pays its own restarts). Tokens are the
+  simulator's ``vllm:generation_tokens_total`` of the canary pods, summed over restarts.
+* **coverage** (alphagate only): the share of its conclusive alpha intervals (an acceptance
+  check that passed or failed) that hold the true alpha averaged over the window judged.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from alphagate.bench.decisions.loop import STEP, RunResult
+
+WINDOW: Final = 300.0
+CAUGHT_WITHIN: Final = 3 * WINDOW  # "within 3 non-overlapping windows"
+
+
+@dataclass
+class RunScore:
+    days: float
+    flips: int
+    false_flips: int
+    false_rollbacks: int
+    restarts: int
+    onsets: int
+    delays: list[float]
+    delay_drafts: list[float]
+    missed: int
+    wrong_seconds: float
+    seconds: float
+    tokens: float
+    covered: int
+    intervals: int
+
+
+def _should_on_throughout(r: RunResult, t: float) -> bool:
+    idx = [i for i, s in enumerate(r.t) if t - WINDOW - 1e-6 <= s <= t + 1e-6]
+    return bool(idx) and all(r.should_on[i] for i in idx)
+
+
+def _should_on_at(r: RunResult, t: float) -> bool:
+    best = 0
+    for i, s in enumerate(r.t):
+        if s <= t + 1e-6:
+            best = i
+        else:
+            break
+    return r.should_on[best]
+
+
+def score_run(r: RunResult) -> RunScore:
+    false_flips = false_rollbacks = 0
+    for t, kind in r.flips:
+        if kind == "disable" and _should_on_throughout(r, t):
+            false_flips += 1
+            false_rollbacks += 1
+        elif kind == "enable" and not _should_on_at(r, t):
+            false_flips += 1
+    n = len(r.t)
+    onsets = missed = 0
+    delays: list[float] = []
+    drafts: list[float] = []
+    for j0 in range(n):
+        start = (j0 == 0 and not r.should_on[0]) or (
+            j0 > 0 and r.should_on[j0 - 1] and not r.should_on[j0]
+        )
+        if not start or r.on[j0 - 1 if j0 else 0] <= 0:
+            continue
+        onsets += 1
+        end = next((j for j in range(j0, n) if r.should_on[j]), n)
+        limit = min(n, end + round(WINDOW / STEP) + 1)
+        hit = next((j for j in range(j0, limit) if r.on[j] <= 0), None)
+        if hit is None:
+            missed += 1
+            continue
+        delays.append(r.t[hit] - r.t[j0])
+        drafts.append(math.fsum(r.drafts[j0 + 1 : hit + 1]))
+    wrong = math.fsum(
+        abs(o - (1.0 if s else 0.0)) * STEP for o, s in zip(r.on, r.should_on, strict=True)
+    )
+    covered = 0
+    for t, lo, up, ws in r.intervals:
+        truth = [a for s, a in zip(r.t, r.alpha, strict=True) if ws - 1e-6 <= s <= t + 1e-6]
+        if truth and lo <= statistics.fmean(truth) <= up:
+            covered += 1
+    return RunScore(
+        days=r.hours / 24.0,
+        flips=len(r.flips),
+        false_flips=false_flips,
+        false_rollbacks=false_rollbacks,
+        restarts=r.restarts,
+        onsets=onsets,
+        delays=delays,
+        delay_drafts=drafts,
+        missed=missed,
+        wrong_seconds=wrong,
+        seconds=n * STEP,
+        tokens=math.fsum(r.tokens),
+        covered=covered,
+        intervals=len(r.intervals),
+    )
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def aggregate(runs: Iterable[tuple[str, int, str, RunScore]]) -> dict[str, Any]:
+    """Per (case, policy) and per policy over the suite, from (case, seed, policy, score);
+    the oracle's tokens on the same seeds set the regret."""
+    scored: dict[tuple[str, str], dict[int, RunScore]] = defaultdict(dict)
+    for case_name, seed, policy_name, s in runs:
+        scored[(case_name, policy_name)][seed] = s
+    cases = sorted({c for c, _ in scored}, key=_case_order)
+    policies = sorted({p for _, p in scored}, key=_policy_order)
+    cells: list[dict[str, Any]] = []
+    for case in cases:
+        oracle = scored.get((case, "oracle"), {})
+        for policy in policies:
+            by_seed = scored.get((case, policy))
+            if not by_seed:
+                continue
+            cells.append(_cell(case, policy, by_seed, oracle))
+    summary = [_summary(p, [c for c in cells if c["policy"] == p]) for p in policies]
+    coverage = {
+        c["case"]: c["coverage"] for c in cells if c["policy"] == "alphagate" and c["intervals"]
+    }
+    return {"cells": cells, "summary": summary, "coverage": coverage}
+
+
+def _cell(
+    case: str, policy: str, by_seed: dict[int, RunScore], oracle: dict[int, RunScore]
+) -> dict[str, Any]:
+    s = list(by_seed.values())
+    days = math.fsum(x.days for x in s)
+    delays = [d for x in s for d in x.delays]
+    drafts = [d for x in s for d in x.delay_drafts]
+    onsets = sum(x.onsets for x in s)
+    caught = sum(1 for d in delays if d <= CAUGHT_WITHIN + 1e-6)
+    common = [seed for seed in by_seed if seed in oracle]
+    oracle_tokens = math.fsum(oracle[seed].tokens for seed in common)
+    lost = math.fsum(oracle[seed].tokens - by_seed[seed].tokens for seed in common)
+    intervals = sum(x.intervals for x in s)
+    return {
+        "case": case,
+        "policy": policy,
+        "seeds": len(s),
+        "days": days,
+        "false_flips_per_day": sum(x.false_flips for x in s) / days,
+        "false_rollbacks_per_day": sum(x.false_rollbacks for x in s) / days,
+        "flips_per_day": sum(x.flips for x in s) / days,
+        "restarts_per_day": sum(x.restarts for x in s) / days,
+        "onsets": onsets,
+        "detected": len(delays),
+        "missed": sum(x.missed for x in s),
+        "delays_s": delays,
+        "delay_median_s": _median(delays),
+        "delay_max_s": max(delays) if delays else None,
+        "delay_drafts_median": _median(drafts),
+        "caught_within_3_windows": caught / onsets if onsets else None,
+        "wrong_state_pct": 100.0
+        * math.fsum(x.wrong_seconds for x in s)
+        / math.fsum(x.seconds for x in s),
+        "tokens": math.fsum(x.tokens for x in s),
+        "oracle_tokens": oracle_tokens,
+        "regret_tokens": lost,
+        "regret_pct": 100.0 * lost / oracle_tokens if oracle_tokens > 0 else None,
+        "intervals": intervals,
+        "coverage": sum(x.covered for x in s) / intervals if intervals else None,
+    }
+
+
+def _summary(policy: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    days = math.fsum(c["days"] for c in cells)
+    oracle = math.fsum(c["oracle_tokens"] for c in cells)
+    lost = math.fsum(c["regret_tokens"] for c in cells)
+    delays = [d for c in cells for d in c["delays_s"]]
+    return {
+        "policy": policy,
+        "cases": len(cells),
+        "false_flips_per_day": math.fsum(c["false_flips_per_day"] * c["days"] for c in cells)
+        / days,
+        "false_rollbacks_per_day": math.fsum(
+            c["false_rollbacks_per_day"] * c["days"] for c in cells
+        )
+        / days,
+        "restarts_per_day": math.fsum(c["restarts_per_day"] * c["days"] for c in cells) / days,
+        "onsets": sum(c["onsets"] for c in cells),
+        "missed": sum(c["missed"] for c in cells),
+        "delay_median_s": _median(delays),
+        "wrong_state_pct": statistics.fmean(c["wrong_state_pct"] for c in cells),
+        "regret_tokens": lost,
+        "regret_pct": 100.0 * lost / oracle if oracle > 0 else None,
+    }
+
+
+def _case_order(name: str) -> int:
+    from alphagate.bench.decisions.suite import SUITE
+
+    names = [c.name for c in SUITE]
+    return names.index(name) if name in names else len(names)
+
+
+def _policy_order(name: str) -> int:
+    from alphagate.bench.decisions.loop import POLICY_NAMES
+
+    return POLICY_NAMES.index(name) if name in POLICY_NAMES else len(POLICY_NAMES)

@@ -1,0 +1,154 @@
+"""The scenario suite: one simulated canary fleet per case, sized so the gate means something.
+
+Every case is one traffic slice served by baseline pods (speculation off) and canary pods
+(speculating with the shipped chat policy's config, K = 3). Load is closed loop: each pod has
+``CONCURRENCY`` clients that send their next request as soon as the last one ends, so a pod's
+generated tokens measure its speed and every pod restart loses tokens. At this load the
+simulator's own break-even sits near the gate: a speculating pod generates about 7% fewer
+tokens than a plain one at alpha 0.45, about as many at 0.53 and 17% more at 0.70 (measured
+by ``calibrate``), so "off below 0.55, on above it" is also what maximises tokens and the
+regret in tokens is a fair score. Low traffic is the one open-loop case (sparse arrivals:
+there, speed does not change the tokens served, so its regret is ~0 by construction).
+
+Timelines are given as fractions of the run so ``--hours`` scales every case. Stall episodes,
+warm-up and injected latency regressions are applied by the loop (``Case.stalls``,
+``Case.regression``), not by the scenario, because they follow the pods' lifecycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from alphagate.sim.scenario import Scenario
+
+GATE: Final = 0.55
+CONCURRENCY: Final = 192
+PROMPT_TOKENS: Final = 256
+OUTPUT_TOKENS: Final = 512
+LOAD_SECONDS: Final = 90.0
+K: Final = 3
+SPEC: Final[dict[str, Any]] = {
+    "method": "eagle3",
+    "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    "num_speculative_tokens": K,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scenario of the suite.
+
+    ``alphas`` is the slice alpha as (fraction of the run, value) steps; ``regression`` a
+    (start fraction, per-token slowdown of a speculating canary against the baseline);
+    ``stalls`` turns on per-pod stall episodes (both roles alike).
+    """
+
+    name: str
+    title: str
+    alphas: tuple[tuple[float, float], ...]
+    canaries: int = 2
+    baselines: int = 2
+    output_tokens: int = OUTPUT_TOKENS
+    open_rate: float | None = None  # requests/s over the slice (open loop) instead of clients
+    regression: tuple[float, float] | None = None
+    stalls: bool = False
+    slice_extra: dict[str, Any] = field(default_factory=dict)
+
+    def scenario(self, hours: float) -> Scenario:
+        duration = hours * 3600.0
+        first = self.alphas[0][1]
+        chat: dict[str, Any] = {
+            "alpha": first,
+            "prompt_tokens": PROMPT_TOKENS,
+            "output_tokens": self.output_tokens,
+            **self.slice_extra,
+        }
+        if self.open_rate is None:
+            chat["concurrency"] = CONCURRENCY
+        else:
+            chat["arrival_rate"] = self.open_rate
+        timeline = [
+            {"at": round(frac * duration, 3), "slices": {"chat": {"alpha": value}}}
+            for frac, value in self.alphas[1:]
+        ]
+        return Scenario.model_validate(
+            {
+                "name": self.name,
+                "description": self.title,
+                "duration": duration,
+                "slices": {"chat": chat},
+                "pools": [
+                    {
+                        "name": "chat-baseline",
+                        "role": "baseline",
+                        "slice": "chat",
+                        "replicas": self.baselines,
+                        "load_time": LOAD_SECONDS,
+                    },
+                    {
+                        "name": "chat-canary",
+                        "role": "canary",
+                        "slice": "chat",
+                        "replicas": self.canaries,
+                        "load_time": LOAD_SECONDS,
+                        "speculative_config": SPEC,
+                    },
+                ],
+                "timeline": timeline,
+            }
+        )
+
+    def regression_start(self, hours: float) -> float | None:
+        return None if self.regression is None else self.regression[0] * hours * 3600.0
+
+
+def _ramp(start: float, end: float, a0: float, a1: float, steps: int) -> list[tuple[float, float]]:
+    """Alpha moving from a0 to a1 between two fractions of the run, in small steps."""
+    out = []
+    for i in range(1, steps + 1):
+        out.append((start + (end - start) * i / steps, round(a0 + (a1 - a0) * i / steps, 4)))
+    return out
+
+
+def _drift() -> tuple[tuple[float, float], ...]:
+    # 0.68 -> 0.46 over the first half, back over the second: crosses the band twice.
+    return ((0.0, 0.68), *_ramp(0.0, 0.5, 0.68, 0.46, 60), *_ramp(0.5, 1.0, 0.46, 0.68, 60))
+
+
+def _mix() -> tuple[tuple[float, float], ...]:
+    # 100% chat (0.70) -> 70% code (0.40) over 20 steps: the pooled alpha falls to 0.49, then
+    # the mix returns. Pooled alpha = share-weighted mean of the two (drafts per step alike).
+    chat, code = 0.70, 0.40
+    pooled = round(0.3 * chat + 0.7 * code, 4)
+    return (
+        (0.0, chat),
+        *_ramp(0.25, 0.30, chat, pooled, 10),
+        *_ramp(0.60, 0.65, pooled, chat, 10),
+    )
+
+
+SUITE: Final[tuple[Case, ...]] = (
+    Case("stationary-0.70", "alpha 0.70 all along (healthy)", ((0.0, 0.70),)),
+    Case("stationary-0.62", "alpha 0.62 (above the band)", ((0.0, 0.62),)),
+    Case("stationary-0.575", "alpha 0.575 (inside the 0.55-0.60 band)", ((0.0, 0.575),)),
+    Case("stationary-0.50", "alpha 0.50 (below the gate)", ((0.0, 0.50),)),
+    Case("stationary-0.45", "alpha 0.45 (well below)", ((0.0, 0.45),)),
+    Case("step-0.70-0.40", "alpha steps 0.70 -> 0.40 at 25% of the run",
+         ((0.0, 0.70), (0.25, 0.40))),
+    Case("drift", "alpha drifts 0.68 -> 0.46 -> 0.68 (crosses the band twice)", _drift()),
+    Case("mix-shift", "chat -> 70% code (pooled 0.49) at 25-30%, back at 60-65%", _mix()),
+    Case("latency-1.5x", "alpha 0.70; from 25% the canary is 1.5x slower per token",
+         ((0.0, 0.70),), regression=(0.25, 1.5)),
+    Case("latency-2x", "alpha 0.70; from 25% the canary is 2x slower per token",
+         ((0.0, 0.70),), regression=(0.25, 2.0)),
+    Case("low-traffic", "alpha 0.65, ~0.05 requests/s per pod (open loop)",
+         ((0.0, 0.65),), open_rate=0.2, slice_extra={"output_tokens": 300}),
+    Case("stalls", "alpha 0.70, equal latency, stall episodes on every pod",
+         ((0.0, 0.70),), stalls=True),
+    Case("one-canary-pod", "alpha 0.62 on a single canary pod", ((0.0, 0.62),), canaries=1),
+    Case("long-outputs", "alpha 0.62, outputs of 1,500 tokens", ((0.0, 0.62),),
+         output_tokens=1500),
+)  # fmt: skip
+
+BY_NAME: Final = {c.name: c for c in SUITE}

@@ -1,0 +1,173 @@
+"""The decision benchmark: its closed loop, its scores, the Kayenta judge, and a --quick smoke
+run whose table has the promised shape (no speed is asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from alphagate.bench import __main__ as bench_main
+from alphagate.bench.decisions import cli, kayenta, loop, score, suite
+from alphagate.bench.decisions.loop import RunResult
+
+# ---------------------------------------------------------------- closed loop
+
+
+def test_a_flip_restarts_the_canary_pods_and_changes_what_they_serve() -> None:
+    # Alpha 0.45 is below the gate: the oracle turns speculation off at its first decision.
+    r = loop.run("stationary-0.45", 3, "oracle", 0.25)
+    case = suite.BY_NAME["stationary-0.45"]
+    assert r.flips == [(30.0, "disable")]
+    assert r.restarts == case.canaries
+    # While the pods load they serve nothing; once back they serve without speculation.
+    loading = [tok for t, tok in zip(r.t, r.tokens, strict=True) if 30 < t <= 30 + 60]
+    assert loading and all(tok == 0 for tok in loading)
+    assert r.on[-1] == 0.0 and r.drafts[-1] == 0.0 and r.tokens[-1] > 0
+
+
+def test_policies_meet_the_same_streams_until_they_act() -> None:
+    # Nothing flips at alpha 0.70 for the oracle or Argo: both runs are the same fleet.
+    a = loop.run("stationary-0.70", 5, "oracle", 0.25)
+    b = loop.run("stationary-0.70", 5, "argo-rollouts", 0.25)
+    assert a.flips == b.flips == []
+    assert a.tokens == b.tokens
+
+
+def test_argo_aborts_on_low_alpha_and_never_re_enables() -> None:
+    r = loop.run("step-0.70-0.40", 2, "argo-rollouts", 1.0)
+    assert [kind for _, kind in r.flips] == ["disable"]
+    t_step = 0.25 * 3600
+    # Four failed measurements of 1 m each are tolerated (failureLimit 3): not before the 4th.
+    assert r.flips[0][0] >= t_step + 4 * 60
+
+
+def test_the_in_engine_gate_turns_speculation_off_without_a_restart() -> None:
+    r = loop.run("stationary-0.45", 4, "in-engine", 0.25)
+    assert r.restarts == 0
+    assert r.on[-1] == 0.0
+    assert (
+        sum(kind == "disable" for _, kind in r.flips) == suite.BY_NAME["stationary-0.45"].canaries
+    )
+
+
+# ---------------------------------------------------------------- scores
+
+
+def _run(should_on: list[bool], on: list[float], flips: list[tuple[float, str]]) -> RunResult:
+    n = len(should_on)
+    return RunResult(
+        case="x",
+        seed=1,
+        policy="p",
+        hours=n * loop.STEP / 3600,
+        t=[i * loop.STEP for i in range(n)],
+        alpha=[0.7 if s else 0.4 for s in should_on],
+        should_on=should_on,
+        on=on,
+        tokens=[1.0] * n,
+        drafts=[10.0] * n,
+        flips=flips,
+    )
+
+
+def test_a_rollback_while_the_truth_says_on_is_a_false_flip() -> None:
+    n = 40
+    r = _run([True] * n, [1.0] * 20 + [0.0] * 20, [(20 * loop.STEP, "disable")])
+    s = score.score_run(r)
+    assert (s.false_flips, s.false_rollbacks, s.onsets, s.missed) == (1, 1, 0, 0)
+    assert s.wrong_seconds == pytest.approx(20 * loop.STEP)
+
+
+def test_detection_delay_and_misses_follow_the_truth() -> None:
+    truth = [True] * 10 + [False] * 30
+    caught = _run(truth, [1.0] * 14 + [0.0] * 26, [(14 * loop.STEP, "disable")])
+    s = score.score_run(caught)
+    assert (s.onsets, s.missed, s.false_flips) == (1, 0, 0)
+    assert s.delays == [4 * loop.STEP]
+    assert s.delay_drafts == [40.0]
+    never = score.score_run(_run(truth, [1.0] * 40, []))
+    assert (never.onsets, never.missed, never.delays) == (1, 1, [])
+
+
+def test_regret_is_the_oracles_tokens_minus_the_policys() -> None:
+    oracle = score.score_run(_run([True] * 10, [1.0] * 10, []))
+    worse = score.score_run(_run([True] * 10, [1.0] * 10, []))
+    worse.tokens = oracle.tokens - 2.5
+    agg = score.aggregate([("c", 1, "oracle", oracle), ("c", 1, "alphagate", worse)])
+    cell = next(c for c in agg["cells"] if c["policy"] == "alphagate")
+    assert cell["regret_tokens"] == pytest.approx(2.5)
+    assert cell["regret_pct"] == pytest.approx(100 * 2.5 / oracle.tokens)
+
+
+# ---------------------------------------------------------------- Kayenta's judge
+
+
+def test_kayenta_classifies_a_clear_increase_high_and_noise_pass() -> None:
+    base = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0, 1.03, 0.97, 1.0, 1.01]
+    up = [v * 1.5 for v in base]
+    inc = kayenta.Direction.INCREASE
+    assert (
+        kayenta.classify(up, base, direction=inc, allowed_increase=1.1)
+        is kayenta.Classification.HIGH
+    )
+    # Significant but below the allowed effect size: Pass.
+    small = [v * 1.05 for v in base]
+    assert (
+        kayenta.classify(small, base, direction=inc, allowed_increase=1.1)
+        is kayenta.Classification.PASS
+    )
+    assert kayenta.classify(base, base, direction=inc) is kayenta.Classification.PASS
+    assert kayenta.classify([float("nan")], base, direction=inc) is kayenta.Classification.NODATA
+    low = [0.45] * 5 + [0.47] * 5
+    dec = kayenta.Direction.DECREASE
+    assert kayenta.classify(low, [0.55] * 10, direction=dec) is kayenta.Classification.LOW
+
+
+def test_kayenta_scores_groups_and_fails_on_missing_data() -> None:
+    weights = {"latency": 50.0, "acceptance": 50.0}
+    p, h, n = (
+        kayenta.Classification.PASS,
+        kayenta.Classification.HIGH,
+        kayenta.Classification.NODATA,
+    )
+    assert kayenta.score([("latency", p), ("acceptance", p)], weights) == 100.0
+    assert kayenta.score([("latency", h), ("acceptance", p)], weights) == 50.0
+    assert kayenta.score([("latency", n), ("acceptance", p)], weights) == 0.0
+
+
+# ---------------------------------------------------------------- the command
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_table_json_and_png(tmp_path: Path) -> None:
+    assert "decisions" in bench_main.modules()
+    assert cli.main([*cli.QUICK_ARGS, "--out", str(tmp_path), "--jobs", "2"]) == 0
+    data = json.loads((tmp_path / "decisions.json").read_text())
+    cases = [c.name for c in suite.SUITE]
+    policies = list(loop.POLICY_NAMES)
+    cells = data["aggregate"]["cells"]
+    assert [(c["case"], c["policy"]) for c in cells] == [(c, p) for c in cases for p in policies]
+    for c in cells:
+        assert c["seeds"] == 2
+        assert c["false_flips_per_day"] >= 0 and c["restarts_per_day"] >= 0
+        assert 0 <= c["wrong_state_pct"] <= 100
+        assert c["detected"] + c["missed"] == c["onsets"]
+    assert [s["policy"] for s in data["aggregate"]["summary"]] == policies
+    assert set(data["aggregate"]["coverage"]) <= set(cases) and data["aggregate"]["coverage"]
+    assert set(data["renderings"]) == set(policies) - {"oracle", "alphagate"}
+    md = (tmp_path / "decisions.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and " | " in line]
+    header = next(line for line in rows if line.startswith("| scenario | policy |"))
+    assert header.count("|") == 2 + len(report_columns()) + 1
+    for case in cases:
+        for policy in policies:
+            assert any(line.startswith(f"| {case} | {policy} |") for line in rows)
+    assert (tmp_path / "decisions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def report_columns() -> tuple[tuple[str, str], ...]:
+    from alphagate.bench.decisions import report
+
+    return report.COLUMNS
