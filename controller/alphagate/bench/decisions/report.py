@@ -13,12 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from alphagate.bench.decisions import anchors, score, suite
+from alphagate.errors import AlphagateError
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("false_flips_per_day", "false flips/d"),
@@ -121,6 +117,17 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:
+        raise AlphagateError(
+            "the decision benchmark's chart needs matplotlib, which this install lacks; "
+            "install it with: pip install 'alphagate[plot]'"
+        ) from exc
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     agg = result["aggregate"]
     summary = [s for s in agg["summary"] if s["policy"] != "oracle"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
