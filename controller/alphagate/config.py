@@ -93,37 +93,108 @@ class SourceKind(StrEnum):
 class DeploymentRef(_Model):
     """A Deployment and the vLLM container in it."""
 
-    name: str = Field(min_length=1, max_length=253)
-    container: str = Field(default="vllm", min_length=1)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="Name of the Deployment, in the SpeculativeCanary's namespace.",
+    )
+    container: str = Field(
+        default="vllm",
+        min_length=1,
+        description=(
+            "Name of the vLLM container in that Deployment whose args carry --speculative-config."
+        ),
+    )
 
 
 class PodSelector(_Model):
     """Labels that pick a pool's pods: pod labels for scraping, series labels in Prometheus."""
 
-    match_labels: dict[str, str] = Field(min_length=1)
+    match_labels: dict[str, str] = Field(
+        min_length=1,
+        description=(
+            "Labels every pod of the pool carries. A podScrape source selects pods by them; a "
+            "prometheus source adds them as series matchers (the PodMonitor copies pod labels onto"
+            " series)."
+        ),
+    )
 
 
 class Slice(_Model):
     """A traffic slice: a routable pool with its own canary and baseline pods."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")
-    canary: PodSelector
-    baseline: PodSelector
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$",
+        description=(
+            "Slice name (lowercase, digits, - and _), unique in the resource; used as a label "
+            "value in metrics."
+        ),
+    )
+    canary: PodSelector = Field(
+        description="Selects this slice's canary pods (speculation on or being probed)."
+    )
+    baseline: PodSelector = Field(
+        description="Selects this slice's baseline pods (speculation off), the latency reference."
+    )
     # The canary Deployment serving this slice. perSlice: required, flipped alone. combined:
     # optional; every distinct slice Deployment (or spec.target when none) flips together.
-    deployment: DeploymentRef | None = None
+    deployment: DeploymentRef | None = Field(
+        default=None,
+        description=(
+            "The canary Deployment serving this slice. Required on every slice with aggregation "
+            "perSlice (each flips alone); optional with combined (every distinct slice Deployment,"
+            " or spec.target when none, flips together)."
+        ),
+    )
     # combined aggregation: a slice below this alpha (upper bound) vetoes enabling.
-    min_alpha: Ratio | None = None
+    min_alpha: Ratio | None = Field(
+        default=None,
+        description=(
+            "combined aggregation only: a per-slice floor; a slice whose alpha upper bound is "
+            "below it vetoes enabling even when the pooled alpha clears the gate."
+        ),
+    )
 
 
 class AcceptanceGate(_Model):
     """Hysteresis on alpha's confidence bounds, in consecutive evaluation windows."""
 
-    disable_below: Ratio = 0.55
-    enable_above: Ratio = 0.60
-    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
-    min_drafts: int = Field(default=200, ge=1)
-    consecutive_windows: int = Field(default=2, ge=1, le=100)
+    disable_below: Ratio = Field(
+        default=0.55,
+        description=(
+            "Turn speculation off when the upper confidence bound of alpha (accepted / proposed "
+            "draft tokens) is below this, for consecutiveWindows windows."
+        ),
+    )
+    enable_above: Ratio = Field(
+        default=0.60,
+        description=(
+            "Confirm speculation (Probing to On) when the lower confidence bound of alpha is above"
+            " this. Must not be below disableBelow (hysteresis band)."
+        ),
+    )
+    confidence: float = Field(
+        default=0.95,
+        gt=0.5,
+        lt=1.0,
+        description="Two-sided confidence level of alpha's interval (0.5 to 1, exclusive).",
+    )
+    min_drafts: int = Field(
+        default=200,
+        ge=1,
+        description=(
+            "Drafts a window needs before alpha is judged; fewer gives Inconclusive, which never "
+            "flips."
+        ),
+    )
+    consecutive_windows: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="Disjoint windows in a row that must agree before a flip.",
+    )
 
     @model_validator(mode="after")
     def _enable_not_below_disable(self) -> AcceptanceGate:
@@ -138,14 +209,57 @@ class AcceptanceGate(_Model):
 class LatencyGuard(_Model):
     """P99 guard of canary against baseline, with the bucket-exceedance test."""
 
-    enabled: bool = True
-    metric: LatencyMetric = LatencyMetric.PER_TOKEN
-    quantile: float = Field(default=0.99, gt=0.5, lt=1.0)
-    max_regression_ratio: float = Field(default=0.10, ge=0.0, le=10.0)
-    max_step_seconds: PositiveSeconds | None = None
-    min_count: int = Field(default=100, ge=1)
-    significance: float = Field(default=0.01, gt=0.0, lt=0.5)
-    consecutive_windows: int = Field(default=2, ge=1, le=100)
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Compare the canary's latency quantile with the baseline's; a significant regression "
+            "rolls back."
+        ),
+    )
+    metric: LatencyMetric = Field(
+        default=LatencyMetric.PER_TOKEN,
+        description=(
+            "Which latency is compared: perToken (vllm:request_time_per_output_token_seconds, like"
+            " for like, the default), perStepScaled (per-step ITL divided by measured tokens per "
+            "step) or perStepAbsolute (per-step ITL against maxStepSeconds)."
+        ),
+    )
+    quantile: float = Field(
+        default=0.99, gt=0.5, lt=1.0, description="The quantile compared, e.g. 0.99 for P99."
+    )
+    max_regression_ratio: float = Field(
+        default=0.10,
+        ge=0.0,
+        le=10.0,
+        description=(
+            "Allowed regression of the canary's quantile over the baseline's, as a fraction (0.10 "
+            "= 10% slower)."
+        ),
+    )
+    max_step_seconds: PositiveSeconds | None = Field(
+        default=None,
+        description=(
+            "metric perStepAbsolute only (required there): the longest per-step gap, in seconds, a"
+            " streaming user may see."
+        ),
+    )
+    min_count: int = Field(
+        default=100,
+        ge=1,
+        description="Observations each side needs in a window before latency is judged.",
+    )
+    significance: float = Field(
+        default=0.01,
+        gt=0.0,
+        lt=0.5,
+        description="Significance level of the bucket-exceedance test.",
+    )
+    consecutive_windows: int = Field(
+        default=2,
+        ge=1,
+        le=100,
+        description="Disjoint windows in a row with a regression before a rollback.",
+    )
 
     @model_validator(mode="after")
     def _absolute_needs_limit(self) -> LatencyGuard:
@@ -157,9 +271,20 @@ class LatencyGuard(_Model):
 class Backoff(_Model):
     """Cooldown after a rollback: initial * factor**n, capped."""
 
-    initial_seconds: PositiveSeconds = 900.0
-    factor: float = Field(default=2.0, ge=1.0, le=10.0)
-    max_seconds: PositiveSeconds = 4 * 3600.0
+    initial_seconds: PositiveSeconds = Field(
+        default=900.0,
+        description="Cooldown after the first rollback before the next probe, in seconds.",
+    )
+    factor: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=10.0,
+        description="Each further rollback multiplies the cooldown by this.",
+    )
+    max_seconds: PositiveSeconds = Field(
+        default=4 * 3600.0,
+        description="Upper bound of the cooldown, in seconds; not below initialSeconds.",
+    )
 
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> Backoff:
@@ -171,18 +296,61 @@ class Backoff(_Model):
 class Timing(_Model):
     """How often to evaluate, over what window, and the budget for restarts."""
 
-    interval_seconds: PositiveSeconds = 30.0
-    window_seconds: PositiveSeconds = 300.0
-    warmup_seconds: NonNegativeSeconds = 120.0
-    rollout_timeout_seconds: PositiveSeconds = 900.0
-    min_dwell_seconds: NonNegativeSeconds = 600.0
-    probe_seconds: PositiveSeconds = 900.0
+    interval_seconds: PositiveSeconds = Field(
+        default=30.0, description="Seconds between evaluations of this canary."
+    )
+    window_seconds: PositiveSeconds = Field(
+        default=300.0,
+        description=(
+            "Length of the metrics window each evaluation reads, in seconds; not shorter than "
+            "intervalSeconds."
+        ),
+    )
+    warmup_seconds: NonNegativeSeconds = Field(
+        default=120.0,
+        description=(
+            "Seconds after a rollout finishes during which data is not judged (model load, cache "
+            "warm-up)."
+        ),
+    )
+    rollout_timeout_seconds: PositiveSeconds = Field(
+        default=900.0,
+        description=(
+            "A rollout of the canary that takes longer than this raises rollout-timeout and holds."
+        ),
+    )
+    min_dwell_seconds: NonNegativeSeconds = Field(
+        default=600.0, description="Minimum seconds in a state before the next flip."
+    )
+    probe_seconds: PositiveSeconds = Field(
+        default=900.0,
+        description=(
+            "How long a probe (speculation on to gather evidence) may run without a verdict before"
+            " it is stopped."
+        ),
+    )
     # At least 2: an enable is allowed only with room for itself and its possible rollback.
-    max_flips_per_hour: int = Field(default=4, ge=2, le=60)
-    cooldown: Backoff = Backoff()
+    max_flips_per_hour: int = Field(
+        default=4,
+        ge=2,
+        le=60,
+        description=(
+            "Flip budget: at most this many restarts of the canary per hour (at least 2, so an "
+            "enable has room for its rollback)."
+        ),
+    )
+    cooldown: Backoff = Field(
+        default=Backoff(), description="Backoff between a rollback and the next probe."
+    )
     # Re-probe before the cooldown ends when the traffic share of slices whose last known alpha
     # cleared the gate grew by at least this much since the rollback.
-    reprobe_mix_shift: Ratio = 0.15
+    reprobe_mix_shift: Ratio = Field(
+        default=0.15,
+        description=(
+            "Re-probe before the cooldown ends when the traffic share of slices whose last alpha "
+            "cleared the gate grew by at least this much since the rollback."
+        ),
+    )
 
     @model_validator(mode="after")
     def _window_covers_interval(self) -> Timing:
@@ -194,42 +362,102 @@ class Timing(_Model):
 class ErrorPolicy(_Model):
     """Repeated source Errors raise an alert after `alertAfter` and may apply a fail-safe."""
 
-    alert_after: int = Field(default=3, ge=1)
-    fail_safe: FailSafe = FailSafe.HOLD
-    fail_safe_after: int = Field(default=10, ge=1)
+    alert_after: int = Field(
+        default=3,
+        ge=1,
+        description="Consecutive source Errors before the source-errors alert is raised.",
+    )
+    fail_safe: FailSafe = Field(
+        default=FailSafe.HOLD,
+        description=(
+            "What repeated Errors do after failSafeAfter: hold the current state (default) or "
+            "disable speculation."
+        ),
+    )
+    fail_safe_after: int = Field(
+        default=10, ge=1, description="Consecutive source Errors before the fail-safe applies."
+    )
 
 
 class BasicAuth(_Model):
-    username: str
-    password_file: str
+    username: str = Field(description="Basic-auth user name for the Prometheus API.")
+    password_file: str = Field(
+        description="File in the controller's pod holding the basic-auth password."
+    )
 
 
 class PrometheusSource(_Model):
-    url: str = Field(pattern=r"^https?://")
-    bearer_token_file: str | None = None
-    basic_auth: BasicAuth | None = None
-    ca_file: str | None = None
-    headers: dict[str, str] = {}
-    timeout_seconds: PositiveSeconds = 10.0
+    url: str = Field(
+        pattern=r"^https?://", description="Base URL of the Prometheus HTTP API (http or https)."
+    )
+    bearer_token_file: str | None = Field(
+        default=None,
+        description="File in the controller's pod holding a bearer token for the Prometheus API.",
+    )
+    basic_auth: BasicAuth | None = Field(
+        default=None, description="Basic auth for the Prometheus API."
+    )
+    ca_file: str | None = Field(
+        default=None,
+        description="File in the controller's pod holding the CA bundle for an https url.",
+    )
+    headers: dict[str, str] = Field(
+        default={}, description="Extra HTTP headers sent with every query."
+    )
+    timeout_seconds: PositiveSeconds = Field(
+        default=10.0, description="Timeout of one query, in seconds."
+    )
     # Extra label matchers added to every query, e.g. {namespace: "llm"}.
-    match_labels: dict[str, str] = {}
+    match_labels: dict[str, str] = Field(
+        default={}, description="Extra label matchers added to every query, e.g. {namespace: llm}."
+    )
 
 
 class ScrapeSource(_Model):
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description=(
+            "Port of vLLM's /metrics on each pod; unset: the portAnnotation, else the container "
+            "port named http."
+        ),
+    )
     # Pod annotation that overrides the port (as prometheus.io/port does).
-    port_annotation: str = "prometheus.io/port"
-    path: str = "/metrics"
-    scheme: Literal["http", "https"] = "http"
-    timeout_seconds: PositiveSeconds = 5.0
-    max_concurrency: int = Field(default=32, ge=1, le=1024)
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    port_annotation: str = Field(
+        default="prometheus.io/port",
+        description="Pod annotation that overrides the port (as prometheus.io/port does).",
+    )
+    path: str = Field(default="/metrics", description="HTTP path of the metrics page.")
+    scheme: Literal["http", "https"] = Field(default="http", description="http or https.")
+    timeout_seconds: PositiveSeconds = Field(
+        default=5.0, description="Timeout of one pod scrape, in seconds."
+    )
+    max_concurrency: int = Field(
+        default=32, ge=1, le=1024, description="Pods scraped at the same time."
+    )
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="A metrics page larger than this is refused (an Error for that pod).",
+    )
 
 
 class Source(_Model):
-    kind: SourceKind = SourceKind.PROMETHEUS
-    prometheus: PrometheusSource | None = None
-    scrape: ScrapeSource | None = None
+    kind: SourceKind = Field(
+        default=SourceKind.PROMETHEUS,
+        description=(
+            "Where metrics come from: prometheus (PromQL over the HTTP API) or podScrape (the "
+            "controller scrapes pod /metrics found through the Kubernetes API)."
+        ),
+    )
+    prometheus: PrometheusSource | None = Field(
+        default=None,
+        description="Settings of the prometheus source; required when kind is prometheus.",
+    )
+    scrape: ScrapeSource | None = Field(
+        default=None, description="Settings of the podScrape source (defaults apply when omitted)."
+    )
 
     @model_validator(mode="after")
     def _kind_has_settings(self) -> Source:
@@ -241,9 +469,19 @@ class Source(_Model):
 class Promotion(_Model):
     """Copy the confirmed config to the stable fleet after a bake time in On."""
 
-    enabled: bool = False
-    bake_seconds: PositiveSeconds = 24 * 3600.0
-    stable: DeploymentRef | None = None
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Copy the confirmed speculative config to the stable fleet after bakeSeconds in On."
+        ),
+    )
+    bake_seconds: PositiveSeconds = Field(
+        default=24 * 3600.0, description="Seconds in On before promotion."
+    )
+    stable: DeploymentRef | None = Field(
+        default=None,
+        description="The stable Deployment to copy the config to; required when enabled.",
+    )
 
     @model_validator(mode="after")
     def _enabled_needs_target(self) -> Promotion:
@@ -253,20 +491,66 @@ class Promotion(_Model):
 
 
 class SpeculativeCanarySpec(_Model):
-    target: DeploymentRef
-    baseline: DeploymentRef
+    """What the canary is, how alpha and latency are judged, and where metrics come from."""
+
+    target: DeploymentRef = Field(
+        description=(
+            "The canary Deployment whose --speculative-config alphagate turns on and off (per-"
+            "slice Deployments may override it)."
+        ),
+    )
+    baseline: DeploymentRef = Field(
+        description="The baseline Deployment (speculation off), the latency reference."
+    )
     # The JSON object given to vLLM's --speculative-config when speculation is on.
-    speculative_config: dict[str, Any]
-    mode: Mode = Mode.ENFORCE
-    aggregation: Aggregation = Aggregation.COMBINED
-    slices: list[Slice] = Field(min_length=1)
-    acceptance: AcceptanceGate = AcceptanceGate()
-    latency: LatencyGuard = LatencyGuard()
-    timing: Timing = Timing()
-    errors: ErrorPolicy = ErrorPolicy()
-    source: Source
-    promotion: Promotion = Promotion()
-    paused: bool = False
+    speculative_config: dict[str, Any] = Field(
+        description=(
+            "The JSON object given to vLLM's --speculative-config when speculation is on; needs "
+            "num_speculative_tokens (an integer of at least 1)."
+        ),
+    )
+    mode: Mode = Field(
+        default=Mode.ENFORCE,
+        description="enforce patches the canary; dryRun decides and records but never patches.",
+    )
+    aggregation: Aggregation = Field(
+        default=Aggregation.COMBINED,
+        description=(
+            "combined: one decision on the pooled alpha of all slices (with per-slice floors); "
+            "perSlice: each slice has its own canary Deployment and flips alone."
+        ),
+    )
+    slices: list[Slice] = Field(
+        min_length=1,
+        max_length=64,
+        description=(
+            "The traffic slices: routable pools with their own canary and baseline pods (names "
+            "unique)."
+        ),
+    )
+    acceptance: AcceptanceGate = Field(
+        default=AcceptanceGate(), description="The gate on alpha, with hysteresis."
+    )
+    latency: LatencyGuard = Field(
+        default=LatencyGuard(), description="The latency guard, canary against baseline."
+    )
+    timing: Timing = Field(
+        default=Timing(),
+        description=(
+            "Evaluation interval, window, warm-up, dwell, probe length, flip budget and cooldown."
+        ),
+    )
+    errors: ErrorPolicy = Field(
+        default=ErrorPolicy(), description="What repeated source errors do."
+    )
+    source: Source = Field(description="Where the controller reads vLLM's metrics.")
+    promotion: Promotion = Field(
+        default=Promotion(), description="Optional copy of a confirmed config to the stable fleet."
+    )
+    paused: bool = Field(
+        default=False,
+        description="Hold the current state and patch nothing until set back to false.",
+    )
 
     @field_validator("speculative_config")
     @classmethod

@@ -77,12 +77,13 @@ def test_schema_keeps_the_models_constraints() -> None:
     spec = schema()["properties"]["spec"]
     assert set(spec["required"]) >= {"target", "baseline", "speculativeConfig", "slices", "source"}
     gate = spec["properties"]["acceptance"]["properties"]
-    assert gate["disableBelow"] == {
+    assert {k: v for k, v in gate["disableBelow"].items() if k != "description"} == {
         "default": 0.55,
         "maximum": 1.0,
         "minimum": 0.0,
         "type": "number",
     }
+    assert "upper confidence bound" in gate["disableBelow"]["description"]
     assert spec["properties"]["mode"]["enum"] == ["enforce", "dryRun"]
     assert spec["properties"]["speculativeConfig"]["x-kubernetes-preserve-unknown-fields"] is True
     status = schema()["properties"]["status"]["properties"]

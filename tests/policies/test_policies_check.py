@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """`alphagate policy check|show` and the shipped policies/: every file valid, every break named."""
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from policy_cases import CASES, Case
 from typer.testing import CliRunner
 
 from alphagate import config
@@ -71,29 +71,16 @@ def test_policies_cover_the_cases() -> None:
         assert res.spec.latency.metric is config.LatencyMetric.PER_TOKEN
 
 
-@pytest.mark.parametrize(
-    ("old", "new", "field", "reason"),
-    [
-        ("disableBelow: 0.55", "disableBelow: 1.55", "spec.acceptance.disableBelow", "less than or equal to 1"),
-        ("enableAbove: 0.60", "enableAbove: -0.1", "spec.acceptance.enableAbove", "greater than or equal to 0"),
-        ("enableAbove: 0.60", "enableAbove: 0.50", "spec.acceptance", "enableAbove (0.5) must not be below disableBelow"),
-        ("    confidence: 0.95", "    confidance: 0.95", "spec.acceptance.confidance", "Extra inputs are not permitted"),
-        ("num_speculative_tokens: 3", "num_speculative_tokens: 0", "spec.speculativeConfig", "num_speculative_tokens must be at least 1"),
-        ("  mode: enforce", "  mode: sometimes", "spec.mode", "enforce"),
-        ("kind: SpeculativeCanary", "kind: Canary", "kind", "SpeculativeCanary"),
-        ("    name: llama-3-1-8b-chat-canary\n", "", "spec.target.name", "Field required"),
-    ],
-)  # fmt: skip
-def test_broken_copies_fail_naming_the_field(
-    tmp_path: Path, old: str, new: str, field: str, reason: str
-) -> None:
-    path = _broken(tmp_path, old, new)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_broken_copies_fail_naming_the_field(tmp_path: Path, case: Case) -> None:
+    path = tmp_path / f"broken-{case.source.name}"
+    path.write_text(case.text())
     result = _run("policy", "check", str(path))
     assert result.exit_code == 1
     first = result.output.splitlines()[0]
     assert first.startswith(f"{path}: document 1: line ")
-    assert f": {field}: " in first
-    assert reason in first
+    assert f": {case.field}: " in first
+    assert case.reason in first
 
 
 def test_error_line_points_at_the_field(tmp_path: Path) -> None:

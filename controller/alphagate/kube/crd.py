@@ -6,6 +6,11 @@ free-form maps as `x-kubernetes-preserve-unknown-fields`, JSON-Schema-2020 exclu
 in the OpenAPI 3.0 boolean form, no `additionalProperties: false` (the API server prunes
 unknown fields instead), only scalar defaults. `deploy/crd/speculativecanaries.yaml` is this
 module's output; a test fails when the two drift.
+
+Every field carries its pydantic `description` (what `kubectl explain` shows). The models'
+cross-field validators are repeated as CEL `x-kubernetes-validations` (`VALIDATIONS`), so
+`kubectl apply` refuses a spec that can never work instead of the controller finding out later;
+tests evaluate each rule with a CEL library on the documents `policy check` is tested with.
 """
 
 from __future__ import annotations
@@ -41,6 +46,80 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
     {"name": "Mode", "type": "string", "jsonPath": ".spec.mode", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+# CEL rules, by schema path, mirroring the pydantic validators in config.py. The API server
+# applies defaults before it evaluates them, so defaulted fields are present (`apply_defaults`
+# does the same for tests). `fieldPath` points kubectl's error at the field to fix.
+VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
+    "spec": [
+        {
+            "rule": "'num_speculative_tokens' in self.speculativeConfig"
+            " && type(self.speculativeConfig.num_speculative_tokens) == int"
+            " && self.speculativeConfig.num_speculative_tokens >= 1",
+            "message": "speculativeConfig needs num_speculative_tokens, an integer of at least 1",
+            "fieldPath": ".speculativeConfig",
+        },
+        {
+            "rule": "!('method' in self.speculativeConfig)"
+            " || type(self.speculativeConfig.method) == string",
+            "message": "speculativeConfig.method must be a string",
+            "fieldPath": ".speculativeConfig",
+        },
+        {
+            "rule": "self.slices.all(a, self.slices.exists_one(b, b.name == a.name))",
+            "message": "slice names must be unique",
+            "fieldPath": ".slices",
+        },
+        {
+            "rule": "self.aggregation != 'perSlice' || self.slices.all(s, has(s.deployment))",
+            "message": "aggregation perSlice needs a deployment on every slice",
+            "fieldPath": ".slices",
+        },
+    ],
+    "spec.acceptance": [
+        {
+            "rule": "self.enableAbove >= self.disableBelow",
+            "message": "enableAbove must not be below disableBelow: the hysteresis band would be"
+            " inverted",
+            "fieldPath": ".enableAbove",
+        }
+    ],
+    "spec.latency": [
+        {
+            "rule": "self.metric != 'perStepAbsolute' || has(self.maxStepSeconds)",
+            "message": "metric perStepAbsolute needs maxStepSeconds",
+            "fieldPath": ".maxStepSeconds",
+        }
+    ],
+    "spec.timing": [
+        {
+            "rule": "self.windowSeconds >= self.intervalSeconds",
+            "message": "windowSeconds must not be shorter than intervalSeconds",
+            "fieldPath": ".windowSeconds",
+        }
+    ],
+    "spec.timing.cooldown": [
+        {
+            "rule": "self.maxSeconds >= self.initialSeconds",
+            "message": "maxSeconds must not be below initialSeconds",
+            "fieldPath": ".maxSeconds",
+        }
+    ],
+    "spec.source": [
+        {
+            "rule": "self.kind != 'prometheus' || has(self.prometheus)",
+            "message": "kind prometheus needs a `prometheus` block with a url",
+            "fieldPath": ".prometheus",
+        }
+    ],
+    "spec.promotion": [
+        {
+            "rule": "!self.enabled || has(self.stable)",
+            "message": "promotion enabled needs `stable` (the Deployment to copy to)",
+            "fieldPath": ".stable",
+        }
+    ],
+}
 
 _DROP_KEYS: Final = frozenset({"title", "$defs", "definitions", "$schema"})
 
@@ -124,16 +203,55 @@ def model_schema(model: type[Any], path: str) -> dict[str, Any]:
     return out
 
 
+def node_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    """The schema node at a dotted path of property names (`spec.timing.cooldown`)."""
+    node = schema
+    for part in path.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def with_validations(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (the openAPIV3Schema) with the CEL rules of `VALIDATIONS` attached."""
+    out = copy.deepcopy(schema)
+    for path, rules in VALIDATIONS.items():
+        node_at(out, path)["x-kubernetes-validations"] = copy.deepcopy(rules)
+    return out
+
+
+def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
+    """`obj` with the schema's defaults filled in, as the API server does before validation:
+    a missing property gets its default when its parent object is present."""
+    if isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        return [apply_defaults(schema["items"], item) for item in obj]
+    if not isinstance(obj, dict):
+        return obj
+    out = dict(obj)
+    for name, prop in (schema.get("properties") or {}).items():
+        if name not in out and "default" in prop:
+            out[name] = copy.deepcopy(prop["default"])
+        if name in out:
+            out[name] = apply_defaults(prop, out[name])
+    return out
+
+
 def openapi_schema() -> dict[str, Any]:
     """The CRD's openAPIV3Schema: apiVersion/kind/metadata, spec (required) and status."""
+    return with_validations(_plain_schema())
+
+
+def _plain_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": (SpeculativeCanary.__doc__ or "").strip(),
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {
+                "type": "string",
+                "description": "alphagate.io/v1alpha1.",
+            },
+            "kind": {"type": "string", "description": "SpeculativeCanary."},
+            "metadata": {"type": "object", "description": "Standard object metadata."},
             "spec": model_schema(SpeculativeCanarySpec, "spec"),
             "status": model_schema(CanaryStatus, "status"),
         },

@@ -85,127 +85,260 @@ class ConditionType(StrEnum):
 class Condition(_Status):
     """A Kubernetes-style condition (metav1.Condition shape)."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str = Field(min_length=1, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-    message: str = ""
-    last_transition_time: Time
-    observed_generation: int | None = None
+    type: str = Field(
+        description=("Condition type: Ready, SourceHealthy, SpecValid or RolloutComplete.")
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="A short CamelCase machine reason.",
+    )
+    message: str = Field(
+        default="", description="What people read: why the condition has this status."
+    )
+    last_transition_time: Time = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation this condition was computed from."
+    )
 
 
 class SliceEvidence(_Status):
     """One slice's acceptance evidence in the last evaluation."""
 
-    name: str
-    weight: float | None = None  # share of generated tokens in the window
-    alpha: float | None = None
-    lower: float | None = None
-    upper: float | None = None
-    confidence: float | None = None
-    drafts: float | None = None
-    draft_tokens: float | None = None
-    accepted_tokens: float | None = None
-    batches: int | None = None
-    method: str | None = None
-    mean_acceptance_length: float | None = None
-    verdict: str | None = None
-    reason: str = ""
+    name: str = Field(description="Slice name, from spec.slices.")
+    weight: float | None = Field(
+        default=None,
+        description=("The slice's share of generated tokens in the window (its traffic weight)."),
+    )
+    alpha: float | None = Field(
+        default=None,
+        description=("Acceptance rate: accepted / proposed draft tokens in the window."),
+    )
+    lower: float | None = Field(
+        default=None, description="Lower bound of alpha's confidence interval."
+    )
+    upper: float | None = Field(
+        default=None, description="Upper bound of alpha's confidence interval."
+    )
+    confidence: float | None = Field(default=None, description="Confidence level of the interval.")
+    drafts: float | None = Field(
+        default=None, description="Drafts proposed in the window (the sample size)."
+    )
+    draft_tokens: float | None = Field(
+        default=None, description="Draft tokens proposed in the window."
+    )
+    accepted_tokens: float | None = Field(
+        default=None, description="Draft tokens accepted in the window."
+    )
+    batches: int | None = Field(
+        default=None,
+        description=(
+            "Independent batches (pod x interval increments) the variance was estimated from."
+        ),
+    )
+    method: str | None = Field(default=None, description="How the interval was computed.")
+    mean_acceptance_length: float | None = Field(
+        default=None, description="vLLM's mean acceptance length, 1 + accepted / drafts."
+    )
+    verdict: str | None = Field(
+        default=None,
+        description=("This slice's acceptance verdict: Pass, Fail, Inconclusive or Error."),
+    )
+    reason: str = Field(default="", description="Why, with the numbers.")
 
 
 class LatencyEvidence(_Status):
     """The P99 guard's evidence: canary vs baseline, the bucket brackets, the exceedance test."""
 
-    check: str
-    slice: str | None = None
-    verdict: str
-    reason: str = ""
-    metric: str | None = None
-    quantile: float | None = None
-    canary_p99_seconds: float | None = None
-    baseline_p99_seconds: float | None = None
-    ratio: float | None = None
-    canary_bucket_lower_seconds: float | None = None
-    canary_bucket_upper_seconds: float | None = None
-    baseline_bucket_lower_seconds: float | None = None
-    baseline_bucket_upper_seconds: float | None = None
-    limit_seconds: float | None = None
-    edge_seconds: float | None = None  # the bucket bound the exceedance is counted above
-    exceedance: float | None = None  # fraction of canary observations above the edge
-    expected_exceedance: float | None = None
-    p_value: float | None = None
-    canary_count: float | None = None
-    baseline_count: float | None = None
+    check: str = Field(description="Which latency check (one per slice, or one overall).")
+    slice: str | None = Field(default=None, description="The slice it is about, when per slice.")
+    verdict: str = Field(description="Pass, Fail, Inconclusive or Error.")
+    reason: str = Field(default="", description="Why, with the numbers.")
+    metric: str | None = Field(
+        default=None,
+        description=("Which latency was compared (perToken, perStepScaled, perStepAbsolute)."),
+    )
+    quantile: float | None = Field(
+        default=None, description="The quantile compared (0.99 for P99)."
+    )
+    canary_p99_seconds: float | None = Field(
+        default=None, description=("The canary's quantile, in seconds (histogram_quantile rules).")
+    )
+    baseline_p99_seconds: float | None = Field(
+        default=None, description="The baseline's quantile, in seconds."
+    )
+    ratio: float | None = Field(default=None, description="Canary quantile over baseline quantile.")
+    canary_bucket_lower_seconds: float | None = Field(
+        default=None,
+        description=("Lower bound of the histogram bucket holding the canary's quantile."),
+    )
+    canary_bucket_upper_seconds: float | None = Field(
+        default=None,
+        description=("Upper bound of the histogram bucket holding the canary's quantile."),
+    )
+    baseline_bucket_lower_seconds: float | None = Field(
+        default=None, description="Lower bound of the bucket holding the baseline's quantile."
+    )
+    baseline_bucket_upper_seconds: float | None = Field(
+        default=None, description="Upper bound of the bucket holding the baseline's quantile."
+    )
+    limit_seconds: float | None = Field(
+        default=None, description="The absolute limit compared against (perStepAbsolute)."
+    )
+    edge_seconds: float | None = Field(
+        default=None, description="The bucket bound the exceedance is counted above."
+    )
+    exceedance: float | None = Field(
+        default=None, description="Fraction of canary observations above the edge."
+    )
+    expected_exceedance: float | None = Field(
+        default=None, description="The fraction expected without a regression."
+    )
+    p_value: float | None = Field(default=None, description="p-value of the exceedance test.")
+    canary_count: float | None = Field(
+        default=None, description="Canary observations in the window."
+    )
+    baseline_count: float | None = Field(
+        default=None, description="Baseline observations in the window."
+    )
     # Everything the check reported, as text (so nothing the core says is lost).
-    details: dict[str, str] = {}
+    details: dict[str, str] = Field(
+        default={}, description="Further numbers behind the verdict, as text."
+    )
 
 
 class Decision(_Status):
     """The last decision: what, why, and whether it was applied."""
 
-    at: Time
-    action: str
-    verdict: str
-    reason: str  # the state machine's reason
-    why: str = ""  # the checks that decided it, with their numbers
-    summary: str = ""  # one short line for `kubectl get`
-    state: str
-    speculation_on: bool = False  # what the canary should run after this decision
-    applied: bool = False  # the Deployment was patched (false: unchanged, dry-run or refused)
-    dry_run: bool = False
-    deployments: list[str] = []
-    alerts: list[str] = []
+    at: Time = Field(description="When it was decided (RFC 3339).")
+    action: str = Field(description="enable, disable or hold.")
+    verdict: str = Field(description="The combined verdict that drove it.")
+    reason: str = Field(description="The state machine's reason.")
+    why: str = Field(default="", description="The checks that decided it, with their numbers.")
+    summary: str = Field(default="", description="One short line for kubectl get.")
+    state: str = Field(description="The state after the decision.")
+    speculation_on: bool = Field(
+        default=False, description="What the canary should run after this decision."
+    )
+    applied: bool = Field(
+        default=False,
+        description=("The Deployment was patched (false: unchanged, dry-run or refused)."),
+    )
+    dry_run: bool = Field(
+        default=False, description="Decided in dryRun mode: recorded, not applied."
+    )
+    deployments: list[str] = Field(
+        default=[], description="The Deployments this decision is about."
+    )
+    alerts: list[str] = Field(
+        default=[],
+        description=(
+            "Alert conditions raised with it (flip-budget, probe-stalled,"
+            " rollout-timeout, source-errors)."
+        ),
+    )
 
 
 class HistoryEntry(_Status):
-    from_state: str
-    to_state: str
-    reason: str
-    at: Time
-    evidence: dict[str, str] = {}
+    from_state: str = Field(description="State before the transition.")
+    to_state: str = Field(description="State after the transition.")
+    reason: str = Field(description="Why, in words.")
+    at: Time = Field(description="When (RFC 3339).")
+    evidence: dict[str, str] = Field(
+        default={}, description=("The numbers behind it (alpha, interval, samples, P99s), as text.")
+    )
 
 
 class CommandRecord(_Status):
     """The last manual command (annotation) the controller handled, so it acts once."""
 
-    command: str
-    id: str
-    handled_at: Time
-    result: str = ""
+    command: str = Field(
+        description=("The manual command (pause, resume, enable, disable, promote).")
+    )
+    id: str = Field(description="The command id from the alphagate.io/command-id annotation.")
+    handled_at: Time = Field(description="When the controller handled it (RFC 3339).")
+    result: str = Field(default="", description="What came of it.")
 
 
 class UnitStatus(_Status):
     """perSlice aggregation: one entry per independently flipped Deployment group."""
 
-    name: str
-    deployments: list[str] = []
-    state: str
-    speculation_on: bool | None = None
-    last_decision: Decision | None = None
+    name: str = Field(
+        description=("The decision unit: the slice (perSlice) or the canary (combined).")
+    )
+    deployments: list[str] = Field(default=[], description="The Deployments this unit flips.")
+    state: str = Field(description="The unit's state.")
+    speculation_on: bool | None = Field(
+        default=None, description="Whether the unit's Deployments run speculation."
+    )
+    last_decision: Decision | None = Field(default=None, description="The unit's last decision.")
 
 
 class CanaryStatus(_Status):
     """What the controller reports about one SpeculativeCanary."""
 
-    state: str | None = None
-    observed_generation: int | None = None
-    speculation_on: bool | None = None
-    mode: str | None = None
-    combined_alpha: float | None = None
-    combined_lower: float | None = None
-    combined_upper: float | None = None
-    p99_ratio: float | None = None
-    slices: list[SliceEvidence] = []
-    latency: list[LatencyEvidence] = []
-    last_decision: Decision | None = None
-    last_evaluated: Time | None = None
-    last_flip: Time | None = None
-    conditions: list[Condition] = []
-    history: list[HistoryEntry] = []
-    units: list[UnitStatus] = []
-    last_command: CommandRecord | None = None
+    state: str | None = Field(
+        default=None, description="Off, Probing, On, RolledBack, Paused or Promoted."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation last evaluated."
+    )
+    speculation_on: bool | None = Field(
+        default=None, description="Whether the canary runs speculative decoding now."
+    )
+    mode: str | None = Field(default=None, description="enforce or dryRun, as evaluated.")
+    combined_alpha: float | None = Field(
+        default=None,
+        description=(
+            "The pooled alpha across slices in the last window (what a combined canary gates on)."
+        ),
+    )
+    combined_lower: float | None = Field(
+        default=None, description="Lower confidence bound of the pooled alpha."
+    )
+    combined_upper: float | None = Field(
+        default=None, description="Upper confidence bound of the pooled alpha."
+    )
+    p99_ratio: float | None = Field(
+        default=None,
+        description=("The worst canary-over-baseline latency ratio of the last window."),
+    )
+    slices: list[SliceEvidence] = Field(
+        default=[], description="Per-slice acceptance evidence from the last evaluation."
+    )
+    latency: list[LatencyEvidence] = Field(
+        default=[], description="Latency evidence from the last evaluation."
+    )
+    last_decision: Decision | None = Field(
+        default=None, description="The last decision with its reason."
+    )
+    last_evaluated: Time | None = Field(
+        default=None, description="When the canary was last evaluated (RFC 3339)."
+    )
+    last_flip: Time | None = Field(
+        default=None, description="When speculation was last turned on or off (RFC 3339)."
+    )
+    conditions: list[Condition] = Field(
+        default=[],
+        description=("Standard conditions: Ready, SourceHealthy, SpecValid, RolloutComplete."),
+    )
+    history: list[HistoryEntry] = Field(
+        default=[], description="The latest state transitions, newest last."
+    )
+    units: list[UnitStatus] = Field(
+        default=[],
+        description=("Per decision unit (perSlice: one per slice) state and last decision."),
+    )
+    last_command: CommandRecord | None = Field(
+        default=None, description="The last manual command handled."
+    )
     # The core's Memory as JSON: for combined aggregation one Memory, for perSlice an object
     # {unit name: Memory}. Read back with `memories()`.
-    memory: str | None = None
+    memory: str | None = Field(
+        default=None,
+        description=("The controller's decision memory as JSON (resumes after a restart)."),
+    )
 
     def condition(self, kind: str | ConditionType) -> Condition | None:
         for c in self.conditions:

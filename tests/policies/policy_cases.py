@@ -1,0 +1,142 @@
+# ruff: noqa: E501
+"""Broken copies of the shipped policies, shared by the `policy check` tests and the CRD's CEL
+tests: one list of documents, judged by both the controller's models and admission."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICIES = sorted((ROOT / "policies").glob("*.yaml"))
+CHAT = ROOT / "policies" / "general-chat-eagle3.yaml"
+MIXED = ROOT / "policies" / "mixed-fleet.yaml"
+CODE = ROOT / "policies" / "code-slice.yaml"
+
+
+@dataclass(frozen=True)
+class Case:
+    """`old` replaced by `new` in `source`; `field` and `reason` as `policy check` reports them.
+    `cross_field`: a rule across fields, which admission checks with CEL (`x-kubernetes-
+    validations`) rather than the OpenAPI schema."""
+
+    old: str
+    new: str
+    field: str
+    reason: str
+    source: Path = CHAT
+    cross_field: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.source.stem}:{self.field}:{self.new.strip()[:24]}"
+
+    def text(self) -> str:
+        original = self.source.read_text()
+        assert self.old in original, f"{self.old!r} not in {self.source.name}"
+        return original.replace(self.old, self.new, 1)
+
+
+CASES = [
+    Case(
+        "disableBelow: 0.55",
+        "disableBelow: 1.55",
+        "spec.acceptance.disableBelow",
+        "less than or equal to 1",
+    ),
+    Case(
+        "enableAbove: 0.60",
+        "enableAbove: -0.1",
+        "spec.acceptance.enableAbove",
+        "greater than or equal to 0",
+    ),
+    Case(
+        "    confidence: 0.95",
+        "    confidance: 0.95",
+        "spec.acceptance.confidance",
+        "Extra inputs are not permitted",
+    ),
+    Case("  mode: enforce", "  mode: sometimes", "spec.mode", "enforce"),
+    Case("kind: SpeculativeCanary", "kind: Canary", "kind", "SpeculativeCanary"),
+    Case("    name: llama-3-1-8b-chat-canary\n", "", "spec.target.name", "Field required"),
+    # cross-field rules: pydantic model validators here, CEL rules in the CRD
+    Case(
+        "enableAbove: 0.60",
+        "enableAbove: 0.50",
+        "spec.acceptance",
+        "enableAbove (0.5) must not be below disableBelow",
+        cross_field=True,
+    ),
+    Case(
+        "num_speculative_tokens: 3",
+        "num_speculative_tokens: 0",
+        "spec.speculativeConfig",
+        "num_speculative_tokens must be at least 1",
+        cross_field=True,
+    ),
+    Case(
+        "num_speculative_tokens: 3",
+        'num_speculative_tokens: "3"',
+        "spec.speculativeConfig",
+        "must be an integer",
+        cross_field=True,
+    ),
+    Case(
+        "method: eagle3",
+        "method: 3",
+        "spec.speculativeConfig",
+        "method must be a string",
+        cross_field=True,
+    ),
+    Case(
+        "    metric: perToken",
+        "    metric: perStepAbsolute",
+        "spec.latency",
+        "metric perStepAbsolute needs maxStepSeconds",
+        cross_field=True,
+    ),
+    Case(
+        "windowSeconds: 300",
+        "windowSeconds: 20",
+        "spec.timing",
+        "windowSeconds must not be shorter than intervalSeconds",
+        cross_field=True,
+    ),
+    Case(
+        "maxSeconds: 14400",
+        "maxSeconds: 600",
+        "spec.timing.cooldown",
+        "maxSeconds must not be below initialSeconds",
+        cross_field=True,
+    ),
+    Case(
+        "    prometheus:\n      url: http://prometheus-operated.monitoring.svc:9090\n      matchLabels: {namespace: llm}\n",
+        "",
+        "spec.source",
+        "kind prometheus needs a `prometheus` block",
+        cross_field=True,
+    ),
+    Case(
+        "  mode: enforce\n",
+        "  mode: enforce\n  promotion: {enabled: true}\n",
+        "spec.promotion",
+        "promotion enabled needs `stable`",
+        cross_field=True,
+    ),
+    Case(
+        "    - name: code\n",
+        "    - name: chat\n",
+        "spec",
+        "slice names must be unique; repeated: chat",
+        source=MIXED,
+        cross_field=True,
+    ),
+    Case(
+        "      deployment:\n        name: qwen-coder-canary\n        container: vllm\n",
+        "",
+        "spec",
+        "aggregation perSlice needs a deployment on every slice",
+        source=CODE,
+        cross_field=True,
+    ),
+]
