@@ -1,0 +1,580 @@
+"""Benchmark: one evaluation cycle over a simulated fleet, side by side with Prometheus.
+
+Run ``python -m alphagate.bench.fleet`` (``--quick`` for a smoke run). In one run it measures:
+
+* the page parser on the real capture: ``prometheus_client`` (whole page and pre-filtered), the
+  fast path (warm and with its label cache cleared), and ``str.splitlines`` as the ceiling;
+* one evaluation cycle (fetch, parse, aggregate, decide: ``ScrapeSource.observe`` and the core's
+  ``evaluate`` for every canary) over 100, 1,000 and 5,000 pods served by
+  :mod:`alphagate.sandbox.pageserver` (one asyncio process, a loopback port per pod, the real
+  capture's page growing each interval), each size in a fresh process: CPU seconds and wall
+  time per cycle, peak RSS, bytes read;
+* the same cycle through the Prometheus path (``PrometheusSource`` against Debian's Prometheus
+  scraping the same pods): the controller's CPU, Prometheus' CPU for the queries (its CPU over
+  the cycle minus its scraping rate), bytes read;
+* Debian's Prometheus 2.42 scraping the same 1,000 pods at the same interval, its CPU seconds
+  from ``/proc`` over the same minutes the controller's 1,000-pod cycles ran;
+* what compression and scrape concurrency buy (1,000-pod variants).
+
+Canaries own ``--per-canary`` pods each (a fifth canary, the rest baseline). It prints numbers
+and ratios; it asserts nothing about speed. Every loop is bounded; everything binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from alphagate.sources import exposition
+
+QUICK_ARGS = ["--pods", "20", "--prometheus-pods", "20", "--interval", "2", "--cycles", "2"]
+"""What `python -m alphagate.bench --quick` passes: 20 pods, 2 s interval, two cycles."""
+
+CAPTURE = (
+    Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
+)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _Counted(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, add: Callable[[int], None]) -> None:
+        self.inner, self.add = inner, add
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.inner:
+            self.add(len(chunk))
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """An HTTP transport that counts bytes read off the wire (compressed, as sent)."""
+
+    def __init__(self, *, identity: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.identity = identity
+        self.bytes = 0
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def _add(self, n: int) -> None:
+        with self._lock:
+            self.bytes += n
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.identity:
+            request.headers["Accept-Encoding"] = "identity"
+        resp = super().handle_request(request)
+        with self._lock:
+            self.requests += 1
+        assert isinstance(resp.stream, httpx.SyncByteStream)
+        resp.stream = _Counted(resp.stream, self._add)
+        return resp
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+def pod_name(i: int) -> str:
+    return f"pod-{i:05d}"
+
+
+def layout(pods: int, per_canary: int) -> list[tuple[str, list[int], list[int]]]:
+    """(canary name, its canary pods, its baseline pods): a fifth of each group is canary."""
+    per = max(2, min(per_canary, pods))
+    out = []
+    for j, first in enumerate(range(0, pods, per)):
+        group = list(range(first, min(first + per, pods)))
+        cut = max(1, len(group) // 5)
+        out.append((f"c{j}", group[:cut], group[cut:] or group[:cut]))
+    return out
+
+
+def targets(ports: list[int], pods: int, per_canary: int) -> list[dict[str, Any]]:
+    """File-SD target groups for Prometheus: one per pod, labelled pod, canary and role."""
+    out = []
+    for name, canary, baseline in layout(pods, per_canary):
+        for role, group in (("canary", canary), ("baseline", baseline)):
+            for i in group:
+                labels = {"pod": pod_name(i), "canary": name, "role": role}
+                out.append({"targets": [f"127.0.0.1:{ports[i]}"], "labels": labels})
+    return out
+
+
+def spec_for(name: str, source: dict[str, Any], interval: float, window: float) -> Any:
+    from alphagate.config import SpeculativeCanarySpec
+
+    return SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": name},
+            "baseline": {"name": f"{name}-base"},
+            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
+            "slices": [
+                {
+                    "name": "s",
+                    "canary": {"matchLabels": {"canary": name, "role": "canary"}},
+                    "baseline": {"matchLabels": {"canary": name, "role": "baseline"}},
+                }
+            ],
+            "source": source,
+            "timing": {"intervalSeconds": interval, "windowSeconds": window},
+        }
+    )
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run `cycles` evaluation cycles (after one warm-up) in this process; numbers as a dict."""
+    from alphagate.config import PrometheusSource as PromSettings
+    from alphagate.config import ScrapeSource as ScrapeSettings
+    from alphagate.core.evaluate import evaluate
+    from alphagate.core.model import Memory, Role, Rollout
+    from alphagate.sources.discovery import StaticDiscovery, Target
+    from alphagate.sources.prometheus import PrometheusSource
+    from alphagate.sources.scrape import ScrapeSource
+
+    interval, window = cfg["interval"], cfg["window"]
+    conc = cfg.get("concurrency", 32)
+    rss_start = peak_rss_mb()
+    transport = CountingTransport(
+        identity=cfg.get("identity", False),
+        limits=httpx.Limits(max_connections=conc, max_keepalive_connections=conc),
+    )
+    units: list[tuple[Any, Any]] = []
+    for name, canary, baseline in layout(cfg["pods"], cfg["per_canary"]):
+        if cfg["source"] == "scrape":
+            settings = ScrapeSettings(max_concurrency=conc, timeout_seconds=10)
+            spec = spec_for(name, {"kind": "podScrape"}, interval, window)
+            urls = {
+                ("s", Role.CANARY): [_target(cfg, i, Target) for i in canary],
+                ("s", Role.BASELINE): [_target(cfg, i, Target) for i in baseline],
+            }
+            src: Any = ScrapeSource(StaticDiscovery(urls), settings=settings, transport=transport)
+        else:
+            block = {"kind": "prometheus", "prometheus": {"url": cfg["prometheus_url"]}}
+            spec = spec_for(name, block, interval, window)
+            src = PrometheusSource(PromSettings(url=cfg["prometheus_url"]), transport=transport)
+        units.append((spec, src))
+    memories = [Memory() for _ in units]
+    rollout = Rollout(completed_at=0.0, speculation_on=True)
+    prom_pid = cfg.get("prometheus_pid")
+    cycles = []
+    errors: dict[str, int] = {}
+    actions: dict[str, int] = {}
+    deadline = time.monotonic() + cfg.get("max_seconds", 600)
+    next_at = time.time()
+    for n in range(cfg["cycles"] + 1):
+        time.sleep(max(0.0, next_at - time.time()))
+        next_at = time.time() + interval
+        b0, c0, w0 = transport.bytes, self_cpu(), time.perf_counter()
+        p0 = proc_cpu(prom_pid) if prom_pid else 0.0
+        now = time.time()
+        for k, (spec, src) in enumerate(units):
+            obs = src.observe(spec, start=now - window, end=now, interval_seconds=interval)
+            ev = evaluate(spec, obs, memories[k], rollout, now=now)
+            memories[k] = ev.memory
+            if n:
+                for pool in obs.pools:
+                    if pool.error:
+                        kind = pool.error.split(":", 1)[0]
+                        errors[kind] = errors.get(kind, 0) + 1
+                actions[ev.action.value] = actions.get(ev.action.value, 0) + 1
+        wall = time.perf_counter() - w0
+        if n:  # the first cycle only warms up (a scrape needs a previous one to subtract)
+            cycles.append(
+                {
+                    "cpu": self_cpu() - c0,
+                    "wall": wall,
+                    "bytes": transport.bytes - b0,
+                    "prometheus_cpu": (proc_cpu(prom_pid) - p0) if prom_pid else 0.0,
+                }
+            )
+        if time.monotonic() > deadline:
+            break
+    for _, src in units:
+        src.close()
+    return {
+        "pods": cfg["pods"],
+        "canaries": len(units),
+        "cycles": cycles,
+        "median": {k: statistics.median(c[k] for c in cycles) for k in cycles[0]} if cycles else {},
+        "rss_start_mb": rss_start,
+        "peak_rss_mb": peak_rss_mb(),
+        "errors": errors,
+        "actions": actions,
+    }
+
+
+def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Only GET every page (body decompressed, as ScrapeSource reads it), with httpx the way
+    ScrapeSource uses it or with aiohttp (C HTTP parser, one event loop): the HTTP layer's cost."""
+    urls = [f"http://127.0.0.1:{cfg['ports'][i]}/metrics" for i in range(cfg["pods"])]
+    conc = cfg.get("concurrency", 32)
+    runs: list[dict[str, float]] = []
+    if cfg["source"] == "fetch-httpx":
+        from concurrent.futures import ThreadPoolExecutor
+
+        limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+        with httpx.Client(limits=limits, timeout=10) as client:
+            for _ in range(cfg["cycles"] + 1):
+                c0, w0 = self_cpu(), time.perf_counter()
+                with ThreadPoolExecutor(conc) as pool:
+                    size = sum(pool.map(lambda u: len(client.get(u).content), urls))
+                runs.append(
+                    {"cpu": self_cpu() - c0, "wall": time.perf_counter() - w0, "bytes": size}
+                )
+    else:
+        import asyncio
+
+        import aiohttp
+
+        async def cycle(session: aiohttp.ClientSession, sem: asyncio.Semaphore) -> int:
+            async def one(url: str) -> int:
+                async with sem, session.get(url) as resp:
+                    return len(await resp.read())  # decompressed, like httpx's .content
+
+            return sum(await asyncio.gather(*(one(u) for u in urls)))
+
+        async def all_cycles() -> None:
+            sem = asyncio.Semaphore(conc)
+            timeout = aiohttp.ClientTimeout(total=10)
+            connector = aiohttp.TCPConnector(limit=conc)
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                for _ in range(cfg["cycles"] + 1):
+                    c0, w0 = self_cpu(), time.perf_counter()
+                    size = await cycle(session, sem)
+                    runs.append(
+                        {"cpu": self_cpu() - c0, "wall": time.perf_counter() - w0, "decoded": size}
+                    )
+
+        asyncio.run(all_cycles())
+    measured = runs[1:]
+    return {
+        "pods": cfg["pods"],
+        "canaries": 0,
+        "cycles": measured,
+        "median": {k: statistics.median(c[k] for c in measured) for k in measured[0]},
+        "rss_start_mb": 0.0,
+        "peak_rss_mb": peak_rss_mb(),
+        "errors": {},
+        "actions": {},
+    }
+
+
+def _target(cfg: dict[str, Any], i: int, target: Any) -> Any:
+    return target(url=f"http://127.0.0.1:{cfg['ports'][i]}/metrics", pod=pod_name(i))
+
+
+def run_worker(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run a worker in a fresh process (so its peak RSS and CPU are its own)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "alphagate.bench.fleet", "--worker"],
+        input=json.dumps(cfg),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --------------------------------------------------------------------------- the parser
+
+
+def parser_ratios(text: str, *, rounds: int, budget: float = 20.0) -> dict[str, float]:
+    """Median seconds per page for each contender, measured in interleaved rounds."""
+
+    def cold() -> object:
+        exposition._LABEL_SETS.clear()
+        return exposition.parse(text)
+
+    contenders: dict[str, Callable[[], object]] = {
+        "prometheus_client": lambda: exposition.parse_with_client(text),
+        "prometheus_client, pre-filtered": lambda: exposition.parse_with_client(
+            text, prefilter=True
+        ),
+        "alphagate, label cache cleared": cold,
+        "alphagate": lambda: exposition.parse(text),
+        "str.splitlines (ceiling)": text.splitlines,
+    }
+    reference = exposition.parse_with_client(text)
+    if exposition.parse(text) != reference or cold() != reference:
+        raise SystemExit("the fast parser disagrees with prometheus_client on this page")
+    samples: dict[str, list[float]] = {k: [] for k in contenders}
+    deadline = time.monotonic() + budget
+    for _ in range(max(1, rounds)):
+        for name, fn in contenders.items():
+            number = 3 if name.startswith("prometheus") else 100
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / number)
+        if time.monotonic() > deadline:
+            break
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _page(path: str | None) -> tuple[Path, str]:
+    if path:
+        return Path(path), path
+    if CAPTURE.exists():
+        return CAPTURE, "real vLLM capture (tests/sources/data)"
+    raise SystemExit("no page to serve: pass --page (the real capture is kept with the tests)")
+
+
+def _machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0]
+    py = sys.version.split()[0]
+    return f"{os.cpu_count()} CPUs ({model or 'unknown'}), load {load:.1f}, Python {py}"
+
+
+class PageServer:
+    """The pageserver subprocess: ports per pod, a control port for tallies."""
+
+    def __init__(self, page: Path, pods: int, tick_seconds: float) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "alphagate.sandbox.pageserver", "--pods", str(pods),
+                "--page", str(page), "--tick-seconds", str(tick_seconds), "--max-seconds", "1800",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # bounded: the server prints it or exits
+        if not line:
+            raise RuntimeError(f"pageserver exited with {self.proc.wait(10)}")
+        info = json.loads(line)
+        self.control: int = info["control"]
+        self.ports: list[int] = info["ports"]
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        got: dict[str, dict[str, int]] = httpx.get(
+            f"http://127.0.0.1:{self.control}/stats", timeout=10
+        ).json()
+        return got
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def _kind(stats: dict[str, dict[str, int]], kind: str, key: str) -> int:
+    return stats.get(kind, {}).get(key, 0)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    """Run the benchmark and print it; returns the numbers (None for a worker run)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--pods", default="100,1000,5000", help="fleet sizes, comma-separated")
+    parser.add_argument(
+        "--prometheus-pods", type=int, default=1000, help="pods Prometheus scrapes (0: none)"
+    )
+    parser.add_argument("--interval", type=float, default=10.0, help="seconds between cycles")
+    parser.add_argument("--window", type=float, default=0.0, help="window (default 3 intervals)")
+    parser.add_argument("--cycles", type=int, default=3, help="measured cycles per run")
+    parser.add_argument("--per-canary", type=int, default=50, help="pods per canary")
+    parser.add_argument("--page", help="the page to serve (default: the real capture)")
+    parser.add_argument("--no-variants", action="store_true", help="skip the tuning variants")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        cfg = json.loads(sys.stdin.read())  # the config comes on stdin: 5,000 ports
+        run = fetch_only if cfg["source"].startswith("fetch-") else worker
+        print(json.dumps(run(cfg)))
+        return None
+    sizes = sorted({int(s) for s in args.pods.split(",") if s.strip()})
+    if not sizes or sizes[0] < 2 or sizes[-1] > 10000:
+        parser.error("--pods: sizes within 2..10000")
+    interval = max(1.0, args.interval)
+    window = args.window or 3 * interval
+    cycles = max(1, min(args.cycles, 20))
+    page, where = _page(args.page)
+    text = page.read_text(encoding="utf-8")
+    quick = sizes[-1] <= 50
+    print(f"machine: {_machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"page: {where}: {len(text.encode()) / 1024:.1f} KiB, {text.count(chr(10))} lines")
+
+    result = parser_ratios(text, rounds=3 if quick else 7)
+    base = result["prometheus_client"]
+    print(f"\n{'parser (real capture)':<34} {'us/page':>9} {'x prometheus_client':>20}")
+    for name, secs in result.items():
+        print(f"{name:<34} {secs * 1e6:>9.0f} {base / secs:>20.1f}")
+
+    from alphagate.testing import prometheus as promtest
+
+    prom_pods = min(args.prometheus_pods, sizes[-1])
+    use_prom = prom_pods > 0 and promtest.available()
+    server = PageServer(page, sizes[-1], interval)
+    rows: list[tuple[str, dict[str, Any]]] = []
+    variants: list[tuple[str, dict[str, Any]]] = []
+    prom_scrape: dict[str, float] = {}
+    common = {"interval": interval, "window": window, "cycles": cycles, "ports": server.ports}
+    common["per_canary"] = args.per_canary
+    timeout = 120 + (cycles + 2) * (interval + 60)
+    prom = None
+    try:
+        if use_prom:
+            prom = promtest.PrometheusServer(
+                targets=targets(server.ports, prom_pods, args.per_canary),
+                scrape_interval=interval,
+                evaluation_interval=interval,
+            ).start(timeout=60)
+            prom.wait_for_targets(prom_pods, job="vllm", timeout=60 + prom_pods / 20)
+            up_at = time.time()
+            assert prom.process is not None
+            pid = prom.process.pid
+            # Prometheus scraping, measured over the same minutes as the controller's cycles.
+            s0, c0, t0 = server.stats(), proc_cpu(pid), time.monotonic()
+            rows.append(("scrape", run_worker({**common, "source": "scrape", "pods": prom_pods},
+                                              timeout)))  # fmt: skip
+            s1, c1, t1 = server.stats(), proc_cpu(pid), time.monotonic()
+            scrapes = _kind(s1, "prometheus", "requests") - _kind(s0, "prometheus", "requests")
+            prom_scrape = {
+                "cpu_per_interval": (c1 - c0) / ((t1 - t0) / interval),
+                "cpu_per_second": (c1 - c0) / (t1 - t0),
+                "scrapes_per_interval": scrapes / ((t1 - t0) / interval),
+                "bytes_per_interval": (
+                    _kind(s1, "prometheus", "bytes") - _kind(s0, "prometheus", "bytes")
+                ) / ((t1 - t0) / interval),
+            }  # fmt: skip
+            time.sleep(max(0.0, up_at + window + interval - time.time()))  # a full window stored
+            for n in sorted({s for s in sizes if s <= prom_pods} | {prom_pods}):
+                cfg = {**common, "source": "prometheus", "pods": n, "prometheus_pid": pid}
+                cfg["prometheus_url"] = prom.url
+                got = run_worker(cfg, timeout)
+                for c in got["cycles"]:
+                    c["prometheus_cpu"] -= prom_scrape["cpu_per_second"] * c["wall"]
+                got["median"]["prometheus_cpu"] = statistics.median(
+                    c["prometheus_cpu"] for c in got["cycles"]
+                )
+                rows.append(("prometheus", got))
+            prom.close()
+            prom = None
+        done = {r["pods"] for kind, r in rows if kind == "scrape"}
+        for n in sizes:
+            if n not in done:
+                rows.append(("scrape", run_worker({**common, "source": "scrape", "pods": n},
+                                                  timeout)))  # fmt: skip
+        if not args.no_variants and not quick:
+            n = prom_pods or sizes[len(sizes) // 2]
+            base_cfg = {**common, "source": "scrape", "pods": n, "cycles": max(2, cycles - 1)}
+            for label, extra in (
+                ("no compression (identity)", {"identity": True}),
+                ("concurrency 8", {"concurrency": 8}),
+                ("concurrency 16", {"concurrency": 16}),
+                ("HTTP only: httpx, 32 threads", {"source": "fetch-httpx"}),
+                ("HTTP only: aiohttp, 1 loop", {"source": "fetch-aiohttp"}),
+            ):
+                variants.append((label, run_worker({**base_cfg, **extra}, timeout)))
+    finally:
+        if prom is not None:
+            prom.close()
+        server.close()
+    _report(rows, variants, prom_scrape, prom_pods, interval)
+    return {
+        "parser": result,
+        "cycles": [{"source": kind, **r} for kind, r in rows],
+        "prometheus_scrape": prom_scrape,
+        "variants": dict(variants),
+    }
+
+
+def _report(
+    rows: list[tuple[str, dict[str, Any]]],
+    variants: list[tuple[str, dict[str, Any]]],
+    prom: dict[str, float],
+    prom_pods: int,
+    interval: float,
+) -> None:
+    print(f"\none evaluation cycle (fetch, parse, aggregate, decide), interval {interval:g} s")
+    head = f"{'source':<11} {'pods':>5} {'canaries':>8} {'CPU s':>7} {'wall s':>7} "
+    print(head + f"{'peak RSS MB':>11} {'KiB read':>9} {'Prom CPU s':>10}  errors")
+    for kind, r in rows:
+        m = r["median"]
+        prom_cpu = f"{m['prometheus_cpu']:>10.3f}" if kind == "prometheus" else f"{'':>10}"
+        print(
+            f"{kind:<11} {r['pods']:>5} {r['canaries']:>8} {m['cpu']:>7.3f} {m['wall']:>7.2f} "
+            f"{r['peak_rss_mb']:>11.0f} {m['bytes'] / 1024:>9.0f} {prom_cpu}  {r['errors'] or ''}"
+        )
+    if prom:
+        print(
+            f"\nPrometheus 2.42 scraping the same {prom_pods} pods every {interval:g} s: "
+            f"{prom['cpu_per_interval']:.3f} CPU s per interval "
+            f"({prom['scrapes_per_interval']:.0f} scrapes, "
+            f"{prom['bytes_per_interval'] / 1024:.0f} KiB per interval)"
+        )
+        mine = next((r for k, r in rows if k == "scrape" and r["pods"] == prom_pods), None)
+        if mine is not None and prom["cpu_per_interval"] > 0:
+            ratio = mine["median"]["cpu"] / prom["cpu_per_interval"]
+            print(f"ratio: alphagate cycle CPU / Prometheus scrape CPU at {prom_pods} pods = "
+                  f"{ratio:.2f} (target <= 0.5)")  # fmt: skip
+    if variants:
+        print(f"\ntuning (pod scraping, {variants[0][1]['pods']} pods): median per cycle")
+        for label, r in variants:
+            m = r["median"]
+            read = (
+                f"{m['bytes'] / 1024:.0f} KiB read"
+                if "bytes" in m
+                else f"{m['decoded'] / 1024:.0f} KiB decoded"
+            )
+            print(f"  {label:<28} CPU {m['cpu']:.3f} s, wall {m['wall']:.2f} s, {read}, "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

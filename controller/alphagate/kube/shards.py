@@ -1,0 +1,301 @@
+"""Split the canaries between controller replicas: one Lease per shard, a stable hash per canary.
+
+Every canary belongs to one of `shards` shards by a stable hash of ``namespace/name`` (SHA-256:
+the same in every process, Python version and replica). Each shard has a Lease
+(``<group>-shard-<i>``). A replica evaluates and acts on a canary only while it holds the
+canary's shard Lease and renewed it within `renew_deadline` on its own monotonic clock; another
+replica may take an un-renewed Lease only once it has seen it unchanged for `lease_duration`
+on *its* clock, which is later than the moment the holder stopped acting. So at most one
+replica acts on a canary at any time, whatever the clock skew between nodes (client-go's rule,
+as in :mod:`alphagate.kube.lease`); writes carry the Lease's resourceVersion, so two replicas
+racing for one Lease get one 200 and one 409.
+
+Who should hold what: every replica renews a member Lease (``<group>-member-<identity>``). The
+live members (renewed within `lease_duration` as this replica observed it), sorted, share the
+shards round-robin: shard ``i`` goes to member ``i mod n``. A replica acquires the free or
+expired shards assigned to it and releases the ones assigned to another live member, which
+takes them on its next round. Any shard seen free or expired for `lease_duration` is taken by
+whoever sees it (members may disagree for a round while one joins), so none waits longer than
+about `lease_duration` plus a round. A replica that dies stops renewing its member and shard
+Leases together; the others take its shards within `lease_duration` plus one `retry_period`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from kubernetes import client
+
+from alphagate.kube.lease import default_identity
+from alphagate.logs import get as get_logger
+
+GROUP_LABEL: Final = "alphagate.io/shard-group"
+ROLE_LABEL: Final = "alphagate.io/lease-role"
+DEFAULT_GROUP: Final = "alphagate"
+
+
+def shard_of(namespace: str, name: str, shards: int) -> int:
+    """The shard of a canary: stable across processes, versions and replicas."""
+    if shards < 1:
+        raise ValueError(f"shards must be at least 1, got {shards}")
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def assignment(members: list[str], shards: int) -> dict[int, str]:
+    """Who should hold each shard: the sorted live members, round-robin."""
+    ordered = sorted(set(members))
+    return {i: ordered[i % len(ordered)] for i in range(shards)} if ordered else {}
+
+
+class ShardLeases:
+    """This replica's share of the shard Leases; `start()` runs the rounds in a thread.
+
+    `on_change(gained, lost)` runs after a round that changed what this replica holds (lost
+    shards are already not held when it runs, so work for them has stopped)."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        namespace: str,
+        shards: int,
+        group: str = DEFAULT_GROUP,
+        identity: str | None = None,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        on_change: Callable[[frozenset[int], frozenset[int]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if shards < 1:
+            raise ValueError(f"shards must be at least 1, got {shards}")
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError(
+                "sharding needs lease_duration > renew_deadline > retry_period > 0, got "
+                f"{lease_duration} / {renew_deadline} / {retry_period}"
+            )
+        self._api = client.CoordinationV1Api(api_client)
+        self.namespace = namespace
+        self.shards = shards
+        self.group = group
+        self.identity = identity or default_identity()
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.on_change = on_change
+        self.clock = clock
+        self._renewed: dict[int, float] = {}  # shard -> monotonic time of our last renew
+        self._observed: dict[str, tuple[tuple[str, str], float]] = {}  # lease -> (rec, since)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.members: list[str] = []  # live members as of the last round
+        self._log = get_logger("shards").bind(group=group, identity=self.identity)
+
+    # ------------------------------------------------------------ ownership
+
+    def shard_lease(self, shard: int) -> str:
+        return f"{self.group}-shard-{shard}"
+
+    @property
+    def member_lease(self) -> str:
+        name = "".join(c if c.isalnum() or c in "-." else "-" for c in self.identity.lower())
+        return f"{self.group}-member-{name}"[:253].rstrip("-.")
+
+    def holds(self, shard: int) -> bool:
+        """Held and renewed within `renew_deadline` (a stalled replica stops acting in time)."""
+        with self._lock:
+            at = self._renewed.get(shard)
+        return at is not None and self.clock() - at < self.renew_deadline
+
+    def held(self) -> frozenset[int]:
+        return frozenset(s for s in range(self.shards) if self.holds(s))
+
+    def owns(self, namespace: str, name: str) -> bool:
+        """May this replica evaluate and act on this canary now?"""
+        return self.holds(shard_of(namespace, name, self.shards))
+
+    # ------------------------------------------------------------ one round
+
+    def _spec(self, holder: str | None, *, acquire: Any, transitions: int) -> client.V1LeaseSpec:
+        now = datetime.now(UTC)
+        return client.V1LeaseSpec(
+            holder_identity=holder,
+            lease_duration_seconds=max(1, math.ceil(self.lease_duration)) if holder else 1,
+            acquire_time=acquire or now,
+            renew_time=now,
+            lease_transitions=transitions,
+        )
+
+    def _meta(self, name: str, role: str) -> client.V1ObjectMeta:
+        return client.V1ObjectMeta(
+            name=name, namespace=self.namespace, labels={GROUP_LABEL: self.group, ROLE_LABEL: role}
+        )
+
+    def _seen_for(self, name: str, spec: Any, now: float) -> float:
+        """How long this replica has seen the Lease's (holder, renewTime) unchanged."""
+        record = (
+            (spec.holder_identity or "") if spec else "",
+            spec.renew_time.isoformat() if spec and spec.renew_time else "",
+        )
+        previous = self._observed.get(name)
+        if previous is None or previous[0] != record:
+            self._observed[name] = (record, now)
+            return 0.0
+        return now - previous[1]
+
+    def _write(self, lease: Any, name: str, role: str) -> bool:
+        try:
+            if lease.metadata is not None and lease.metadata.resource_version:
+                self._api.replace_namespaced_lease(name, self.namespace, lease)
+            else:
+                lease.metadata = self._meta(name, role)
+                self._api.create_namespaced_lease(self.namespace, lease)
+        except client.ApiException as exc:
+            if exc.status != 409:
+                self._log.info("lease_write_failed", lease=name, status=exc.status)
+            return False
+        except Exception as exc:  # unreachable API: try again next round
+            self._log.info("lease_write_failed", lease=name, error=str(exc)[:200])
+            return False
+        return True
+
+    def run_round(self) -> None:
+        """Renew, acquire and release once; then report what changed."""
+        before = self.held()
+        now = self.clock()
+        try:
+            listed: list[Any] = self._api.list_namespaced_lease(
+                self.namespace, label_selector=f"{GROUP_LABEL}={self.group}"
+            ).items
+        except Exception as exc:  # keep what we hold until renew_deadline runs out
+            self._log.info("lease_list_failed", error=str(exc)[:200])
+            self._report(before)
+            return
+        leases: dict[str, Any] = {lease.metadata.name: lease for lease in listed}
+        member = leases.get(self.member_lease) or client.V1Lease(metadata=None, spec=None)
+        member.spec = self._spec(self.identity, acquire=None, transitions=0)
+        self._write(member, self.member_lease, "member")
+        live = [self.identity]
+        for name, lease in leases.items():
+            labels = lease.metadata.labels or {}
+            if labels.get(ROLE_LABEL) != "member" or name == self.member_lease:
+                continue
+            spec = lease.spec
+            if (
+                spec
+                and spec.holder_identity
+                and (self._seen_for(name, spec, now) < self.lease_duration)
+            ):
+                live.append(spec.holder_identity)
+        self.members = sorted(set(live))
+        wanted = assignment(self.members, self.shards)
+        for shard in range(self.shards):
+            self._shard_round(shard, leases.get(self.shard_lease(shard)), wanted[shard], now)
+        self._report(before)
+
+    def _shard_round(self, shard: int, lease: Any, owner: str, now: float) -> None:
+        name = self.shard_lease(shard)
+        spec: Any = lease.spec if lease is not None else None
+        holder = (spec.holder_identity or "") if spec else ""
+        transitions = int(spec.lease_transitions or 0) if spec else 0
+        seen = self._seen_for(name, spec, now)  # a missing Lease counts as a free one
+        if holder == self.identity:
+            if owner != self.identity:
+                self._release(shard, lease)  # assigned to another live member: hand it over
+                return
+            lease.spec = self._spec(
+                self.identity, acquire=spec.acquire_time, transitions=transitions
+            )
+            if self._write(lease, name, "shard"):
+                with self._lock:
+                    self._renewed[shard] = now
+            return
+        with self._lock:
+            self._renewed.pop(shard, None)  # someone else's, or nobody's: not ours to act on
+        if holder and seen < self.lease_duration:
+            return  # held, and renewed within a lease as we saw it
+        # Free, or its holder stopped renewing: ours if assigned to us; anyone's once it has
+        # stayed so for another lease (members can disagree for a round while one joins).
+        if owner != self.identity and seen < (2 if holder else 1) * self.lease_duration:
+            return
+        fresh = lease if lease is not None else client.V1Lease(metadata=None, spec=None)
+        fresh.spec = self._spec(self.identity, acquire=None, transitions=transitions + 1)
+        if self._write(fresh, name, "shard"):
+            with self._lock:
+                self._renewed[shard] = now
+            self._log.info("shard_acquired", shard=shard, previous=holder or None)
+
+    def _release(self, shard: int, lease: Any) -> None:
+        with self._lock:
+            self._renewed.pop(shard, None)  # stop acting first, then hand the Lease back
+        spec: Any = lease.spec
+        lease.spec = self._spec(
+            None, acquire=spec.acquire_time, transitions=int(spec.lease_transitions or 0)
+        )
+        if self._write(lease, self.shard_lease(shard), "shard"):
+            self._log.info("shard_released", shard=shard)
+
+    def _report(self, before: frozenset[int]) -> None:
+        after = self.held()
+        gained, lost = after - before, before - after
+        if (gained or lost) and self.on_change is not None:
+            try:
+                self.on_change(gained, lost)
+            except Exception as exc:  # a callback bug must not stop the rounds
+                self._log.error("shard_callback_failed", error=str(exc))
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        stop = stop or self._stop
+        while not stop.is_set():
+            self.run_round()
+            stop.wait(self.retry_period)
+
+    def start(self) -> ShardLeases:
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self.run, args=(self._stop,), daemon=True, name=f"shards:{self.identity}"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, *, release: bool = True, timeout: float = 5.0) -> None:
+        """Stop the rounds; with `release`, hand every shard back and delete the member Lease
+        (without it, the Leases just stop being renewed: what a crash looks like)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        held = self.held()
+        with self._lock:
+            self._renewed.clear()
+        if not release:
+            return
+        before = held
+        for shard in held:
+            try:
+                lease = self._api.read_namespaced_lease(self.shard_lease(shard), self.namespace)
+                if lease.spec is not None and lease.spec.holder_identity == self.identity:
+                    self._release(shard, lease)
+            except Exception as exc:  # best effort: the Lease expires anyway
+                self._log.info("shard_release_failed", shard=shard, error=str(exc)[:200])
+        try:
+            self._api.delete_namespaced_lease(self.member_lease, self.namespace)
+        except Exception as exc:
+            self._log.info("member_delete_failed", error=str(exc)[:200])
+        if before and self.on_change is not None:
+            self._report(before)
+
+
+__all__ = ["ShardLeases", "assignment", "shard_of"]
