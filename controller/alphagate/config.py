@@ -195,6 +195,15 @@ class AcceptanceGate(_Model):
         le=100,
         description="Disjoint windows in a row that must agree before a flip.",
     )
+    batch_seconds: PositiveSeconds = Field(
+        default=900.0,
+        description=(
+            "Shortest time block of one pod that counts as an independent batch for alpha's "
+            "interval: at least as long as a request lives (a request keeps its acceptance "
+            "across scrapes). Pods are always separate batches; fewer than two batches is "
+            "Inconclusive. Lower it only for short outputs."
+        ),
+    )
 
     @model_validator(mode="after")
     def _enable_not_below_disable(self) -> AcceptanceGate:

@@ -76,7 +76,8 @@ def policy(url: str) -> dict[str, Any]:
                     "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                 }
             ],
-            "acceptance": {"minDrafts": 100, "consecutiveWindows": 1},
+            # the simulator's requests are short: each step's increment is its own batch
+            "acceptance": {"minDrafts": 100, "consecutiveWindows": 1, "batchSeconds": STEP},
             "latency": {"enabled": False},
             "timing": {
                 "intervalSeconds": STEP,

@@ -57,7 +57,7 @@ def _simulate(
                 draft_tokens=k * drafts_per_batch,
                 accepted_tokens=acc,
                 per_position=tuple(float(v) for v in per),
-                pod=f"p{b % 3}",
+                pod=f"p{b}",  # independent draws: each its own batch
                 start=float(b),
                 end=float(b + 1),
             )
@@ -82,13 +82,33 @@ def test_real_capture_position_rates_and_tokens_per_step() -> None:
     assert report.full_length_share == pytest.approx(666 / (4 * 277))
 
 
-def test_real_capture_cheap_draft_keeps_k_dear_draft_shortens() -> None:
+def test_one_capture_of_one_pod_is_insufficient() -> None:
+    # One pod in one window is one batch: its requests share their acceptance, so the draft
+    # count overstates the evidence and no interval is honest.
     sample, _ = _capture_sample()
-    cheap = recommend([sample], k=4, cost=DraftCost(0.01, CostSource.POLICY), min_drafts=100)
+    r = recommend([sample], k=4, cost=DraftCost(0.12, CostSource.POLICY), min_drafts=100)
+    assert r.advice is DraftAdvice.INSUFFICIENT and r.recommended_k == 4
+
+
+def test_real_capture_cheap_draft_keeps_k_dear_draft_shortens() -> None:
+    # The capture's counters seen on three pods (the rates of the real capture, three batches
+    # with a little spread), so the intervals have degrees of freedom.
+    base, _ = _capture_sample()
+    pods = [
+        AcceptanceSample(
+            drafts=base.drafts,
+            draft_tokens=base.draft_tokens,
+            accepted_tokens=base.accepted_tokens + d,
+            per_position=(base.per_position[0] + d, *base.per_position[1:]),
+            pod=f"p{i}",
+        )
+        for i, d in enumerate((-2.0, 0.0, 2.0))
+    ]
+    cheap = recommend(pods, k=4, cost=DraftCost(0.01, CostSource.POLICY), min_drafts=100)
     assert cheap.advice is DraftAdvice.KEEP and cheap.recommended_k == 4
-    dear = recommend([sample], k=4, cost=DraftCost(0.12, CostSource.POLICY), min_drafts=100)
+    dear = recommend(pods, k=4, cost=DraftCost(0.12, CostSource.POLICY), min_drafts=100)
     assert dear.advice is DraftAdvice.SHORTEN
-    assert dear.recommended_k == 1 and dear.best_k == 1
+    assert dear.recommended_k < 4 and dear.best_k == 1
     assert dear.option(1).speedup > dear.option(4).speedup  # type: ignore[union-attr]
     assert dear.evidence()["recommended_k"] == 1.0
 

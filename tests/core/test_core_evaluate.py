@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 
 from alphagate import vllm
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core.evaluate import evaluate
+from alphagate.core import acceptance
+from alphagate.core.evaluate import evaluate, tokens_per_step
 from alphagate.core.model import (
     AcceptanceSample,
     Action,
     Buckets,
     Command,
+    EstimateMethod,
     Memory,
     Observation,
     PoolObservation,
@@ -228,6 +230,52 @@ def test_per_step_scaled_uses_measured_acceptance_length() -> None:
     assert "per step scaled by 4 tokens/step" in lat.reason
 
 
+def test_per_step_scaled_divides_by_tokens_per_step_not_acceptance_length() -> None:
+    # Half the engine steps carry no draft (n-gram without a match): 2,000 ITL observations for
+    # 1,000 drafts that accepted 3,000 tokens. A step carries 1 + 3000/2000 = 2.5 tokens, not
+    # the mean acceptance length 4, so the canary is 0.024-0.036 s per token against a
+    # baseline of 0.015-0.0225 s: a regression the old scaling (0.015-0.0225) hid.
+    spec = make_spec(latency={"metric": "perStepScaled", "consecutiveWindows": 1})
+    canary_step = hist(spread(2000, 0.06, 0.09))
+    base_step = hist(spread(2000, 0.015, 0.0225))
+    o = Observation(
+        at=T0,
+        window_seconds=300,
+        pools=(
+            PoolObservation(
+                slice="chat",
+                role=Role.CANARY,
+                acceptance=samples(0.6),
+                itl=canary_step,
+                generation_tokens=1,
+            ),
+            PoolObservation(slice="chat", role=Role.BASELINE, itl=base_step, generation_tokens=1),
+        ),
+    )
+    e = run(spec, o, PROBING)
+    lat = next(c for c in e.checks if c.check == "latency")
+    assert lat.evidence["tokens_per_step"] == pytest.approx(2.5)
+    assert lat.verdict is Verdict.FAIL, lat.reason
+
+
+def test_tokens_per_step_on_the_real_capture() -> None:
+    # vllm-real-metrics.txt: 277 drafts, 96 accepted, 1,181 ITL observations (decode steps).
+    est = acceptance.estimate(
+        [
+            AcceptanceSample(drafts=277, draft_tokens=666, accepted_tokens=96, pod="a"),
+        ],
+        confidence=0.95,
+    )
+    assert est is not None
+    canary = PoolObservation(
+        slice="chat", role=Role.CANARY, itl=Buckets(bounds=(math.inf,), counts=(1181.0,))
+    )
+    assert tokens_per_step(canary, est) == pytest.approx(1 + 96 / 1181)
+    assert est.mean_acceptance_length == pytest.approx(1 + 96 / 277)  # 25% more
+    assert tokens_per_step(None, est) is None
+    assert tokens_per_step(PoolObservation(slice="chat", role=Role.CANARY), est) is None
+
+
 def test_warmup_window_is_not_judged() -> None:
     rollout = Rollout(completed_at=T0 - 200, speculation_on=True)
     e = run(SPEC, obs(pools("chat", 0.3)), ON, rollout=rollout)
@@ -292,14 +340,21 @@ def test_combined_alpha_design_example_with_floors() -> None:
     o = obs(pools("chat", 0.7, tokens=7000), pools("code", 0.4, tokens=3000))
     e = run(TWO, o, PROBING)
     assert e.weights == pytest.approx({"chat": 0.7, "code": 0.3})
-    assert e.combined is not None and e.combined.value == pytest.approx(0.61, abs=1e-6)
+    # The gate reads the pooled (effective) alpha: what the fleet's drafts accept, 0.583 at
+    # K = 5, inside the 0.55-0.60 band; the lesson's traffic-weighted 0.61 is shown beside it.
+    pooled = (0.7 * 0.7 / 4.5 + 0.3 * 0.4 / 3) / (0.7 / 4.5 + 0.3 / 3)
+    assert e.combined is not None and e.combined.value == pytest.approx(pooled, abs=1e-6)
+    assert e.combined.method is EstimateMethod.POOLED
+    assert acceptance.traffic_weighted(e.estimates, e.weights) == pytest.approx(0.61)
     names = [c.check for c in e.checks]
     assert names == ["acceptance", "floor:chat", "floor:code", "latency:chat", "latency:code"]
-    assert all(c.verdict is Verdict.PASS for c in e.checks), [c.reason for c in e.checks]
+    gate = e.checks[0]
+    assert gate.verdict is Verdict.INCONCLUSIVE, gate.reason
+    assert all(c.verdict is Verdict.PASS for c in e.checks[1:]), [c.reason for c in e.checks]
 
 
 def test_floor_vetoes_a_slice_riding_on_the_mix() -> None:
-    o = obs(pools("chat", 0.85, tokens=8000), pools("code", 0.2, tokens=2000))
+    o = obs(pools("chat", 0.9, tokens=9000), pools("code", 0.2, tokens=1000))
     e = run(TWO, o, PROBING)
     assert e.combined is not None and e.combined.lower > 0.6  # the mix alone would pass
     floor = next(c for c in e.checks if c.check == "floor:code")
@@ -309,7 +364,11 @@ def test_floor_vetoes_a_slice_riding_on_the_mix() -> None:
 def test_weights_fall_back_to_draft_tokens_without_generation_counts() -> None:
     o = obs(pools("chat", 0.7, tokens=0), pools("code", 0.4, tokens=0))
     e = run(TWO, o, PROBING)
-    assert e.weights == pytest.approx({"chat": 0.5, "code": 0.5})
+    # shares of the tokens draft steps made (drafts + accepted): the pooled alpha is then the
+    # plain ratio of the counters
+    assert e.weights == pytest.approx({"chat": 4500 / 7500, "code": 3000 / 7500})
+    assert e.combined is not None
+    assert e.combined.value == pytest.approx((0.7 * 5000 + 0.4 * 5000) / 10_000)
 
 
 def test_per_slice_evaluates_only_the_given_slice() -> None:

@@ -40,7 +40,8 @@ def spec_dict(**over: Any) -> dict[str, Any]:
         "speculativeConfig": CFG,
         "slices": [_slice("chat")],
         "source": {"kind": "podScrape"},
-        "acceptance": {"minDrafts": 100, "consecutiveWindows": 2},
+        # Synthetic batches are independent draws: each 30 s scrape is its own batch.
+        "acceptance": {"minDrafts": 100, "consecutiveWindows": 2, "batchSeconds": 30},
         "latency": {"minCount": 50, "consecutiveWindows": 2},
         "timing": {
             "intervalSeconds": INTERVAL,

@@ -22,6 +22,7 @@ from alphagate.core.speedup import (
     breakeven_alpha,
     breakeven_alpha_at,
     breakeven_concurrency,
+    effective_alpha,
     max_speedup,
     overhead_at,
     speedup,
@@ -182,6 +183,7 @@ def mix_report(
             for s in slices
         ],
         "combined_alpha": combined,
+        "effective_alpha": effective_alpha([(s.share, s.alpha) for s in slices], k),
         "gate": gate,
         "net_positive": combined >= gate,
         "k": k,
@@ -209,7 +211,14 @@ def _print_mix(r: dict[str, Any]) -> None:
     t.add_section()
     t.add_row("combined", "100%", f"{r['combined_alpha']:.2f}",
               "yes" if r["net_positive"] else "[red]no[/red]")  # fmt: skip
+    t.add_row("effective (pooled)", "100%", f"{r['effective_alpha']:.3f}",
+              "yes" if r["effective_alpha"] >= r["gate"] else "[red]no[/red]")  # fmt: skip
     con.print(t)
+    con.print(
+        f"Effective alpha {r['effective_alpha']:.3f} (accepted / drafted over all slices at "
+        f"K {r['k']}) is what the controller gates on; the traffic-weighted "
+        f"{r['combined_alpha']:.2f} is the lesson's figure."
+    )
     verdict = "net positive" if r["net_positive"] else "NOT net positive"
     con.print(
         f"Combined alpha {r['combined_alpha']:.2f} vs gate {r['gate']:g}: speculation is "

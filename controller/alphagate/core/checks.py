@@ -67,7 +67,7 @@ def _estimate_evidence(e: Estimate) -> dict[str, float | str]:
         "draft_tokens": ev(e.draft_tokens),
         "accepted_tokens": ev(e.accepted_tokens),
         "batches": float(e.batches),
-        "method": e.method,
+        "method": str(e.method),
         "mean_acceptance_length": ev(e.mean_acceptance_length),
     }
 
@@ -108,6 +108,15 @@ def check_acceptance(
     if any(math.isnan(x) for x in (estimate.value, estimate.lower, estimate.upper)):
         return CheckResult(
             name, Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)", evidence
+        )
+    if not estimate.conclusive:
+        return CheckResult(
+            name,
+            Verdict.INCONCLUSIVE,
+            f"alpha{where} {_fmt(estimate.value)} from {estimate.batches} independent batch(es): "
+            f"fewer than 2 pods or pod blocks of batchSeconds {_fmt(gate.batch_seconds)} s, so "
+            f"no honest interval (more pods or a longer window)",
+            evidence,
         )
     if estimate.drafts < gate.min_drafts:
         return CheckResult(
@@ -175,6 +184,13 @@ def check_floor(
             name,
             Verdict.PASS,
             f"slice {slice} has too few drafts to veto ({estimate.drafts:.0f} < {gate.min_drafts})",
+            evidence,
+        )
+    if not estimate.conclusive:
+        return CheckResult(
+            name,
+            Verdict.PASS,
+            f"slice {slice} has {estimate.batches} independent batch(es): too few to veto",
             evidence,
         )
     if estimate.upper < min_alpha:

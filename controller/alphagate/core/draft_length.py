@@ -331,6 +331,14 @@ def recommend(
             else f"{drafts:.0f} drafts, fewer than the {min_drafts:.0f} needed"
         )
         return report(DraftAdvice.INSUFFICIENT, k, k, f"K={k} kept: {why}")
+    if len(acceptance.batches(good)) < 2:
+        # One pod in one window: its requests share their acceptance, so no interval is honest.
+        return report(
+            DraftAdvice.INSUFFICIENT,
+            k,
+            k,
+            f"K={k} kept: one independent batch (one pod, one window); rates need two",
+        )
 
     best = max(options, key=lambda o: (round(o.speedup, 12), -o.k)).k
     rates = ", ".join(f"{p.unconditional:.3f}" for p in positions)

@@ -143,6 +143,20 @@ class Rollout:
 # ---------------------------------------------------------------- estimates and checks
 
 
+class EstimateMethod(StrEnum):
+    """How an alpha interval was computed (core/acceptance.py)."""
+
+    # Ratio estimator over independent batches (pods, or blocks of one pod at least
+    # acceptance.batchSeconds long), leverage-corrected, Student t on the batches' dof.
+    BATCH_MEANS = "batch-means"
+    # Every batch shows the same ratio (alpha exactly 0 or 1 everywhere): Wilson over drafts.
+    WILSON_DRAFTS = "wilson-drafts"
+    # Fewer than two independent batches: no honest interval; reported as [0, 1], Inconclusive.
+    INSUFFICIENT = "insufficient-batches"
+    # Several slices: the pooled ratio (effective alpha), Welch-Satterthwaite dof.
+    POOLED = "pooled"
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """alpha with a two-sided interval at `confidence`. `method` says how it was computed."""
@@ -155,7 +169,7 @@ class Estimate:
     draft_tokens: float
     accepted_tokens: float
     batches: int
-    method: str
+    method: EstimateMethod
     # Standard error of `value` and its degrees of freedom (inf for large-sample methods); used
     # to combine slices. NaN when unknown.
     std_error: float = math.nan
@@ -164,6 +178,11 @@ class Estimate:
     @property
     def mean_acceptance_length(self) -> float:
         return 1.0 + self.accepted_tokens / self.drafts if self.drafts > 0 else math.nan
+
+    @property
+    def conclusive(self) -> bool:
+        """False when the data could not support an honest interval (too few batches)."""
+        return self.method != EstimateMethod.INSUFFICIENT
 
 
 @dataclass(frozen=True, slots=True)
