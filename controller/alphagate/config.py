@@ -30,9 +30,19 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND: Final = "SpeculativeCanary"
 PLURAL: Final = "speculativecanaries"
 
+MAX_SECONDS: Final = 30 * 24 * 3600.0
+"""No duration in a policy is longer than 30 days (and none is infinite or NaN)."""
+MIN_INTERVAL_SECONDS: Final = 0.1
+"""Every evaluation reads the source and the API: a shorter interval floods both (the demo
+compresses its 2 s interval 20-fold: 0.1 s). The controller may set a higher floor."""
+
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
-PositiveSeconds = Annotated[float, Field(gt=0.0)]
-NonNegativeSeconds = Annotated[float, Field(ge=0.0)]
+PositiveSeconds = Annotated[float, Field(gt=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+NonNegativeSeconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+IntervalSeconds = Annotated[
+    float, Field(ge=MIN_INTERVAL_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)
+]
+TimeoutSeconds = Annotated[float, Field(ge=0.1, le=300.0, allow_inf_nan=False)]
 
 
 class _Model(BaseModel):
@@ -305,10 +315,10 @@ class Backoff(_Model):
 class Timing(_Model):
     """How often to evaluate, over what window, and the budget for restarts."""
 
-    interval_seconds: PositiveSeconds = Field(
-        default=30.0, description="Seconds between evaluations of this canary."
+    interval_seconds: IntervalSeconds = Field(
+        default=30.0, description="Seconds between evaluations of this canary (at least 0.1)."
     )
-    window_seconds: PositiveSeconds = Field(
+    window_seconds: IntervalSeconds = Field(
         default=300.0,
         description=(
             "Length of the metrics window each evaluation reads, in seconds; not shorter than "
@@ -413,13 +423,18 @@ class PrometheusSource(_Model):
     headers: dict[str, str] = Field(
         default={}, description="Extra HTTP headers sent with every query."
     )
-    timeout_seconds: PositiveSeconds = Field(
+    timeout_seconds: TimeoutSeconds = Field(
         default=10.0, description="Timeout of one query, in seconds."
     )
     # Extra label matchers added to every query, e.g. {namespace: "llm"}.
     match_labels: dict[str, str] = Field(
         default={}, description="Extra label matchers added to every query, e.g. {namespace: llm}."
     )
+
+
+SCRAPE_MEMORY_BUDGET: Final = 256 * 1024 * 1024
+"""maxConcurrency x maxBodyBytes may not exceed this: the pages in flight must fit the pod
+(docs/reliability.md measures the peak per page; the shipped limit is 512 Mi)."""
 
 
 class ScrapeSource(_Model):
@@ -435,21 +450,49 @@ class ScrapeSource(_Model):
     # Pod annotation that overrides the port (as prometheus.io/port does).
     port_annotation: str = Field(
         default="prometheus.io/port",
+        min_length=1,
+        max_length=253,
         description="Pod annotation that overrides the port (as prometheus.io/port does).",
     )
-    path: str = Field(default="/metrics", description="HTTP path of the metrics page.")
+    path: str = Field(
+        default="/metrics",
+        max_length=1024,
+        pattern=r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$",
+        description="HTTP path of the metrics page.",
+    )
     scheme: Literal["http", "https"] = Field(default="http", description="http or https.")
-    timeout_seconds: PositiveSeconds = Field(
-        default=5.0, description="Timeout of one pod scrape, in seconds."
+    timeout_seconds: TimeoutSeconds = Field(
+        default=5.0,
+        description="Deadline of one pod scrape (connect, headers and body), in seconds.",
     )
     max_concurrency: int = Field(
-        default=32, ge=1, le=1024, description="Pods scraped at the same time."
+        default=32, ge=1, le=256, description="Pods scraped at the same time."
     )
     max_body_bytes: int = Field(
-        default=8 * 1024 * 1024,
+        default=4 * 1024 * 1024,
         ge=1024,
-        description="A metrics page larger than this is refused (an Error for that pod).",
+        le=64 * 1024 * 1024,
+        description=(
+            "A metrics page larger than this once decoded is refused (an Error for that pod); "
+            "maxConcurrency x maxBodyBytes is at most 256 MiB."
+        ),
     )
+    max_lines: int = Field(
+        default=100_000,
+        ge=100,
+        le=1_000_000,
+        description="A metrics page with more lines than this is refused (an Error for that pod).",
+    )
+
+    @model_validator(mode="after")
+    def _fits_in_memory(self) -> ScrapeSource:
+        if self.max_concurrency * self.max_body_bytes > SCRAPE_MEMORY_BUDGET:
+            raise ValueError(
+                f"maxConcurrency x maxBodyBytes ({self.max_concurrency} x {self.max_body_bytes})"
+                f" exceeds {SCRAPE_MEMORY_BUDGET} bytes: the pages in flight would not fit in "
+                "the controller's memory"
+            )
+        return self
 
 
 class Source(_Model):
@@ -608,7 +651,11 @@ class SpeculativeCanarySpec(_Model):
 
 
 class ObjectMeta(_Model):
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    """Kubernetes ObjectMeta: server-side fields are accepted and ignored; anything else (a
+    typo such as `namepsace:`, which would land the resource in "default") is refused, by the
+    file check and the controller alike."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
     namespace: str = Field(
@@ -616,6 +663,17 @@ class ObjectMeta(_Model):
     )
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    generate_name: Any = Field(default=None, alias="generateName")
+    uid: Any = None
+    resource_version: Any = Field(default=None, alias="resourceVersion")
+    generation: Any = None
+    creation_timestamp: Any = Field(default=None, alias="creationTimestamp")
+    deletion_timestamp: Any = Field(default=None, alias="deletionTimestamp")
+    deletion_grace_period_seconds: Any = Field(default=None, alias="deletionGracePeriodSeconds")
+    owner_references: Any = Field(default=None, alias="ownerReferences")
+    finalizers: Any = None
+    managed_fields: Any = Field(default=None, alias="managedFields")
+    self_link: Any = Field(default=None, alias="selfLink")
 
 
 class SpeculativeCanary(_Model):
@@ -645,6 +703,14 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def message(error: Any) -> str:
+    """A pydantic error's text for people (an unknown metadata key is most likely a typo)."""
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "extra_forbidden" and loc[:1] == ("metadata",):
+        return "not a Kubernetes ObjectMeta field (a typo?)"
+    return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
 def parse(obj: Any, *, where: str = "") -> SpeculativeCanary:
     """Validate one resource (a dict from YAML or the API) or raise PolicyError.
 
@@ -658,7 +724,7 @@ def parse(obj: Any, *, where: str = "") -> SpeculativeCanary:
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = _field_path(tuple(errors[0]["loc"])) if errors else ""
-        lines = [f"{_field_path(tuple(e['loc'])) or '<root>'}: {e['msg']}" for e in errors]
+        lines = [f"{_field_path(tuple(e['loc'])) or '<root>'}: {message(e)}" for e in errors]
         raise PolicyError("; ".join(lines), where=where, path=first) from exc
 
 

@@ -17,11 +17,31 @@ Bad *data* is not an exception in the core: it becomes an Inconclusive or Error 
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
+_AUTH_HEADER = re.compile(r"(?i)\b(authorization\W{0,3}\s*[:=]\s*)[^\n,;'\"}]*")
+_KEYED = re.compile(r"(?i)\b(password|passwd|secret|token)(\W{0,3}\s*[:=]\s*)(\"?)[^\s,;'\"}]+")
+_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}")
+
+
+def redact(text: str) -> str:
+    """`text` without credentials: URL userinfo (``user:pass@``) and the value after words
+    such as ``Authorization``, ``Bearer`` or ``password``. Applied to every alphagate error
+    message, so status, Events and logs built from errors never carry a secret."""
+    if "@" in text:
+        text = _USERINFO.sub(r"\1***@", text)
+    text = _AUTH_HEADER.sub(r"\1***", text)
+    text = _KEYED.sub(r"\1\2\3***", text)
+    return _SCHEME.sub(r"\1\2***", text)
 
 
 class AlphagateError(Exception):
-    """Base of every error alphagate raises on purpose."""
+    """Base of every error alphagate raises on purpose. Its message is redacted."""
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(redact(str(message)), *args)
 
 
 class PolicyError(AlphagateError):
@@ -61,7 +81,7 @@ class SourceError(AlphagateError):
 
     def __init__(self, kind: SourceErrorKind, message: str, *, target: str = "") -> None:
         self.kind = kind
-        self.target = target
+        self.target = target = redact(target)
         super().__init__(f"{kind}: {target}: {message}" if target else f"{kind}: {message}")
 
 

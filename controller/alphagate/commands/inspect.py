@@ -19,7 +19,7 @@ import typer
 
 from alphagate.core.histogram import bracket, quantile
 from alphagate.core.model import Buckets
-from alphagate.sources.common import HistSum
+from alphagate.sources.common import HistSum, redact_url
 from alphagate.sources.exposition import Counter, Hist, Page, Series
 from alphagate.sources.scrape import read_page
 
@@ -157,6 +157,41 @@ def _text(summary: dict[str, Any], indent: str = "  ") -> list[str]:
     return lines
 
 
+def problems(models: list[dict[str, Any]]) -> list[str]:
+    """What makes a page's speculation numbers impossible (a broken exporter or a doctored
+    file): alpha outside [0, 1], NaN where counters should be, negative counts."""
+    out: list[str] = []
+    for m in models:
+        for e in m["engines"]:
+            where = f"model {m['model_name']!r} engine {e['engine']!r}"
+            counts = ("generation_tokens", "drafts", "draft_tokens", "accepted_tokens")
+            for key in counts:
+                v = e.get(key)
+                if v is not None and not (math.isfinite(v) and v >= 0):
+                    out.append(f"{where}: {key} is {v} (a counter is a finite count >= 0)")
+            if not e["speculating"]:
+                continue
+            alpha, tokens = e["alpha"], e["draft_tokens"]
+            if tokens > 0 and not (math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
+                out.append(
+                    f"{where}: alpha {_num(e['accepted_tokens'])}/{_num(tokens)} = {alpha:.6g} "
+                    "is outside [0, 1] (accepted tokens cannot exceed drafted ones)"
+                )
+            if e["drafts"] > tokens:
+                out.append(
+                    f"{where}: {_num(e['drafts'])} drafts but only {_num(tokens)} draft tokens "
+                    "(each draft proposes at least one token)"
+                )
+            for i, v in enumerate(e["per_position_accepted"]):
+                if v > e["drafts"] >= 0:
+                    out.append(
+                        f"{where}: position {i} accepted {_num(v)} times in {_num(e['drafts'])}"
+                        " drafts"
+                    )
+                    break
+    return out
+
+
 def render_text(models: list[dict[str, Any]]) -> str:
     if not models:
         return "no vLLM series found (is this a vLLM /metrics page?)"
@@ -174,14 +209,24 @@ def render_text(models: list[dict[str, Any]]) -> str:
 def inspect_command(
     target: str = typer.Argument(..., help="A /metrics URL (http[s]://...) or a saved page."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
-    timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for a URL."),
+    timeout: float = typer.Option(
+        10.0, "--timeout", min=0.1, max=300.0, help="Seconds to wait for a URL (0.1..300)."
+    ),
 ) -> None:
-    """Alpha, mean acceptance length, per-position acceptance and ITL P50/P99 of one page."""
+    """Alpha, mean acceptance length, per-position acceptance and ITL P50/P99 of one page.
+
+    Exit status 1 when the page's numbers are impossible (alpha outside [0, 1], NaN counts)."""
     models = report(read_page(target, timeout_seconds=timeout))
+    bad = problems(models)
     if as_json:
-        typer.echo(json.dumps({"target": target, "models": _clean(models)}, indent=2))
+        payload = {"target": target, "models": _clean(models), "problems": bad}
+        typer.echo(json.dumps(payload, indent=2))
     else:
         typer.echo(render_text(models))
+    for line in bad:
+        typer.echo(f"error: {redact_url(target)}: {line}", err=True)
+    if bad:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

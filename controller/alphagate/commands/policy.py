@@ -18,38 +18,13 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from alphagate import config, yamlpos
+from alphagate import config, yamlload, yamlpos
 from alphagate.errors import PolicyError
 
 policy_app = typer.Typer(
     name="policy",
     help="Check and show SpeculativeCanary policy files.",
     no_args_is_help=True,
-)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML keeps the last one silently)."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: dict[Any, yaml.Node] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping",
-                node.start_mark,
-                f"duplicate key {key!r} (first on line {seen[key].start_mark.line + 1})",
-                key_node.start_mark,
-            )
-        seen[key] = key_node
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
 )
 
 
@@ -87,34 +62,6 @@ class Document:
         return self.resource is not None and not self.problems
 
 
-# ObjectMeta fields a manifest may carry. config.ObjectMeta allows extra keys (server-side
-# metadata arrives that way), so a typo such as `namepsace:` would pass parse() silently and land
-# the resource in "default"; the file check refuses it, as kubectl's strict validation would.
-_OBJECT_META_FIELDS = frozenset(
-    {
-        "name", "namespace", "labels", "annotations", "generateName", "uid",
-        "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-        "deletionGracePeriodSeconds", "ownerReferences", "finalizers", "managedFields",
-        "selfLink",
-    }
-)  # fmt: skip
-
-
-def _unknown_metadata(data: Any, node: yaml.Node | None) -> list[Problem]:
-    meta = data.get("metadata") if isinstance(data, dict) else None
-    if not isinstance(meta, dict):
-        return []
-    return [
-        Problem(
-            f"metadata.{key}",
-            "not a Kubernetes ObjectMeta field (a typo?)",
-            yamlpos.line_of(node, ("metadata", str(key))),
-        )
-        for key in meta
-        if key not in _OBJECT_META_FIELDS
-    ]
-
-
 def _loc_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -128,7 +75,7 @@ def _problems(exc: PolicyError, node: yaml.Node | None) -> list[Problem]:
         out = []
         for err in cause.errors(include_url=False):
             loc = tuple(err["loc"])
-            msg = str(err["msg"]).removeprefix("Value error, ")
+            msg = config.message(err)
             value = err.get("input")
             scalar = isinstance(value, int | float | str | bool)
             if err["type"] != "missing" and scalar and str(value) not in msg:
@@ -139,16 +86,25 @@ def _problems(exc: PolicyError, node: yaml.Node | None) -> list[Problem]:
 
 
 def load_file(path: Path) -> list[Document]:
-    """Read and validate every resource in one file; never raises for bad content."""
+    """Read and validate every resource in one file; never raises for bad content.
+
+    YAML is read with limits (size, depth, alias expansion) into the JSON the API would store
+    (alphagate.yamlload), then validated by the same `config.parse` the controller uses."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(yamlload.MAX_BYTES + 1)
+        if len(raw) > yamlload.MAX_BYTES:
+            raise yamlload.YamlLimitError(f"larger than {yamlload.MAX_BYTES} bytes")
+        text = raw.decode("utf-8")
+        loaded = yamlload.load_all(text)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return [Document(name, 0, problems=[Problem("", f"cannot read: {reason}")])]
-    try:
-        datas = list(yaml.load_all(text, Loader=_StrictLoader))
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yamlload.YamlLimitError as exc:
+        line = exc.line or None
+        msg = f"refused YAML: {exc.problem}"
+        return [Document(name, 0, line, problems=[Problem("", msg, line)])]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -160,7 +116,8 @@ def load_file(path: Path) -> list[Document]:
         msg = f"malformed YAML: {problem}" + (f" ({context})" if context else "")
         return [Document(name, 0, line, problems=[Problem("", msg, line)])]
     docs: list[Document] = []
-    for i, (data, node) in enumerate(zip(datas, nodes, strict=True), start=1):
+    for i, loaded_doc in enumerate(loaded, start=1):
+        data, node = loaded_doc.data, loaded_doc.node
         if data is None:  # an empty document (e.g. a trailing ---) is not a resource
             continue
         doc = Document(name, i, line=node.start_mark.line + 1 if node is not None else None)
@@ -168,7 +125,6 @@ def load_file(path: Path) -> list[Document]:
             doc.resource = config.parse(data, where=doc.where)
         except PolicyError as exc:
             doc.problems = _problems(exc, node)
-        doc.problems.extend(_unknown_metadata(data, node))
         docs.append(doc)
     if not docs:
         docs.append(Document(name, 0, problems=[Problem("", "no resources in this file")]))

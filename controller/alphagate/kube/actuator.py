@@ -150,6 +150,7 @@ def deployment_state(dep: Any, container: str) -> DeploymentState:
     c = _container(dep, container, ref)
     args = tuple(c.args or ())
     command = tuple(c.command or ())
+    argsmod.check_invocation(command, args)
     config = argsmod.read(args)
     where = "args"
     if config is None:

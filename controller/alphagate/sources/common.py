@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from alphagate import vllm
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation, Role
-from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.errors import SourceError, SourceErrorKind, redact
 
 ROLES: tuple[Role, ...] = (Role.CANARY, Role.BASELINE)
+
+MAX_POSITIONS = 256
+"""Draft positions accepted from a page or a query: a `position` label sizes a list, so a
+huge one (a broken or hostile exporter) must not allocate that many floats. K is far below."""
 
 SERIES_LABELS: frozenset[str] = frozenset((vllm.MODEL_NAME, vllm.ENGINE))
 """match_labels keys that select vLLM series rather than pods in the pod-scrape source."""
@@ -143,10 +147,20 @@ class HistSum:
         return f"HistSum(counts={self._by_bound()!r}, sum={self.sum!r}, seen={self.seen!r})"
 
 
+def redact_url(url: str) -> str:
+    """A URL fit for status, Events, logs and errors: userinfo (``user:pass@``) removed."""
+    return redact(url)
+
+
 def per_position_tuple(per_pos: Mapping[int, float]) -> tuple[float, ...]:
-    """Positions 0..max as a tuple, absent positions as 0."""
+    """Positions 0..max as a tuple, absent positions as 0 (callers keep max < MAX_POSITIONS)."""
     if not per_pos:
         return ()
+    if max(per_pos) >= MAX_POSITIONS:
+        raise SourceError(
+            SourceErrorKind.PARSE,
+            f"draft position {max(per_pos)} is beyond the {MAX_POSITIONS} alphagate accepts",
+        )
     return tuple(per_pos.get(i, 0.0) for i in range(max(per_pos) + 1))
 
 

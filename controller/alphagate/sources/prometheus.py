@@ -32,10 +32,12 @@ are retried, a bounded number of times.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import ssl
+import stat
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Self
@@ -48,7 +50,9 @@ from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation
 from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.sources import http
 from alphagate.sources.common import (
+    MAX_POSITIONS,
     HistSum,
     PoolRef,
     check_finite,
@@ -57,9 +61,14 @@ from alphagate.sources.common import (
     has_drafts,
     per_position_tuple,
     pools_of,
+    redact_url,
     sorted_samples,
 )
 
+MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
+"""A query's answer is read up to this size (decoded); beyond it the query fails."""
+MAX_SECRET_BYTES: Final = 64 * 1024
+"""A token or password file is read up to this size: a file that never ends is refused."""
 TRANSIENT_STATUS: Final = frozenset((502, 503, 504))
 POOL_LEVEL: Final = frozenset(
     (
@@ -160,16 +169,31 @@ class _WatchedFile:
     def read(self) -> str:
         try:
             st = os.stat(self.path)
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError(
+                    SourceErrorKind.UNREACHABLE,
+                    f"{self.what} {self.path} is not a regular file",
+                )
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
             if stamp != self._stamp:
-                with open(self.path, encoding="utf-8") as fh:
-                    self._value = fh.read().strip()
+                with open(self.path, "rb") as fh:
+                    raw = fh.read(MAX_SECRET_BYTES + 1)
+                if len(raw) > MAX_SECRET_BYTES:
+                    raise SourceError(
+                        SourceErrorKind.UNREACHABLE,
+                        f"{self.what} {self.path} is larger than {MAX_SECRET_BYTES} bytes",
+                    )
+                self._value = raw.decode("utf-8", errors="strict").strip()
                 self._stamp = stamp
         except OSError as exc:
             raise SourceError(
                 SourceErrorKind.UNREACHABLE,
                 f"cannot read {self.what} {self.path}: {exc.strerror or exc}",
             ) from exc
+        except UnicodeDecodeError:
+            raise SourceError(
+                SourceErrorKind.UNREACHABLE, f"{self.what} {self.path} is not UTF-8 text"
+            ) from None
         return self._value
 
 
@@ -233,8 +257,10 @@ class PrometheusSource:
         attempts: int = 3,
         backoff_seconds: float = 0.2,
         max_backoff_seconds: float = 2.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.settings = settings
+        self.max_response_bytes = max_response_bytes
         self.attempts = max(1, attempts)
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
@@ -259,17 +285,17 @@ class PrometheusSource:
                 self._config_error = SourceError(
                     SourceErrorKind.UNREACHABLE,
                     f"cannot load CA bundle {settings.ca_file}: {exc}",
-                    target=settings.url,
+                    target=redact_url(settings.url),
                 )
         self.base_url = settings.url.rstrip("/") + "/"
-        self._client = httpx.Client(
+        self.display_url = redact_url(self.base_url)
+        self._client = http.client(
             base_url=self.base_url,
             auth=auth,
             verify=verify,
             headers={"Accept": "application/json", **settings.headers},
             timeout=httpx.Timeout(settings.timeout_seconds),
             transport=transport,
-            follow_redirects=False,
         )
 
     @classmethod
@@ -317,19 +343,29 @@ class PrometheusSource:
             retry=tenacity.retry_if_exception(_transient),
             reraise=True,
         )
-        for attempt in retrying:
-            with attempt:
-                return self._once(path, params, result_type, expr)
+        # One deadline for the query, its retries included: a slow server costs one timeout.
+        with http.deadline(self.settings.timeout_seconds):
+            for attempt in retrying:
+                with attempt:
+                    return self._once(path, params, result_type, expr)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _once(self, path: str, params: dict[str, str], result_type: str, expr: str) -> list[Point]:
-        target = f"{self.base_url}{path} query={expr}"
+        target = f"{self.display_url}{path} query={expr}"
+        left = http.remaining()
+        if left is not None and left <= 0:
+            raise SourceError(
+                SourceErrorKind.TIMEOUT,
+                f"no answer within {self.settings.timeout_seconds}s",
+                target=target,
+            )
         try:
-            resp = self._client.post(path, data=params)
+            with self._client.stream("POST", path, data=params) as resp:
+                body = http.read_body(resp, max_bytes=self.max_response_bytes, where=target)
         except httpx.TimeoutException as exc:
             raise _TransientError(
                 SourceErrorKind.TIMEOUT,
-                f"{type(exc).__name__} after {self.settings.timeout_seconds}s",
+                f"{type(exc).__name__}: no complete answer within {self.settings.timeout_seconds}s",
                 target=target,
             ) from exc
         except httpx.ConnectError as exc:
@@ -340,7 +376,7 @@ class PrometheusSource:
             raise SourceError(
                 SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=target
             ) from exc
-        return _decode(resp, result_type, target)
+        return _decode(resp.status_code, resp.headers, body, result_type, target)
 
     # ----------------------------------------------------------------- observe
 
@@ -420,8 +456,15 @@ class PrometheusSource:
         for p in self.query_range(q.per_position, start=first, end=end, step=interval):
             check_finite((p.value,), "per_position", q.per_position)
             pos = p.labels.get(vllm.POSITION, "")
-            if pos.isdigit():
-                per_pos.setdefault((_pod(p.labels), p.at), {})[int(pos)] = p.value
+            if not (pos.isascii() and pos.isdigit()):
+                continue  # not a draft position: not a series we can use
+            if len(pos) > 4 or int(pos) >= MAX_POSITIONS:
+                raise SourceError(
+                    SourceErrorKind.QUERY_ERROR,
+                    f"draft position {pos[:12]!r} is beyond the {MAX_POSITIONS} alphagate accepts",
+                    target=q.per_position,
+                )
+            per_pos.setdefault((_pod(p.labels), p.at), {})[int(pos)] = p.value
         out = []
         for key, drafts in series["drafts"].items():
             pod, at = key
@@ -471,33 +514,44 @@ def _pod(labels: Mapping[str, str]) -> str:
     return labels.get("pod") or labels.get("instance") or ""
 
 
-def _decode(resp: httpx.Response, result_type: str, target: str) -> list[Point]:
+def _decode(
+    status_code: int, headers: httpx.Headers, raw: bytes, result_type: str, target: str
+) -> list[Point]:
+    text = raw.decode("utf-8", errors="replace")
     body: Any = None
     try:
-        body = resp.json()
-    except ValueError:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
         body = None
-    if resp.status_code >= 400 or resp.status_code < 200:
+    if 300 <= status_code < 400:
+        location = headers.get("location", "")
+        raise _StatusError(
+            status_code,
+            f"HTTP {status_code} redirect"
+            + (f" to {redact_url(location)}" if location else "")
+            + ": redirects are not followed; configure the endpoint's final URL",
+            target=target,
+            kind=SourceErrorKind.HTTP_STATUS,
+        )
+    if status_code >= 400 or status_code < 200:
         detail = ""
         if isinstance(body, dict):
             detail = f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip(": ")
         kind = SourceErrorKind.HTTP_STATUS
-        if resp.status_code in (400, 422) and isinstance(body, dict) and "error" in body:
+        if status_code in (400, 422) and isinstance(body, dict) and "error" in body:
             kind = SourceErrorKind.QUERY_ERROR
         elif (
-            resp.status_code in TRANSIENT_STATUS
+            status_code in TRANSIENT_STATUS
             and isinstance(body, dict)
             and body.get("errorType") == "timeout"
         ):
             kind = SourceErrorKind.TIMEOUT
-        snippet = detail or f" {resp.text[:200]!r}"
-        raise _StatusError(
-            resp.status_code, f"HTTP {resp.status_code}{snippet}", target=target, kind=kind
-        )
+        snippet = detail or f" {text[:200]!r}"
+        raise _StatusError(status_code, f"HTTP {status_code}{snippet}", target=target, kind=kind)
     if not isinstance(body, dict):
         raise SourceError(
             SourceErrorKind.BAD_JSON,
-            f"response is not a JSON object: {resp.text[:200]!r}",
+            f"response is not a JSON object: {text[:200]!r}",
             target=target,
         )
     status = body.get("status")

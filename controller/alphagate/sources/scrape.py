@@ -21,6 +21,7 @@ its pods failed, or all did. Nothing here raises for source trouble.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -36,14 +37,16 @@ from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Observation, PoolObservation, Role
 from alphagate.errors import SourceError, SourceErrorKind
-from alphagate.sources import exposition
+from alphagate.sources import exposition, http
 from alphagate.sources.common import (
+    MAX_POSITIONS,
     SERIES_LABELS,
     HistSum,
     PoolRef,
     has_drafts,
     per_position_tuple,
     pools_of,
+    redact_url,
     sorted_samples,
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
@@ -162,7 +165,8 @@ def increment(
     )
 
 
-def _finite_page(series: Iterable[Series], target: str) -> None:
+def _check_page(series: Iterable[Series], target: str) -> None:
+    """Values must be finite and draft positions plausible (a position label sizes a list)."""
     for s in series:
         values = list(s.counters.values()) + list(s.per_position.values())
         for h in s.histograms.values():
@@ -171,6 +175,14 @@ def _finite_page(series: Iterable[Series], target: str) -> None:
             if not math.isfinite(v):
                 raise SourceError(
                     SourceErrorKind.NAN, f"series {dict(s.labels)} has value {v}", target=target
+                )
+        for pos in (*s.per_position, *s.per_position_created):
+            if not 0 <= pos < MAX_POSITIONS:
+                raise SourceError(
+                    SourceErrorKind.PARSE,
+                    f"series {dict(s.labels)} has draft position {pos}, beyond the "
+                    f"{MAX_POSITIONS} alphagate accepts",
+                    target=target,
                 )
 
 
@@ -222,20 +234,21 @@ class Scraped:
 def fetch(
     client: httpx.Client, target: Target, settings: ScrapeSettings, clock: Callable[[], float]
 ) -> Scraped:
-    """GET one page within the time and size bounds; classify every failure."""
+    """GET one page within one deadline (connect, headers and body) and the size and line
+    caps; classify every failure. Whatever is wrong with this page fails this pod only."""
     url = target.url
     where = f"{target.pod} {url}" if target.pod else url
-    deadline = time.monotonic() + settings.timeout_seconds
     try:
-        body = _get(client, url, settings, deadline, where)
-        text = exposition.decode(body, target=where)
-        page = exposition.parse(text, target=where)
-        _finite_page(page.series.values(), where)
+        with http.deadline(settings.timeout_seconds):
+            body, content_type = _get(client, url, settings, where)
+        page = parse_page(body, content_type=content_type, where=where)
     except SourceError as exc:
         return Scraped(target, clock(), error=exc)
     except httpx.TimeoutException:
         timeout = SourceError(
-            SourceErrorKind.TIMEOUT, f"no answer within {settings.timeout_seconds}s", target=where
+            SourceErrorKind.TIMEOUT,
+            f"page not complete within {settings.timeout_seconds}s",
+            target=where,
         )
         return Scraped(target, clock(), error=timeout)
     except httpx.ConnectError as exc:
@@ -249,39 +262,56 @@ def fetch(
             SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=where
         )
         return Scraped(target, clock(), error=other)
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        # The parser met something it did not expect (e.g. a non-ASCII digit in a label it
+        # converts): this page is bad, the other pods are not.
+        bad = SourceError(SourceErrorKind.PARSE, f"cannot read the page: {exc!r}", target=where)
+        return Scraped(target, clock(), error=bad)
     return Scraped(target, clock(), page=page)
 
 
-def _get(
-    client: httpx.Client, url: str, settings: ScrapeSettings, deadline: float, where: str
-) -> bytes:
-    limit = settings.max_body_bytes
-    with client.stream("GET", url, timeout=settings.timeout_seconds) as resp:
+def parse_page(body: bytes, *, content_type: str = "", where: str, strict: bool = False) -> Page:
+    """A page's bytes -> Page, refusing what is not the text format and bad values."""
+    _not_json(body, content_type, where)
+    page = exposition.parse(exposition.decode(body, target=where), target=where, strict=strict)
+    _check_page(page.series.values(), where)
+    return page
+
+
+def _not_json(body: bytes, content_type: str, where: str) -> None:
+    """A JSON body (an API endpoint, a Prometheus answer) parses as an empty page: refuse it."""
+    if "json" in content_type.lower():
+        raise SourceError(
+            SourceErrorKind.PARSE,
+            f"got {content_type.split(';')[0].strip()}, not the Prometheus text format "
+            "(is this the /metrics path?)",
+            target=where,
+        )
+    head = body[:64].lstrip()
+    if head[:1] in (b"{", b"[") and body.rstrip()[-1:] in (b"}", b"]"):
+        try:
+            json.loads(body)
+        except ValueError:
+            return
+        raise SourceError(
+            SourceErrorKind.PARSE,
+            "the body is JSON, not the Prometheus text format (is this the /metrics path?)",
+            target=where,
+        )
+
+
+def _get(client: httpx.Client, url: str, settings: ScrapeSettings, where: str) -> tuple[bytes, str]:
+    with client.stream("GET", url) as resp:
         if resp.status_code != 200:
-            raise SourceError(SourceErrorKind.HTTP_STATUS, f"HTTP {resp.status_code}", target=where)
-        declared = resp.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit and "content-encoding" not in resp.headers:
+            location = resp.headers.get("location", "")
+            hint = f" (redirect to {redact_url(location)}, not followed)" if location else ""
             raise SourceError(
-                SourceErrorKind.TOO_LARGE,
-                f"Content-Length {declared} exceeds maxBodyBytes {limit}",
-                target=where,
+                SourceErrorKind.HTTP_STATUS, f"HTTP {resp.status_code}{hint}", target=where
             )
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in resp.iter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise SourceError(
-                    SourceErrorKind.TOO_LARGE, f"body exceeds maxBodyBytes {limit}", target=where
-                )
-            if time.monotonic() > deadline:
-                raise SourceError(
-                    SourceErrorKind.TIMEOUT,
-                    f"body not complete within {settings.timeout_seconds}s",
-                    target=where,
-                )
-            chunks.append(chunk)
-    return b"".join(chunks)
+        body = http.read_body(
+            resp, max_bytes=settings.max_body_bytes, max_lines=settings.max_lines, where=where
+        )
+        return body, resp.headers.get("content-type", "")
 
 
 # --------------------------------------------------------------------------- the source
@@ -329,7 +359,7 @@ class ScrapeSource:
         key = (settings.max_concurrency, settings.timeout_seconds)
         if self._client is None or key != self._client_key:
             self.close()
-            self._client = httpx.Client(
+            self._client = http.client(
                 headers={"Accept": ACCEPT},
                 timeout=httpx.Timeout(settings.timeout_seconds),
                 limits=httpx.Limits(
@@ -337,7 +367,6 @@ class ScrapeSource:
                     max_keepalive_connections=settings.max_concurrency,
                 ),
                 transport=self._transport,
-                follow_redirects=False,
             )
             self._client_key = key
         return self._client
@@ -492,12 +521,26 @@ class ScrapeSource:
 
 
 def read_page(
-    target: str, *, timeout_seconds: float = 10.0, max_body_bytes: int = 64 << 20
+    target: str,
+    *,
+    timeout_seconds: float = 10.0,
+    max_body_bytes: int = 64 << 20,
+    max_lines: int = 1_000_000,
 ) -> Page:
     """One page from a URL or a file path (for `inspect`). Raises SourceError."""
+    if not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
+        raise SourceError(
+            SourceErrorKind.TIMEOUT,
+            f"timeout must be a positive number of seconds, got {timeout_seconds}",
+            target=target,
+        )
     if target.startswith(("http://", "https://")):
-        settings = ScrapeSettings(timeout_seconds=timeout_seconds, max_body_bytes=max_body_bytes)
-        with httpx.Client(headers={"Accept": ACCEPT}) as client:
+        settings = ScrapeSettings.model_construct(
+            timeout_seconds=timeout_seconds, max_body_bytes=max_body_bytes, max_lines=max_lines
+        )
+        with http.client(
+            headers={"Accept": ACCEPT}, timeout=httpx.Timeout(timeout_seconds)
+        ) as client:
             result = fetch(client, Target(url=target), settings, time.time)
         if result.error is not None:
             raise result.error
@@ -514,4 +557,13 @@ def read_page(
         raise SourceError(
             SourceErrorKind.TOO_LARGE, f"file exceeds {max_body_bytes} bytes", target=target
         )
-    return exposition.parse(exposition.decode(body, target=target), target=target, strict=True)
+    if body.count(b"\n") > max_lines:
+        raise SourceError(
+            SourceErrorKind.TOO_LARGE, f"file has more than {max_lines} lines", target=target
+        )
+    try:
+        return parse_page(body, where=target, strict=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise SourceError(
+            SourceErrorKind.PARSE, f"cannot read the page: {exc!r}", target=target
+        ) from exc
