@@ -34,9 +34,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from alphagate import vllm
+
 HOST: Final = "127.0.0.1"
 IDLE_SECONDS: Final = 5.0
 MAX_HEAD: Final = 16 * 1024
+OURS_PATH: Final = b"/metrics/alphagate"
+"""Serves only the families alphagate reads (a cheap page for a Prometheus that stores only
+those: the query cost is the same as with whole pages, the scraping far lower)."""
+FAMILIES: Final = (
+    vllm.SPEC_PREFIX + "num_",
+    vllm.base(vllm.GENERATION_TOKENS),
+    vllm.ITL,
+    vllm.TPOT,
+)
+"""Name stems of the families alphagate reads."""
 _GROWS: Final = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:_total|_bucket|_count|_sum)(?=[{ \t])")
 
 
@@ -46,26 +58,30 @@ class Pages:
     def __init__(
         self, text: str, *, variants: int = 8, tick_seconds: float = 10.0, level: int = 6
     ) -> None:
-        self.parts: list[tuple[str, float | None]] = []  # (text before value, value that grows)
+        self.parts: list[tuple[str, float | None, bool]] = []  # (before value, value, ours)
         for line in text.splitlines():
+            ours = any(f in line for f in FAMILIES)
             head, sep, value = line.rpartition(" ")
             if line.startswith("#") or not sep or not _GROWS.match(line):
-                self.parts.append((line + "\n", None))
+                self.parts.append((line + "\n", None, ours))
                 continue
             try:
-                self.parts.append((head + " ", float(value)))
+                self.parts.append((head + " ", float(value), ours))
             except ValueError:
-                self.parts.append((line + "\n", None))
+                self.parts.append((line + "\n", None, ours))
         self.variants = max(1, variants)
         self.tick_seconds = tick_seconds
         self.level = level
         self.start = time.time()
-        self._cache: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        self._cache: dict[tuple[int, int, bool], tuple[bytes, bytes]] = {}
 
-    def render(self, variant: int, tick: int) -> str:
+    def render(self, variant: int, tick: int, *, only_ours: bool = False) -> str:
+        """The page; `only_ours` keeps only the families alphagate reads."""
         grow = 0.05 * tick * (1 + variant / self.variants)
         out: list[str] = []
-        for before, value in self.parts:
+        for before, value, ours in self.parts:
+            if only_ours and not ours:
+                continue
             if value is None:
                 out.append(before)
             elif value.is_integer():
@@ -74,14 +90,15 @@ class Pages:
                 out.append(f"{before}{value * (1 + grow)!r}\n")
         return "".join(out)
 
-    def page(self, pod: int, now: float) -> tuple[bytes, bytes]:
+    def page(self, pod: int, now: float, *, only_ours: bool = False) -> tuple[bytes, bytes]:
         """(plain, gzipped) page of `pod` at `now`; keeps only the current tick's pages."""
-        key = (pod % self.variants, max(0, int((now - self.start) // self.tick_seconds)))
+        tick = max(0, int((now - self.start) // self.tick_seconds))
+        key = (pod % self.variants, tick, only_ours)
         got = self._cache.get(key)
         if got is None:
-            if len(self._cache) >= 4 * self.variants:
-                self._cache = {k: v for k, v in self._cache.items() if k[1] >= key[1]}
-            plain = self.render(*key).encode()
+            if len(self._cache) >= 8 * self.variants:
+                self._cache = {k: v for k, v in self._cache.items() if k[1] >= tick}
+            plain = self.render(key[0], tick, only_ours=only_ours).encode()
             got = self._cache[key] = (plain, gzip.compress(plain, self.level, mtime=0))
         return got
 
@@ -159,8 +176,9 @@ class _Conn(asyncio.Protocol):
         close = headers.get(b"connection") == b"close"
         if self.pod is None and path == b"/stats":
             body, ctype, encoding = json.dumps(self.tally.counts).encode(), b"application/json", b""
-        elif self.pod is not None and path.split(b"?")[0] == b"/metrics":
-            plain, zipped = self.pages.page(self.pod, time.time())
+        elif self.pod is not None and path.split(b"?")[0] in (b"/metrics", OURS_PATH):
+            only_ours = path.split(b"?")[0] == OURS_PATH
+            plain, zipped = self.pages.page(self.pod, time.time(), only_ours=only_ours)
             if b"gzip" in headers.get(b"accept-encoding", b""):
                 body, encoding = zipped, b"Content-Encoding: gzip\r\n"
             else:
