@@ -45,7 +45,11 @@ SCENARIO = Scenario.model_validate(
         "seed": 5,
         "tick": 0.5,
         "traffic": {"rate": 30},
-        "slices": {"chat": {"alpha": 0.75, "output_tokens": 64}},
+        # Alike requests of one length: this test is about the Prometheus path, and its
+        # 12-simulated-second windows must not carry realistic per-request spread.
+        "slices": {
+            "chat": {"alpha": 0.75, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
+        },
         "pools": [
             {
                 "name": "chat-canary",

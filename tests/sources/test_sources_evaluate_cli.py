@@ -45,7 +45,16 @@ def scenario(alpha: float) -> Scenario:
             "seed": 5,
             "tick": 0.5,
             "traffic": {"rate": 30},
-            "slices": {"chat": {"alpha": alpha, "output_tokens": 64}},
+            # Alike requests of one length: two pods over one minute must agree on alpha
+            # for this test of the command (realistic spread is the simulator's own test).
+            "slices": {
+                "chat": {
+                    "alpha": alpha,
+                    "output_tokens": 64,
+                    "output_sigma": 0,
+                    "request_spread": 1e4,
+                }
+            },
             "pools": [
                 {
                     "name": "chat-canary",

@@ -50,7 +50,11 @@ SCENARIO = Scenario.model_validate(
         "seed": 11,
         "tick": 0.5,
         "traffic": {"rate": 30},
-        "slices": {"chat": {"alpha": ALPHA, "output_tokens": 64}},
+        # Alike requests of one length: a few seconds of traffic must show the configured
+        # alpha (realistic per-request spread is the simulator's own test).
+        "slices": {
+            "chat": {"alpha": ALPHA, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
+        },
         "pools": [
             {
                 "name": "chat-canary",

@@ -221,22 +221,26 @@ def sim(
     fast: bool = typer.Option(
         False, "--fast", help="Run in-process as fast as possible instead of serving pods."
     ),
-    every: str = typer.Option("15s", "--every", help="Recording interval (simulated)."),
+    every: str | None = typer.Option(
+        None,
+        "--every",
+        help="Recording interval (simulated; default: the scenario's Prometheus scrape interval).",
+    ),
     tick: str | None = typer.Option(
         None, "--tick", help="Simulation tick (default: scenario's; at most 15s with --fast)."
     ),
 ) -> None:
     """Run a simulated vLLM fleet from a scenario file."""
     dur = _duration(duration, "--duration")
-    interval = _duration(every, "--every")
+    given = _duration(every, "--every")
     tick_s = _duration(tick, "--tick")
-    assert interval is not None
-    if interval <= 0:
+    if given is not None and given <= 0:
         raise typer.BadParameter("must be > 0", param_hint="--every")
     if tick_s is not None and tick_s <= 0:
         raise typer.BadParameter("must be > 0", param_hint="--tick")
     try:
         sc = load_scenario(scenario)
+        interval = sc.prometheus.scrape_interval if given is None else given
         end = sc.duration if dur is None else dur
         if fast:
             t = tick_s if tick_s is not None else min(interval, FAST_TICK)

@@ -15,6 +15,7 @@ that creates and deletes pods itself (``add_pod``/``remove_pod``/``apply_args``)
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,6 +51,8 @@ class SliceTruth:
     concurrency: int | None
     ready_pods: int
     pods_alpha: float | None = None
+    generated_tokens: int = 0
+    speculating_pods: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,13 +62,22 @@ class SliceTruth:
             "arrival_rate": self.arrival_rate,
             "concurrency": self.concurrency,
             "ready_pods": self.ready_pods,
+            "generated_tokens": self.generated_tokens,
+            "speculating_pods": self.speculating_pods,
         }
 
 
 @dataclass(frozen=True)
 class PodTruth:
     """A pod's set alpha (slice alpha + pod offset) and what it really did in its last tick
-    (``alpha`` includes the wander; zeros when it is not serving)."""
+    (``alpha`` includes the wander; zeros when it is not serving).
+
+    ``batch_alpha`` is the drafts-weighted acceptance of the requests it had in flight (what
+    its counters showed in the tick); ``time_per_token`` and ``tpot_p99`` are the mean and
+    P99 per-token latency it served; ``stalled`` the fraction of the tick in a stall episode.
+    ``generated_tokens`` counts every token the pod generated since the fleet started,
+    across restarts (its vLLM counter resets; this does not), for scoring decisions.
+    """
 
     pod: str
     slice: str
@@ -79,9 +91,21 @@ class PodTruth:
     mean_step: float
     tokens_per_step: float
     time_per_token: float
+    speculating: bool = False
+    batch_alpha: float = 0.0
+    tpot_p99: float = 0.0
+    stalled: float = 0.0
+    running: int = 0
+    generated_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "speculating": self.speculating,
+            "batch_alpha": self.batch_alpha,
+            "tpot_p99": self.tpot_p99,
+            "stalled": self.stalled,
+            "running": self.running,
+            "generated_tokens": self.generated_tokens,
             "slice": self.slice,
             "role": self.role,
             "ready": self.ready,
@@ -151,6 +175,8 @@ class Fleet:
         tick: float | None = None,
         start_epoch: float | None = None,
         create_pools: bool = True,
+        scrapes: bool = False,
+        scrape_retention: float = 3600.0,
     ) -> None:
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
@@ -161,10 +187,19 @@ class Fleet:
         self.now = 0.0
         self.pods: dict[str, SimPod] = {}
         self.slices: dict[str, SliceSpec] = dict(scenario.slices)
+        self.generated: dict[str, int] = dict.fromkeys(scenario.slices, 0)
+        #: Drifts under way: (slice or "" for traffic, field) -> (start, length, from, to).
+        self._ramps: dict[tuple[str, str], tuple[float, float, float, float]] = {}
         self.traffic_rate = scenario.traffic.rate
         self.pools: dict[str, PoolSpec] = {p.name: p for p in scenario.pools}
         self._pool_next: dict[str, int] = {p.name: 0 for p in scenario.pools}
         self.create_pools = create_pools
+        self.scrape_interval = scenario.prometheus.scrape_interval
+        self.prometheus_lag = scenario.prometheus.lag
+        self._scrape_every = max(1, round(self.scrape_interval / self.tick))
+        self._scrape_keep = max(2, round(scrape_retention / self.scrape_interval) + 1)
+        self._scrapes: dict[str, deque[PodSnapshot]] | None = {} if scrapes else None
+        self._ticks = 0
         self._next_event = 0
         self._events: list[FleetEvent] = []
         if create_pools:
@@ -239,6 +274,7 @@ class Fleet:
             latency_scale=pool.latency_scale,
             alpha_offset=offset,
             params=decode.params(),
+            stalls=(pool.stalls or self.scenario.stalls).params(),
         )
 
     def spec_for(
@@ -274,6 +310,7 @@ class Fleet:
                 slice=slice,
                 model_name=self.scenario.model_name,
                 params=self.scenario.decode.params(),
+                stalls=self.scenario.stalls.params(),
             )
         parse_speculative_args(list(args))  # refuse bad args before anything is created
         spec = replace(
@@ -319,9 +356,23 @@ class Fleet:
     def _apply_event(self, ev: Any) -> None:
         self._log("timeline", ev.note or f"timeline event at {ev.at:g}s")
         if ev.traffic is not None:
-            self.traffic_rate = ev.traffic.rate
+            self._ramps.pop(("", "rate"), None)
+            if ev.ramp > 0 and ev.traffic.rate != self.traffic_rate:
+                self._ramps[("", "rate")] = (ev.at, ev.ramp, self.traffic_rate, ev.traffic.rate)
+            else:
+                self.traffic_rate = ev.traffic.rate
         for name, patch in ev.slices.items():
-            merged = {**self.slices[name].model_dump(), **patch_fields(patch)}
+            fields = patch_fields(patch)
+            current = self.slices[name]
+            for key in fields:
+                self._ramps.pop((name, key), None)
+            if ev.ramp > 0:
+                for key, value in list(fields.items()):
+                    old = getattr(current, key)
+                    if isinstance(value, float) and isinstance(old, float) and value != old:
+                        self._ramps[(name, key)] = (ev.at, ev.ramp, old, value)
+                        del fields[key]
+            merged = {**current.model_dump(), **fields}
             self.slices[name] = SliceSpec.model_validate(merged)
         for name, patch in ev.pools.items():
             fields = patch_fields(patch)
@@ -374,11 +425,36 @@ class Fleet:
                 request_spread=sl.request_spread,
                 prompt_tokens=sl.prompt_tokens,
                 output_tokens=sl.output_tokens,
+                output_sigma=sl.output_sigma,
+                max_output_tokens=sl.max_output_tokens,
             )
         return loads
 
+    def _apply_ramps(self) -> None:
+        """Move drifting numbers to their value at the middle of the coming tick."""
+        t = self.now + self.tick / 2
+        updates: dict[str, dict[str, float]] = {}
+        for (name, key), (start, length, v0, v1) in list(self._ramps.items()):
+            frac = min(max((t - start) / length, 0.0), 1.0)
+            value = v0 + (v1 - v0) * frac
+            if name:
+                updates.setdefault(name, {})[key] = value
+            else:
+                self.traffic_rate = value
+            if self.now >= start + length:
+                del self._ramps[(name, key)]
+                value = v1
+                if name:
+                    updates[name][key] = v1
+                else:
+                    self.traffic_rate = v1
+        for name, fields in updates.items():
+            self.slices[name] = self.slices[name].model_copy(update=fields)
+
     def step(self) -> None:
         """Advance one tick."""
+        if self._ramps:
+            self._apply_ramps()
         for pod in self.pods.values():
             if pod.phase == "loading" and self.now >= pod.ready_at:
                 pod.update_phase(self.now)
@@ -388,8 +464,13 @@ class Fleet:
         for pod in self.pods.values():
             if pod.phase == "ready":
                 pod.tick(dt, loads[pod.spec.slice])
+                if pod.truth is not None:
+                    self.generated[pod.spec.slice] += pod.truth.generated
         self.now = round(self.now + dt, 9)
+        self._ticks += 1
         self._apply_due_events()
+        if self._scrapes is not None:
+            self._scrape()
 
     def advance_to(self, t: float) -> None:
         """Advance by whole ticks while the next tick ends at or before ``t``."""
@@ -400,6 +481,7 @@ class Fleet:
     # --- observation ------------------------------------------------------------------------
     def truth(self) -> Truth:
         ready: dict[str, int] = dict.fromkeys(self.slices, 0)
+        speculating: dict[str, int] = dict.fromkeys(self.slices, 0)
         expected: dict[str, list[float]] = {name: [] for name in self.slices}
         pods: dict[str, PodTruth] = {}
         for pod in self.pods.values():
@@ -423,7 +505,15 @@ class Fleet:
                 mean_step=tt.mean_step if tt else 0.0,
                 tokens_per_step=tt.tokens_per_step if tt else 0.0,
                 time_per_token=tt.time_per_token if tt else 0.0,
+                speculating=pod.speculating,
+                batch_alpha=tt.batch_alpha if tt else 0.0,
+                tpot_p99=tt.tpot_p99 if tt else 0.0,
+                stalled=tt.stalled if tt else 0.0,
+                running=pod.engine.running if pod.ready else 0,
+                generated_tokens=pod.generated_total,
             )
+            if pod.ready and pod.k:
+                speculating[sl] += 1
         slices = {
             name: SliceTruth(
                 name=name,
@@ -433,10 +523,49 @@ class Fleet:
                 concurrency=sl.concurrency,
                 ready_pods=ready[name],
                 pods_alpha=sum(expected[name]) / len(expected[name]) if expected[name] else None,
+                generated_tokens=self.generated[name],
+                speculating_pods=speculating[name],
             )
             for name, sl in self.slices.items()
         }
         return Truth(self.now, slices, pods)
+
+    # --- the Prometheus path ----------------------------------------------------------------
+    def _scrape_slot(self, name: str) -> int:
+        """Which tick of each scrape interval scrapes this pod (Prometheus spreads targets)."""
+        return zlib.crc32(name.encode()) % self._scrape_every
+
+    def _scrape(self) -> None:
+        """Scrape the pods whose turn it is; a pod that is loading fails its scrape."""
+        assert self._scrapes is not None
+        phase = self._ticks % self._scrape_every
+        for name in [n for n in self._scrapes if n not in self.pods]:
+            del self._scrapes[name]
+        for pod in self.pods.values():
+            if pod.ready and self._scrape_slot(pod.name) == phase:
+                samples = self._scrapes.get(pod.name)
+                if samples is None:
+                    samples = self._scrapes[pod.name] = deque(maxlen=self._scrape_keep)
+                samples.append(pod.snapshot(self.now))
+
+    def scraped(self, name: str) -> list[PodSnapshot]:
+        """Samples of a pod that a Prometheus query could see now, oldest first: one per
+        ``scrape_interval`` (at the pod's own phase), each visible ``prometheus_lag`` after
+        its scrape. Needs ``Fleet(..., scrapes=True)``; a loading pod leaves a gap."""
+        if self._scrapes is None:
+            raise ScenarioError("this fleet keeps no scrapes: create it with scrapes=True")
+        horizon = self.now - self.prometheus_lag + 1e-9
+        return [s for s in self._scrapes.get(name, ()) if s.t <= horizon]
+
+    def prometheus_snapshot(self) -> FleetSnapshot:
+        """The latest visible scrape of every pod that has one (its ``t`` is the scrape's
+        time, not now), with the truth as it is now."""
+        pods = []
+        for name in self.pods:
+            samples = self.scraped(name)
+            if samples:
+                pods.append(samples[-1])
+        return FleetSnapshot(self.now, self.epoch0 + self.now, pods, self.truth())
 
     def snapshot(self) -> FleetSnapshot:
         """What scraping every pod now would return, plus the truth."""

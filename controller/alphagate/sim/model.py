@@ -1,66 +1,76 @@
-"""Seeded decode model of one vLLM engine, with and without speculative decoding.
+"""Seeded decode model of one vLLM engine, request by request, with and without speculation.
 
 This is the physics behind every simulated pod. It is deliberately simple, but each part is
 there because the controller's decisions depend on it:
 
+* **Requests in flight.** The engine tracks every running request: its own acceptance, its
+  output length and what is left of it, when it arrived and when its first token came. A
+  request keeps its acceptance for its whole life (drawn at admission around the pod's
+  alpha, see :mod:`alphagate.sim.acceptance`), and output lengths are log-normal (a median
+  and a long tail, capped at ``max_output_tokens``), so a long request spans many scrapes and
+  carries its acceptance from one window into the next, as in real traffic.
 * **Step time.** One engine step verifies every running request once. A forward pass costs a
-  fixed ``t_base`` (weight reads: why decode is memory bound at small batch) plus ``t_token``
-  per token in the pass. Plain decode puts ``B`` tokens in the pass; speculation with ``K``
-  draft tokens puts ``B * (1 + K)`` and adds ``K`` drafter forwards
-  (``t_draft + t_draft_token * B`` each). When the tokens exceed ``token_budget``
-  (vLLM's ``max_num_batched_tokens``) the step is split into passes that run one after the
-  other, each paying ``t_base`` again: in a full batch the verify passes serialise. Step
-  durations get log-normal jitter (``jitter``), and a step that carries a new request's
-  prefill chunk is longer by that prefill (the stutter a streaming user sees).
-  So step time grows with batch size and K; at small batch speculation costs little extra
-  per step, at large batch it costs a multiple. A slow AR(1) "slowness" (batch composition,
-  context lengths) multiplies step times so throughput wanders like a real engine's.
-* **Acceptance.** Each draft proposes K tokens. Position ``i`` is accepted with probability
-  ``p ** (1 + decay * i)`` given that all earlier ones were; the first rejection ends the
-  draft. ``p`` is solved so that the expected accepted tokens per draft is ``K * alpha``, so
-  the counters' ``accepted / draft_tokens`` converges to the slice's alpha. Accepted counts
-  per tick are drawn as one multinomial over ``0..K`` accepted tokens, so
-  ``per_pos`` is non-increasing and sums to ``accepted`` exactly as in vLLM. ``draft_fill``
-  < 1 models proposers (n-gram) that find no draft on some steps: those steps count no draft.
-  A pod's effective alpha wanders around the slice's alpha (an AR(1) process with standard
-  deviation ``alpha_noise`` and a 30 s correlation time, plus a fixed per-pod offset).
+  fixed ``t_base`` plus ``t_token`` per token in the pass. Plain decode puts ``B`` tokens in
+  the pass; speculation with ``K`` draft tokens puts ``B * (1 + K)`` and adds ``K`` drafter
+  forwards (``t_draft + t_draft_token * B`` each). Past ``token_budget`` (vLLM's
+  ``max_num_batched_tokens``) the step splits into passes that run one after the other,
+  each paying ``t_base`` again. A slow AR(1) "slowness" multiplies step times, prefill chunks
+  of new requests take their share of the engine's time, and **stall episodes** (GC,
+  preemption, a noisy neighbour: :class:`Stalls`) make every step several times slower for
+  tens of seconds.
+* **Acceptance.** Every step of a running request verifies one draft (a share ``draft_fill``
+  of steps for proposers such as n-gram that find no draft on some steps); the draft stops
+  at its first rejection. Per request and tick the accepted counts are one multinomial over
+  ``0..K`` accepted tokens with that request's own distribution, so ``per_pos`` is
+  non-increasing and sums to ``accepted`` exactly as in vLLM. The pod's alpha wanders around
+  the slice's (AR(1), ``alpha_noise``, 30 s) plus a fixed per-pod offset; requests admitted
+  now are drawn around the current value.
 * **Observations, as vLLM makes them.** ``vllm:inter_token_latency_seconds`` gets one
-  observation per engine step per running request (the step duration), whatever the number
-  of tokens the step emitted (1 + accepted). Each request emits ``1 + A`` tokens per step.
-  Per finished request, ``vllm:request_time_per_output_token_seconds`` gets
-  decode time / (tokens - 1). Requests differ: a request's own acceptance is drawn from a
-  Beta around the pod's alpha (concentration ``request_spread``), so a request with poor
-  acceptance pays the long speculative step for one token. That is why the mean time per
-  output token falls with good alpha while per-step ITL rises, and why, under a full batch
-  where steps split into passes, the P99 per-token latency of a speculating pod can exceed
-  the baseline's although its mean is lower (``scenarios/p99-regression.yaml``).
-* **Load.** Either open loop (Poisson arrivals at ``arrival_rate`` per pod, queued when
+  observation per engine step per running request (the step duration, whatever the tokens it
+  emitted). Per finished request, ``vllm:request_time_per_output_token_seconds`` gets its own
+  decode time / (tokens - 1): a request with poor acceptance pays the long speculative step
+  for one token, and one that lived through a stall is slow. That is why the mean time per
+  token falls with good alpha while per-step ITL rises, and why under a full batch the P99
+  per-token latency of a speculating pod can exceed the baseline's although its mean is lower.
+* **Load.** Open loop (Poisson arrivals at ``arrival_rate`` per pod, queued FIFO when
   ``max_num_seqs`` are running) or closed loop (``concurrency`` clients per pod, each sending
-  its next request when the last finished). Output lengths are geometric with mean
-  ``output_tokens`` (memoryless, so finishing needs no per-request state); prompts have mean
-  ``prompt_tokens``. The queue is integrated exactly (``dB/dt = arrivals - lam * B``) in
-  sub-steps of at most a second, so results do not depend on the tick length.
+  its next request when the last finished).
 
-Everything is aggregate per tick (1 s in real time, 15 s for fast runs): one draw per
-quantity per tick; up to 256 sampled step durations for the ITL histogram and up to 64
-sampled requests for the per-request histograms, each weighted to stand for its share.
-Fractional counts carry to the next tick. A 24 h fleet therefore runs in seconds. All
-randomness comes from the ``numpy.random.Generator`` given to the engine, so a seed fixes
-the run.
+A tick (1 s in real time, 15 s for fast runs) is one vectorised pass over the requests in
+flight: the step rate is constant within a tick except inside a stall, requests admitted in
+the tick start at their admission instant, and slots freed by finishing requests admit the
+queue in order (in a few rounds when the tick is longer than a request). All randomness comes
+from the ``numpy.random.Generator`` given to the engine, so a seed fixes the run.
 """
 
 from __future__ import annotations
 
-import bisect
-import functools
-import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from alphagate import vllm
+from alphagate.sim.acceptance import (
+    AcceptanceTable,
+    acceptance_table,
+    draw_request_alpha,
+)
+from alphagate.sim.counters import EngineCounters, Histograms
+
+__all__ = [
+    "AcceptanceTable",
+    "DecodeParams",
+    "Engine",
+    "EngineCounters",
+    "Histograms",
+    "Load",
+    "Stalls",
+    "TickTruth",
+    "acceptance_table",
+    "step_time",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -69,10 +79,14 @@ FloatArray = npt.NDArray[np.float64]
 ALPHA_NOISE_TAU = 30.0
 #: Correlation time (s) of an engine's slowness (batch composition, context lengths).
 SLOW_TAU = 20.0
-#: Fraction of finished requests that stop on max_tokens rather than on a stop token.
-LENGTH_FINISH_FRACTION = 0.25
-#: Cap on a simulated queue wait, so an overloaded pod cannot produce absurd TTFTs.
-MAX_QUEUE_WAIT = 600.0
+#: Spread (log scale) of a stall's duration around its median.
+STALL_SIGMA = 0.5
+#: Most admission rounds inside one tick (a round admits into slots freed by the last one).
+MAX_ROUNDS = 64
+#: Most step durations sampled per tick for the ITL histogram (each stands for several).
+MAX_STEP_SAMPLES = 256
+#: Most finished/admitted requests observed per tick in the per-request histograms.
+MAX_REQUEST_SAMPLES = 256
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,19 @@ class DecodeParams:
 
 
 @dataclass(frozen=True)
+class Stalls:
+    """Episodes in which a pod's steps run ``slowdown`` times slower (0 per hour: none).
+
+    Episodes start as a Poisson process (``rate_per_hour``) and last a log-normal time around
+    ``duration`` seconds.
+    """
+
+    rate_per_hour: float = 0.0
+    duration: float = 30.0
+    slowdown: float = 4.0
+
+
+@dataclass(frozen=True)
 class Load:
     """What one pod is asked to serve during a tick (its slice's traffic, per pod)."""
 
@@ -102,6 +129,8 @@ class Load:
     request_spread: float = 6.0
     prompt_tokens: int = 512
     output_tokens: int = 256
+    output_sigma: float = 1.0
+    max_output_tokens: int = 8192
 
 
 def step_time(batch: int, k: int, params: DecodeParams, scale: float = 1.0) -> tuple[float, int]:
@@ -119,172 +148,16 @@ def step_time(batch: int, k: int, params: DecodeParams, scale: float = 1.0) -> t
     return scale * t, passes
 
 
-def _ge_exponents(k: int, decay: float) -> FloatArray:
-    """Exponents e_j with P(A >= j) = p ** e_j (e_0 = 0)."""
-    j = np.arange(k + 1, dtype=np.float64)
-    return np.asarray(j + decay * j * (j - 1) / 2, dtype=np.float64)
-
-
-class AcceptanceTable:
-    """Accepted-token distributions over a fine alpha grid, for one (K, decay).
-
-    Row ``i`` is the distribution of accepted tokens per draft whose mean is
-    ``K * i / GRID``, found by bisection on the first-position acceptance ``p``.
-    """
-
-    GRID = 2000
-
-    def __init__(self, k: int, decay: float) -> None:
-        self.k = k
-        self.decay = decay
-        expo = _ge_exponents(k, decay)
-        alphas = np.linspace(0.0, 1.0, self.GRID + 1)
-        lo = np.zeros_like(alphas)
-        hi = np.ones_like(alphas)
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            mean = (mid[:, None] ** expo[None, 1:]).sum(axis=1) / k
-            below = mean < alphas
-            lo = np.where(below, mid, lo)
-            hi = np.where(below, hi, mid)
-        p = (lo + hi) / 2
-        p[0], p[-1] = 0.0, 1.0
-        ge = p[:, None] ** expo[None, :]
-        ge[:, 0] = 1.0
-        probs = ge - np.concatenate([ge[:, 1:], np.zeros((ge.shape[0], 1))], axis=1)
-        probs = np.clip(probs, 0.0, None)
-        self.rows: FloatArray = probs / probs.sum(axis=1, keepdims=True)
-
-    def probs(self, alpha: float) -> FloatArray:
-        """Distribution of accepted tokens per draft whose mean is ``k * alpha`` (to 1/GRID)."""
-        i = round(min(max(alpha, 0.0), 1.0) * self.GRID)
-        row: FloatArray = self.rows[i]
-        return row
-
-
-@functools.lru_cache(maxsize=64)
-def acceptance_table(k: int, decay: float) -> AcceptanceTable:
-    """Shared, cached table (building one takes a few milliseconds)."""
-    return AcceptanceTable(k, decay)
-
-
-class Histograms:
-    """The state of a pod's vLLM histograms: per-bucket weights (``le`` buckets, then +Inf)
-    and sums, for several families kept in one array.
-
-    Weights are floats because a tick observes a sample of its steps and requests, each
-    standing for several; exposure rounds the cumulative counts, which keeps them integral,
-    monotone in ``le`` and non-decreasing over time. Observations are binned lazily, once
-    per read and for all families at once, because binning dominated the cost of a tick.
-    """
-
-    def __init__(self, families: dict[str, tuple[float, ...]]) -> None:
-        self.names = list(families)
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.bounds = [np.asarray(b, dtype=np.float64) for b in families.values()]
-        self.sizes = [len(b) + 1 for b in families.values()]
-        self.offsets = [0, *itertools.accumulate(self.sizes)][:-1]
-        self._starts = np.asarray(self.offsets, dtype=np.int64)
-        total = sum(self.sizes)
-        self.counts: FloatArray = np.zeros(total, dtype=np.float64)
-        self.sums: FloatArray = np.zeros(len(self.names), dtype=np.float64)
-        self._pending: list[tuple[int, FloatArray, float]] = []
-        self._cache: dict[str, tuple[list[int], float]] | None = None
-
-    def observe(self, name: str, values: FloatArray, weight: float = 1.0) -> None:
-        """Add each value ``weight`` times (a value equal to a bound falls in that bucket)."""
-        if values.size and weight > 0:
-            self._pending.append((self.index[name], values, weight))
-            self._cache = None
-
-    def observe_constant(self, name: str, value: float, n: float) -> None:
-        """Add ``value`` ``n`` times, without sampling."""
-        if n <= 0:
-            return
-        h = self.index[name]
-        i = bisect.bisect_left(self.bounds[h].tolist(), value)
-        self.counts[self.offsets[h] + i] += n
-        self.sums[h] += value * n
-        self._cache = None
-
-    def _flush(self) -> None:
-        pending = self._pending
-        if not pending:
-            return
-        idx = np.concatenate(
-            [self.bounds[h].searchsorted(v, side="left") + self.offsets[h] for h, v, _ in pending]
-        )
-        sizes = [v.size for _, v, _ in pending]
-        weights = np.repeat([w for _, _, w in pending], sizes)
-        values = np.concatenate([v for _, v, _ in pending])
-        hist_ids = np.repeat([h for h, _, _ in pending], sizes)
-        self.counts += np.bincount(idx, weights=weights, minlength=self.counts.size)
-        self.sums += np.bincount(hist_ids, weights=values * weights, minlength=self.sums.size)
-        pending.clear()
-
-    def read(self) -> dict[str, tuple[list[int], float]]:
-        """Per family: cumulative bucket counts as exposed (last is ``+Inf``) and the sum."""
-        if self._cache is None:
-            self._flush()
-            cum = np.cumsum(self.counts)
-            before = np.concatenate(([0.0], cum))[self._starts]
-            flat = np.rint(cum - np.repeat(before, self.sizes)).astype(np.int64).tolist()
-            sums = self.sums.tolist()
-            self._cache = {
-                name: (flat[off : off + size], sums[h])
-                for h, (name, off, size) in enumerate(
-                    zip(self.names, self.offsets, self.sizes, strict=True)
-                )
-            }
-        return self._cache
-
-
-def _histograms() -> Histograms:
-    return Histograms(
-        {
-            vllm.TTFT: vllm.TTFT_BUCKETS,
-            vllm.ITL: vllm.ITL_BUCKETS,
-            vllm.TPOT: vllm.TPOT_BUCKETS,
-            vllm.E2E: vllm.E2E_BUCKETS,
-            vllm.QUEUE_TIME: vllm.QUEUE_TIME_BUCKETS,
-            vllm.DECODE_TIME: vllm.DECODE_TIME_BUCKETS,
-        }
-    )
-
-
-@dataclass
-class EngineCounters:
-    """Everything a vLLM process counts since it started; a restart makes a fresh one.
-
-    ``accept_counts[j]`` counts drafts with exactly ``j`` accepted tokens; vLLM's per-position
-    counter is its reverse cumulative sum (:meth:`per_pos`).
-    """
-
-    k: int
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted: int = 0
-    accept_counts: IntArray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
-    generation_tokens: int = 0
-    prompt_tokens: int = 0
-    success: dict[str, int] = field(default_factory=lambda: dict.fromkeys(vllm.FINISH_REASONS, 0))
-    running: int = 0
-    waiting: int = 0
-    histograms: Histograms = field(default_factory=_histograms)
-
-    def __post_init__(self) -> None:
-        if self.accept_counts.size != self.k + 1:
-            self.accept_counts = np.zeros(self.k + 1, dtype=np.int64)
-
-    def per_pos(self) -> list[int]:
-        """``per_pos[i]`` = drafts with at least ``i + 1`` accepted tokens."""
-        out: list[int] = np.cumsum(self.accept_counts[::-1])[::-1][1:].tolist()
-        return out
-
-
 @dataclass(frozen=True)
 class TickTruth:
-    """What really happened in a tick, for checking estimators against."""
+    """What really happened in a tick, for checking estimators and scoring decisions.
+
+    ``alpha`` is what the pod is set to converge to now (slice alpha, pod offset, wander);
+    ``batch_alpha`` is the drafts-weighted acceptance of the requests that were in flight
+    (what this tick's counters show, up to sampling noise). ``time_per_token`` and
+    ``tpot_p99`` are the mean and 99th percentile of the per-token latency the running
+    requests got; ``generated`` counts the tokens of the tick.
+    """
 
     alpha: float
     batch: float
@@ -293,24 +166,26 @@ class TickTruth:
     mean_step: float
     tokens_per_step: float
     time_per_token: float
+    batch_alpha: float = 0.0
+    tpot_p99: float = 0.0
+    generated: int = 0
+    finished: int = 0
+    stalled: float = 0.0
 
 
-#: Longest stretch of the deterministic queue integration inside a tick (s).
-SUBSTEP = 1.0
-#: Most step durations sampled per tick for the ITL histogram (each stands for several).
-MAX_STEP_SAMPLES = 256
-#: Most finished/admitted requests sampled per tick for the per-request histograms.
-MAX_REQUEST_SAMPLES = 64
+#: Rows of the in-flight request array: decode tokens left, output length, own acceptance,
+#: arrival time, first-token time (engine time), decode steps so far.
+REM, LEN, ACC, ARR, FIRST, STEPS = range(6)
+#: Rows of a tick's segment array: local start, steps used, local end, finished (0/1).
+S_START, S_USED, S_END, S_DONE = range(4)
+
+
+def _empty() -> FloatArray:
+    return np.zeros((6, 0))
 
 
 class Engine:
-    """Queue and batch state of one vLLM engine, advanced one tick at a time.
-
-    Within a tick the queue (arrivals, admission, finishes) is integrated deterministically
-    in sub-steps of at most one second, so the batch size does not depend on the tick length;
-    the randomness (arrivals, step jitter, acceptance, per-request spread) is drawn once per
-    tick. Fractional counts carry over to the next tick instead of being rounded away.
-    """
+    """Requests in flight, queue and counters of one vLLM engine, advanced tick by tick."""
 
     def __init__(
         self,
@@ -319,29 +194,70 @@ class Engine:
         *,
         k: int,
         alpha_offset: float = 0.0,
+        stalls: Stalls | None = None,
     ) -> None:
         self.params = params
         self.rng = rng
         self.k = k
         self.alpha_offset = alpha_offset
-        self.running = 0.0
-        self.waiting = 0.0
+        self.stalls = stalls or Stalls()
+        self.t = 0.0
         self.noise = 0.0
         self.slow = 0.0
-        self._positions = np.arange(k + 1, dtype=np.int64)
+        self.req: FloatArray = _empty()
+        self.queue: FloatArray = np.zeros(0)  # arrival times of waiting requests
+        self.mean_batch = 0.0
+        self.last_admitted = 0.0
+        self.stall_start = math.inf
+        self.stall_end = math.inf
+        self._positions = np.arange(k + 1, dtype=np.float64)
         self._step_cache: dict[tuple[int, float], tuple[float, int]] = {}
-        self._carry_obs = 0.0
-        self._carry_admit = 0.0
-        self._carry_finish = 0.0
-        self._carry_steps = 0.0
+        self._schedule_stall(0.0)
 
+    @property
+    def running(self) -> int:
+        return int(self.req.shape[1])
+
+    @property
+    def waiting(self) -> int:
+        return int(self.queue.size)
+
+    @property
+    def in_flight_alpha(self) -> FloatArray:
+        """Own acceptance of each running request."""
+        out: FloatArray = self.req[ACC].copy()
+        return out
+
+    # --- stalls -----------------------------------------------------------------------------
+    def _schedule_stall(self, after: float) -> None:
+        s = self.stalls
+        if s.rate_per_hour <= 0 or s.slowdown <= 1.0:
+            self.stall_start = self.stall_end = math.inf
+            return
+        start = after + float(self.rng.exponential(3600.0 / s.rate_per_hour))
+        length = s.duration * math.exp(STALL_SIGMA * float(self.rng.standard_normal()))
+        self.stall_start, self.stall_end = start, start + length
+
+    def _clock(self, dt: float, st: float) -> tuple[FloatArray, FloatArray, float]:
+        """Breakpoints (local time, steps done) of the tick's step clock; time stalled."""
+        a = min(max(self.stall_start - self.t, 0.0), dt)
+        b = min(max(self.stall_end - self.t, 0.0), dt)
+        if b <= a:
+            return np.array([0.0, dt]), np.array([0.0, dt / st]), 0.0
+        f = self.stalls.slowdown
+        s_a = a / st
+        s_b = s_a + (b - a) / (f * st)
+        return np.array([0.0, a, b, dt]), np.array([0.0, s_a, s_b, s_b + (dt - b) / st]), b - a
+
+    # --- one tick ---------------------------------------------------------------------------
     def tick(self, dt: float, load: Load, c: EngineCounters, *, scale: float = 1.0) -> TickTruth:
         """Advance ``dt`` seconds under ``load``, adding what vLLM would count into ``c``."""
         rng = self.rng
         p = self.params
         k = self.k
         sigma = p.jitter
-        fill = load.draft_fill
+        per_draft = load.draft_fill * k
+        t0 = self.t
 
         # Alpha wander and engine slowness: AR(1) processes whose stationary standard deviations
         # (alpha_noise; jitter / 3 in log step time) do not depend on the tick length.
@@ -353,177 +269,287 @@ class Engine:
             self.noise = 0.0
         rho = math.exp(-dt / SLOW_TAU)
         self.slow = rho * self.slow + math.sqrt(1 - rho * rho) * (sigma / 3) * z1
-        slow = math.exp(self.slow)
         alpha = min(max(load.alpha + self.alpha_offset + self.noise, 0.0), 1.0)
-        tps = 1.0 + fill * k * alpha if k else 1.0
-        n_out = max(load.output_tokens, 2)
-        log_keep = math.log1p(-1.0 / n_out)
         prefill_one = load.prompt_tokens * p.prefill_per_token * scale
 
-        arrivals = 0.0
-        if load.concurrency is None and load.arrival_rate > 0:
-            arrivals = float(rng.poisson(load.arrival_rate * dt))
-        backlog_before = self.waiting
+        # Candidates for admission (local times): the queue, then this tick's arrivals.
+        req = self.req
+        running = req.shape[1]
+        closed = load.concurrency is not None
+        queue = self.queue
+        suppress = 0
+        if closed:
+            conc = int(load.concurrency or 0)
+            clients = running + queue.size
+            if clients < conc:
+                queue = np.concatenate([queue, np.full(conc - clients, t0)])
+            elif clients > conc:
+                drop = min(queue.size, clients - conc)
+                queue = queue[: queue.size - drop]
+                suppress = clients - conc - drop  # finishing clients that do not come back
+            pending = queue - t0
+        else:
+            n_arr = int(rng.poisson(load.arrival_rate * dt)) if load.arrival_rate > 0 else 0
+            new = np.sort(rng.random(n_arr)) * dt
+            pending = np.concatenate([queue - t0, new]) if queue.size else new
 
-        # Deterministic queue integration over sub-steps.
-        n_sub = max(1, math.ceil(dt / SUBSTEP - 1e-9))
-        h = dt / n_sub
-        run, wait = self.running, self.waiting
-        obs = steps = step_sum = admitted = finished = batch_time = 0.0
-        passes_max = 0
-        step_cache = self._step_cache
-        if len(step_cache) > 4096:
-            step_cache.clear()
-        cap = float(p.max_num_seqs)
-        conc = load.concurrency
-        closed = conc is not None
-        rate_in = 0.0 if closed else arrivals / dt
-        for _ in range(n_sub):
-            if conc is not None:
-                clients = run + wait
-                if clients < conc:
-                    wait += conc - clients
-                elif clients > conc:
-                    wait -= min(wait, clients - conc)
-            admit = min(wait, max(cap - run, 0.0))
-            wait -= admit
-            run += admit
-            if run <= 1e-9 and rate_in <= 0:
-                admitted += admit
-                continue
-            key = (max(round(run), 1), scale)
-            cached = step_cache.get(key)
-            if cached is None:
-                cached = step_cache[key] = step_time(key[0], k, p, scale)
-            st, passes = cached
-            st *= slow
-            passes_max = max(passes_max, passes)
-            lam = -log_keep * tps / st  # finishes per running request per second
-            # Prefill chunks of new requests take part of the sub-step from decoding.
-            expected_new = admit + (run * lam * h if closed or wait > 1e-9 else rate_in * h)
-            prefill = min(expected_new * prefill_one, 0.5 * h)
-            lam *= (h - prefill) / h
-            if conc is not None:
-                # Closed loop: a client sends its next request as soon as the last one ends,
-                # unless there are more clients than wanted (then it leaves).
-                fin = run * lam * h
-                refill = max(fin - max(run + wait - conc, 0.0), 0.0)
-                integral = run * h
-                end = run - fin + refill
-                arrived = refill
-            elif wait > 1e-9:
-                # Saturated: each finish is replaced at once from the queue.
-                fin = run * lam * h
-                refill = min(fin, wait + rate_in * h)
-                wait += rate_in * h - refill
-                integral = run * h
-                end = run - fin + refill
-                arrived = refill
+        # Step time of the tick: batch estimate, prefill share, slowness, stall.
+        b_est = max(1, round(0.5 * (running + self.mean_batch)))
+        key = (b_est, scale)
+        cached = self._step_cache.get(key)
+        if cached is None:
+            if len(self._step_cache) > 4096:
+                self._step_cache.clear()
+            cached = self._step_cache[key] = step_time(b_est, k, p, scale)
+        st, passes = cached
+        st *= math.exp(self.slow)
+        expected_new = self.last_admitted if closed else pending.size
+        prefill_frac = min(expected_new * prefill_one / dt, 0.5)
+        bp_t, bp_s, stalled = self._clock(dt, st / (1.0 - prefill_frac))
+        s_total = float(bp_s[-1])
+        plain = stalled == 0.0
+
+        # Round 0: the running requests and those the free slots admit at once; each later
+        # round admits the queue into the slots that the round before freed.
+        cohort, start = req, np.zeros(running)
+        cohorts: list[FloatArray] = []
+        segs: list[FloatArray] = []
+        adm: list[FloatArray] = []  # (queue wait, time to first token) per admitted request
+        n = min(pending.size, max(p.max_num_seqs - running, 0))
+        admitted = n
+        if n:
+            new, new_start, waits = self._admit(pending[:n], pending[:n], t0, dt, alpha, load,
+                                                prefill_one)  # fmt: skip
+            adm.append(waits)
+            pending = pending[n:]
+            if running:
+                cohort = np.concatenate([req, new], axis=1)
+                start = np.concatenate([start, new_start])
             else:
-                # Open loop below capacity: dB/dt = arrivals - lam * B, solved exactly.
-                decay = math.exp(-lam * h)
-                eq = rate_in / lam
-                end = eq + (run - eq) * decay
-                integral = eq * h + (run - eq) * (1.0 - decay) / lam
-                arrived = rate_in * h
-                if end > cap:
-                    wait += end - cap
-                    arrived -= end - cap
-                    end = cap
-                fin = run + arrived - end
-            admitted += admit + arrived
-            n = (h - prefill) / st
-            steps += n
-            step_sum += n * st
-            obs += integral * (h - prefill) / h / st
-            batch_time += integral
-            finished += fin
-            run = max(end, 0.0)
-        self.running, self.waiting = run, wait
-        c.running, c.waiting = round(run), round(wait)
+                cohort, start = new, new_start
+        slots: FloatArray = np.zeros(0)
+        rounds = 0
+        while True:
+            rounds += 1
+            if cohort.shape[1]:
+                s0 = start * (s_total / dt) if plain else np.interp(start, bp_t, bp_s)
+                s1 = np.minimum(s0 + cohort[REM] / (1.0 + per_draft * cohort[ACC]), s_total)
+                seg = np.empty((4, start.size))
+                seg[S_START] = start
+                seg[S_USED] = s1 - s0
+                seg[S_END] = s1 * (dt / s_total) if plain else np.interp(s1, bp_s, bp_t)
+                seg[S_DONE] = s1 < s_total
+                cohorts.append(cohort)
+                segs.append(seg)
+                if closed or pending.size:
+                    freed = np.sort(seg[S_END][seg[S_DONE] > 0])
+                    if closed and freed.size:
+                        back = freed[suppress:]
+                        suppress = max(suppress - freed.size, 0)
+                        pending = np.sort(np.concatenate([pending, back]))
+                    slots = np.sort(np.concatenate([slots, freed]))
+            n = min(pending.size, slots.size)
+            if n == 0 or rounds >= MAX_ROUNDS:
+                break
+            at = np.maximum(pending[:n], slots[:n])
+            cohort, start, waits = self._admit(at, pending[:n], t0, dt, alpha, load, prefill_one)
+            adm.append(waits)
+            slots, pending = slots[n:], pending[n:]
+            admitted += n
+        self.queue = pending + t0
+        self.last_admitted = float(admitted)
+        self.t = t0 + dt
+        if self.stall_end <= self.t:
+            self._schedule_stall(self.stall_end)
+        return self._account(
+            c, cohorts, segs, admitted, adm, dt=dt, t0=t0, alpha=alpha, st=st, passes=passes,
+            s_total=s_total, bp_s=bp_s, stalled=stalled, load=load, prefill_one=prefill_one,
+        )  # fmt: skip
 
-        if steps <= 0:
-            return TickTruth(alpha, 0.0, 0, 0, 0.0, tps, 0.0)
+    def _admit(
+        self,
+        at: FloatArray,
+        arrived: FloatArray,
+        t0: float,
+        dt: float,
+        alpha: float,
+        load: Load,
+        prefill_one: float,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """New requests admitted at local times ``at`` (arrived at ``arrived``): the requests,
+        when their decoding starts, and (queue wait, time to first token) for each."""
+        rng = self.rng
+        n = at.size
+        sigma = self.params.jitter
+        z = rng.standard_normal(2 * n)
+        out = np.empty((6, n))
+        if load.output_sigma > 0:
+            raw = np.rint(load.output_tokens * np.exp(load.output_sigma * z[:n]))
+            out[LEN] = np.minimum(np.maximum(raw, 1.0), float(load.max_output_tokens))
+        else:
+            out[LEN] = float(min(load.output_tokens, load.max_output_tokens))
+        out[REM] = out[LEN] - 1.0
+        if self.k:
+            per_draft = load.draft_fill * self.k
+            out[ACC] = draw_request_alpha(rng, n, alpha, load.request_spread, per_draft)
+        else:
+            out[ACC] = alpha
+        first = at + prefill_one * np.exp(z[n:] * sigma - sigma * sigma / 2)
+        out[ARR] = arrived + t0
+        out[FIRST] = first + t0
+        out[STEPS] = 0.0
+        waits = np.empty((2, n))
+        waits[0] = at - arrived
+        waits[1] = first - arrived
+        return out, np.minimum(first, dt), waits
 
-        base = step_sum / steps
-        n_obs = int(obs + self._carry_obs)
-        self._carry_obs += obs - n_obs
-        n_steps = int(steps + self._carry_steps)
-        self._carry_steps += steps - n_steps
-        n_admit = int(admitted + self._carry_admit)
-        self._carry_admit += admitted - n_admit
-        n_fin = int(finished + self._carry_finish)
-        self._carry_finish += finished - n_fin
+    def _account(
+        self,
+        c: EngineCounters,
+        cohorts: list[FloatArray],
+        segs: list[FloatArray],
+        admitted: int,
+        adm: list[FloatArray],
+        *,
+        dt: float,
+        t0: float,
+        alpha: float,
+        st: float,
+        passes: int,
+        s_total: float,
+        bp_s: FloatArray,
+        stalled: float,
+        load: Load,
+        prefill_one: float,
+    ) -> TickTruth:
+        """Draw the tick's acceptances, count and observe everything, keep the survivors."""
+        rng = self.rng
+        k = self.k
+        sigma = self.params.jitter
+        hist = c.histograms
 
-        # One batch of log-normal jitter for steps and first tokens.
-        m_steps = min(max(n_steps, 1), MAX_STEP_SAMPLES)
-        m_adm = min(n_admit, MAX_REQUEST_SAMPLES)
-        m_fin = min(n_fin, MAX_REQUEST_SAMPLES)
-        jit = np.exp(rng.standard_normal(m_steps + m_adm + m_fin) * sigma - sigma * sigma / 2)
+        # First tokens of admitted requests: queueing, then prefill.
+        if admitted:
+            wait_ttft = adm[0] if len(adm) == 1 else np.concatenate(adm, axis=1)
+            w, picked = _sample(rng, wait_ttft)
+            hist.observe(vllm.QUEUE_TIME, picked[0], w)
+            hist.observe(vllm.TTFT, picked[1], w)
+        c.prompt_tokens += admitted * load.prompt_tokens
 
         # ITL: one observation per step per running request, the step's duration. Steps that
-        # carry a new request's prefill chunk are longer by that prefill.
-        durations = jit[:m_steps] * base
+        # carry a new request's prefill chunk are longer by it; steps in a stall are slower.
+        m = min(max(int(s_total), 1), MAX_STEP_SAMPLES)
+        durations = np.exp(rng.standard_normal(m) * sigma - sigma * sigma / 2) * st
+        if stalled > 0:
+            m_stall = round(m * float(bp_s[2] - bp_s[1]) / s_total)
+            durations[:m_stall] *= self.stalls.slowdown
         if admitted and prefill_one:
-            m = round(m_steps * min(1.0, admitted / steps))
-            if m:
-                durations[:m] += prefill_one
-        c.histograms.observe(vllm.ITL, durations, obs / m_steps)
-        mean_step = float(np.add.reduce(durations)) / m_steps
+            m_pref = round(m * min(1.0, admitted / max(s_total, 1e-9)))
+            durations[m - m_pref :] += prefill_one
+        mean_step = float(np.add.reduce(durations)) / m
+        tps_set = 1.0 + k * load.draft_fill * alpha
 
-        # Speculation counters: every step of every running request verifies one draft.
-        accepted = 0
-        if k and n_obs:
-            n_drafts = n_obs if fill >= 1.0 else int(rng.binomial(n_obs, fill))
-            counts = rng.multinomial(n_drafts, acceptance_table(k, load.decay).probs(alpha))
-            accepted = int(counts @ self._positions)
+        if not cohorts:
+            c.generation_tokens += admitted
+            c.running, c.waiting = 0, self.waiting
+            self.req = _empty()
+            self.mean_batch = 0.0
+            return TickTruth(alpha, 0.0, 0, 0, 0.0, tps_set, 0.0, batch_alpha=alpha,
+                             generated=admitted, stalled=stalled / dt)  # fmt: skip
+
+        req = cohorts[0] if len(cohorts) == 1 else np.concatenate(cohorts, axis=1)
+        seg = segs[0] if len(segs) == 1 else np.concatenate(segs, axis=1)
+        used = seg[S_USED]
+        done = seg[S_DONE] > 0
+        n = used.size
+        d = np.floor(used + rng.random(n))
+        total_steps = float(d.sum())
+        acc = req[ACC]
+        accepted = 0.0
+        tokens = d
+        if k and total_steps > 0:
+            di = d.astype(np.int64)
+            drafts = di if load.draft_fill >= 1.0 else rng.binomial(di, load.draft_fill)
+            table = acceptance_table(k, load.decay)
+            counts = rng.multinomial(drafts, table.rows[table.row_index(acc)])
+            accepted_r = counts @ self._positions
+            accepted = float(accepted_r.sum())
+            n_drafts = int(drafts.sum())
             c.drafts += n_drafts
             c.draft_tokens += n_drafts * k
-            c.accepted += accepted
-            c.accept_counts += counts
-        c.generation_tokens += n_obs + accepted + n_admit
-        c.prompt_tokens += n_admit * load.prompt_tokens
+            c.accepted += int(accepted)
+            c.accept_counts += counts.sum(axis=0)
+            tokens = d + accepted_r
+        rem = req[REM]
+        gen = np.where(done, rem, np.minimum(tokens, rem))
+        req = req.copy() if req is self.req else req
+        req[REM] = rem - gen
+        req[STEPS] += d
+        fin = done | (req[REM] <= 0)
+        end = np.where(fin & ~done, dt, seg[S_END])
+        generated = admitted + int(gen.sum())
+        c.generation_tokens += generated
+        if total_steps > 0:
+            hist.observe(vllm.ITL, durations, total_steps / m)
 
-        first = prefill_one + base
-        # First tokens of admitted requests: queueing, then prefill.
-        if m_adm:
-            w = n_admit / m_adm
-            prefill_t = jit[m_steps : m_steps + m_adm] * first
-            if backlog_before > 0.5 and finished > 0:
-                mean_wait = min(backlog_before / (finished / dt), MAX_QUEUE_WAIT)
-                queue = rng.exponential(mean_wait, m_adm)
-                c.histograms.observe(vllm.QUEUE_TIME, queue, w)
-                c.histograms.observe(vllm.TTFT, queue + prefill_t, w)
-            else:
-                c.histograms.observe_constant(vllm.QUEUE_TIME, 0.0, float(n_admit))
-                c.histograms.observe(vllm.TTFT, prefill_t, w)
-
-        # Finished requests: length, own acceptance, per-token time, end-to-end.
-        if m_fin:
-            w = n_fin / m_fin
-            n_tokens = rng.geometric(1.0 / n_out, m_fin) + 1.0
-            if k:
-                kappa = load.request_spread
-                a_r = rng.beta(max(alpha, 1e-3) * kappa, max(1.0 - alpha, 1e-3) * kappa, m_fin)
-                tps_r = a_r * (fill * k) + 1.0
-            else:
-                tps_r = np.ones(m_fin)
-            s = math.sqrt(sigma * sigma * tps / n_out + 0.0004)
-            tpot = np.exp(rng.standard_normal(m_fin) * s - s * s / 2) * mean_step / tps_r
-            decode = tpot * (n_tokens - 1.0)
-            c.histograms.observe(vllm.TPOT, tpot, w)
-            c.histograms.observe(vllm.DECODE_TIME, decode, w)
-            c.histograms.observe(vllm.E2E, jit[m_steps + m_adm :] * first + decode, w)
-            n_length = round(n_fin * LENGTH_FINISH_FRACTION)
+        # Finished requests: per-token time, decode time, end-to-end, finish reason.
+        n_fin = int(fin.sum())
+        if n_fin:
+            f = req[:, fin]
+            t_end = t0 + end[fin]
+            length = f[LEN]
+            decode = np.maximum(t_end - f[FIRST], 0.0)
+            s = np.sqrt(sigma * sigma / np.maximum(f[STEPS], 1.0) + 0.0004)
+            jit = np.exp(rng.standard_normal(n_fin) * s - s * s / 2)
+            obs = np.empty((3, n_fin))
+            obs[0] = decode / np.maximum(length - 1.0, 1.0) * jit
+            obs[1] = decode
+            obs[2] = t_end - f[ARR]
+            w, picked = _sample(rng, obs[:, length > 1])
+            hist.observe(vllm.TPOT, picked[0], w)
+            hist.observe(vllm.DECODE_TIME, picked[1], w)
+            hist.observe(vllm.E2E, picked[2], w)
+            n_length = int((length >= load.max_output_tokens).sum())
             c.success["length"] += n_length
             c.success["stop"] += n_fin - n_length
 
+        # Truth of the tick, then keep the survivors.
+        busy = np.maximum(end - seg[S_START], 0.0)
+        busy_sum = float(busy.sum())
+        batch = busy_sum / dt
+        if total_steps > 0:
+            batch_alpha = float(acc @ d) / total_steps if k else alpha
+            tps = (total_steps + accepted) / total_steps
+            time_per_token = busy_sum / (total_steps + accepted)
+            ok = used > 0
+            per_token = busy[ok] / used[ok] / (1.0 + k * load.draft_fill * acc[ok])
+            i = max(math.ceil(0.99 * per_token.size) - 1, 0)
+            p99 = float(np.sort(per_token)[i])
+        else:
+            batch_alpha, tps, time_per_token, p99 = alpha, tps_set, mean_step / tps_set, 0.0
+        self.req = req[:, ~fin]
+        self.mean_batch = batch
+        c.running, c.waiting = self.running, self.waiting
         return TickTruth(
             alpha=alpha,
-            batch=batch_time / dt,
-            steps=n_steps,
-            passes=passes_max,
+            batch=batch,
+            steps=int(s_total),
+            passes=passes,
             mean_step=mean_step,
             tokens_per_step=tps,
-            time_per_token=mean_step / tps,
+            time_per_token=time_per_token,
+            batch_alpha=batch_alpha,
+            tpot_p99=p99,
+            generated=generated,
+            finished=n_fin,
+            stalled=stalled / dt,
         )
+
+
+def _sample(rng: np.random.Generator, rows: FloatArray) -> tuple[float, FloatArray]:
+    """At most MAX_REQUEST_SAMPLES columns of ``rows``, and the weight each stands for."""
+    n = rows.shape[1]
+    if n <= MAX_REQUEST_SAMPLES:
+        return 1.0, rows
+    pick = rng.choice(n, MAX_REQUEST_SAMPLES, replace=False)
+    return n / MAX_REQUEST_SAMPLES, rows[:, pick]

@@ -26,6 +26,7 @@ from alphagate.sim.model import (
     Engine,
     EngineCounters,
     Load,
+    Stalls,
     TickTruth,
 )
 
@@ -125,6 +126,7 @@ class PodSpec:
     latency_scale: float = 1.0
     alpha_offset: float = 0.0
     params: DecodeParams = field(default_factory=DecodeParams)
+    stalls: Stalls = field(default_factory=Stalls)
 
     def labels(self) -> dict[str, str]:
         """Target labels identifying the pod (file-SD labels, Kubernetes pod labels)."""
@@ -242,6 +244,7 @@ class SimPod:
         self.ready_at = now if ready else now + spec.load_time
         self.started = epoch0 + self.ready_at
         self.truth: TickTruth | None = None
+        self.generated_total = 0  # tokens generated over every life of the pod
         self._start_engine()
         if ready:
             self.phase = "ready"
@@ -274,7 +277,13 @@ class SimPod:
     # --- lifecycle --------------------------------------------------------------------------
     def _start_engine(self) -> None:
         rng = np.random.default_rng([self.seed, _stable_hash(self.spec.name), self.restarts])
-        self.engine = Engine(self.spec.params, rng, k=self.k, alpha_offset=self.spec.alpha_offset)
+        self.engine = Engine(
+            self.spec.params,
+            rng,
+            k=self.k,
+            alpha_offset=self.spec.alpha_offset,
+            stalls=self.spec.stalls,
+        )
         self.counters = EngineCounters(k=self.k)
 
     def apply_args(self, args: list[str], *, now: float) -> bool:
@@ -327,6 +336,7 @@ class SimPod:
         if self.phase != "ready":
             return
         self.truth = self.engine.tick(dt, load, self.counters, scale=self.spec.latency_scale)
+        self.generated_total += self.truth.generated
 
     # --- observation ------------------------------------------------------------------------
     def snapshot(self, now: float) -> PodSnapshot:

@@ -6,7 +6,8 @@ Format (one JSON object per line, UTF-8):
 
        {"type": "header", "format": "alphagate-sim-recording", "version": 1,
         "scenario": "<name>", "scenario_spec": {...validated scenario...},
-        "seed": 7, "tick": 15.0, "interval": 15.0, "start_epoch": 1800000000.0,
+        "seed": 7, "tick": 15.0, "interval": 15.0, "scrape_interval": 15.0,
+        "prometheus_lag": 0.0, "start_epoch": 1800000000.0,
         "model_name": "...", "buckets": {"vllm:inter_token_latency_seconds": [0.01, ...], ...}}
 
 2. Then, in time order, ``snapshot`` and ``event`` lines::
@@ -26,19 +27,26 @@ Format (one JSON object per line, UTF-8):
                                     "sum": 1.5, "count": 99}, ...}}, ...],
         "truth": {"slices": {"chat": {"alpha": 0.7, "pods_alpha": 0.7, "share": 1.0,
                                       "arrival_rate": 24.0, "concurrency": null,
-                                      "ready_pods": 4}},
+                                      "ready_pods": 4, "generated_tokens": 123456,
+                                      "speculating_pods": 1}},
                   "pods": {"chat-canary-0": {"slice": ..., "role": ..., "ready": true,
                                              "k": 5, "expected_alpha": 0.7, "alpha": 0.71,
                                              "batch": 7.1, "passes": 1,
                                              "mean_step": 0.017, "tokens_per_step": 4.5,
-                                             "time_per_token": 0.0038}, ...}}}
+                                             "time_per_token": 0.0038, "tpot_p99": 0.007,
+                                             "speculating": true, "batch_alpha": 0.69,
+                                             "stalled": 0.0, "running": 7,
+                                             "generated_tokens": 34567}, ...}}}
 
 ``t`` is simulated seconds since the start; ``time`` = ``start_epoch + t``. Counters are
 cumulative since the pod's last (re)start, exactly as a scrape would show them: a pod's
 counters drop when it restarts (``started`` and ``restarts`` change), spec-decode keys and
 ``per_pos`` exist only while speculation is on (``spec_k`` not null), and a pod that is
 loading has ``phase: "loading"`` (a scrape would fail). ``truth`` is what the scenario set
-(slice alpha, traffic) and what each pod really did in its last tick.
+(slice alpha, traffic) and what each pod really did in its last tick; ``generated_tokens``
+count since the start of the run and, unlike the counters, survive restarts.
+``scrape_interval`` and ``prometheus_lag`` are the scenario's Prometheus path (a consumer
+that plays Prometheus reads each pod every ``scrape_interval``, ``prometheus_lag`` late).
 """
 
 from __future__ import annotations
@@ -78,6 +86,8 @@ class RecordingWriter:
             "seed": fleet.seed,
             "tick": fleet.tick,
             "interval": interval,
+            "scrape_interval": fleet.scrape_interval,
+            "prometheus_lag": fleet.prometheus_lag,
             "start_epoch": fleet.epoch0,
             "model_name": fleet.scenario.model_name,
             "buckets": {k: list(v) for k, v in vllm.HISTOGRAM_BUCKETS.items()},
@@ -148,6 +158,8 @@ def _truth_from_json(t: float, data: dict[str, Any]) -> Truth:
             concurrency=s["concurrency"],
             ready_pods=int(s["ready_pods"]),
             pods_alpha=s.get("pods_alpha"),
+            generated_tokens=int(s.get("generated_tokens", 0)),
+            speculating_pods=int(s.get("speculating_pods", 0)),
         )
         for name, s in data["slices"].items()
     }

@@ -19,11 +19,17 @@ such as ``90s``, ``5m``, ``1h30m``. Example::
     timeline:
       - {at: 10m, slices: {chat: {alpha: 0.45}}, note: drafts stop matching}
       - {at: 20m, pools: {chat-canary: {speculative_config: null}}}   # restart, spec off
+      - {at: 30m, ramp: 2h, slices: {chat: {alpha: 0.7}}}           # a drift, not a step
+    stalls: {rate: 1, duration: 30s, slowdown: 4}  # per pod (a pool may override)
+    prometheus: {scrape_interval: 15s, lag: 0s}    # the path a Prometheus consumer sees
 
 Within a slice, each ready pod gets an equal part of the slice's arrivals, so a pool's share
 of its slice's traffic is its share of the slice's ready replicas. A slice with
-``concurrency`` is closed loop instead: that many clients per pod. ``load_scenario`` turns
-every problem into a ScenarioError naming the file, the line, the field path and the reason.
+``concurrency`` is closed loop instead: that many clients per pod. Output lengths are
+log-normal (``output_tokens`` is the median, ``output_sigma`` the spread) and each request
+keeps its own acceptance (``request_spread``); ``scenarios/README.md`` documents the defaults.
+``load_scenario`` turns every problem into a ScenarioError naming the file, the line, the
+field path and the reason.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from pydantic import (
 
 from alphagate import yamlpos
 from alphagate.errors import ScenarioError
-from alphagate.sim.model import DecodeParams
+from alphagate.sim.model import DecodeParams, Stalls
 from alphagate.sim.pod import spec_config_from_dict
 
 _DURATION = re.compile(
@@ -113,6 +119,8 @@ class SliceSpec(_Strict):
     request_spread: float = Field(default=6.0, gt=0)
     prompt_tokens: int = Field(default=512, ge=1)
     output_tokens: int = Field(default=256, ge=2)
+    output_sigma: float = Field(default=1.0, ge=0, le=3)
+    max_output_tokens: int = Field(default=8192, ge=2)
     concurrency: int | None = Field(default=None, ge=0)
     arrival_rate: float | None = Field(default=None, ge=0)
 
@@ -128,8 +136,37 @@ class SlicePatch(_Strict):
     request_spread: float | None = Field(default=None, gt=0)
     prompt_tokens: int | None = Field(default=None, ge=1)
     output_tokens: int | None = Field(default=None, ge=2)
+    output_sigma: float | None = Field(default=None, ge=0, le=3)
+    max_output_tokens: int | None = Field(default=None, ge=2)
     concurrency: int | None = Field(default=None, ge=0)
     arrival_rate: float | None = Field(default=None, ge=0)
+
+
+class StallSpec(_Strict):
+    """Stall episodes (GC, preemption, a noisy neighbour), drawn for each pod on its own:
+    ``rate`` per hour, each about ``duration`` long (log-normal), steps ``slowdown`` x slower."""
+
+    rate: float = Field(default=1.0, ge=0, le=3600, description="episodes per hour per pod")
+    duration: Duration = 30.0
+    slowdown: float = Field(default=4.0, ge=1, le=100)
+
+    def params(self) -> Stalls:
+        return Stalls(rate_per_hour=self.rate, duration=self.duration, slowdown=self.slowdown)
+
+
+class PrometheusSpec(_Strict):
+    """How Prometheus sees the pods: one scrape every ``scrape_interval``, and a sample is
+    visible to queries ``lag`` after it was scraped (rule evaluation, remote storage)."""
+
+    scrape_interval: Duration = 15.0
+    lag: Duration = 0.0
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _interval_range(cls, v: float) -> float:
+        if not 1.0 <= v <= 600.0:
+            raise ValueError("scrape_interval must be between 1s and 10m")
+        return v
 
 
 class Traffic(_Strict):
@@ -163,6 +200,7 @@ class PoolSpec(_Strict):
     alpha_offset: float = Field(default=0.0, ge=-1, le=1)
     alpha_offset_spread: float = Field(default=0.0, ge=0, le=0.5)
     decode: DecodeSpec | None = None
+    stalls: StallSpec | None = None
 
 
 class PoolPatch(_Strict):
@@ -179,6 +217,9 @@ class Event(_Strict):
 
     at: Duration
     note: str = ""
+    ramp: Duration = Field(
+        default=0.0, description="move the numbers it sets linearly over this long (a drift)"
+    )
     traffic: Traffic | None = None
     slices: dict[str, SlicePatch] = Field(default_factory=dict)
     pools: dict[str, PoolPatch] = Field(default_factory=dict)
@@ -195,6 +236,8 @@ class Scenario(_Strict):
     model_name: str = Field(default="llama-3.1-8b-instruct", min_length=1)
     traffic: Traffic = Traffic()
     decode: DecodeSpec = DecodeSpec()
+    stalls: StallSpec = StallSpec()
+    prometheus: PrometheusSpec = PrometheusSpec()
     slices: dict[str, SliceSpec] = Field(min_length=1)
     pools: list[PoolSpec] = Field(default_factory=list)
     timeline: list[Event] = Field(default_factory=list)

@@ -232,6 +232,8 @@ class SimServer:
                 "restarts": pod.restarts,
                 "ready_at": pod.ready_at,
                 "t": self.fleet.now,
+                "scrape_interval": self.fleet.scrape_interval,
+                "prometheus_lag": self.fleet.prometheus_lag,
                 "truth": truth.to_json(),
             }
 

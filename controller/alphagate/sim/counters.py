@@ -1,0 +1,133 @@
+"""What a vLLM process counts: its histograms and counters since it (re)started.
+
+The histograms keep per-bucket weights because a tick observes a sample of its steps and
+requests, each standing for several; exposure rounds the cumulative counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from alphagate import vllm
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class Histograms:
+    """The state of a pod's vLLM histograms: per-bucket weights (``le`` buckets, then +Inf)
+    and sums, for several families kept in one array.
+
+    Weights are floats because a tick observes a sample of its steps and requests, each
+    standing for several; exposure rounds the cumulative counts, which keeps them integral,
+    monotone in ``le`` and non-decreasing over time. Observations are binned lazily, once
+    per read and for all families at once, because binning dominated the cost of a tick.
+    """
+
+    def __init__(self, families: dict[str, tuple[float, ...]]) -> None:
+        self.names = list(families)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.bounds = [np.asarray(b, dtype=np.float64) for b in families.values()]
+        self.sizes = [len(b) + 1 for b in families.values()]
+        self.offsets = [0, *itertools.accumulate(self.sizes)][:-1]
+        self._starts = np.asarray(self.offsets, dtype=np.int64)
+        total = sum(self.sizes)
+        self.counts: FloatArray = np.zeros(total, dtype=np.float64)
+        self.sums: FloatArray = np.zeros(len(self.names), dtype=np.float64)
+        self._pending: list[tuple[int, FloatArray, float]] = []
+        self._cache: dict[str, tuple[list[int], float]] | None = None
+
+    def observe(self, name: str, values: FloatArray, weight: float = 1.0) -> None:
+        """Add each value ``weight`` times (a value equal to a bound falls in that bucket)."""
+        if values.size and weight > 0:
+            self._pending.append((self.index[name], values, weight))
+            self._cache = None
+
+    def observe_constant(self, name: str, value: float, n: float) -> None:
+        """Add ``value`` ``n`` times, without sampling."""
+        if n <= 0:
+            return
+        h = self.index[name]
+        i = bisect.bisect_left(self.bounds[h].tolist(), value)
+        self.counts[self.offsets[h] + i] += n
+        self.sums[h] += value * n
+        self._cache = None
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        idx = np.concatenate(
+            [self.bounds[h].searchsorted(v, side="left") + self.offsets[h] for h, v, _ in pending]
+        )
+        sizes = [v.size for _, v, _ in pending]
+        weights = np.repeat([w for _, _, w in pending], sizes)
+        values = np.concatenate([v for _, v, _ in pending])
+        hist_ids = np.repeat([h for h, _, _ in pending], sizes)
+        self.counts += np.bincount(idx, weights=weights, minlength=self.counts.size)
+        self.sums += np.bincount(hist_ids, weights=values * weights, minlength=self.sums.size)
+        pending.clear()
+
+    def read(self) -> dict[str, tuple[list[int], float]]:
+        """Per family: cumulative bucket counts as exposed (last is ``+Inf``) and the sum."""
+        if self._cache is None:
+            self._flush()
+            cum = np.cumsum(self.counts)
+            before = np.concatenate(([0.0], cum))[self._starts]
+            flat = np.rint(cum - np.repeat(before, self.sizes)).astype(np.int64).tolist()
+            sums = self.sums.tolist()
+            self._cache = {
+                name: (flat[off : off + size], sums[h])
+                for h, (name, off, size) in enumerate(
+                    zip(self.names, self.offsets, self.sizes, strict=True)
+                )
+            }
+        return self._cache
+
+
+def _histograms() -> Histograms:
+    return Histograms(
+        {
+            vllm.TTFT: vllm.TTFT_BUCKETS,
+            vllm.ITL: vllm.ITL_BUCKETS,
+            vllm.TPOT: vllm.TPOT_BUCKETS,
+            vllm.E2E: vllm.E2E_BUCKETS,
+            vllm.QUEUE_TIME: vllm.QUEUE_TIME_BUCKETS,
+            vllm.DECODE_TIME: vllm.DECODE_TIME_BUCKETS,
+        }
+    )
+
+
+@dataclass
+class EngineCounters:
+    """Everything a vLLM process counts since it started; a restart makes a fresh one.
+
+    ``accept_counts[j]`` counts drafts with exactly ``j`` accepted tokens; vLLM's per-position
+    counter is its reverse cumulative sum (:meth:`per_pos`).
+    """
+
+    k: int
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accept_counts: IntArray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    generation_tokens: int = 0
+    prompt_tokens: int = 0
+    success: dict[str, int] = field(default_factory=lambda: dict.fromkeys(vllm.FINISH_REASONS, 0))
+    running: int = 0
+    waiting: int = 0
+    histograms: Histograms = field(default_factory=_histograms)
+
+    def __post_init__(self) -> None:
+        if self.accept_counts.size != self.k + 1:
+            self.accept_counts = np.zeros(self.k + 1, dtype=np.int64)
+
+    def per_pos(self) -> list[int]:
+        """``per_pos[i]`` = drafts with at least ``i + 1`` accepted tokens."""
+        out: list[int] = np.cumsum(self.accept_counts[::-1])[::-1][1:].tolist()
+        return out
