@@ -36,7 +36,7 @@ DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Label matchers every query carries (Grafana substitutes the variables).
 C = 'namespace="$namespace", canary="$canary"'
 S = f'{C}, slice=~"$slice"'
-V = 'namespace="$namespace", slice=~"$slice"'  # vLLM series (slice/track pod labels)
+V = 'namespace="$namespace", slice=~"$slice"'  # vLLM series (slice/role pod labels)
 
 STATES = ("Off", "Probing", "On", "RolledBack", "Paused", "Promoted")
 STATE_COLORS = {
@@ -306,7 +306,7 @@ def build() -> db.Dashboard:
             "Leader",
             "Controller replicas holding the leader lease (want exactly 1).",
             "none",
-            q("sum(alphagate_leader)", "leaders"),
+            q('sum by (namespace, job) (alphagate_leader{job="alphagate-metrics"})', "leaders"),
         )
     )
     dash = dash.with_panel(
@@ -405,11 +405,11 @@ def build() -> db.Dashboard:
         ts(
             "alpha from vLLM counters",
             "rate(accepted) / rate(draft tokens) over 5m per slice "
-            "and track, straight from vLLM (recording rule).",
+            "and role, straight from vLLM (recording rule).",
             "percentunit",
             q(
-                f"namespace_slice_track:vllm_spec_decode_alpha:ratio_rate5m{{{V}}}",
-                "{{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_spec_decode_alpha:ratio_rate5m{{{V}}}",
+                "{{slice}} {{role}}",
             ),
         )
         .min(0)
@@ -422,8 +422,8 @@ def build() -> db.Dashboard:
             "pass (vLLM's convention, bonus token included).",
             "short",
             q(
-                f"namespace_slice_track:vllm_spec_decode_mean_acceptance_length:ratio_rate5m{{{V}}}",
-                "{{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_spec_decode_mean_acceptance_length:ratio_rate5m{{{V}}}",
+                "{{slice}} {{role}}",
             ),
         )
     )
@@ -434,9 +434,9 @@ def build() -> db.Dashboard:
             "(falls with i; a long draft only pays if the last positions stay high).",
             "percentunit",
             q(
-                "namespace_slice_track_position:vllm_spec_decode_acceptance_per_position"
+                "namespace_model_slice_role_position:vllm_spec_decode_acceptance_per_position"
                 f":ratio_rate5m{{{V}}}",
-                "{{slice}} {{track}} pos {{position}}",
+                "{{slice}} {{role}} pos {{position}}",
             ),
         )
         .min(0)
@@ -445,9 +445,19 @@ def build() -> db.Dashboard:
     dash = dash.with_panel(
         ts(
             "Generated tokens per second",
-            "Traffic per slice and track.",
+            "Traffic per model, slice and role: generated tokens per second (the slice weights) "
+            "and drafts per second (the sample size behind alpha).",
             "short",
-            q(f"namespace_slice_track:vllm_generation_tokens:rate5m{{{V}}}", "{{slice}} {{track}}"),
+            q(
+                f"namespace_model_slice_role:vllm_generation_tokens:rate5m{{{V}}}",
+                "{{model_name}} {{slice}} {{role}}",
+                "A",
+            ),
+            q(
+                f"namespace_model_slice_role:vllm_spec_decode_drafts:rate5m{{{V}}}",
+                "drafts/s {{model_name}} {{slice}} {{role}}",
+                "B",
+            ),
         )
     )
 
@@ -460,13 +470,13 @@ def build() -> db.Dashboard:
             "speculating canary and a plain baseline compare like for like. The guard's default.",
             "s",
             q(
-                f"namespace_slice_track:vllm_request_time_per_output_token_seconds:p99_rate5m{{{V}}}",
-                "P99 {{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_request_time_per_output_token_seconds:p99_rate5m{{{V}}}",
+                "P99 {{slice}} {{role}}",
                 "A",
             ),
             q(
-                f"namespace_slice_track:vllm_request_time_per_output_token_seconds:p50_rate5m{{{V}}}",
-                "P50 {{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_request_time_per_output_token_seconds:p50_rate5m{{{V}}}",
+                "P50 {{slice}} {{role}}",
                 "B",
             ),
         )
@@ -479,13 +489,13 @@ def build() -> db.Dashboard:
             "by design. Read it as the longest gap a streaming user sees.",
             "s",
             q(
-                f"namespace_slice_track:vllm_inter_token_latency_seconds:p99_rate5m{{{V}}}",
-                "P99 {{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_inter_token_latency_seconds:p99_rate5m{{{V}}}",
+                "P99 {{slice}} {{role}}",
                 "A",
             ),
             q(
-                f"namespace_slice_track:vllm_inter_token_latency_seconds:p50_rate5m{{{V}}}",
-                "P50 {{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_inter_token_latency_seconds:p50_rate5m{{{V}}}",
+                "P50 {{slice}} {{role}}",
                 "B",
             ),
         )
@@ -497,7 +507,7 @@ def build() -> db.Dashboard:
             "computed it. Above 1.10 is a 10% regression.",
             "none",
             q(
-                "namespace_slice:vllm_request_time_per_output_token_seconds_p99:canary_over_baseline"
+                "namespace_model_slice:vllm_request_time_per_output_token_seconds_p99:canary_over_baseline"
                 f"{{{V}}}",
                 "vLLM {{slice}}",
                 "A",
@@ -537,8 +547,8 @@ def build() -> db.Dashboard:
             "acceptance length while speculating, 1 when not.",
             "short",
             q(
-                f"namespace_slice_track:vllm_tokens_per_step:ratio_rate5m{{{V}}}",
-                "{{slice}} {{track}}",
+                f"namespace_model_slice_role:vllm_tokens_per_step:ratio_rate5m{{{V}}}",
+                "{{slice}} {{role}}",
             ),
         )
     )
@@ -571,6 +581,53 @@ def build() -> db.Dashboard:
                 "histogram_quantile(0.5, sum by (le) "
                 f"(rate(alphagate_evaluation_duration_seconds_bucket{{{C}}}[5m])))",
                 "P50",
+                "B",
+            ),
+        )
+    )
+    dash = dash.with_panel(
+        ts(
+            "Warnings: patches, permissions, specs",
+            "Warning Events per reason (15m): PatchFailed, Forbidden (HTTP 403), InvalidSpec, "
+            "ConflictRetriesExhausted, TargetNotFound. Alerts: AlphagatePatchFailing, "
+            "AlphagateForbidden, AlphagateSpecInvalid.",
+            "short",
+            q(
+                f"sum by (reason) (increase(alphagate_warnings_total{{{C}}}[15m]))",
+                "{{reason}}",
+            ),
+        )
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
+    )
+    # The controller's own process (prometheus_client's process and GC collectors).
+    dash = dash.with_panel(
+        ts(
+            "Controller memory",
+            "Resident memory per controller replica; the container limit is 512Mi "
+            "(AlphagateControllerMemoryHigh at 400Mi).",
+            "bytes",
+            q('process_resident_memory_bytes{job="alphagate-metrics"}', "{{pod}}"),
+        )
+    )
+    dash = dash.with_panel(
+        ts(
+            "Controller CPU",
+            "CPU seconds per second per controller replica.",
+            "short",
+            q('rate(process_cpu_seconds_total{job="alphagate-metrics"}[5m])', "{{pod}}"),
+        )
+    )
+    dash = dash.with_panel(
+        ts(
+            "Controller open files and GC",
+            "Open file descriptors (sockets to the API server, Prometheus and pods) and Python "
+            "garbage collections per second.",
+            "short",
+            q('process_open_fds{job="alphagate-metrics"}', "fds {{pod}}", "A"),
+            q(
+                'sum by (pod) (rate(python_gc_collections_total{job="alphagate-metrics"}[5m]))',
+                "gc/s {{pod}}",
                 "B",
             ),
         )

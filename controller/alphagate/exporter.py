@@ -69,6 +69,8 @@ PREDICTED_SPEEDUP: Final = "alphagate_predicted_speedup_ratio"
 ERROR_STREAK: Final = "alphagate_error_streak"
 LEADER: Final = "alphagate_leader"
 BUILD_INFO: Final = "alphagate_build_info"
+WARNINGS: Final = "alphagate_warnings_total"
+SPEC_INVALID: Final = "alphagate_spec_invalid"
 
 # Every series name a scrape can show (histograms and counters with their sample suffixes).
 METRIC_NAMES: Final[frozenset[str]] = frozenset(
@@ -100,7 +102,20 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         ERROR_STREAK,
         LEADER,
         BUILD_INFO,
+        WARNINGS,
+        SPEC_INVALID,
     }
+)
+
+# Warning Event reasons (kube.events.Reason values) whose counters start at 0 for every
+# tracked canary, so the first one is visible to increase() and its alert.
+WATCHED_WARNINGS: Final = (
+    "PatchFailed",
+    "Forbidden",
+    "ConflictRetriesExhausted",
+    "TargetNotFound",
+    "ArgsUneditable",
+    "InvalidSpec",
 )
 
 # Cost of one speculative step over a plain one (the lesson's epsilon) when the policy does not
@@ -252,6 +267,7 @@ class Recorder:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], _Seen] = {}
+        self._invalid: set[tuple[str, str]] = set()
         self._leader = False
         r = self.registry
 
@@ -348,6 +364,18 @@ class Recorder:
         self.error_streak = gauge(
             ERROR_STREAK, "Consecutive evaluations with an Error verdict.", _CANARY
         )
+        self.warnings = Counter(
+            WARNINGS.removesuffix("_total"),
+            "Warning Events the controller raised, by the object's namespace and name and the "
+            "Event reason (PatchFailed, Forbidden, InvalidSpec, ...).",
+            (*_CANARY, "reason"),
+            registry=r,
+        )
+        self.spec_invalid = gauge(
+            SPEC_INVALID,
+            "1 while the SpeculativeCanary's spec is invalid (nothing is done).",
+            _CANARY,
+        )
         self.leader = Gauge(LEADER, "1 while this replica holds the leader lease.", registry=r)
         self.build_info = Gauge(BUILD_INFO, "alphagate version, value 1.", ("version",), registry=r)
         self.build_info.labels(__version__).set(1)
@@ -376,6 +404,10 @@ class Recorder:
         with self._lock:
             if key not in self._seen:
                 self._init_counters(c)
+            with_spec = (namespace, canary.split("/", 1)[0])
+            if with_spec in self._invalid:  # evaluated, so its spec parses again
+                self._invalid.discard(with_spec)
+                self.spec_invalid.remove(*with_spec)
             new: dict[str, set[tuple[str, ...]]] = {}
 
             def put(metric: Gauge, name: str, labels: tuple[str, ...], value: float) -> None:
@@ -463,6 +495,15 @@ class Recorder:
         with self._lock:
             self._init_counters((namespace, canary))
 
+    def warning_event(self, *, namespace: str, name: str, reason: str) -> None:
+        """Count one Warning Event about `namespace/name`; InvalidSpec also sets
+        alphagate_spec_invalid until the canary is evaluated again."""
+        with self._lock:
+            self.warnings.labels(namespace, name, str(reason)).inc()
+            if str(reason) == "InvalidSpec":
+                self._invalid.add((namespace, name))
+                self.spec_invalid.labels(namespace, name).set(1)
+
     def source_error(self, kind: str, *, namespace: str, canary: str) -> None:
         """Count one failed read. `kind` is a `SourceErrorKind` value (a bounded set)."""
         self.source_errors.labels(namespace, canary, str(kind)).inc()
@@ -476,6 +517,8 @@ class Recorder:
                 for gauge in self._gauges().values():
                     gauge.clear()
                 self._seen.clear()
+                self.spec_invalid.clear()
+                self._invalid.clear()
 
     @property
     def is_leader(self) -> bool:
@@ -494,7 +537,16 @@ class Recorder:
                 for name, labelsets in seen.series.items():
                     for labels in labelsets:
                         self._gauges()[name].remove(*labels)
-            for metric in (self.decisions, self.transitions, self.source_errors, self.duration):
+            for pair in [p for p in self._invalid if mine(*p)]:
+                self._invalid.discard(pair)
+                self.spec_invalid.remove(*pair)
+            for metric in (
+                self.decisions,
+                self.transitions,
+                self.source_errors,
+                self.duration,
+                self.warnings,
+            ):
                 for values in list(metric._metrics):  # no public listing in prometheus_client
                     if mine(values[0], values[1]):
                         metric.remove(*values)
@@ -519,6 +571,8 @@ class Recorder:
                     self.transitions.labels(*c, from_state.value, to_state.value)
         for kind in SourceErrorKind:
             self.source_errors.labels(*c, kind.value)
+        for reason in WATCHED_WARNINGS:
+            self.warnings.labels(*c, reason)
         self.duration.labels(*c)
 
     def _gauges(self) -> dict[str, Gauge]:

@@ -159,7 +159,25 @@ def known_names() -> set[str]:
     """Every series name a query in rules or dashboards may use."""
     from alphagate import exporter
 
-    return set(exporter.METRIC_NAMES) | vllm_series_names() | recorded_names() | {"up"}
+    return (
+        set(exporter.METRIC_NAMES)
+        | process_names()
+        | vllm_series_names()
+        | recorded_names()
+        | {"up"}
+    )
+
+
+@functools.cache
+def process_names() -> frozenset[str]:
+    """Series the controller's process and GC collectors export (scraped, not listed)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from alphagate import exporter
+
+    text = generate_latest(exporter.new_registry(process=True)).decode()
+    return frozenset(s.name for f in text_string_to_metric_families(text) for s in f.samples)
 
 
 def metric_names(expr: str) -> set[str]:

@@ -168,8 +168,36 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     assert value(s, "alphagate_source_errors_total", **c, kind="unreachable") == 0
     assert value(s, "alphagate_transitions_total", **c, from_state="Off", to_state="Probing") == 0
     names = {name for name, _ in s}
-    missing = {n for n in exporter.METRIC_NAMES if n != "alphagate_predicted_speedup_ratio"} - names
+    only_on_demand = {"alphagate_predicted_speedup_ratio", "alphagate_spec_invalid"}
+    missing = {n for n in exporter.METRIC_NAMES if n not in only_on_demand} - names
     assert not missing
+    # Warning Event counters start at 0 too
+    assert value(s, "alphagate_warnings_total", **c, reason="PatchFailed") == 0
+
+
+def test_warning_events_count_and_an_invalid_spec_shows_until_evaluated(
+    recorder: exporter.Recorder,
+) -> None:
+    c = {"namespace": "llm", "canary": "chat"}
+    recorder.track(**c)
+    recorder.warning_event(namespace="llm", name="chat", reason="Forbidden")
+    recorder.warning_event(namespace="llm", name="chat", reason="Forbidden")
+    recorder.warning_event(namespace="llm", name="chat", reason="InvalidSpec")
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_warnings_total", **c, reason="Forbidden") == 2
+    assert value(s, "alphagate_warnings_total", **c, reason="PatchFailed") == 0
+    assert value(s, "alphagate_spec_invalid", **c) == 1
+    # a perSlice unit of the same canary evaluated: the spec parses again
+    recorder.record(
+        evaluation(), namespace="llm", canary="chat/code", duration_seconds=0.01,
+        speculation_on=False,
+    )  # fmt: skip
+    s = scrape(recorder.registry)
+    assert ("alphagate_spec_invalid", frozenset(c.items())) not in s
+    recorder.warning_event(namespace="llm", name="chat", reason="InvalidSpec")
+    recorder.forget(**c)
+    s = scrape(recorder.registry)
+    assert not [k for k in s if k[0] in ("alphagate_spec_invalid", "alphagate_warnings_total")]
 
 
 def test_vanished_slice_series_are_removed(recorder: exporter.Recorder) -> None:

@@ -353,7 +353,7 @@ def test_example_speculativecanary_fits_its_deployments() -> None:
     for dep in (target, baseline):
         labels = dep["spec"]["template"]["metadata"]["labels"]
         assert _labels_match(pm["spec"]["selector"]["matchLabels"], labels)
-        assert {"slice", "track"} <= set(labels)
+        assert {"slice", "role"} <= set(labels)
         ports = {
             p["name"]
             for c in dep["spec"]["template"]["spec"]["containers"]

@@ -64,8 +64,8 @@ def _policy(url: str) -> config.SpeculativeCanary:
                 "slices": [
                     {
                         "name": "chat",
-                        "canary": {"matchLabels": {"slice": "chat", "track": "canary"}},
-                        "baseline": {"matchLabels": {"slice": "chat", "track": "baseline"}},
+                        "canary": {"matchLabels": {"slice": "chat", "role": "canary"}},
+                        "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                     }
                 ],
                 "acceptance": {"minDrafts": 1},
@@ -108,7 +108,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         targets = []
         for group in sim.targets():
             labels = dict(group["labels"])
-            labels["track"] = labels.pop("role")
             labels["namespace"] = NAMESPACE
             targets.append({"targets": group["targets"], "labels": labels})
         # What the ServiceMonitor gives: target labels of the controller pod (its own
@@ -134,12 +133,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         ) as prom:
             prom.wait_for("alphagate_leader", timeout=30)
             prom.wait_for(
-                'namespace_slice_track:vllm_request_time_per_output_token_seconds:p99_rate5m{track="baseline"}',
+                'namespace_model_slice_role:vllm_request_time_per_output_token_seconds:p99_rate5m{role="baseline"}',
                 _finite,
                 timeout=60,
             )
             prom.wait_for(
-                "namespace_slice:vllm_request_time_per_output_token_seconds_p99:canary_over_baseline",
+                "namespace_model_slice:vllm_request_time_per_output_token_seconds_p99:canary_over_baseline",
                 _finite,
                 timeout=60,
             )
@@ -237,7 +236,9 @@ def test_shipped_rules_evaluate_without_errors(stack: dict[str, Any]) -> None:
     empty = [name for name in recorded if not prom.query(name)]
     # the per-slice alpha, P99s and their ratio exist for the simulated pair
     assert not empty, f"recording rules with no series: {empty}"
-    alpha = prom.query('namespace_slice_track:vllm_spec_decode_alpha:ratio_rate5m{track="canary"}')
+    alpha = prom.query(
+        'namespace_model_slice_role:vllm_spec_decode_alpha:ratio_rate5m{role="canary"}'
+    )
     assert 0.5 < float(alpha[0]["value"][1]) < 0.9
 
 

@@ -109,11 +109,12 @@ def _canary() -> dict[str, Any]:
             "slices": [
                 {
                     "name": "chat",
-                    "canary": {"matchLabels": {"slice": "chat", "track": "canary"}},
-                    "baseline": {"matchLabels": {"slice": "chat", "track": "baseline"}},
+                    "canary": {"matchLabels": {"slice": "chat", "role": "canary"}},
+                    "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                 }
             ],
-            "acceptance": {"minDrafts": 10, "consecutiveWindows": 1},
+            # per-pod blocks of 0.5 s are the batches: one canary pod still gives several
+            "acceptance": {"minDrafts": 10, "consecutiveWindows": 1, "batchSeconds": 0.5},
             "latency": {"minCount": 1, "consecutiveWindows": 1},
             "timing": {
                 "intervalSeconds": 1,
@@ -137,12 +138,12 @@ def test_rbac_covers_every_api_call_and_nothing_more() -> None:
             rbac.allow(verb, group, resource)
     sim = SimServer(Fleet(parse_scenario(SCENARIO)), speed=20.0)
     with ApiServer(rbac=rbac) as api, sim:
-        for name, track in (("chat-canary", "canary"), ("chat-baseline", "baseline")):
-            labels = {"slice": "chat", "track": track}
+        for name, role in (("chat-canary", "canary"), ("chat-baseline", "baseline")):
+            labels = {"slice": "chat", "role": role}
             api.put(DeploymentTemplate(name, WATCHED, replicas=1, labels=labels).build())
         for pod_name, port in sim.ports.items():
-            track = "canary" if "canary" in pod_name else "baseline"
-            api.put(_pod(pod_name, {"slice": "chat", "track": track}, port))
+            role = "canary" if "canary" in pod_name else "baseline"
+            api.put(_pod(pod_name, {"slice": "chat", "role": role}, port))
         api.put(_canary())
         api.clear_requests()  # seeding bypassed HTTP; only the controller's calls count
 

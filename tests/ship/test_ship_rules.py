@@ -4,6 +4,7 @@ rule files, every alert labelled, annotated and tested, every metric name real."
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,43 @@ def test_every_alert_has_severity_summary_and_description() -> None:
         assert alert["annotations"]["description"], alert["alert"]
 
 
+def _anchors() -> set[str]:
+    """GitHub-style anchors of docs/runbooks.md's second-level headings."""
+    text = (ship.ROOT / "docs" / "runbooks.md").read_text()
+    return {
+        re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^## (.+)$", text, flags=re.M)
+    }
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    """runbook_url points at docs/runbooks.md#<alert> (the settings component swaps the
+    prefix), and that section exists; every section belongs to an alert."""
+    anchors = _anchors()
+    names = set()
+    for alert in [*_alerts(), *ship.grafana_alert_rules()]:
+        name = alert.get("alert") or alert["title"]
+        names.add(name.lower())
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"docs/runbooks.md#{name.lower()}", name
+        assert name.lower() in anchors, f"docs/runbooks.md has no section ## {name}"
+    assert anchors == names
+
+
+def test_runbook_base_comes_from_the_settings(tmp_path: Path) -> None:
+    objs = ship.kustomize("deploy/monitoring")
+    (rule,) = [o for o in objs if o["kind"] == "PrometheusRule"]
+    urls = [
+        r["annotations"]["runbook_url"]
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
+    assert urls and all(u.startswith("docs/runbooks.md#") for u in urls)
+    settings = yaml.safe_load((ship.DEPLOY / "settings" / "settings.yaml").read_text())
+    assert settings["spec"]["runbookBaseURL"] == "docs/runbooks.md"
+
+
 def test_the_issue_s_alerts_exist() -> None:
     names = {a["alert"] for a in _alerts()}
     assert {
@@ -98,6 +136,10 @@ def test_the_issue_s_alerts_exist() -> None:
         "AlphagateSourceFailing",  # the controller's source failing
         "AlphagateControllerDown",  # the controller down
         "AlphagateEvaluationStale",  # evaluation stale
+        "AlphagatePatchFailing",  # failed patches
+        "AlphagateForbidden",  # permission errors
+        "AlphagateSpecInvalid",  # invalid specs
+        "AlphagateLeaderElection",  # one leader per install
     } <= names
 
 

@@ -87,11 +87,18 @@ class Controller:
             )
         )
         self.identity = opts.identity or default_identity()
-        self.registry = registry if registry is not None else new_registry(process=False)
+        # process metrics (CPU, memory, open files, GC) for the controller's own dashboard row
+        self.registry = registry if registry is not None else new_registry(process=True)
         self.recorder = Recorder(self.registry)
         self.health = Health(stale_after_seconds=max(60.0, 4 * opts.watch_timeout))
         self.health.set_ready(False, "initial list of SpeculativeCanary resources pending")
-        self.events = EventRecorder(self.kube.api_client, instance=self.identity)
+        self.events = EventRecorder(
+            self.kube.api_client,
+            instance=self.identity,
+            on_warning=lambda ref, reason: self.recorder.warning_event(
+                namespace=ref.namespace, name=ref.name, reason=reason
+            ),
+        )
         self.reconciler = Reconciler(
             self.kube,
             source_factory=source_factory,

@@ -103,8 +103,11 @@ class EventRecorder:
         instance: str | None = None,
         dedupe_seconds: float = 600.0,
         clock: Callable[[], float] = time.time,
+        on_warning: Callable[[ObjectRef, str], None] | None = None,
     ) -> None:
         self._core = client.CoreV1Api(api_client)
+        # Called for every Warning, deduplicated or not (the exporter counts them for alerts).
+        self.on_warning = on_warning
         self.component = component
         self.instance = instance or socket.gethostname()
         self.dedupe_seconds = dedupe_seconds
@@ -120,6 +123,11 @@ class EventRecorder:
         return self.emit(ref, EventType.NORMAL, reason, message)
 
     def warning(self, ref: ObjectRef, reason: str, message: str) -> bool:
+        if self.on_warning is not None:
+            try:
+                self.on_warning(ref, str(reason))
+            except Exception as exc:  # a metrics hook must never break the control loop
+                self._log.warning("on_warning_failed", error=repr(exc))
         return self.emit(ref, EventType.WARNING, reason, message)
 
     def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:

@@ -272,8 +272,8 @@ def _manifest(
     for s in inp.slices:
         entry: dict[str, Any] = {
             "name": s.name,
-            "canary": {"matchLabels": {"app": base, "slice": s.name, "track": "canary"}},
-            "baseline": {"matchLabels": {"app": base, "slice": s.name, "track": "baseline"}},
+            "canary": {"matchLabels": {"app": base, "slice": s.name, "role": "canary"}},
+            "baseline": {"matchLabels": {"app": base, "slice": s.name, "role": "baseline"}},
         }
         if multi:
             entry["deployment"] = {"name": _dns(f"{base}-{s.name}-canary")[:253]}
@@ -472,11 +472,10 @@ def render(plan: Plan) -> str:
 
     app = slug(inp.model)
     canary_sel = [
-        (s.name, _selector({"app": app, "slice": s.name, "track": "canary"}, ns))
-        for s in inp.slices
+        (s.name, _selector({"app": app, "slice": s.name, "role": "canary"}, ns)) for s in inp.slices
     ]
     baseline_sel = [
-        (s.name, _selector({"app": app, "slice": s.name, "track": "baseline"}, ns))
+        (s.name, _selector({"app": app, "slice": s.name, "role": "baseline"}, ns))
         for s in inp.slices
     ]
     first_b = queries(baseline_sel[0][1])
@@ -487,7 +486,7 @@ def render(plan: Plan) -> str:
         f"Serve {inp.model} plainly at the target concurrency ({c} running requests) for at "
         "least an hour of production-shaped traffic. Record TTFT, per-token latency, per-step "
         "ITL and throughput per slice: these are what the canary is compared against. The "
-        "series need the pod labels `app`, `slice` and `track` (copy them onto the series with "
+        "series need the pod labels `app`, `slice` and `role` (copy them onto the series with "
         "a `labelmap` relabelling).",
         "",
     ]
@@ -512,7 +511,7 @@ def render(plan: Plan) -> str:
         "## Stage 2: enable the draft on a canary",
         "",
         "Create the canary Deployment(s) from the baseline's template with a few replicas (its "
-        "traffic share is its replica share) and the label `track: canary`. Speculation is a "
+        "traffic share is its replica share) and the label `role: canary`. Speculation is a "
         "start-up argument; changing it restarts the pods:",
         "",
     ]

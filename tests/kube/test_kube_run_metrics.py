@@ -1,0 +1,94 @@
+"""The controller's metrics for what a person must fix: a refused patch (403) and an invalid
+spec show as counters and a gauge an alert can read, plus the process metrics; the real
+`Controller` against the API server double over HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kube_support import NS, FakeSource, canary_cr, seed
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from alphagate.commands.run import Controller, RunOptions
+from alphagate.kube.client import Kube
+from alphagate.sandbox.apiserver import ApiServer, Rbac
+
+FAST = {
+    "intervalSeconds": 0.4,
+    "windowSeconds": 0.4,
+    "warmupSeconds": 0,
+    "minDwellSeconds": 0,
+    "probeSeconds": 30,
+    "maxFlipsPerHour": 60,
+    "rolloutTimeoutSeconds": 30,
+    "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
+}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def samples(c: Controller) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(c.registry).decode()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _get(c: Controller, name: str, **labels: str) -> float | None:
+    return samples(c).get((name, frozenset(labels.items())))
+
+
+def _start(apiserver: ApiServer) -> Controller:
+    opts = RunOptions(namespace=NS, leader_elect=False, serve_metrics=False, watch_timeout=2.0)
+    source = FakeSource(apiserver, lambda s: 0.72)
+    return Controller(
+        opts,
+        kube=Kube.from_configuration(apiserver.configuration()),
+        source_factory=lambda *a: source,
+    ).start()
+
+
+def test_a_refused_patch_counts_as_a_forbidden_warning() -> None:
+    with ApiServer(rbac=Rbac.allow_all().deny("patch", "apps", "deployments")) as apiserver:
+        seed(apiserver, cr=canary_cr(timing=FAST))
+        c = _start(apiserver)
+        try:
+            labels = {"namespace": NS, "canary": "chat", "reason": "Forbidden"}
+            wait_for(
+                lambda: (_get(c, "alphagate_warnings_total", **labels) or 0) >= 1,
+                15,
+                "a Forbidden warning counted",
+            )
+            assert _get(c, "alphagate_warnings_total", **{**labels, "reason": "InvalidSpec"}) == 0
+            names = {name for name, _ in samples(c)}
+            assert {"process_resident_memory_bytes", "process_cpu_seconds_total"} <= names
+        finally:
+            c.stop()
+
+
+def test_an_invalid_spec_sets_the_gauge_until_fixed(apiserver: ApiServer) -> None:
+    bad = canary_cr(timing=FAST)
+    bad["spec"]["acceptance"] = {"disableBelow": 0.6, "enableAbove": 0.5}
+    seed(apiserver, cr=bad)
+    c = _start(apiserver)
+    try:
+        key = {"namespace": NS, "canary": "chat"}
+        wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) == 1, 15, "spec_invalid 1")
+        obj = apiserver.get("speculativecanaries", NS, "chat")
+        obj["spec"]["acceptance"] = {"disableBelow": 0.5, "enableAbove": 0.6}
+        apiserver.put(obj)
+        wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) is None, 15, "the gauge gone")
+    finally:
+        c.stop()
