@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -112,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     partial = ""
     ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
     with ctx.Pool(args.jobs) as pool:
+        # A TERM (kill <pid>) unwinds like Ctrl-C, so the pool's exit ends its workers too
+        # (set after the fork: the workers keep the default handler).
+        previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         results = pool.imap_unordered(_task, tasks, chunksize=1)
         for _ in range(len(tasks)):
             left = deadline - time.perf_counter()
@@ -128,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {len(done)}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s", flush=True
                 )
+    signal.signal(signal.SIGTERM, previous)
     wall = time.perf_counter() - t0
     result: dict[str, Any] = {
         "meta": {

@@ -39,7 +39,8 @@ TICK: Final = 30.0
 STEP: Final = 30.0
 WARMUP_SECONDS: Final = 60.0
 WARMUP_SLOWDOWN: Final = 1.3
-STALL_EVERY: Final = 1200.0  # mean seconds between stall episodes, per pod
+# Stall episodes the loop applies while the simulator cannot (suite.STALLS when it can).
+STALL_EVERY: Final = 1200.0  # mean seconds between episodes, per pod
 STALL_SECONDS: Final = (30.0, 90.0)
 STALL_SLOWDOWN: Final = 4.0
 CALIBRATION_SECONDS: Final = 1200.0

@@ -4,7 +4,7 @@ The truth at a step says whether the oracle would speculate: true alpha >= 0.55 
 injected latency regression ("should be on").
 
 * **false flip**: a rollback (or an engine gating itself) while the truth said "on" over the
-  whole ``WINDOW`` before it, or an enable (a probe included) while it said "off".
+  5 minutes before it (``WINDOW``), or an enable (a probe included) while it said "off".
 * **restarts**: canary pod restarts caused by the policy's flips (one flip restarts every
   canary pod); an in-engine gate restarts nothing.
 * **onset**: the truth turns "off" (alpha crosses below 0.55, or a regression starts; a run

@@ -28,6 +28,10 @@ PROMPT_TOKENS: Final = 256
 OUTPUT_TOKENS: Final = 512
 LOAD_SECONDS: Final = 90.0
 K: Final = 3
+STALLS: Final[dict[str, Any]] = {"rate": 6.0, "duration": 30.0, "slowdown": 4.0}
+"""The stalls case: six episodes an hour per pod, ~30 s each, steps 4x slower."""
+SIM_STALLS: Final = "stalls" in Scenario.model_fields
+"""Whether the simulator draws stall episodes itself (else the loop applies them)."""
 SPEC: Final[dict[str, Any]] = {
     "method": "eagle3",
     "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
@@ -72,8 +76,12 @@ class Case:
             {"at": round(frac * duration, 3), "slices": {"chat": {"alpha": value}}}
             for frac, value in self.alphas[1:]
         ]
+        extra: dict[str, Any] = {}
+        if SIM_STALLS and self.stalls:
+            extra["stalls"] = dict(STALLS)
         return Scenario.model_validate(
             {
+                **extra,
                 "name": self.name,
                 "description": self.title,
                 "duration": duration,
