@@ -9,6 +9,10 @@ reason "manual: ...", and the same path works with plain `kubectl annotate`. `--
 `status` reads what the controller wrote: without NAME a one-line-per-canary table, with NAME
 the evidence: per-slice alpha with its interval and sample size, latency P99s with their
 bucket bracket and exceedance test, conditions, the last decision, history and recent Events.
+
+kubectl habits: the namespace defaults to the kubeconfig context's (as kubectl), `KUBECONFIG`
+lists are merged, `-o json|yaml|wide` and `--watch` work on `status`, and installed as
+`kubectl-alphagate` the same commands run as `kubectl alphagate ...`.
 """
 
 from __future__ import annotations
@@ -19,16 +23,18 @@ import socket
 import time
 import uuid
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import typer
+import yaml
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.errors import ForbiddenError, KubeError
-from alphagate.kube.client import Kube, call
+from alphagate.kube.client import Kube, call, default_namespace
 from alphagate.kube.events import list_events
 from alphagate.kube.status import (
     ANN_COMMAND,
@@ -42,16 +48,43 @@ from alphagate.kube.status import (
 
 # ---------------------------------------------------------------- shared options
 
+# --server is for the sandbox and tests (a URL with no auth): hidden from help.
 SERVER = typer.Option(
-    None, "--server", envvar="ALPHAGATE_SERVER", help="API server URL (no auth; sandbox/tests)."
+    None,
+    "--server",
+    envvar="ALPHAGATE_SERVER",
+    hidden=True,
+    help="API server URL (no auth; sandbox/tests).",
 )
-KUBECONFIG = typer.Option(None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG).")
+KUBECONFIG = typer.Option(
+    None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, a merged list, as kubectl)."
+)
 CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
-NAMESPACE = typer.Option("default", "--namespace", "-n", help="Namespace of the canary.")
+NAMESPACE = typer.Option(
+    None,
+    "--namespace",
+    "-n",
+    help="Namespace of the canary (default: the kubeconfig context's, as kubectl).",
+)
+
+
+class Output(StrEnum):
+    """kubectl's -o: the resource as the API returns it (json, yaml), or more columns (wide)."""
+
+    JSON = "json"
+    YAML = "yaml"
+    WIDE = "wide"
 
 
 def connect(server: str | None, kubeconfig: str | None, context: str | None) -> Kube:
     return Kube.connect(server=server, kubeconfig=kubeconfig, context=context)
+
+
+def resolve_namespace(
+    namespace: str | None, server: str | None, kubeconfig: str | None, context: str | None
+) -> str:
+    """-n if given, else the namespace kubectl would use for this kubeconfig and context."""
+    return namespace or default_namespace(server=server, kubeconfig=kubeconfig, context=context)
 
 
 def _console() -> Console:
@@ -120,7 +153,7 @@ def _read(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 def _make_command(command: str, verb: str) -> Any:
     def run(
         name: str = typer.Argument(..., help="SpeculativeCanary name."),
-        namespace: str = NAMESPACE,
+        namespace: str | None = NAMESPACE,
         wait: float = typer.Option(
             0.0, "--wait", help="Seconds to wait for the controller to handle it (0: don't)."
         ),
@@ -128,6 +161,7 @@ def _make_command(command: str, verb: str) -> Any:
         kubeconfig: str | None = KUBECONFIG,
         context: str | None = CONTEXT,
     ) -> None:
+        namespace = resolve_namespace(namespace, server, kubeconfig, context)
         kube = connect(server, kubeconfig, context)
         try:
             by = f"{getpass.getuser()}@{socket.gethostname()}"
@@ -166,26 +200,78 @@ _VERBS = {
 
 def status(
     name: str | None = typer.Argument(None, help="SpeculativeCanary name (omit to list)."),
-    namespace: str = NAMESPACE,
+    namespace: str | None = NAMESPACE,
     all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="List everywhere."),
-    as_json: bool = typer.Option(False, "--json", help="Print the raw status as JSON."),
+    output: Output | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="json|yaml: the resource (or a List) as the API returns it; wide: more columns.",
+    ),
+    watch: bool = typer.Option(
+        False, "--watch", "-w", help="Keep watching; print again whenever something changes."
+    ),
+    interval: float = typer.Option(
+        2.0, "--interval", min=0.05, help="Seconds between polls with --watch."
+    ),
+    watch_limit: int = typer.Option(
+        0, "--watch-limit", hidden=True, min=0, help="Stop --watch after this many polls (tests)."
+    ),
+    as_json: bool = typer.Option(False, "--json", hidden=True, help="The status only, as JSON."),
     events: int = typer.Option(10, "--events", help="How many recent Events to show."),
     server: str | None = SERVER,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
 ) -> None:
     """Show what the controller decided and the evidence behind it."""
+    scope = None if all_namespaces else resolve_namespace(namespace, server, kubeconfig, context)
     kube = connect(server, kubeconfig, context)
     try:
-        if name is None:
-            _list(kube, None if all_namespaces else namespace, as_json)
-        else:
-            _detail(kube, namespace, name, as_json, events)
+        seen: tuple[Any, ...] | None = None
+        polls = 0
+        while True:
+            if name is None:
+                items = _fetch_list(kube, scope)
+                key: tuple[Any, ...] = tuple(_version(i) for i in items)
+                if key != seen:
+                    if seen is not None and output not in (Output.JSON, Output.YAML):
+                        typer.echo("")
+                    _list(items, output, as_json)
+            else:
+                obj = _read(kube, scope or "default", name)
+                key = (_version(obj),)
+                if key != seen:
+                    if seen is not None and output not in (Output.JSON, Output.YAML):
+                        typer.echo("")
+                    _detail(kube, obj, output, as_json, events)
+            seen = key
+            polls += 1
+            if not watch or (watch_limit and polls >= watch_limit):
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
     finally:
         kube.close()
 
 
-def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
+def _version(obj: dict[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+        str(meta.get("resourceVersion", "")) + json.dumps(obj.get("status"), sort_keys=True),
+    )
+
+
+def _dump(obj: Any, output: Output) -> None:
+    if output is Output.JSON:
+        typer.echo(json.dumps(obj, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False), nl=False)
+
+
+def _fetch_list(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
     if namespace is None:
         result = call(
             f"list {PLURAL}.{GROUP}",
@@ -197,6 +283,14 @@ def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
             lambda: kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
         )
     items = result.get("items", []) if isinstance(result, dict) else []
+    return [i for i in items if isinstance(i, dict)]
+
+
+def _list(items: list[dict[str, Any]], output: Output | None, as_json: bool) -> None:
+    if output in (Output.JSON, Output.YAML):
+        assert output is not None
+        _dump({"apiVersion": "v1", "kind": "List", "items": items}, output)
+        return
     if as_json:
         typer.echo(
             json.dumps(
@@ -212,8 +306,9 @@ def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
             )
         )
         return
+    wide = output is Output.WIDE
     table = Table(box=box.SIMPLE_HEAD)
-    for col in (
+    columns = [
         "NAMESPACE",
         "NAME",
         "MODE",
@@ -224,14 +319,18 @@ def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
         "P99 RATIO",
         "LAST DECISION",
         "EVALUATED",
-    ):
+    ]
+    if wide:
+        columns += ["TARGET", "AGGREGATION", "SLICES", "READY", "GENERATION"]
+    for col in columns:
         table.add_column(col)
     for item in items:
         st = parse_status(item)
-        table.add_row(
+        spec = item.get("spec") or {}
+        row = [
             item["metadata"].get("namespace", ""),
             item["metadata"]["name"],
-            str((item.get("spec") or {}).get("mode", "")),
+            str(spec.get("mode", "")),
             st.state or "-",
             "-" if st.speculation_on is None else ("on" if st.speculation_on else "off"),
             _num(st.combined_alpha),
@@ -239,7 +338,19 @@ def _list(kube: Kube, namespace: str | None, as_json: bool) -> None:
             _num(st.p99_ratio, 2),
             st.last_decision.summary if st.last_decision else "-",
             _ago(st.last_evaluated),
-        )
+        ]
+        if wide:
+            ready = st.condition("Ready")
+            generation = item["metadata"].get("generation", "-")
+            observed = "-" if st.observed_generation is None else st.observed_generation
+            row += [
+                str((spec.get("target") or {}).get("name", "-")),
+                str(spec.get("aggregation", "combined")),
+                str(len(spec.get("slices") or [])),
+                ready.status if ready else "-",
+                f"{observed}/{generation}",
+            ]
+        table.add_row(*row)
     if not items:
         typer.echo("no SpeculativeCanary resources found")
         return
@@ -254,14 +365,20 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return table
 
 
-def _detail(kube: Kube, namespace: str, name: str, as_json: bool, n_events: int) -> None:
-    obj = _read(kube, namespace, name)
+def _detail(
+    kube: Kube, obj: dict[str, Any], output: Output | None, as_json: bool, n_events: int
+) -> None:
     st = parse_status(obj)
+    if output in (Output.JSON, Output.YAML):
+        assert output is not None
+        _dump(obj, output)
+        return
     if as_json:
         typer.echo(json.dumps(obj.get("status", {}), indent=2))
         return
     con = _console()
     meta = obj.get("metadata", {})
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     spec = obj.get("spec", {})
     target = (spec.get("target") or {}).get("name", "?")
     mode = spec.get("mode", "enforce")

@@ -76,12 +76,42 @@ def _in_cluster(cfg: client.Configuration) -> None:
 
 
 def _default_kubeconfig() -> str | None:
+    """`$KUBECONFIG` as kubectl reads it: every existing file of the list, merged (the
+    client merges a path list; the first file that sets a value wins), else ~/.kube/config."""
     env = os.environ.get("KUBECONFIG", "")
-    for part in env.split(os.pathsep):
-        if part and Path(part).expanduser().is_file():
-            return str(Path(part).expanduser())
+    parts = [str(Path(p).expanduser()) for p in env.split(os.pathsep) if p]
+    existing = [p for p in parts if Path(p).is_file()]
+    if existing:
+        return os.pathsep.join(existing)
     home = Path("~/.kube/config").expanduser()
     return str(home) if home.is_file() else None
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def default_namespace(
+    *, server: str | None = None, kubeconfig: str | None = None, context: str | None = None
+) -> str:
+    """The namespace kubectl would use: the kubeconfig context's `namespace` (the named
+    context, else the current one), in a pod its own namespace, else "default"."""
+    if not server:
+        path = kubeconfig or _default_kubeconfig()
+        if path:
+            try:
+                contexts, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+                    config_file=path
+                )
+            except (ConfigException, OSError, ValueError) as exc:
+                raise KubeError(f"kubeconfig {path}: {exc}") from exc
+            chosen = next((c for c in contexts or [] if c.get("name") == context), None)
+            chosen = chosen if context else active
+            namespace = ((chosen or {}).get("context") or {}).get("namespace")
+            if namespace:
+                return str(namespace)
+        elif os.environ.get(IN_CLUSTER_ENV) and Path(SERVICE_ACCOUNT_NAMESPACE).is_file():
+            return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or "default"
+    return "default"
 
 
 @dataclass(frozen=True, slots=True)
