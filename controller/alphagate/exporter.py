@@ -36,7 +36,18 @@ from prometheus_client import (
 )
 
 from alphagate import __version__
-from alphagate.core.model import CheckResult, Evaluation, State, Verdict
+from alphagate.config import LatencyMetric, SpeculativeCanarySpec
+from alphagate.core.model import (
+    AcceptanceEvidence,
+    Alert,
+    Cause,
+    CheckKind,
+    CheckResult,
+    Evaluation,
+    LatencyEvidence,
+    State,
+    Verdict,
+)
 from alphagate.errors import SourceErrorKind
 
 PREFIX: Final = "alphagate_"
@@ -122,6 +133,9 @@ WATCHED_WARNINGS: Final = (
 # say: the design's example value. The prediction is the small-batch (memory-bound) one.
 DEFAULT_OVERHEAD: Final = 0.15
 
+# The `kind` label of a failed read whose kind the source did not say (an unexpected raise).
+UNKNOWN_ERROR_KIND: Final = "unknown"
+
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # Label values of `alphagate_itl_quantile_seconds{metric}`: which vLLM histogram the P99 is of.
@@ -144,86 +158,39 @@ REASON_KINDS: Final = (
     "rollout_timeout",
 )
 
-# Evaluation.alerts values that say why a decision held (most specific first).
+# Alerts that say why a decision held (most specific first).
 _ALERT_REASONS: Final = (
-    ("rollout-timeout", "rollout_timeout"),
-    ("probe-stalled", "probe_stalled"),
-    ("flip-budget", "flip_budget"),
+    (Alert.ROLLOUT_TIMEOUT, "rollout_timeout"),
+    (Alert.PROBE_STALLED, "probe_stalled"),
+    (Alert.FLIP_BUDGET, "flip_budget"),
 )
+
+# Label of `alphagate_itl_quantile_seconds{metric}` for each latency metric of the policy.
+_METRIC_LABELS: Final[Mapping[LatencyMetric, str]] = {
+    LatencyMetric.PER_TOKEN: METRIC_PER_TOKEN,
+    LatencyMetric.PER_STEP_SCALED: METRIC_PER_STEP_SCALED,
+    LatencyMetric.PER_STEP_ABSOLUTE: METRIC_PER_STEP,
+}
 
 _CANARY: Final = ("namespace", "canary")
 _SLICE: Final = ("namespace", "canary", "slice")
 
-# Evidence keys the core's latency check may use, tried in order (first present wins).
-_CANARY_P99_KEYS: Final = ("canary_quantile_seconds", "canary_p99_seconds", "canary_p99")
-_BASELINE_P99_KEYS: Final = ("baseline_quantile_seconds", "baseline_p99_seconds", "baseline_p99")
-_CANARY_P50_KEYS: Final = ("canary_p50_seconds", "canary_p50")
-_BASELINE_P50_KEYS: Final = ("baseline_p50_seconds", "baseline_p50")
-_RATIO_KEYS: Final = ("ratio", "p99_ratio", "latency_ratio", "regression_ratio")
-_METRIC_KEYS: Final = ("metric", "latency_metric")
-_SPEEDUP_KEYS: Final = ("predicted_speedup", "speedup", "predicted_speedup_ratio")
-_GATE_KEYS: Final = {
-    "disable": ("disable_below", "disableBelow", "disable_threshold"),
-    "enable": ("enable_above", "enableAbove", "enable_threshold"),
-}
 
-
-def _number(evidence: Mapping[str, float | str], keys: Iterable[str]) -> float | None:
-    """The first finite number among `keys` in `evidence`, else None (strings are parsed)."""
-    for key in keys:
-        if key not in evidence:
-            continue
-        raw = evidence[key]
-        try:
-            value = float(raw)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(value):
-            return value
-    return None
-
-
-def _text(evidence: Mapping[str, float | str], keys: Iterable[str]) -> str | None:
-    for key in keys:
-        raw = evidence.get(key)
-        if isinstance(raw, str) and raw:
-            return raw
-    return None
-
-
-def check_family(check: str) -> str:
-    """`acceptance:chat` -> `acceptance`; unknown families become `other` (bounded labels)."""
-    family = check.split(":", 1)[0]
-    return family if family in ("acceptance", "latency") else "other"
-
-
-def check_slice(check: str) -> str | None:
-    """`latency:chat` -> `chat`; a check without a slice part gives None."""
-    _, sep, rest = check.partition(":")
-    return rest if sep and rest else None
-
-
-def latency_metric_label(raw: str | None) -> str:
+def latency_metric_label(metric: LatencyMetric) -> str:
     """The policy's latency metric (perToken, perStepScaled, perStepAbsolute) as a label."""
-    if raw is None:
-        return METRIC_PER_TOKEN
-    lowered = raw.lower().replace("-", "_")
-    if "scaled" in lowered:
-        return METRIC_PER_STEP_SCALED
-    if "step" in lowered or "inter_token" in lowered:
-        return METRIC_PER_STEP
-    return METRIC_PER_TOKEN
+    return _METRIC_LABELS[metric]
 
 
 def reason_kind(evaluation: Evaluation) -> str:
-    """A short, bounded reason for the decisions counter, derived from structured fields.
+    """A short, bounded reason for the decisions counter, derived from typed fields.
 
     The sentence in `evaluation.reason` is for people (status, Events, logs); a label needs a
-    small closed set, so this looks at the verdict and which check failed, not at the words.
+    small closed set, so this looks at the transition's cause, the alerts, the verdict and the
+    kinds of the failing checks.
     """
     transition = evaluation.transition
     if transition is not None and (
-        transition.reason.startswith("manual") or transition.from_state is State.PAUSED
+        transition.cause in (Cause.MANUAL, Cause.REFUSED) or transition.from_state is State.PAUSED
     ):
         return "manual"
     if evaluation.memory.state is State.PAUSED:
@@ -234,10 +201,11 @@ def reason_kind(evaluation: Evaluation) -> str:
                 return kind
     verdict = evaluation.verdict
     if verdict is Verdict.FAIL:
-        families = {check_family(c.check) for c in evaluation.checks if c.verdict is Verdict.FAIL}
-        for family in ("acceptance", "latency"):
-            if family in families:
-                return f"fail_{family}"
+        kinds = {c.kind for c in evaluation.checks if c.verdict is Verdict.FAIL}
+        if CheckKind.ACCEPTANCE in kinds:
+            return "fail_acceptance"
+        if CheckKind.LATENCY in kinds:
+            return "fail_latency"
         return "fail_other"
     if verdict is Verdict.ERROR:
         return "error"
@@ -391,7 +359,7 @@ class Recorder:
         canary: str,
         duration_seconds: float,
         speculation_on: bool,
-        spec: Any = None,
+        spec: SpeculativeCanarySpec | None = None,
     ) -> None:
         """Export one evaluation of `namespace/canary`.
 
@@ -432,19 +400,10 @@ class Recorder:
             for bound, value in self._gate(evaluation.checks, spec).items():
                 put(self.gate, ALPHA_GATE, (*c, bound), value)
 
-            default_metric = None
-            if spec is not None:
-                default_metric = str(getattr(getattr(spec, "latency", None), "metric", "") or "")
-            quantile = "0.99"
-            if spec is not None:
-                q = getattr(getattr(spec, "latency", None), "quantile", None)
-                if isinstance(q, float):
-                    quantile = f"{q:g}"
             only_slice = self._only_slice(evaluation, spec)
             for check in evaluation.checks:
-                if check_family(check.check) != "latency":
-                    continue
-                self._latency(check, c, put, default_metric, quantile, only_slice)
+                if isinstance(check.evidence, LatencyEvidence):
+                    self._latency(check, check.evidence, c, put, only_slice)
 
             for state in State:
                 put(
@@ -459,7 +418,7 @@ class Recorder:
                     put(
                         self.check_verdict,
                         CHECK_VERDICT,
-                        (*c, check.check, verdict.value),
+                        (*c, check.name, verdict.value),
                         1.0 if check.verdict is verdict else 0.0,
                     )
             put(self.last_evaluation, LAST_EVALUATION, c, evaluation.at)
@@ -504,9 +463,10 @@ class Recorder:
                 self._invalid.add((namespace, name))
                 self.spec_invalid.labels(namespace, name).set(1)
 
-    def source_error(self, kind: str, *, namespace: str, canary: str) -> None:
-        """Count one failed read. `kind` is a `SourceErrorKind` value (a bounded set)."""
-        self.source_errors.labels(namespace, canary, str(kind)).inc()
+    def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:
+        """Count one failed read by kind (a bounded set; None counts as "unknown")."""
+        label = kind.value if kind is not None else UNKNOWN_ERROR_KIND
+        self.source_errors.labels(namespace, canary, label).inc()
 
     def set_leader(self, leader: bool) -> None:
         """Mark leadership. Losing it drops every per-canary gauge: only the leader's count."""
@@ -605,13 +565,11 @@ class Recorder:
         return {(name, labels) for name, sets in seen.series.items() for labels in sets}
 
     @staticmethod
-    def _only_slice(evaluation: Evaluation, spec: Any) -> str | None:
-        """The slice a check without a `:slice` suffix is about: the core leaves the suffix off
-        when the policy has a single slice."""
-        names: set[str] = set()
-        slices = getattr(spec, "slices", None)
-        if slices:
-            names = {str(getattr(s, "name", "")) for s in slices}
+    def _only_slice(evaluation: Evaluation, spec: SpeculativeCanarySpec | None) -> str | None:
+        """The slice a check without a slice is about: the core leaves it off when the policy
+        has a single slice."""
+        if spec is not None:
+            names = {s.name for s in spec.slices}
         else:
             names = set(evaluation.weights) | set(evaluation.estimates)
         return next(iter(names)) if len(names) == 1 else None
@@ -624,27 +582,20 @@ class Recorder:
         return all(c.verdict is not Verdict.ERROR for c in evaluation.checks)
 
     @staticmethod
-    def _gate(checks: Iterable[CheckResult], spec: Any) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def _gate(
+        checks: Iterable[CheckResult], spec: SpeculativeCanarySpec | None
+    ) -> dict[str, float]:
+        """The alpha gate an acceptance check applied, else the policy's."""
         for check in checks:
-            if check_family(check.check) != "acceptance":
-                continue
-            for bound, keys in _GATE_KEYS.items():
-                value = _number(check.evidence, keys)
-                if value is not None and bound not in out:
-                    out[bound] = value
-        acceptance = getattr(spec, "acceptance", None)
-        if acceptance is not None:
-            out.setdefault("disable", float(acceptance.disable_below))
-            out.setdefault("enable", float(acceptance.enable_above))
-        return out
+            if isinstance(check.evidence, AcceptanceEvidence):
+                e = check.evidence
+                return {"disable": e.disable_below, "enable": e.enable_above}
+        if spec is None:
+            return {}
+        return {"disable": spec.acceptance.disable_below, "enable": spec.acceptance.enable_above}
 
     @staticmethod
-    def _speedup(evaluation: Evaluation, spec: Any) -> float | None:
-        for check in evaluation.checks:
-            value = _number(check.evidence, _SPEEDUP_KEYS)
-            if value is not None:
-                return value
+    def _speedup(evaluation: Evaluation, spec: SpeculativeCanarySpec | None) -> float | None:
         if spec is None or evaluation.combined is None:
             return None
         alpha = evaluation.combined.value
@@ -659,34 +610,23 @@ class Recorder:
     def _latency(
         self,
         check: CheckResult,
+        ev: LatencyEvidence,
         c: tuple[str, str],
         put: Callable[[Gauge, str, tuple[str, ...], float], None],
-        default_metric: str | None,
-        quantile: str,
         only_slice: str | None,
     ) -> None:
-        slice_name = check_slice(check.check) or only_slice or "all"
-        ev = check.evidence
-        metric = latency_metric_label(_text(ev, _METRIC_KEYS) or default_metric)
-        q_value = _number(ev, ("quantile",))
-        if q_value is not None:
-            quantile = f"{q_value:g}"
-        s = (*c, slice_name)
-        for role, keys, q in (
-            ("canary", _CANARY_P99_KEYS, quantile),
-            ("baseline", _BASELINE_P99_KEYS, quantile),
-            ("canary", _CANARY_P50_KEYS, "0.5"),
-            ("baseline", _BASELINE_P50_KEYS, "0.5"),
-        ):
-            value = _number(ev, keys)
-            if value is not None:
-                put(self.itl_quantile, ITL_QUANTILE, (*s, role, metric, q), value)
-        ratio = _number(ev, _RATIO_KEYS)
-        if ratio is None:
-            canary_p = _number(ev, _CANARY_P99_KEYS)
-            baseline_p = _number(ev, _BASELINE_P99_KEYS)
-            if canary_p is not None and baseline_p:
-                ratio = canary_p / baseline_p
+        s = (*c, check.slice or only_slice or "all")
+        metric = latency_metric_label(ev.metric)
+        quantile = f"{ev.quantile:g}"
+        for role, pool in (("canary", ev.canary), ("baseline", ev.baseline)):
+            if pool is not None:
+                put(
+                    self.itl_quantile,
+                    ITL_QUANTILE,
+                    (*s, role, metric, quantile),
+                    pool.quantile_seconds,
+                )
+        ratio = ev.ratio
         if ratio is not None:
             put(self.latency_ratio, LATENCY_RATIO, s, ratio)
 

@@ -44,6 +44,8 @@ from alphagate.core.evaluate import evaluate
 from alphagate.core.machine import effective_state, judge_window
 from alphagate.core.model import (
     Action,
+    Alert,
+    Cause,
     Command,
     Evaluation,
     Memory,
@@ -95,19 +97,20 @@ COMBINED_UNIT: Final = ""
 # ---------------------------------------------------------------- small helpers
 
 
-def _error_kind(text: str | None) -> str:
-    """`timeout: http://...: ...` -> `timeout` (bounded metric label)."""
-    if not text:
-        return "unknown"
-    head = text.split(":", 1)[0].strip()
-    return head if head in {k.value for k in SourceErrorKind} else "unknown"
+def source_failures(observation: Observation) -> list[tuple[SourceErrorKind | None, str]]:
+    """Every failure the source reported, whole-read first, with its kind (None: unknown)."""
+    out: list[tuple[SourceErrorKind | None, str]] = []
+    if observation.source_error:
+        out.append((observation.source_error_kind, observation.source_error))
+    out += [
+        (p.error_kind, f"{p.slice}/{p.role.value}: {p.error}") for p in observation.pools if p.error
+    ]
+    return out
 
 
 def source_errors(observation: Observation) -> list[str]:
-    """Every failure the source reported, whole-read first."""
-    out = [observation.source_error] if observation.source_error else []
-    out += [f"{p.slice}/{p.role.value}: {p.error}" for p in observation.pools if p.error]
-    return out
+    """Every failure the source reported, whole-read first (sentences for people)."""
+    return [text for _, text in source_failures(observation)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,11 +463,12 @@ class Reconciler:
             observation = Observation(
                 at=now, window_seconds=window, pools=(), source_error=f"unknown: {exc!r}"
             )
-        errors = source_errors(observation)
-        if errors and self.recorder is not None:
-            for text in errors:
+        failures = source_failures(observation)
+        errors = [text for _, text in failures]
+        if failures and self.recorder is not None:
+            for kind, _ in failures:
                 with contextlib.suppress(Exception):
-                    self.recorder.source_error(_error_kind(text), namespace=namespace, canary=name)
+                    self.recorder.source_error(kind, namespace=namespace, canary=name)
         conditions = set_condition(
             conditions,
             ConditionType.SOURCE_HEALTHY,
@@ -845,7 +849,7 @@ class Reconciler:
             applied=u.applied and u.error is None,
             dry_run=dry_run,
             deployments=[d.name for d in u.unit.deployments],
-            alerts=list(e.alerts),
+            alerts=[a.value for a in e.alerts],
         )
 
     def _events_for(
@@ -892,9 +896,9 @@ class Reconciler:
                 reason = Reason.PAUSED
             elif t.from_state is State.PAUSED:
                 reason = Reason.RESUMED
-            elif t.reason.startswith("manual:"):
+            elif t.cause is Cause.MANUAL:
                 reason = Reason.COMMAND
-            if "refused" in t.reason:
+            if t.cause is Cause.REFUSED:
                 self.events.warning(ref, Reason.FLIP_REFUSED, f"{t.reason}{where}")
             else:
                 self.events.normal(
@@ -906,19 +910,19 @@ class Reconciler:
         # folds them into one Event with a growing count (what `kubectl describe` shows as
         # "x12 over 6m") instead of one Event per interval.
         for alert in e.alerts:
-            if alert == "source-errors":
+            if alert is Alert.SOURCE_ERRORS:
                 first = errors[0] if errors else "no details"
                 self.events.warning(
                     ref, Reason.SOURCE_ERRORS, f"metrics source failing{where}: {first}"
                 )
-            elif alert == "flip-budget":
+            elif alert is Alert.FLIP_BUDGET:
                 self.events.warning(
                     ref,
                     Reason.FLIP_REFUSED,
                     f"flip budget exhausted{where}: at most {spec.timing.max_flips_per_hour} "
                     "flips per hour; holding",
                 )
-            elif alert == "rollout-timeout":
+            elif alert is Alert.ROLLOUT_TIMEOUT:
                 self.events.warning(
                     ref,
                     Reason.ROLLOUT_TIMEOUT,
@@ -947,11 +951,13 @@ class Reconciler:
                 if e.transition
                 else None
             ),
+            cause=e.transition.cause.value if e.transition else None,
+            failing=[c.name for c in e.checks if c.verdict is Verdict.FAIL] or None,
             speculation_target=e.target_speculation_on,
             applied=uo.applied and uo.error is None,
             dry_run=dry_run,
             error=str(uo.error) if uo.error else None,
-            alerts=list(e.alerts) or None,
+            alerts=[a.value for a in e.alerts] or None,
             memory_origin=uo.memory_origin or None,
         )
 
@@ -1177,5 +1183,6 @@ __all__ = [
     "combined_rollout",
     "resume_memory",
     "source_errors",
+    "source_failures",
     "units_of",
 ]

@@ -14,7 +14,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alphagate.core.model import Action, Evaluation, State, Verdict
+from alphagate.core.model import (
+    Action,
+    Cause,
+    CheckKind,
+    Evaluation,
+    LatencyEvidence,
+    State,
+    Verdict,
+)
 from alphagate.errors import AlphagateError
 
 STATE_LEVEL = {
@@ -56,25 +64,9 @@ class Point:
     truth_alpha: float = math.nan  # from a simulator recording, when known
     # Per slice (check suffix; "" with one slice): (canary, baseline) latency quantile, seconds.
     latency: dict[str, tuple[float, float]] = field(default_factory=dict)
-    failing: tuple[str, ...] = ()  # the checks that failed in this evaluation
-
-
-# Latency evidence keys, newest first (core.checks names them *_quantile_seconds).
-_CANARY_KEYS = ("canary_quantile_seconds", "canary_p99", "canary_quantile", "canary_p99_seconds")
-_BASELINE_KEYS = (
-    "baseline_quantile_seconds",
-    "baseline_p99",
-    "baseline_quantile",
-    "baseline_p99_seconds",
-)
-
-
-def _num(evidence: dict[str, float | str], *keys: str) -> float:
-    for key in keys:
-        value = evidence.get(key)
-        if isinstance(value, int | float):
-            return float(value)
-    return math.nan
+    failing: tuple[str, ...] = ()  # names of the checks that failed in this evaluation
+    failing_kinds: tuple[CheckKind, ...] = ()  # their kinds (what code branches on)
+    cause: Cause | None = None  # the transition's cause, when the state changed
 
 
 def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan) -> Point:
@@ -91,15 +83,15 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
     metric = ""
     latency: dict[str, tuple[float, float]] = {}
     for check in evaluation.checks:
-        if check.check.startswith("latency"):
-            cp = _num(check.evidence, *_CANARY_KEYS)
-            bp = _num(check.evidence, *_BASELINE_KEYS)
-            name = check.check.split(":", 1)[1] if ":" in check.check else ""
+        ev = check.evidence
+        if isinstance(ev, LatencyEvidence):
+            cp = ev.canary.quantile_seconds if ev.canary is not None else math.nan
+            bp = ev.baseline.quantile_seconds if ev.baseline is not None else math.nan
             if not (math.isnan(cp) and math.isnan(bp)):
-                latency[name] = (cp, bp)
+                latency[check.slice or ""] = (cp, bp)
             if not math.isnan(cp) and (math.isnan(canary_p99) or cp > canary_p99):
                 canary_p99, baseline_p99 = cp, bp
-                metric = str(check.evidence.get("metric", ""))
+                metric = ev.metric.value
     tr = evaluation.transition
     return Point(
         t=evaluation.at - start,
@@ -117,7 +109,9 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
         transition=f"{tr.from_state} -> {tr.to_state}" if tr is not None else "",
         truth_alpha=truth_alpha,
         latency=latency,
-        failing=tuple(c.check for c in evaluation.checks if c.verdict is Verdict.FAIL),
+        failing=tuple(c.name for c in evaluation.checks if c.verdict is Verdict.FAIL),
+        failing_kinds=tuple(c.kind for c in evaluation.checks if c.verdict is Verdict.FAIL),
+        cause=tr.cause if tr is not None else None,
     )
 
 
@@ -147,12 +141,12 @@ def summary(points: Sequence[Point], *, title: str) -> dict[str, Any]:
 def _flip_label(p: Point) -> str:
     """A short label for a transition on the timeline."""
     if p.action == Action.ENABLE:
-        return "re-probe (early)" if "early re-probe" in p.reason else "enable"
+        return "re-probe (early)" if p.cause is Cause.EARLY_REPROBE else "enable"
     if p.action == Action.DISABLE:
-        kinds = {c.split(":", 1)[0] for c in p.failing}
-        if kinds == {"latency"}:
+        kinds = set(p.failing_kinds)
+        if kinds == {CheckKind.LATENCY}:
             return "rollback: P99"
-        if kinds & {"acceptance", "floor"}:
+        if kinds & {CheckKind.ACCEPTANCE, CheckKind.FLOOR}:
             return "rollback: alpha"
         return "rollback"
     return p.transition.split(" -> ")[-1]

@@ -14,7 +14,18 @@ import pytest
 from alphagate import vllm
 from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
 from alphagate.core import checks
-from alphagate.core.model import Buckets, CheckResult, Estimate, PoolObservation, Role, Verdict
+from alphagate.core.model import (
+    AcceptanceEvidence,
+    Buckets,
+    CheckKind,
+    CheckResult,
+    Estimate,
+    FloorEvidence,
+    LatencyEvidence,
+    PoolObservation,
+    Role,
+    Verdict,
+)
 
 GATE = AcceptanceGate(disable_below=0.55, enable_above=0.60, min_drafts=200)
 P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
@@ -59,16 +70,18 @@ def test_check_acceptance(
 ) -> None:
     r = checks.check_acceptance(estimate, gate=GATE, error=error)
     assert r.verdict is verdict
-    assert needle in r.reason
-    assert r.check == "acceptance"
-    assert r.evidence["disable_below"] == 0.55 and r.evidence["enable_above"] == 0.60
-    if estimate is not None and error is None:
-        assert "alpha" in r.evidence and "drafts" in r.evidence
+    assert needle in r.reason  # the sentence a person reads says why
+    assert r.kind is CheckKind.ACCEPTANCE and r.slice is None and r.name == "acceptance"
+    assert isinstance(r.evidence, AcceptanceEvidence)
+    assert r.evidence.disable_below == 0.55 and r.evidence.enable_above == 0.60
+    # the estimate judged travels with the verdict; a failed source judged none
+    assert r.evidence.estimate == (estimate if error is None else None)
 
 
 def test_check_acceptance_names_the_slice() -> None:
     r = checks.check_acceptance(est(0.7, 0.65, 0.75), gate=GATE, slice="code")
-    assert r.check == "acceptance:code" and "slice code" in r.reason
+    assert r.kind is CheckKind.ACCEPTANCE and r.slice == "code" and r.name == "acceptance:code"
+    assert "slice code" in r.reason
 
 
 FLOOR = [
@@ -87,8 +100,9 @@ FLOOR = [
 def test_check_floor(estimate: Estimate | None, error: str | None, verdict: Verdict) -> None:
     r = checks.check_floor(estimate, min_alpha=0.35, gate=GATE, slice="code", error=error)
     assert r.verdict is verdict
-    assert r.check == "floor:code"
-    assert r.evidence["min_alpha"] == 0.35
+    assert r.kind is CheckKind.FLOOR and r.slice == "code"
+    assert isinstance(r.evidence, FloorEvidence) and r.evidence.min_alpha == 0.35
+    assert r.evidence.estimate == (estimate if error is None else None)
     assert r.reason
 
 
@@ -106,7 +120,13 @@ WORST = [
 )
 def test_worst(verdicts: list[Verdict], expected: Verdict) -> None:
     assert checks.worst(verdicts) is expected
-    assert checks.overall(CheckResult("x", v, "r") for v in verdicts) is expected
+    assert checks.overall(CheckResult(CheckKind.SOURCE, v, "r") for v in verdicts) is expected
+
+
+def lat(r: CheckResult) -> LatencyEvidence:
+    """The typed evidence of a latency check (asserting that it is one)."""
+    assert r.kind is CheckKind.LATENCY and isinstance(r.evidence, LatencyEvidence)
+    return r.evidence
 
 
 # ---------------------------------------------------------------- latency
@@ -148,19 +168,15 @@ def test_per_token_same_distribution_passes() -> None:
     )
     assert r.verdict is P, r.reason
     assert "per token" in r.reason
-    for key in (
-        "canary_quantile_seconds",
-        "baseline_quantile_seconds",
-        "canary_bucket_lo",
-        "canary_bucket_hi",
-        "baseline_bucket_hi",
-        "edge",
-        "p_value",
-        "ratio",
-        "limit",
-    ):
-        assert key in r.evidence, key
-    assert r.evidence["ratio"] == pytest.approx(1.0)
+    e = lat(r)
+    assert e.metric is LatencyMetric.PER_TOKEN
+    assert e.canary is not None and e.baseline is not None and e.test is not None
+    assert e.canary.bucket_lo < e.canary.quantile_seconds <= e.canary.bucket_hi
+    assert e.limit_seconds == pytest.approx(e.baseline.quantile_seconds * 1.1)
+    assert e.test.p_value >= GUARD.significance
+    assert e.ratio == pytest.approx(1.0)
+    for key in ("canary_quantile_seconds", "baseline_bucket_hi", "edge", "p_value", "ratio"):
+        assert key in e.flat(), key  # the flat view for people keeps the old keys
 
 
 def test_per_token_clear_regression_fails_with_evidence() -> None:
@@ -170,8 +186,9 @@ def test_per_token_clear_regression_fails_with_evidence() -> None:
     )
     assert r.verdict is F, r.reason
     assert "regressed" in r.reason and "per token" in r.reason
-    assert isinstance(r.evidence["p_value"], float) and r.evidence["p_value"] < GUARD.significance
-    assert r.evidence["fraction_above"] == pytest.approx(0.06)
+    test = lat(r).test
+    assert test is not None and test.p_value < GUARD.significance
+    assert test.fraction == pytest.approx(0.06)
 
 
 def test_suggestive_but_not_significant_is_inconclusive() -> None:
@@ -180,7 +197,9 @@ def test_suggestive_but_not_significant_is_inconclusive() -> None:
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
     assert r.verdict is INC, r.reason
-    assert "not significant" in r.reason
+    test = lat(r).test
+    assert test is not None and test.fraction > test.expected_fraction
+    assert test.p_value >= GUARD.significance
 
 
 def test_regression_hidden_in_one_coarse_bucket_cannot_fail() -> None:
@@ -191,7 +210,9 @@ def test_regression_hidden_in_one_coarse_bucket_cannot_fail() -> None:
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=base), guard=GUARD
     )
     assert r.verdict is P
-    assert r.evidence["canary_bucket_hi"] == r.evidence["baseline_bucket_hi"] == 0.075
+    e = lat(r)
+    assert e.canary is not None and e.baseline is not None
+    assert e.canary.bucket_hi == e.baseline.bucket_hi == 0.075
 
 
 def test_too_few_observations_is_inconclusive() -> None:
@@ -199,11 +220,15 @@ def test_too_few_observations_is_inconclusive() -> None:
     r = checks.check_latency(
         pool(Role.CANARY, tpot=small), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
-    assert r.verdict is INC and "too few canary" in r.reason
+    e = lat(r)
+    assert r.verdict is INC and e.canary is not None and e.canary.count < GUARD.min_count
+    assert e.test is None  # stopped before the exceedance test
     r = checks.check_latency(
         pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=small), guard=GUARD
     )
-    assert r.verdict is INC and "too few baseline" in r.reason
+    e = lat(r)
+    assert r.verdict is INC and e.baseline is not None and e.baseline.count < GUARD.min_count
+    assert e.canary is not None and e.canary.count >= GUARD.min_count and e.test is None
 
 
 # per-step ITL: baseline one token per step at 30-45 ms; the speculating canary's steps take
@@ -222,7 +247,7 @@ def test_per_step_scaled_compares_like_with_like() -> None:
     )
     assert r.verdict is P, r.reason
     assert "per step scaled by 3.1 tokens/step" in r.reason
-    assert r.evidence["tokens_per_step"] == 3.1
+    assert lat(r).tokens_per_step == 3.1 and lat(r).metric is LatencyMetric.PER_STEP_SCALED
     # The naive per-step comparison (1 token/step) would roll back this healthy canary.
     naive = checks.check_latency(
         pool(Role.CANARY, itl=CANARY_STEP),
@@ -242,7 +267,7 @@ def test_per_step_scaled_without_length_is_inconclusive() -> None:
             guard=guard,
             tokens_per_step=tps,
         )
-        assert r.verdict is INC and "tokens per step" in r.reason
+        assert r.verdict is INC and lat(r).tokens_per_step is None and lat(r).canary is None
 
 
 def test_per_step_absolute_stutter_limit() -> None:
@@ -250,9 +275,11 @@ def test_per_step_absolute_stutter_limit() -> None:
     stutter = hist(spread(950, 0.01, 0.05) + spread(50, 0.2, 0.3))
     r = checks.check_latency(pool(Role.CANARY, itl=stutter), None, guard=guard)
     assert r.verdict is F and "absolute stutter limit 0.1 s" in r.reason
+    assert lat(r).limit_seconds == 0.1 and lat(r).baseline is None
     fine = checks.check_latency(pool(Role.CANARY, itl=CANARY_STEP), None, guard=guard)
     assert fine.verdict is P, fine.reason
-    assert fine.evidence["edge"] == 0.1
+    edge = lat(fine).test
+    assert edge is not None and edge.edge == 0.1
 
 
 ERRORS = [
@@ -326,12 +353,12 @@ def test_latency_bad_input_never_crashes(
     r = checks.check_latency(canary, baseline, guard=GUARD, slice="chat")
     assert r.verdict is verdict, r.reason
     assert needle in r.reason
-    assert r.check == "latency:chat"
+    assert r.kind is CheckKind.LATENCY and r.slice == "chat" and r.name == "latency:chat"
 
 
 def test_disabled_guard_passes() -> None:
     r = checks.check_latency(None, None, guard=LatencyGuard(enabled=False))
-    assert r.verdict is P and "disabled" in r.reason
+    assert r.verdict is P and lat(r).canary is None and lat(r).test is None
 
 
 def test_evidence_is_json_safe() -> None:
@@ -340,7 +367,8 @@ def test_evidence_is_json_safe() -> None:
         pool(Role.BASELINE, tpot=hist(spread(1000, 90, 100))),
         guard=GUARD,
     )
-    for v in r.evidence.values():
+    assert r.flat_evidence()
+    for v in r.flat_evidence().values():
         assert isinstance(v, str) or math.isfinite(v)
 
 

@@ -12,15 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alphagate import vllm
-from alphagate.config import SpeculativeCanarySpec
+from alphagate.config import LatencyMetric, SpeculativeCanarySpec
 from alphagate.core import acceptance
 from alphagate.core.evaluate import evaluate, tokens_per_step
 from alphagate.core.model import (
+    AcceptanceEvidence,
     AcceptanceSample,
     Action,
     Buckets,
+    Cause,
+    CheckKind,
     Command,
     EstimateMethod,
+    LatencyEvidence,
     Memory,
     Observation,
     PoolObservation,
@@ -28,6 +32,7 @@ from alphagate.core.model import (
     Rollout,
     State,
     Verdict,
+    WindowEvidence,
 )
 
 T0 = 2_000_000.0
@@ -168,15 +173,15 @@ def test_new_canary_enables_without_judging() -> None:
     e = run(SPEC, obs(pools("chat", None)), Memory())
     assert e.action is Action.ENABLE and e.target_speculation_on
     assert e.verdict is Verdict.INCONCLUSIVE
-    assert [c.check for c in e.checks] == ["acceptance"]
-    assert "not judged: speculation is off" in e.checks[0].reason
+    assert [(c.kind, c.verdict) for c in e.checks] == [(CheckKind.ACCEPTANCE, Verdict.INCONCLUSIVE)]
+    assert e.checks[0].evidence is None  # nothing measured: speculation is off
     assert e.weights == {"chat": 1.0}
 
 
 def test_probing_good_alpha_passes_and_confirms() -> None:
     e = run(SPEC, obs(pools("chat", 0.75)), PROBING)
     assert e.verdict is Verdict.PASS, [c.reason for c in e.checks]
-    assert {c.check for c in e.checks} == {"acceptance", "latency"}
+    assert {c.kind for c in e.checks} == {CheckKind.ACCEPTANCE, CheckKind.LATENCY}
     assert e.estimates["chat"].value == pytest.approx(0.75)
     assert e.combined is not None and e.combined.value == pytest.approx(0.75)
     assert e.memory.last_alpha == {"chat": pytest.approx(0.75)}
@@ -194,14 +199,20 @@ def test_low_alpha_rolls_back_with_evidence() -> None:
     ev = e.transition.evidence
     assert ev["verdict"] == "Fail" and ev["alpha"] == pytest.approx(0.3)
     assert isinstance(ev["alpha_upper"], float) and ev["alpha_upper"] < 0.55
-    assert "upper bound below disableBelow" in str(ev["why"])
+    assert "upper bound below disableBelow" in str(ev["why"])  # the record for people
+    assert e.transition.cause is Cause.POLICY_FAIL
+    acc = next(c for c in e.checks if c.kind is CheckKind.ACCEPTANCE)
+    assert isinstance(acc.evidence, AcceptanceEvidence) and acc.evidence.estimate is not None
+    assert acc.evidence.estimate.upper < acc.evidence.disable_below
 
 
 def test_latency_regression_fails_and_names_metric() -> None:
     spec = make_spec(latency={"consecutiveWindows": 1})
     e = run(spec, obs(pools("chat", 0.75, canary_tpot=TPOT_SLOW)), ON)
-    lat = next(c for c in e.checks if c.check == "latency")
+    lat = next(c for c in e.checks if c.kind is CheckKind.LATENCY)
     assert lat.verdict is Verdict.FAIL and "per token" in lat.reason
+    assert isinstance(lat.evidence, LatencyEvidence)
+    assert lat.evidence.metric is LatencyMetric.PER_TOKEN
     assert e.action is Action.DISABLE  # latency needs only one window here
 
 
@@ -224,10 +235,11 @@ def test_per_step_scaled_uses_measured_acceptance_length() -> None:
         ),
     )
     e = run(spec, o, PROBING)
-    lat = next(c for c in e.checks if c.check == "latency")
+    lat = next(c for c in e.checks if c.kind is CheckKind.LATENCY)
     # ... but each step carries 1 + 5 * 0.6 = 4 tokens
     assert lat.verdict is Verdict.PASS, lat.reason
-    assert "per step scaled by 4 tokens/step" in lat.reason
+    assert isinstance(lat.evidence, LatencyEvidence)
+    assert lat.evidence.tokens_per_step == pytest.approx(4.0)
 
 
 def test_per_step_scaled_divides_by_tokens_per_step_not_acceptance_length() -> None:
@@ -253,8 +265,9 @@ def test_per_step_scaled_divides_by_tokens_per_step_not_acceptance_length() -> N
         ),
     )
     e = run(spec, o, PROBING)
-    lat = next(c for c in e.checks if c.check == "latency")
-    assert lat.evidence["tokens_per_step"] == pytest.approx(2.5)
+    lat = next(c for c in e.checks if c.kind is CheckKind.LATENCY)
+    assert isinstance(lat.evidence, LatencyEvidence)
+    assert lat.evidence.tokens_per_step == pytest.approx(2.5)
     assert lat.verdict is Verdict.FAIL, lat.reason
 
 
@@ -279,8 +292,11 @@ def test_tokens_per_step_on_the_real_capture() -> None:
 def test_warmup_window_is_not_judged() -> None:
     rollout = Rollout(completed_at=T0 - 200, speculation_on=True)
     e = run(SPEC, obs(pools("chat", 0.3)), ON, rollout=rollout)
-    assert [c.check for c in e.checks] == ["window"]
-    assert e.verdict is Verdict.INCONCLUSIVE and "warm-up" in e.checks[0].reason
+    assert [c.kind for c in e.checks] == [CheckKind.WINDOW]
+    assert e.verdict is Verdict.INCONCLUSIVE
+    w = e.checks[0].evidence
+    assert isinstance(w, WindowEvidence) and w.warmup_end is not None
+    assert w.window_start < w.warmup_end
     assert e.memory.fail_streak == 0
     assert "chat" in e.estimates  # still estimated, for display
 
@@ -293,7 +309,7 @@ def test_rollout_in_progress_is_not_judged() -> None:
 def test_source_error_is_error_and_holds() -> None:
     e = run(SPEC, obs(pools("chat", 0.3), source_error="prometheus unreachable"), ON)
     assert e.verdict is Verdict.ERROR and e.action is Action.HOLD
-    assert e.checks[0].check == "source" and "unreachable" in e.checks[0].reason
+    assert e.checks[0].kind is CheckKind.SOURCE and "unreachable" in e.checks[0].reason
     assert e.estimates == {}
     assert e.memory.error_streak == 1
 
@@ -324,7 +340,7 @@ BAD_DATA = [
 @pytest.mark.parametrize("bad", [b[1] for b in BAD_DATA], ids=[b[0] for b in BAD_DATA])
 def test_bad_acceptance_data_never_crashes_or_flips(bad: AcceptanceSample) -> None:
     e = run(SPEC, obs(pools("chat", None, acc=(bad,))), ON)
-    acc = next(c for c in e.checks if c.check == "acceptance")
+    acc = next(c for c in e.checks if c.kind is CheckKind.ACCEPTANCE)
     assert acc.verdict in (Verdict.ERROR, Verdict.INCONCLUSIVE)
     assert e.action is Action.HOLD and e.memory.state is State.ON
 
@@ -332,7 +348,7 @@ def test_bad_acceptance_data_never_crashes_or_flips(bad: AcceptanceSample) -> No
 def test_bad_histogram_data_is_error() -> None:
     nan_hist = Buckets(bounds=(0.1, math.inf), counts=(math.nan, 1))
     e = run(SPEC, obs(pools("chat", 0.75, canary_tpot=nan_hist)), ON)
-    lat = next(c for c in e.checks if c.check == "latency")
+    lat = next(c for c in e.checks if c.kind is CheckKind.LATENCY)
     assert lat.verdict is Verdict.ERROR and e.action is Action.HOLD
 
 
@@ -346,8 +362,13 @@ def test_combined_alpha_design_example_with_floors() -> None:
     assert e.combined is not None and e.combined.value == pytest.approx(pooled, abs=1e-6)
     assert e.combined.method is EstimateMethod.POOLED
     assert acceptance.traffic_weighted(e.estimates, e.weights) == pytest.approx(0.61)
-    names = [c.check for c in e.checks]
-    assert names == ["acceptance", "floor:chat", "floor:code", "latency:chat", "latency:code"]
+    assert [(c.kind, c.slice) for c in e.checks] == [
+        (CheckKind.ACCEPTANCE, None),
+        (CheckKind.FLOOR, "chat"),
+        (CheckKind.FLOOR, "code"),
+        (CheckKind.LATENCY, "chat"),
+        (CheckKind.LATENCY, "code"),
+    ]
     gate = e.checks[0]
     assert gate.verdict is Verdict.INCONCLUSIVE, gate.reason
     assert all(c.verdict is Verdict.PASS for c in e.checks[1:]), [c.reason for c in e.checks]
@@ -357,7 +378,7 @@ def test_floor_vetoes_a_slice_riding_on_the_mix() -> None:
     o = obs(pools("chat", 0.9, tokens=9000), pools("code", 0.2, tokens=1000))
     e = run(TWO, o, PROBING)
     assert e.combined is not None and e.combined.lower > 0.6  # the mix alone would pass
-    floor = next(c for c in e.checks if c.check == "floor:code")
+    floor = next(c for c in e.checks if c.kind is CheckKind.FLOOR and c.slice == "code")
     assert floor.verdict is Verdict.FAIL and e.verdict is Verdict.FAIL
 
 
@@ -374,7 +395,10 @@ def test_weights_fall_back_to_draft_tokens_without_generation_counts() -> None:
 def test_per_slice_evaluates_only_the_given_slice() -> None:
     o = obs(pools("chat", 0.75), pools("code", 0.3))
     e = run(PER_SLICE, o, ON, slices=["code"])
-    assert [c.check for c in e.checks] == ["acceptance:code", "latency:code"]
+    assert [(c.kind, c.slice) for c in e.checks] == [
+        (CheckKind.ACCEPTANCE, "code"),
+        (CheckKind.LATENCY, "code"),
+    ]
     assert set(e.estimates) == {"code"}
     assert e.verdict is Verdict.FAIL
     with pytest.raises(ValueError, match="unknown slices"):
@@ -393,7 +417,8 @@ def test_rolled_back_small_mix_shift_keeps_cooling_down() -> None:
     # speculation is off: no spec series; chat (the only slice whose last alpha cleared
     # enableAbove) grew from 30% to 40% of the traffic: less than reprobeMixShift 0.15
     e = run(TWO, obs(pools("chat", None, tokens=4000), pools("code", None, tokens=6000)), m)
-    assert e.action is Action.HOLD and "cooling down" in e.reason
+    assert e.action is Action.HOLD and e.transition is None
+    assert e.memory.cooldown_until > T0 and e.memory.state is State.ROLLED_BACK
     assert e.weights["chat"] == pytest.approx(0.4)
     assert e.verdict is Verdict.INCONCLUSIVE
 
@@ -408,13 +433,16 @@ def test_rolled_back_reprobes_early_when_mix_moves_to_good_slices() -> None:
         good_share_at_rollback=0.3,
     )
     e = run(TWO, obs(pools("chat", None, tokens=5000), pools("code", None, tokens=5000)), m)
-    assert e.action is Action.ENABLE and "early re-probe" in e.reason
+    assert e.action is Action.ENABLE
+    assert e.transition is not None and e.transition.cause is Cause.EARLY_REPROBE
     assert e.memory.last_alpha == {"chat": 0.72, "code": 0.35}  # kept while off
 
 
 def test_manual_command_passes_through() -> None:
     e = run(SPEC, obs(pools("chat", 0.75)), ON, command=Command.PAUSE)
-    assert e.memory.state is State.PAUSED and e.reason.startswith("manual: pause")
+    assert e.memory.state is State.PAUSED
+    assert e.transition is not None and e.transition.cause is Cause.MANUAL
+    assert e.transition.command is Command.PAUSE
     assert e.target_speculation_on
 
 
@@ -426,7 +454,7 @@ def test_every_check_has_reason_and_json_safe_evidence() -> None:
         e = run(TWO, o, m)
         for c in e.checks:
             assert c.reason
-            for v in c.evidence.values():
+            for v in c.flat_evidence().values():
                 assert isinstance(v, str) or math.isfinite(v)
 
 
@@ -467,7 +495,7 @@ def test_garbage_never_crashes(
         assert e.verdict in Verdict
         bad = any(not math.isfinite(x) or x < 0 for x in (d, t, a))
         if bad and m is not Memory():
-            acc = next((c for c in e.checks if c.check == "acceptance"), None)
+            acc = next((c for c in e.checks if c.kind is CheckKind.ACCEPTANCE), None)
             if acc is not None and m.state is not State.OFF:
                 assert acc.verdict is Verdict.ERROR
 
@@ -496,8 +524,8 @@ def test_warmup_data_is_never_judged(
     if abs(warm_end - (T0 - 300)) < 1e-6:
         return  # on the boundary: either reading is right
     if warm_end > T0 - 300:
-        assert [c.check for c in e.checks] == ["window"]
+        assert [c.kind for c in e.checks] == [CheckKind.WINDOW]
         assert e.action is Action.HOLD and e.memory.state is state
         assert e.memory.pass_streak == 0 and e.memory.fail_streak == 0
     else:
-        assert any(c.check == "acceptance" for c in e.checks)
+        assert any(c.kind is CheckKind.ACCEPTANCE for c in e.checks)

@@ -15,7 +15,17 @@ from hypothesis import strategies as st
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import machine
-from alphagate.core.model import Action, Command, Memory, Rollout, State, Verdict
+from alphagate.core.model import (
+    Action,
+    Alert,
+    Cause,
+    CheckKind,
+    Command,
+    Memory,
+    Rollout,
+    State,
+    Verdict,
+)
 
 P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
 
@@ -138,7 +148,7 @@ STEPS = [
         "probing-latency-fail-uses-latency-windows",
         mem(state=State.PROBING, since=OLD, last_flip_at=OLD, probe_deadline=T0 + 100),
         F,
-        {"spec": make_spec(latency={"consecutiveWindows": 1}), "fail_kinds": ["latency:chat"]},
+        {"spec": make_spec(latency={"consecutiveWindows": 1}), "fail_kinds": [CheckKind.LATENCY]},
         State.ROLLED_BACK,
         Action.DISABLE,
         "1 consecutive failing windows",
@@ -369,6 +379,27 @@ STEPS = [
 ]
 
 
+# The typed cause of each row's transition (rows without one hold) and the alerts it raises.
+CAUSES: dict[str, Cause] = {
+    "new-canary-probes-at-once": Cause.PROBE,
+    "new-canary-paused": Cause.SPEC_PAUSE,
+    "probing-second-pass-confirms": Cause.POLICY_PASS,
+    "probing-second-fail-rolls-back": Cause.POLICY_FAIL,
+    "probing-latency-fail-uses-latency-windows": Cause.POLICY_FAIL,
+    "probing-fail-safe-disables": Cause.FAIL_SAFE,
+    "on-fail-streak-rolls-back": Cause.POLICY_FAIL,
+    "on-bake-done-promotes": Cause.BAKED,
+    "rolled-back-cooldown-over-probes": Cause.PROBE,
+    "rolled-back-budget-frees-after-an-hour": Cause.PROBE,
+    "rolled-back-early-reprobe-on-mix-shift": Cause.EARLY_REPROBE,
+}
+ALERTS: dict[str, Alert] = {
+    "probing-deadline-passed-keeps-probing": Alert.PROBE_STALLED,
+    "rolled-back-flip-budget": Alert.FLIP_BUDGET,
+    "cap-of-two-allows-enable-only-with-an-empty-hour": Alert.FLIP_BUDGET,
+}
+
+
 @pytest.mark.parametrize(
     ("memory", "verdict", "kwargs", "state", "action", "needle"),
     [c[1:] for c in STEPS],
@@ -381,18 +412,25 @@ def test_step(
     state: State,
     action: Action,
     needle: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    row = request.node.callspec.id
     d = step(memory, verdict, **kwargs)
     assert d.memory.state is state, d.reason
     assert d.action is action, d.reason
-    assert needle in d.reason
-    if d.memory.state is not memory.state:
-        assert d.transition is not None
+    assert needle in d.reason  # the sentence a person reads (code reads the fields below)
+    if row in CAUSES:
+        assert d.transition is not None and d.transition.cause is CAUSES[row]
         assert (d.transition.from_state, d.transition.to_state) == (memory.state, state)
         assert d.transition.reason == d.reason and d.transition.at == T0
+        assert d.transition.command is None
         assert d.memory.history[-1] == d.transition
-    elif not d.reason.startswith("manual"):
-        assert d.transition is None
+    else:
+        assert d.transition is None and d.memory.state is memory.state
+    if row in ALERTS:
+        assert ALERTS[row] in d.alerts
+    else:
+        assert Alert.FLIP_BUDGET not in d.alerts and Alert.PROBE_STALLED not in d.alerts
 
 
 def test_rollback_backoff_grows_and_caps() -> None:
@@ -420,7 +458,7 @@ def test_flip_records_time_and_alerts_on_budget() -> None:
         ),
         INC,
     )
-    assert machine.ALERT_FLIP_BUDGET in blocked.alerts
+    assert Alert.FLIP_BUDGET in blocked.alerts
 
 
 def test_error_streak_alerts_after_threshold() -> None:
@@ -429,7 +467,7 @@ def test_error_streak_alerts_after_threshold() -> None:
     for i in range(4):
         d = step(m, E, now=T0 + 30 * i)
         m = d.memory
-        alerts.append(machine.ALERT_SOURCE_ERRORS in d.alerts)
+        alerts.append(Alert.SOURCE_ERRORS in d.alerts)
     assert alerts == [False, False, True, True]
     assert m.state is State.ON
 
@@ -440,7 +478,7 @@ def test_rollout_timeout_alerts_without_flipping() -> None:
         F,
         rollout=Rollout(in_progress=True),
     )
-    assert d.action is Action.HOLD and machine.ALERT_ROLLOUT_TIMEOUT in d.alerts
+    assert d.action is Action.HOLD and Alert.ROLLOUT_TIMEOUT in d.alerts
 
 
 def test_data_from_before_the_last_flip_is_not_judged_even_if_rollout_lags() -> None:
@@ -454,7 +492,7 @@ def test_data_from_before_the_last_flip_is_not_judged_even_if_rollout_lags() -> 
     )
     d = step(m, P)
     assert d.memory.state is State.PROBING and d.memory.pass_streak == 0
-    assert "warm-up" in d.reason
+    assert d.transition is None and d.memory.fail_streak == 0
 
 
 # ---------------------------------------------------------------- judge_window
@@ -475,9 +513,9 @@ def test_judge_window_cuts_warmup() -> None:
 def test_windows_needed() -> None:
     spec = make_spec(acceptance={"consecutiveWindows": 3}, latency={"consecutiveWindows": 1})
     assert machine.windows_needed(spec) == (3, 3)
-    assert machine.windows_needed(spec, ["latency:chat"]) == (3, 1)
-    assert machine.windows_needed(spec, ["acceptance", "latency"]) == (3, 1)
-    assert machine.windows_needed(spec, ["floor:code"]) == (3, 3)
+    assert machine.windows_needed(spec, [CheckKind.LATENCY]) == (3, 1)
+    assert machine.windows_needed(spec, [CheckKind.ACCEPTANCE, CheckKind.LATENCY]) == (3, 1)
+    assert machine.windows_needed(spec, [CheckKind.FLOOR]) == (3, 3)
 
 
 # ---------------------------------------------------------------- manual commands and pause
@@ -567,14 +605,19 @@ def test_manual_commands(
 ) -> None:
     d = step(memory, E, command=command)
     assert (d.memory.state, d.action) == (state, action), d.reason
-    assert needle in d.reason and d.reason.startswith("manual: ")
+    assert needle in d.reason  # for people
     assert d.transition is not None and d.transition.reason == d.reason  # always recorded
+    refused = needle == "refused"
+    assert d.transition.cause is (Cause.REFUSED if refused else Cause.MANUAL)
+    assert d.transition.command is command
 
 
 def test_manual_resume_refused_while_spec_paused() -> None:
     m = mem(state=State.PAUSED, state_before_pause=State.ON, paused_by="spec")
     d = step(m, P, spec=make_spec(paused=True), command=Command.RESUME)
-    assert d.memory.state is State.PAUSED and "refused" in d.reason
+    assert d.memory.state is State.PAUSED
+    assert d.transition is not None and d.transition.cause is Cause.REFUSED
+    assert d.transition.command is Command.RESUME
 
 
 def test_spec_pause_holds_everything_and_resume_returns() -> None:
@@ -589,13 +632,15 @@ def test_spec_pause_holds_everything_and_resume_returns() -> None:
         m = d.memory
     assert machine.speculation_on(m)  # the config stays as it was
     d = step(m, INC, now=T0 + 300)
-    assert d.memory.state is State.ON and d.action is Action.HOLD and "resumed" in d.reason
+    assert d.memory.state is State.ON and d.action is Action.HOLD
+    assert d.transition is not None and d.transition.cause is Cause.SPEC_RESUME
 
 
 def test_manual_pause_survives_spec_unpause() -> None:
     d = step(mem(state=State.ON, since=OLD), P, command=Command.PAUSE)
     d = step(d.memory, F, now=T0 + 30)
-    assert d.memory.state is State.PAUSED and "manual resume" in d.reason
+    assert d.memory.state is State.PAUSED and d.memory.paused_by == "manual"
+    assert d.transition is None  # holds until a person resumes
 
 
 def test_history_keeps_last_20() -> None:
@@ -644,7 +689,8 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     while t < m.cooldown_until:
         assert tick(INC).action is Action.HOLD
     d = tick(INC)
-    assert d.action is Action.ENABLE and m.state is State.PROBING and "cooldown over" in d.reason
+    assert d.action is Action.ENABLE and m.state is State.PROBING
+    assert d.transition is not None and d.transition.cause is Cause.PROBE
     # the second probe fails: longer cooldown
     while t < m.last_flip_at + 60 + 120 + 300:  # type: ignore[operator]
         tick(F)
@@ -688,7 +734,7 @@ class Tick:
     in_progress: bool
     completed_ago: float | None
     good_share: float | None
-    fail_kinds: tuple[str, ...]
+    fail_kinds: tuple[CheckKind, ...]
 
 
 ticks = st.builds(
@@ -698,7 +744,14 @@ ticks = st.builds(
     in_progress=st.sampled_from([False, False, False, True]),
     completed_ago=st.none() | st.floats(0, 2000),
     good_share=st.none() | st.floats(0, 1),
-    fail_kinds=st.sampled_from([(), ("acceptance",), ("latency:chat",), ("floor:a", "latency:b")]),
+    fail_kinds=st.sampled_from(
+        [
+            (),
+            (CheckKind.ACCEPTANCE,),
+            (CheckKind.LATENCY,),
+            (CheckKind.FLOOR, CheckKind.LATENCY),
+        ]
+    ),
 )
 
 specs = st.builds(
@@ -763,7 +816,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
             if effective is E:
                 assert spec.errors.fail_safe.value == "disable"
                 assert m.error_streak >= spec.errors.fail_safe_after
-                assert "fail-safe" in d.reason
+                assert d.transition is not None and d.transition.cause is Cause.FAIL_SAFE
             else:
                 assert effective is F and not unjudged
         # INCONCLUSIVE never moves a speculating canary; data in warm-up is never judged.

@@ -83,7 +83,10 @@ def test_the_story_happens_in_order(demo_run: tuple[dict[str, Any], Path]) -> No
     states = [t["transition"] for t in summary["transitions"]]
     assert states.count("Probing -> On") >= 2
     p99 = next(t for t in flips if t.get("cause") == "latency")
-    assert any(c.startswith("latency:chat") for c in p99["failing_checks"])
+    assert {"kind": "latency", "slice": "chat"} in p99["failing"]
+    assert p99["transition_cause"] == "policy-fail"
+    early = [t for t in flips if t.get("early_reprobe")]
+    assert early and all(t["transition_cause"] == "early-reprobe" for t in early)
 
 
 def test_the_report_is_written(demo_run: tuple[dict[str, Any], Path]) -> None:

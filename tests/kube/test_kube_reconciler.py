@@ -106,6 +106,7 @@ def test_alpha_falls_then_rolls_back_and_a_good_mix_re_enables(
     assert float(st.history[-1].evidence["alpha_upper"]) < 0.55
     assert st.history[-1].from_state == "On" and st.history[-1].to_state == "RolledBack"
     assert float(st.history[-1].evidence["alpha"]) == pytest.approx(0.4, abs=0.01)
+    assert st.history[-1].cause == "policy-fail"
     disabled = [e for e in events(apiserver) if e[1] == "SpeculationDisabled"]
     assert len(disabled) == 1 and disabled[0][0] == "Warning"
     assert "alpha 0.40" in disabled[0][2]
@@ -260,7 +261,8 @@ def test_manual_command_through_annotations(apiserver: ApiServer, kube: Kube) ->
     step(rec)
     st = status(apiserver)
     assert not speculating(apiserver, "chat-canary")
-    assert st.last_command.id == "req-1" and "manual: disable" in st.last_command.result
+    assert st.last_command.id == "req-1" and st.last_command.result
+    assert st.history[-1].cause == "manual" and st.history[-1].to_state == "RolledBack"
     assert st.state == "RolledBack"
     step(rec)  # handled once: the same annotation does nothing more
     assert status(apiserver).last_command.handled_at == st.last_command.handled_at

@@ -6,13 +6,19 @@ from typing import Any
 
 import pytest
 
-from alphagate.config import GROUP, VERSION
+from alphagate.config import GROUP, VERSION, LatencyMetric
 from alphagate.core.model import (
+    AcceptanceEvidence,
     Action,
+    Cause,
+    CheckKind,
     CheckResult,
     Estimate,
     Evaluation,
+    ExceedanceTest,
+    LatencyEvidence,
     Memory,
+    PoolLatency,
     State,
     Transition,
     Verdict,
@@ -64,24 +70,29 @@ def evaluation() -> Evaluation:
         method="batch-means",
     )
     checks = (
-        CheckResult("acceptance:code", Verdict.FAIL, "alpha 0.41 [0.38, 0.44] < 0.55"),
         CheckResult(
-            "latency:code",
+            CheckKind.ACCEPTANCE,
+            Verdict.FAIL,
+            "alpha 0.41 [0.38, 0.44] < 0.55",
+            AcceptanceEvidence(disable_below=0.55, enable_above=0.6, min_drafts=200, estimate=est),
+            slice="code",
+        ),
+        CheckResult(
+            CheckKind.LATENCY,
             Verdict.PASS,
             "within limit",
-            {
-                "metric": "perToken",
-                "quantile": 0.99,
-                "canary_p": 0.052,
-                "baseline_p": 0.05,
-                "canary_bucket_lo": 0.05,
-                "canary_bucket_hi": 0.075,
-                "ratio": 1.04,
-                "fraction_above": 0.004,
-                "p_value": 0.9,
-                "canary_count": 5000.0,
-                "edge": 0.075,
-            },
+            LatencyEvidence(
+                metric=LatencyMetric.PER_TOKEN,
+                quantile=0.99,
+                max_regression_ratio=0.1,
+                significance=0.01,
+                min_count=1000,
+                canary=PoolLatency(5000.0, 0.052, 0.05, 0.075),
+                baseline=PoolLatency(5000.0, 0.05, 0.025, 0.05),
+                limit_seconds=0.055,
+                test=ExceedanceTest(0.075, 20.0, 0.004, 0.01, 0.9),
+            ),
+            slice="code",
         ),
     )
     t = Transition(
@@ -90,6 +101,7 @@ def evaluation() -> Evaluation:
         reason="alpha fell",
         at=NOW,
         evidence={"alpha": 0.41},
+        cause=Cause.POLICY_FAIL,
     )
     memory = Memory(state=State.ROLLED_BACK, since=NOW, history=(t,), last_flip_at=NOW)
     return Evaluation(
@@ -138,6 +150,9 @@ def test_status_write_roundtrip_through_the_status_subresource(
     assert back.latency[0].exceedance == 0.004
     assert back.p99_ratio == 1.04
     assert back.history[0].from_state == "On" and back.history[0].evidence == {"alpha": "0.41"}
+    assert back.history[0].cause == "policy-fail"
+    assert back.latency[0].slice == "code" and back.latency[0].check == "latency:code"
+    assert back.latency[0].details["p_value"] == "0.9"
     raw = apiserver.get("speculativecanaries", "ns", "chat")["status"]
     assert raw["lastDecision"]["action"] == "disable"
     assert raw["combinedAlpha"] == 0.41

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.error
 import urllib.request
 
@@ -10,16 +11,24 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate import exporter
+from alphagate.config import LatencyMetric
 from alphagate.core.model import (
+    AcceptanceEvidence,
     Action,
+    Alert,
+    Cause,
+    CheckKind,
     CheckResult,
     Estimate,
     Evaluation,
+    LatencyEvidence,
     Memory,
+    PoolLatency,
     State,
     Transition,
     Verdict,
 )
+from alphagate.errors import SourceErrorKind
 
 
 def _estimate(value: float, lower: float, upper: float, drafts: float = 400.0) -> Estimate:
@@ -44,7 +53,7 @@ def evaluation(
     state: State = State.ROLLED_BACK,
     transition: bool = True,
     error_streak: int = 0,
-    alerts: tuple[str, ...] = (),
+    alerts: tuple[Alert, ...] = (),
 ) -> Evaluation:
     """A rollback of a canary whose code slice fell below the gate."""
     alphas = slices if slices is not None else {"chat": 0.7, "code": 0.4}
@@ -52,23 +61,30 @@ def evaluation(
     weights = {s: 1.0 / len(alphas) for s in alphas}
     checks = tuple(
         CheckResult(
-            check=f"acceptance:{s}",
+            kind=CheckKind.ACCEPTANCE,
+            slice=s,
             verdict=Verdict.FAIL if a < 0.55 else Verdict.PASS,
             reason=f"alpha {a}",
-            evidence={"alpha": a, "disable_below": 0.55, "enable_above": 0.6},
+            evidence=AcceptanceEvidence(
+                disable_below=0.55, enable_above=0.6, min_drafts=100, estimate=estimates[s]
+            ),
         )
         for s, a in alphas.items()
     ) + tuple(
         CheckResult(
-            check=f"latency:{s}",
+            kind=CheckKind.LATENCY,
+            slice=s,
             verdict=Verdict.PASS,
             reason="p99 within 10%",
-            evidence={
-                "metric": "perToken",
-                "quantile": 0.99,
-                "canary_quantile_seconds": 0.011,
-                "baseline_quantile_seconds": 0.01,
-            },
+            evidence=LatencyEvidence(
+                metric=LatencyMetric.PER_TOKEN,
+                quantile=0.99,
+                max_regression_ratio=0.1,
+                significance=0.01,
+                min_count=100,
+                canary=PoolLatency(1000, 0.011, 0.01, 0.025),
+                baseline=PoolLatency(1000, 0.01, 0.005, 0.01),
+            ),
         )
         for s in alphas
     )
@@ -120,13 +136,14 @@ def recorder() -> exporter.Recorder:
 
 def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     recorder.record(
-        evaluation(alerts=("flip-budget",)),
+        evaluation(alerts=(Alert.FLIP_BUDGET,)),
         namespace="llm",
         canary="chat",
         duration_seconds=0.02,
         speculation_on=False,
     )
-    recorder.source_error("timeout", namespace="llm", canary="chat")
+    recorder.source_error(SourceErrorKind.TIMEOUT, namespace="llm", canary="chat")
+    recorder.source_error(None, namespace="llm", canary="chat")
     s = scrape(recorder.registry)
     c = {"namespace": "llm", "canary": "chat"}
     assert value(s, "alphagate_alpha_ratio", **c, slice="code") == pytest.approx(0.4)
@@ -158,6 +175,7 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     )
     assert value(s, "alphagate_transitions_total", **c, from_state="On", to_state="RolledBack") == 1
     assert value(s, "alphagate_source_errors_total", **c, kind="timeout") == 1
+    assert value(s, "alphagate_source_errors_total", **c, kind="unknown") == 1
     assert value(s, "alphagate_evaluation_duration_seconds_count", **c) == 1
     assert value(s, "alphagate_last_evaluation_timestamp_seconds", **c) == 1_800_000_000.0
     assert value(s, "alphagate_last_success_timestamp_seconds", **c) == 1_800_000_000.0
@@ -362,40 +380,39 @@ def test_http_server_serves_metrics_and_probes(recorder: exporter.Recorder) -> N
 
 
 def test_reason_kinds_for_manual_budget_and_pause() -> None:
-    ev = evaluation(transition=False, verdict=Verdict.FAIL, alerts=("flip-budget",))
+    ev = evaluation(transition=False, verdict=Verdict.FAIL, alerts=(Alert.FLIP_BUDGET,))
     assert exporter.reason_kind(ev) == "flip_budget"
-    manual = Evaluation(
-        **{
-            **{f: getattr(ev, f) for f in ev.__slots__},
-            "transition": Transition(
-                from_state=State.ON, to_state=State.OFF, reason="manual: disable by alice", at=1.0
-            ),
-        }
+
+    def with_transition(cause: Cause, reason: str) -> Evaluation:
+        t = Transition(from_state=State.ON, to_state=State.OFF, reason=reason, at=1.0, cause=cause)
+        return Evaluation(**{**{f: getattr(ev, f) for f in ev.__slots__}, "transition": t})
+
+    # the cause decides, whatever the sentence says
+    assert exporter.reason_kind(with_transition(Cause.MANUAL, "by alice")) == "manual"
+    assert exporter.reason_kind(with_transition(Cause.REFUSED, "no")) == "manual"
+    assert (
+        exporter.reason_kind(with_transition(Cause.POLICY_FAIL, "manual: x")) == "fail_acceptance"
     )
-    assert exporter.reason_kind(manual) == "manual"
     assert exporter.reason_kind(evaluation(transition=False, state=State.PAUSED)) == "paused"
 
 
 @pytest.mark.parametrize(
-    ("raw", "label"),
+    ("metric", "label"),
     [
-        ("perToken", "per_token"),
-        ("perStepScaled", "per_step_scaled"),
-        ("perStepAbsolute", "per_step"),
-        (None, "per_token"),
+        (LatencyMetric.PER_TOKEN, "per_token"),
+        (LatencyMetric.PER_STEP_SCALED, "per_step_scaled"),
+        (LatencyMetric.PER_STEP_ABSOLUTE, "per_step"),
     ],
 )
-def test_latency_metric_label(raw: str | None, label: str) -> None:
-    assert exporter.latency_metric_label(raw) == label
+def test_latency_metric_label(metric: LatencyMetric, label: str) -> None:
+    assert exporter.latency_metric_label(metric) == label
 
 
 def test_single_slice_checks_without_suffix_are_labelled_with_the_slice(
     recorder: exporter.Recorder,
 ) -> None:
     ev = evaluation(slices={"chat": 0.7}, transition=False, state=State.ON, verdict=Verdict.PASS)
-    unsuffixed = tuple(
-        CheckResult(c.check.split(":")[0], c.verdict, c.reason, c.evidence) for c in ev.checks
-    )
+    unsuffixed = tuple(dataclasses.replace(c, slice=None) for c in ev.checks)
     ev = Evaluation(**{**{f: getattr(ev, f) for f in ev.__slots__}, "checks": unsuffixed})
     recorder.record(ev, namespace="n", canary="c", duration_seconds=0.0, speculation_on=True)
     s = scrape(recorder.registry)

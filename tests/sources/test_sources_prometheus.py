@@ -19,6 +19,7 @@ import pytest
 from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
+from alphagate.errors import SourceErrorKind
 from alphagate.sources.prometheus import PrometheusSource, duration, matchers, pool_queries
 
 START, END, STEP = 1000.0, 1060.0, 20.0
@@ -191,7 +192,7 @@ def test_empty_vector_is_classified_not_zero(fake: FakeProm) -> None:
         obs = observe(src)
     canary = obs.pool("chat", Role.CANARY)
     assert canary is not None and canary.error is not None
-    assert canary.error.startswith("empty:") and 'role="canary"' in canary.error
+    assert canary.error_kind is SourceErrorKind.EMPTY and 'role="canary"' in canary.error
     assert canary.acceptance == () and canary.itl is None
     base = obs.pool("chat", Role.BASELINE)
     assert base is not None and base.error is None  # the other pool is still read
@@ -204,7 +205,7 @@ def test_status_error_is_a_query_error_and_not_retried(fake: FakeProm) -> None:
         obs = observe(src)
     canary = obs.pool("chat", Role.CANARY)
     assert canary is not None and canary.error is not None
-    assert canary.error.startswith("query_error:") and "parse error" in canary.error
+    assert canary.error_kind is SourceErrorKind.QUERY_ERROR and "parse error" in canary.error
     assert "generation_tokens" in canary.error  # names the query
     canary_requests = [f for _, f, _ in fake.requests if "canary" in f["query"]]
     assert len(canary_requests) == 1
@@ -215,7 +216,7 @@ def test_422_execution_error(fake: FakeProm) -> None:
     fake.override = lambda q, f: httpx.Response(422, json=body) if "_bucket" in q else None
     with source(fake) as src:
         obs = observe(src)
-    assert all(p.error and p.error.startswith("query_error:") for p in obs.pools)
+    assert all(p.error and p.error_kind is SourceErrorKind.QUERY_ERROR for p in obs.pools)
 
 
 def test_nan_is_classified(fake: FakeProm) -> None:
@@ -228,7 +229,8 @@ def test_nan_is_classified(fake: FakeProm) -> None:
     with source(fake) as src:
         obs = observe(src)
     canary = obs.pool("chat", Role.CANARY)
-    assert canary is not None and canary.error is not None and canary.error.startswith("nan:")
+    assert canary is not None and canary.error is not None
+    assert canary.error_kind is SourceErrorKind.NAN
     assert canary.acceptance == ()
 
 
@@ -244,7 +246,7 @@ def test_partial_response_with_warnings(fake: FakeProm) -> None:
         obs = observe(src)
     base = obs.pool("chat", Role.BASELINE)
     assert base is not None and base.error is not None
-    assert base.error.startswith("partial:") and "10.0.0.7" in base.error
+    assert base.error_kind is SourceErrorKind.PARTIAL and "10.0.0.7" in base.error
     assert obs.source_error is None
 
 
@@ -270,7 +272,7 @@ def test_503_exhausts_bounded_retries(fake: FakeProm) -> None:
     fake.override = lambda q, f: httpx.Response(504, text="gateway timeout")
     with source(fake, attempts=4) as src:
         obs = observe(src)
-    assert obs.source_error is not None and obs.source_error.startswith("http_status:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.HTTP_STATUS
     assert "504" in obs.source_error
     assert len(fake.requests) == 4  # bounded, then the whole read stops
     assert all(p.error == obs.source_error for p in obs.pools)
@@ -281,7 +283,7 @@ def test_400_is_not_retried(fake: FakeProm) -> None:
     fake.override = lambda q, f: httpx.Response(400, text="bad request from proxy")
     with source(fake, attempts=5) as src:
         obs = observe(src)
-    assert obs.source_error is not None and obs.source_error.startswith("http_status:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.HTTP_STATUS
     assert len(fake.requests) == 1
 
 
@@ -302,7 +304,7 @@ def test_query_timeout_errortype(fake: FakeProm) -> None:
     fake.override = lambda q, f: httpx.Response(503, json=body)
     with source(fake, attempts=2) as src:
         obs = observe(src)
-    assert obs.source_error is not None and obs.source_error.startswith("timeout:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.TIMEOUT
     assert len(fake.requests) == 2
 
 
@@ -310,14 +312,14 @@ def test_bad_json(fake: FakeProm) -> None:
     fake.override = lambda q, f: httpx.Response(200, text="<html>login</html>")
     with source(fake) as src:
         obs = observe(src)
-    assert obs.source_error is not None and obs.source_error.startswith("bad_json:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.BAD_JSON
 
 
 def test_wrong_shape_is_bad_json(fake: FakeProm) -> None:
     fake.override = lambda q, f: ok("vector", [{"metric": {}, "value": "oops"}])
     with source(fake) as src:
         obs = observe(src)
-    assert obs.source_error is not None and obs.source_error.startswith("bad_json:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.BAD_JSON
 
 
 def test_transport_timeout_retried_then_classified(fake: FakeProm) -> None:
@@ -327,7 +329,7 @@ def test_transport_timeout_retried_then_classified(fake: FakeProm) -> None:
     fake.override = slow
     with source(fake, attempts=3) as src:
         obs = observe(src)
-    assert obs.source_error is not None and obs.source_error.startswith("timeout:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.TIMEOUT
     assert len(fake.requests) == 3
 
 
@@ -406,7 +408,7 @@ def test_nothing_listening_is_unreachable() -> None:
     settings = PrometheusSettings(url=f"http://127.0.0.1:{_free_port()}", timeout_seconds=2)
     with PrometheusSource(settings, attempts=2, backoff_seconds=0.0) as src:
         obs = src.observe(make_spec(), start=START, end=END, interval_seconds=STEP)
-    assert obs.source_error is not None and obs.source_error.startswith("unreachable:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.UNREACHABLE
 
 
 @pytest.fixture
@@ -444,7 +446,7 @@ def test_slow_prometheus_times_out(slow_server: tuple[str, threading.Event]) -> 
     settings = PrometheusSettings(url=url, timeout_seconds=0.3)
     with PrometheusSource(settings, attempts=2, backoff_seconds=0.0) as src:
         obs = src.observe(make_spec(), start=START, end=END, interval_seconds=STEP)
-    assert obs.source_error is not None and obs.source_error.startswith("timeout:")
+    assert obs.source_error is not None and obs.source_error_kind is SourceErrorKind.TIMEOUT
 
 
 def test_make_source_builds_the_policy_source() -> None:

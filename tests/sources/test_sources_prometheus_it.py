@@ -27,6 +27,7 @@ from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.histogram import bracket, quantile
 from alphagate.core.model import Buckets, Observation, PoolObservation, Role
+from alphagate.errors import SourceErrorKind
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
@@ -268,7 +269,8 @@ def test_prometheus_matches_pod_scrape_and_scenario(
     assert alpha(esc) == pytest.approx(0.5, abs=1e-9)
     assert esc.itl is not None and bracket(0.99, esc.itl) == (0.025, 0.05)
     missing = obs_prom.pool("escaped", Role.BASELINE)
-    assert missing is not None and missing.error is not None and missing.error.startswith("empty:")
+    assert missing is not None and missing.error is not None
+    assert missing.error_kind is SourceErrorKind.EMPTY
 
 
 def test_prometheus_stopped_mid_run_is_classified(
@@ -285,6 +287,6 @@ def test_prometheus_stopped_mid_run_is_classified(
         prom.stop()
         later = time.time()
         after = source.observe(spec, start=later - 6, end=later, interval_seconds=INTERVAL)
-    assert after.source_error is not None and after.source_error.startswith("unreachable:")
+    assert after.source_error is not None and after.source_error_kind is SourceErrorKind.UNREACHABLE
     assert all(p.error == after.source_error for p in after.pools)
     assert all(p.acceptance == () and p.itl is None for p in after.pools)

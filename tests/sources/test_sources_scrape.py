@@ -303,7 +303,7 @@ def test_malformed_page_is_a_parse_error_naming_the_line(pods: list[FakePod]) ->
         obs = step(src, clock, make_spec())
         canary = obs.pool("chat", Role.CANARY)
         assert canary is not None and canary.error is not None
-        assert canary.error.startswith("parse:") and "line 1" in canary.error
+        assert canary.error_kind is SourceErrorKind.PARSE and "line 1" in canary.error
         assert src.failures[("chat", Role.CANARY)][0].kind is SourceErrorKind.PARSE
 
 
@@ -315,7 +315,8 @@ def test_oversized_page_is_too_large(pods: list[FakePod]) -> None:
     with ScrapeSource(static([c1], []), clock=clock) as src:
         obs = step(src, clock, make_spec(maxBodyBytes=64 * 1024))
     canary = obs.pool("chat", Role.CANARY)
-    assert canary is not None and canary.error is not None and canary.error.startswith("too_large:")
+    assert canary is not None and canary.error is not None
+    assert canary.error_kind is SourceErrorKind.TOO_LARGE
 
 
 def test_http_status_failure(pods: list[FakePod]) -> None:
@@ -342,7 +343,7 @@ def test_hanging_pod_times_out_and_fails_a_small_pool(pods: list[FakePod]) -> No
     canary = obs.pool("chat", Role.CANARY)
     assert canary is not None and canary.error is not None
     assert (
-        canary.error.startswith("partial:")
+        canary.error_kind is SourceErrorKind.PARTIAL
         and "timeout" in canary.error
         and "stuck" in canary.error
     )
@@ -392,8 +393,10 @@ def test_all_pods_gone_is_an_error_not_zeros(pods: list[FakePod]) -> None:
     with ScrapeSource(static([c1], []), clock=clock) as src:
         obs = step(src, clock, make_spec())
     canary, base = obs.pool("chat", Role.CANARY), obs.pool("chat", Role.BASELINE)
-    assert canary is not None and canary.error is not None and canary.error.startswith("pod_gone:")
-    assert base is not None and base.error is not None and base.error.startswith("empty:")
+    assert canary is not None and canary.error is not None
+    assert canary.error_kind is SourceErrorKind.POD_GONE
+    assert base is not None and base.error is not None
+    assert base.error_kind is SourceErrorKind.EMPTY
 
 
 def test_read_page_from_file_and_url(pods: list[FakePod], tmp_path: Any) -> None:
@@ -487,4 +490,4 @@ def test_kube_discovery_failure_is_classified() -> None:
         with ScrapeSource(KubeDiscovery(core, "llm"), clock=clock) as src:
             obs = step(src, clock, make_spec())
     assert all(p.error is not None and "403" in p.error for p in obs.pools)
-    assert all(p.error is not None and p.error.startswith("unreachable:") for p in obs.pools)
+    assert all(p.error_kind is SourceErrorKind.UNREACHABLE for p in obs.pools)

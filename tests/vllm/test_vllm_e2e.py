@@ -37,7 +37,14 @@ from typing import Any
 import pytest
 
 from alphagate.config import dump, parse
-from alphagate.core.model import Action, Verdict
+from alphagate.core.model import (
+    AcceptanceEvidence,
+    Action,
+    Cause,
+    CheckKind,
+    LatencyEvidence,
+    Verdict,
+)
 from alphagate.kube.crd import build_crd
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner
@@ -247,13 +254,13 @@ class Decisions:
             alpha = (
                 f" alpha {c.value:.3f} [{c.lower:.3f}, {c.upper:.3f}] over {c.drafts:.0f} drafts;"
             )
-        lat = [c for c in ev.checks if c.check.startswith("latency")]
+        lat = [c for c in ev.checks if isinstance(c.evidence, LatencyEvidence)]
         lat_text = ""
         if lat:
             e = lat[0].evidence
             lat_text = f" latency {lat[0].verdict.value}"
-            cq, bq = e.get("canary_quantile_seconds"), e.get("baseline_quantile_seconds")
-            if isinstance(cq, float) and isinstance(bq, float):
+            if isinstance(e, LatencyEvidence) and e.canary is not None and e.baseline is not None:
+                cq, bq = e.canary.quantile_seconds, e.baseline.quantile_seconds
                 lat_text += f" (P99/token canary {cq * 1000:.1f} ms, baseline {bq * 1000:.1f} ms)"
             lat_text += ";"
         if ev.transition is not None:
@@ -333,7 +340,12 @@ def newest_ready(runtime: VllmRuntime, after: float) -> VllmIncarnation | None:
 
 def judged_acceptance(ev: Any) -> Any:
     return next(
-        (c for c in ev.checks if c.check.startswith("acceptance") and "alpha" in c.evidence), None
+        (
+            c
+            for c in ev.checks
+            if isinstance(c.evidence, AcceptanceEvidence) and c.evidence.estimate is not None
+        ),
+        None,
     )
 
 
@@ -520,7 +532,8 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
         assert rollback.transition.from_state.value == "On"
         assert rollback.transition.to_state.value == "RolledBack"
         failing = [c for c in rollback.checks if c.verdict is Verdict.FAIL]
-        assert any(c.check.startswith("acceptance") for c in failing), failing
+        assert any(c.kind is CheckKind.ACCEPTANCE for c in failing), failing
+        assert rollback.transition.cause is Cause.POLICY_FAIL
         assert rollback.combined is not None and rollback.combined.upper < 0.55
         # The canary's own counters agree the rolled-back window was under the gate.
         server = sampler.alpha_over(rollback.at - WINDOW_S, rollback.at)
@@ -608,7 +621,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
             f"probe {probe.at - rollback.at:.1f} s after the rollback "
             f"({probe.at - improve_t:.1f} s after the mix improved)",
         )
-        assert "cooldown over" in probe.reason, probe.reason
+        assert probe.transition.cause is Cause.PROBE, probe.reason
         enabled = [e for e in api.objects("events", NS) if e.get("reason") == "SpeculationEnabled"]
         assert len(enabled) == 2, [e.get("message") for e in enabled]
         assert any("cooldown over" in str(e.get("message")) for e in enabled), enabled

@@ -217,7 +217,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
             if n:
                 for pool in obs.pools:
                     if pool.error:
-                        kind = pool.error.split(":", 1)[0]
+                        kind = pool.error_kind.value if pool.error_kind else "unknown"
                         errors[kind] = errors.get(kind, 0) + 1
                 actions[ev.action.value] = actions.get(ev.action.value, 0) + 1
         wall = time.perf_counter() - w0

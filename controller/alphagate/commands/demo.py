@@ -28,6 +28,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from alphagate.core.model import CheckKind
 from alphagate.errors import AlphagateError
 from alphagate.sandbox.demo import (
     DEFAULT_OUT,
@@ -162,7 +163,11 @@ def render(snap: Snapshot) -> RenderableType:
             _ms(lat.get("baseline", math.nan)) + " ms" if lat else "—",
             _verdict(lat.get("verdict", "")) if lat else Text("—"),
         )
-    acceptance = next((c for c in ev.checks if c.check == "acceptance"), None) if ev else None
+    acceptance = (
+        next((c for c in ev.checks if c.kind is CheckKind.ACCEPTANCE and c.slice is None), None)
+        if ev
+        else None
+    )
     if ev is not None and ev.combined is not None:
         c = ev.combined
         table.add_row(

@@ -202,7 +202,17 @@ def to_json(
             "estimates": {k: dataclasses.asdict(v) for k, v in ev.estimates.items()},
             "weights": ev.weights,
             "combined": dataclasses.asdict(ev.combined) if ev.combined else None,
-            "checks": [dataclasses.asdict(c) for c in ev.checks],
+            "checks": [
+                {
+                    "check": c.name,
+                    "kind": c.kind.value,
+                    "slice": c.slice,
+                    "verdict": c.verdict.value,
+                    "reason": c.reason,
+                    "evidence": c.flat_evidence(),
+                }
+                for c in ev.checks
+            ],
             "verdict": ev.verdict.value,
             "action": ev.action.value,
             "reason": ev.reason,
@@ -274,7 +284,7 @@ def render_text(
         )
     out.append("checks")
     for check in ev.checks:
-        out.append(f"  {check.check:<24} {check.verdict.value:<12} {check.reason}")
+        out.append(f"  {check.name:<24} {check.verdict.value:<12} {check.reason}")
     would = {
         "enable": "turn speculation ON",
         "disable": "turn speculation OFF",

@@ -3,8 +3,8 @@
 Verdicts: PASS, FAIL, INCONCLUSIVE (too little data, or inside the hysteresis band) and ERROR
 (the source failed or sent bad data). FAIL needs solid evidence: the whole confidence interval
 below the gate for alpha, a statistically significant bucket exceedance for latency. Every
-result carries its numbers (JSON-safe: non-finite values are spelled as strings) and a reason
-a person can read, naming the metric that was used.
+result carries its kind, its slice and its typed evidence (what code reads), and a reason a
+person can read, naming the metric that was used (what nothing parses).
 """
 
 from __future__ import annotations
@@ -15,7 +15,19 @@ from typing import Final
 
 from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
 from alphagate.core import histogram
-from alphagate.core.model import Buckets, CheckResult, Estimate, PoolObservation, Verdict
+from alphagate.core.model import (
+    AcceptanceEvidence,
+    Buckets,
+    CheckKind,
+    CheckResult,
+    Estimate,
+    ExceedanceTest,
+    FloorEvidence,
+    LatencyEvidence,
+    PoolLatency,
+    PoolObservation,
+    Verdict,
+)
 from alphagate.core.stats import binomial_sf
 
 # Worst first: any FAIL wins, then ERROR, then INCONCLUSIVE; PASS only when everything passed.
@@ -36,40 +48,12 @@ def overall(checks: Iterable[CheckResult]) -> Verdict:
     return worst(c.verdict for c in checks)
 
 
-def ev(value: float) -> float | str:
-    """Evidence value that survives JSON: NaN and infinities become strings."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return value
-
-
 def _fmt(x: float, digits: int = 3) -> str:
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
         return "+Inf" if x > 0 else "-Inf"
     return f"{x:.{digits}g}"
-
-
-def _name(kind: str, slice: str | None) -> str:
-    return f"{kind}:{slice}" if slice else kind
-
-
-def _estimate_evidence(e: Estimate) -> dict[str, float | str]:
-    return {
-        "alpha": ev(e.value),
-        "lower": ev(e.lower),
-        "upper": ev(e.upper),
-        "confidence": e.confidence,
-        "drafts": ev(e.drafts),
-        "draft_tokens": ev(e.draft_tokens),
-        "accepted_tokens": ev(e.accepted_tokens),
-        "batches": float(e.batches),
-        "method": str(e.method),
-        "mean_acceptance_length": ev(e.mean_acceptance_length),
-    }
 
 
 def _interval(e: Estimate) -> str:
@@ -91,63 +75,52 @@ def check_acceptance(
 ) -> CheckResult:
     """Hysteresis on the confidence bounds: FAIL if upper < disableBelow, PASS if lower >
     enableAbove, else INCONCLUSIVE (band, too few drafts, no estimate). ERROR if `error`."""
-    name = _name("acceptance", slice)
-    evidence: dict[str, float | str] = {
-        "disable_below": gate.disable_below,
-        "enable_above": gate.enable_above,
-        "min_drafts": float(gate.min_drafts),
-    }
+    evidence = AcceptanceEvidence(
+        disable_below=gate.disable_below,
+        enable_above=gate.enable_above,
+        min_drafts=gate.min_drafts,
+        estimate=estimate if error is None else None,
+    )
+
+    def result(verdict: Verdict, reason: str) -> CheckResult:
+        return CheckResult(CheckKind.ACCEPTANCE, verdict, reason, evidence, slice)
+
     where = f" on slice {slice}" if slice else ""
     if error is not None:
-        return CheckResult(name, Verdict.ERROR, f"cannot judge alpha{where}: {error}", evidence)
+        return result(Verdict.ERROR, f"cannot judge alpha{where}: {error}")
     if estimate is None:
-        return CheckResult(
-            name, Verdict.INCONCLUSIVE, f"no drafts{where} in the window: alpha unknown", evidence
-        )
-    evidence |= _estimate_evidence(estimate)
+        return result(Verdict.INCONCLUSIVE, f"no drafts{where} in the window: alpha unknown")
     if any(math.isnan(x) for x in (estimate.value, estimate.lower, estimate.upper)):
-        return CheckResult(
-            name, Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)", evidence
-        )
+        return result(Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)")
     if not estimate.conclusive:
-        return CheckResult(
-            name,
+        return result(
             Verdict.INCONCLUSIVE,
             f"alpha{where} {_fmt(estimate.value)} from {estimate.batches} independent batch(es): "
             f"fewer than 2 pods or pod blocks of batchSeconds {_fmt(gate.batch_seconds)} s, so "
             f"no honest interval (more pods or a longer window)",
-            evidence,
         )
     if estimate.drafts < gate.min_drafts:
-        return CheckResult(
-            name,
+        return result(
             Verdict.INCONCLUSIVE,
             f"too few drafts{where}: {estimate.drafts:.0f} < minDrafts {gate.min_drafts} "
             f"({_interval(estimate)})",
-            evidence,
         )
     if estimate.upper < gate.disable_below:
-        return CheckResult(
-            name,
+        return result(
             Verdict.FAIL,
             f"{_interval(estimate)}{where}: upper bound below disableBelow "
             f"{_fmt(gate.disable_below)}",
-            evidence,
         )
     if estimate.lower > gate.enable_above:
-        return CheckResult(
-            name,
+        return result(
             Verdict.PASS,
             f"{_interval(estimate)}{where}: lower bound above enableAbove "
             f"{_fmt(gate.enable_above)}",
-            evidence,
         )
-    return CheckResult(
-        name,
+    return result(
         Verdict.INCONCLUSIVE,
         f"{_interval(estimate)}{where}: interval overlaps the band "
         f"[{_fmt(gate.disable_below)}, {_fmt(gate.enable_above)}]",
-        evidence,
     )
 
 
@@ -165,47 +138,38 @@ def check_floor(
     otherwise PASS (no veto), with a reason saying whether there was enough data to veto.
     ERROR when the slice's pool failed.
     """
-    name = _name("floor", slice)
-    evidence: dict[str, float | str] = {
-        "min_alpha": min_alpha,
-        "min_drafts": float(gate.min_drafts),
-    }
+    evidence = FloorEvidence(
+        min_alpha=min_alpha,
+        min_drafts=gate.min_drafts,
+        estimate=estimate if error is None else None,
+    )
+
+    def result(verdict: Verdict, reason: str) -> CheckResult:
+        return CheckResult(CheckKind.FLOOR, verdict, reason, evidence, slice)
+
     if error is not None:
-        return CheckResult(
-            name, Verdict.ERROR, f"cannot check the floor of {slice}: {error}", evidence
-        )
+        return result(Verdict.ERROR, f"cannot check the floor of {slice}: {error}")
     if estimate is None:
-        return CheckResult(
-            name, Verdict.PASS, f"no drafts on slice {slice}: nothing to veto with", evidence
-        )
-    evidence |= _estimate_evidence(estimate)
+        return result(Verdict.PASS, f"no drafts on slice {slice}: nothing to veto with")
     if estimate.drafts < gate.min_drafts or math.isnan(estimate.upper):
-        return CheckResult(
-            name,
+        return result(
             Verdict.PASS,
             f"slice {slice} has too few drafts to veto ({estimate.drafts:.0f} < {gate.min_drafts})",
-            evidence,
         )
     if not estimate.conclusive:
-        return CheckResult(
-            name,
+        return result(
             Verdict.PASS,
             f"slice {slice} has {estimate.batches} independent batch(es): too few to veto",
-            evidence,
         )
     if estimate.upper < min_alpha:
-        return CheckResult(
-            name,
+        return result(
             Verdict.FAIL,
             f"slice {slice}: {_interval(estimate)}: upper bound below its floor "
             f"minAlpha {_fmt(min_alpha)}",
-            evidence,
         )
-    return CheckResult(
-        name,
+    return result(
         Verdict.PASS,
         f"slice {slice}: {_interval(estimate)}: not below its floor {_fmt(min_alpha)}",
-        evidence,
     )
 
 
@@ -245,23 +209,35 @@ def check_latency(
     INCONCLUSIVE when the share is above (1 - q) but not significant, or below minCount;
     PASS otherwise.
     """
-    name = _name("latency", slice)
     metric = guard.metric
     absolute = metric is LatencyMetric.PER_STEP_ABSOLUTE
     what = _describe(guard, tokens_per_step)
-    evidence: dict[str, float | str] = {
-        "metric": metric.value,
-        "quantile": guard.quantile,
-        "max_regression_ratio": guard.max_regression_ratio,
-        "significance": guard.significance,
-        "min_count": float(guard.min_count),
-    }
+    # The evidence so far: each step below fills its part (`result` reads them when called),
+    # so an early stop shows how far the check got.
+    scaled_by: float | None = None
+    c_read: PoolLatency | None = None
+    b_read: PoolLatency | None = None
+    limit_seconds: float | None = None
+    exceeded: ExceedanceTest | None = None
+
+    def result(verdict: Verdict, text: str, *, prefix: bool = True) -> CheckResult:
+        evidence = LatencyEvidence(
+            metric=metric,
+            quantile=guard.quantile,
+            max_regression_ratio=guard.max_regression_ratio,
+            significance=guard.significance,
+            min_count=guard.min_count,
+            tokens_per_step=scaled_by,
+            canary=c_read,
+            baseline=b_read,
+            limit_seconds=limit_seconds,
+            test=exceeded,
+        )
+        reason = f"{what}: {text}" if prefix else text
+        return CheckResult(CheckKind.LATENCY, verdict, reason, evidence, slice)
+
     if not guard.enabled:
-        return CheckResult(name, Verdict.PASS, "latency guard disabled", evidence)
-
-    def result(verdict: Verdict, text: str) -> CheckResult:
-        return CheckResult(name, verdict, f"{what}: {text}", evidence)
-
+        return result(Verdict.PASS, "latency guard disabled", prefix=False)
     if canary is None:
         return result(Verdict.ERROR, "no canary pool in the observation")
     if canary.error is not None:
@@ -296,30 +272,18 @@ def check_latency(
                 Verdict.INCONCLUSIVE,
                 "no measured tokens per step to scale the canary's per-step latency by",
             )
-        evidence["tokens_per_step"] = tokens_per_step
+        scaled_by = tokens_per_step
         c_hist = histogram.scale(c_hist, 1.0 / tokens_per_step)
 
     q = guard.quantile
     c_p = histogram.quantile(q, c_hist)
     c_lo, c_hi = histogram.bracket(q, c_hist)
-    evidence |= {
-        "canary_count": ev(c_hist.total),
-        "canary_quantile_seconds": ev(c_p),
-        "canary_bucket_lo": ev(c_lo),
-        "canary_bucket_hi": ev(c_hi),
-    }
+    c_read = PoolLatency(c_hist.total, c_p, c_lo, c_hi)
     b_p = math.nan
     if b_hist is not None:
         b_p = histogram.quantile(q, b_hist)
         b_lo, b_hi = histogram.bracket(q, b_hist)
-        evidence |= {
-            "baseline_count": ev(b_hist.total),
-            "baseline_quantile_seconds": ev(b_p),
-            "baseline_bucket_lo": ev(b_lo),
-            "baseline_bucket_hi": ev(b_hi),
-        }
-        if b_p > 0 and math.isfinite(c_p):
-            evidence["ratio"] = ev(c_p / b_p)
+        b_read = PoolLatency(b_hist.total, b_p, b_lo, b_hi)
 
     if c_hist.total < guard.min_count:
         return result(
@@ -340,7 +304,7 @@ def check_latency(
             return result(Verdict.INCONCLUSIVE, f"baseline quantile is {_fmt(b_p)}")
         limit = b_p * (1.0 + guard.max_regression_ratio)
         limit_text = f"baseline {_fmt(b_p)} s +{guard.max_regression_ratio:.0%} = {_fmt(limit)} s"
-    evidence["limit"] = ev(limit)
+    limit_seconds = limit
     ex = histogram.exceedance(limit, c_hist)
     values = f"canary {_fmt(c_p)} s in bucket ({_fmt(c_lo)}, {_fmt(c_hi)}]"
     if b_hist is not None:
@@ -354,13 +318,7 @@ def check_latency(
     expected = 1.0 - q
     k, n = round(ex.above), round(ex.total)
     p_value = binomial_sf(k, n, expected)
-    evidence |= {
-        "edge": ev(ex.edge),
-        "above": ev(ex.above),
-        "fraction_above": ev(ex.fraction),
-        "expected_fraction": expected,
-        "p_value": ev(p_value),
-    }
+    exceeded = ExceedanceTest(ex.edge, ex.above, ex.fraction, expected, p_value)
     test = (
         f"{ex.fraction:.2%} of {n} canary observations exceed {_fmt(ex.edge)} s (the bucket "
         f"bound at or above {limit_text}); allowed {expected:.2%}, p={_fmt(p_value, 2)}"

@@ -21,16 +21,21 @@ from collections.abc import Sequence
 from alphagate.config import Aggregation, SpeculativeCanarySpec
 from alphagate.core import acceptance, checks, machine
 from alphagate.core.model import (
+    CheckKind,
     CheckResult,
     Command,
     Estimate,
     Evaluation,
+    LatencyEvidence,
     Memory,
     Observation,
     PoolObservation,
     Role,
     Rollout,
+    SourceEvidence,
     Verdict,
+    WindowEvidence,
+    ev,
 )
 
 
@@ -64,34 +69,35 @@ def _evidence(
     results: Sequence[CheckResult],
     verdict: Verdict,
 ) -> dict[str, float | str]:
+    """The record a transition keeps (for people reading the history; code reads the typed
+    checks of the evaluation)."""
     out: dict[str, float | str] = {"verdict": verdict.value}
     if combined is not None:
         out |= {
-            "alpha": checks.ev(combined.value),
-            "alpha_lower": checks.ev(combined.lower),
-            "alpha_upper": checks.ev(combined.upper),
-            "drafts": checks.ev(combined.drafts),
+            "alpha": ev(combined.value),
+            "alpha_lower": ev(combined.lower),
+            "alpha_upper": ev(combined.upper),
+            "drafts": ev(combined.drafts),
             "alpha_method": str(combined.method),
         }
         if len(estimates) > 1:
-            out["alpha_traffic_weighted"] = checks.ev(
-                acceptance.traffic_weighted(estimates, weights)
-            )
+            out["alpha_traffic_weighted"] = ev(acceptance.traffic_weighted(estimates, weights))
     for name, e in estimates.items():
-        out[f"alpha:{name}"] = checks.ev(e.value)
+        out[f"alpha:{name}"] = ev(e.value)
     for c in results:
-        if c.check.startswith("latency"):
-            for key in (
-                "canary_quantile_seconds",
-                "baseline_quantile_seconds",
-                "fraction_above",
-                "p_value",
-            ):
-                if key in c.evidence:
-                    out[f"{c.check}:{key}"] = c.evidence[key]
+        lat = c.evidence
+        if not isinstance(lat, LatencyEvidence):
+            continue
+        if lat.canary is not None:
+            out[f"{c.name}:canary_quantile_seconds"] = ev(lat.canary.quantile_seconds)
+        if lat.baseline is not None:
+            out[f"{c.name}:baseline_quantile_seconds"] = ev(lat.baseline.quantile_seconds)
+        if lat.test is not None:
+            out[f"{c.name}:fraction_above"] = ev(lat.test.fraction)
+            out[f"{c.name}:p_value"] = ev(lat.test.p_value)
     decisive = [c for c in results if c.verdict is verdict]
     if decisive and verdict is not Verdict.PASS:
-        out["why"] = "; ".join(f"{c.check}: {c.reason}" for c in decisive)
+        out["why"] = "; ".join(f"{c.name}: {c.reason}" for c in decisive)
     return out
 
 
@@ -154,23 +160,30 @@ def evaluate(
     if observation.source_error is not None:
         results.append(
             CheckResult(
-                "source", Verdict.ERROR, f"metrics source failed: {observation.source_error}"
+                CheckKind.SOURCE,
+                Verdict.ERROR,
+                f"metrics source failed: {observation.source_error}",
+                SourceEvidence(((observation.source_error_kind, observation.source_error),)),
             )
         )
     elif not machine.speculation_on(memory):
-        failed = [
-            f"{p.role.value} pool of slice {p.slice}: {p.error}"
-            for p in observation.pools
-            if p.slice in names and p.error is not None
-        ]
+        failed = [p for p in observation.pools if p.slice in names and p.error is not None]
         if failed:
+            texts = [f"{p.role.value} pool of slice {p.slice}: {p.error}" for p in failed]
             results.append(
-                CheckResult("source", Verdict.ERROR, "pool read failed: " + "; ".join(failed))
+                CheckResult(
+                    CheckKind.SOURCE,
+                    Verdict.ERROR,
+                    "pool read failed: " + "; ".join(texts),
+                    SourceEvidence(
+                        tuple((p.error_kind, t) for p, t in zip(failed, texts, strict=True))
+                    ),
+                )
             )
         state = machine.effective_state(memory).value
         results.append(
             CheckResult(
-                "acceptance",
+                CheckKind.ACCEPTANCE,
                 Verdict.INCONCLUSIVE,
                 f"not judged: speculation is off ({state}); no spec-decode series expected",
             )
@@ -181,20 +194,17 @@ def evaluate(
             end = machine.warmup_end(spec, rollout, memory)
             results.append(
                 CheckResult(
-                    "window",
+                    CheckKind.WINDOW,
                     Verdict.INCONCLUSIVE,
                     f"not judged: {unjudged}",
-                    {
-                        "window_start": window_start,
-                        "warmup_end": checks.ev(end if end is not None else math.nan),
-                    },
+                    WindowEvidence(window_start=window_start, warmup_end=end),
                 )
             )
         else:
             results.extend(_judge(spec, observation, names, estimates, combined, per_slice, suffix))
 
     verdict = checks.overall(results)
-    fail_kinds = [c.check for c in results if c.verdict is Verdict.FAIL]
+    fail_kinds = [c.kind for c in results if c.verdict is Verdict.FAIL]
     decision = machine.step(
         memory,
         verdict,

@@ -20,7 +20,9 @@ Rules (design.md §4):
 * Rollback cooldown = initial * factor**index (capped); index grows with each rollback and is
   reset when a probe is confirmed On.
 * Manual commands override the policy (not the flip cap, dwell or cooldown), and are recorded as
-  transitions with reason "manual: ...".
+  transitions with cause MANUAL (REFUSED when the machine refuses them).
+* Every transition carries its `Cause` and every decision its `Alert`s: the shell branches on
+  those, never on the reason text.
 
 `step` is a pure function: memory, verdict and `now` in; new memory, action and reason out.
 """
@@ -34,15 +36,21 @@ from datetime import UTC, datetime
 from typing import Final, NamedTuple
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
-from alphagate.core.model import Action, Command, Memory, Rollout, State, Transition, Verdict
+from alphagate.core.model import (
+    Action,
+    Alert,
+    Cause,
+    CheckKind,
+    Command,
+    Memory,
+    Rollout,
+    State,
+    Transition,
+    Verdict,
+)
 
 HOUR: Final = 3600.0
 HISTORY_LIMIT: Final = 20
-
-ALERT_SOURCE_ERRORS: Final = "source-errors"
-ALERT_FLIP_BUDGET: Final = "flip-budget"
-ALERT_PROBE_STALLED: Final = "probe-stalled"
-ALERT_ROLLOUT_TIMEOUT: Final = "rollout-timeout"
 
 SPECULATING: Final = frozenset({State.PROBING, State.ON, State.PROMOTED})
 
@@ -56,7 +64,7 @@ class Decision(NamedTuple):
     action: Action
     reason: str
     transition: Transition | None
-    alerts: tuple[str, ...] = ()
+    alerts: tuple[Alert, ...] = ()
 
 
 # ---------------------------------------------------------------- helpers the shell uses too
@@ -143,17 +151,17 @@ def judge_window(
 
 
 def windows_needed(
-    spec: SpeculativeCanarySpec, fail_kinds: Collection[str] = ()
+    spec: SpeculativeCanarySpec, fail_kinds: Collection[CheckKind] = ()
 ) -> tuple[int, int]:
     """(windows to confirm, windows to roll back) for this window's failing check kinds.
 
     Confirming needs the longer of the acceptance and latency counts; a rollback needs the
-    shorter count among the kinds that failed ("latency" vs anything else = acceptance).
+    shorter count among the kinds that failed (LATENCY vs anything else = acceptance).
     """
     acc = spec.acceptance.consecutive_windows
     lat = spec.latency.consecutive_windows if spec.latency.enabled else acc
     to_pass = max(acc, lat)
-    counts = [lat if k.split(":", 1)[0] == "latency" else acc for k in fail_kinds]
+    counts = [lat if k is CheckKind.LATENCY else acc for k in fail_kinds]
     return to_pass, (min(counts) if counts else acc)
 
 
@@ -168,18 +176,33 @@ class _Ctx:
     now: float
     spec: SpeculativeCanarySpec
     good_share: float | None
-    fail_kinds: Collection[str]
+    fail_kinds: Collection[CheckKind]
     evidence: Mapping[str, float | str]
-    alerts: tuple[str, ...]
+    alerts: tuple[Alert, ...]
+    command: Command | None = None  # the person's command being carried out, if any
 
-    def hold(self, reason: str, *extra_alerts: str, memory: Memory | None = None) -> Decision:
+    def hold(self, reason: str, *extra_alerts: Alert, memory: Memory | None = None) -> Decision:
         return Decision(
             memory or self.memory, Action.HOLD, reason, None, (*self.alerts, *extra_alerts)
         )
 
-    def go(self, to: State, action: Action, reason: str, **update: object) -> Decision:
+    def go(
+        self,
+        to: State,
+        action: Action,
+        reason: str,
+        cause: Cause,
+        **update: object,
+    ) -> Decision:
         memory, transition = _move(
-            self.memory, to, reason, now=self.now, evidence=self.evidence, **update
+            self.memory,
+            to,
+            reason,
+            cause=cause,
+            command=self.command,
+            now=self.now,
+            evidence=self.evidence,
+            **update,
         )
         return Decision(memory, action, reason, transition, self.alerts)
 
@@ -189,12 +212,20 @@ def _move(
     to: State,
     reason: str,
     *,
+    cause: Cause,
+    command: Command | None = None,
     now: float,
     evidence: Mapping[str, float | str],
     **update: object,
 ) -> tuple[Memory, Transition]:
     transition = Transition(
-        from_state=memory.state, to_state=to, reason=reason, at=now, evidence=dict(evidence)
+        from_state=memory.state,
+        to_state=to,
+        reason=reason,
+        at=now,
+        evidence=dict(evidence),
+        cause=cause,
+        command=command,
     )
     fields: dict[str, object] = {
         "state": to,
@@ -231,7 +262,7 @@ def _enable_update(ctx: _Ctx) -> dict[str, object]:
     }
 
 
-def _rollback(ctx: _Ctx, reason: str, *, advance: bool) -> Decision:
+def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
     m = ctx.memory
     cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
     until = ctx.now + cooldown
@@ -240,6 +271,7 @@ def _rollback(ctx: _Ctx, reason: str, *, advance: bool) -> Decision:
         State.ROLLED_BACK,
         Action.DISABLE,
         text,
+        cause,
         **_flip(m, ctx.now),
         cooldown_until=until,
         cooldown_index=m.cooldown_index + 1 if advance else m.cooldown_index,
@@ -260,6 +292,7 @@ def _fail_safe(ctx: _Ctx) -> Decision | None:
             ctx,
             f"fail-safe: {ctx.memory.error_streak} consecutive source errors "
             f"(failSafeAfter {e.fail_safe_after}, failSafe disable)",
+            Cause.FAIL_SAFE,
             advance=False,
         )
     return None
@@ -301,10 +334,12 @@ def _off(ctx: _Ctx) -> Decision:
         return ctx.hold(
             f"{state}: flip budget, {n} flips in the last hour; maxFlipsPerHour "
             f"{t.max_flips_per_hour} leaves no room for an enable and its possible rollback",
-            ALERT_FLIP_BUDGET,
+            Alert.FLIP_BUDGET,
         )
     probe = f"probe up to {t.probe_seconds:.0f} s"
+    cause = Cause.PROBE
     if early and shift is not None and ctx.good_share is not None:
+        cause = Cause.EARLY_REPROBE
         why = (
             f"early re-probe: traffic share of slices whose last alpha cleared enableAbove grew "
             f"from {m.good_share_at_rollback:.2f} to {ctx.good_share:.2f} (>= reprobeMixShift "
@@ -314,7 +349,7 @@ def _off(ctx: _Ctx) -> Decision:
         why = "new canary: enabling speculation to measure alpha first"
     else:
         why = "cooldown over: probing again"
-    return ctx.go(State.PROBING, Action.ENABLE, f"{why} ({probe})", **_enable_update(ctx))
+    return ctx.go(State.PROBING, Action.ENABLE, f"{why} ({probe})", cause, **_enable_update(ctx))
 
 
 def _probing(ctx: _Ctx) -> Decision:
@@ -325,13 +360,17 @@ def _probing(ctx: _Ctx) -> Decision:
     to_pass, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
     if ctx.verdict is Verdict.FAIL and m.fail_streak >= to_fail:
         return _rollback(
-            ctx, f"probe failed: {m.fail_streak} consecutive failing windows", advance=True
+            ctx,
+            f"probe failed: {m.fail_streak} consecutive failing windows",
+            Cause.POLICY_FAIL,
+            advance=True,
         )
     if ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
         return ctx.go(
             State.ON,
             Action.HOLD,
             f"confirmed: {m.pass_streak} consecutive passing windows; backoff reset",
+            Cause.POLICY_PASS,
             cooldown_index=0,
         )
     status = (
@@ -342,7 +381,7 @@ def _probing(ctx: _Ctx) -> Decision:
         return ctx.hold(
             f"{status}; probe deadline {m.probe_deadline:.0f} passed without a verdict "
             f"(insufficient data): still probing, insufficient data never flips",
-            ALERT_PROBE_STALLED,
+            Alert.PROBE_STALLED,
         )
     return ctx.hold(status)
 
@@ -355,7 +394,10 @@ def _on(ctx: _Ctx) -> Decision:
     _, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
     if ctx.verdict is Verdict.FAIL and m.fail_streak >= to_fail:
         return _rollback(
-            ctx, f"rolled back: {m.fail_streak} consecutive failing windows", advance=True
+            ctx,
+            f"rolled back: {m.fail_streak} consecutive failing windows",
+            Cause.POLICY_FAIL,
+            advance=True,
         )
     if promo.enabled and ctx.verdict is Verdict.PASS and now >= m.since + promo.bake_seconds - _EPS:
         return ctx.go(
@@ -363,6 +405,7 @@ def _on(ctx: _Ctx) -> Decision:
             Action.PROMOTE,
             f"promote: on for {now - m.since:.0f} s >= bakeSeconds {promo.bake_seconds:.0f} "
             f"and the last window passed",
+            Cause.BAKED,
         )
     return ctx.hold(f"on: {_judged_text(ctx)}; fail streak {m.fail_streak}/{to_fail}")
 
@@ -382,6 +425,7 @@ def _paused(ctx: _Ctx) -> Decision:
         before,
         Action.HOLD,
         f"resumed: spec.paused is false; back to {before.value}",
+        Cause.SPEC_RESUME,
         state_before_pause=None,
         paused_by=None,
     )
@@ -401,12 +445,14 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
     m = ctx.memory
     on = speculation_on(m)
 
-    def note(text: str) -> Decision:
+    def note(text: str, cause: Cause = Cause.MANUAL) -> Decision:
         """A command that changes nothing is still recorded (same state in and out)."""
         memory, transition = _move(
             m,
             m.state,
             f"manual: {command.value}: {text}",
+            cause=cause,
+            command=command,
             now=ctx.now,
             evidence=ctx.evidence,
             pass_streak=m.pass_streak,
@@ -421,6 +467,7 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
             State.PAUSED,
             Action.HOLD,
             "manual: pause: holding everything until resumed",
+            Cause.MANUAL,
             state_before_pause=m.state,
             paused_by="manual",
         )
@@ -428,12 +475,13 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
         if m.state is not State.PAUSED:
             return note("not paused")
         if ctx.spec.paused:
-            return note("refused: spec.paused is true; set it to false to resume")
+            return note("refused: spec.paused is true; set it to false to resume", Cause.REFUSED)
         before = m.state_before_pause or State.OFF
         return ctx.go(
             before,
             Action.HOLD,
             f"manual: resume: back to {before.value}",
+            Cause.MANUAL,
             state_before_pause=None,
             paused_by=None,
         )
@@ -444,6 +492,7 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
             State.PROBING,
             Action.ENABLE,
             "manual: enable: probing with speculation on",
+            Cause.MANUAL,
             **_enable_update(ctx),
         )
     if command is Command.DISABLE:
@@ -454,6 +503,7 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
             State.ROLLED_BACK,
             Action.DISABLE,
             f"manual: disable: next probe after {cooldown:.0f} s cooldown (pause to keep it off)",
+            Cause.MANUAL,
             **_flip(m, ctx.now),
             cooldown_until=ctx.now + cooldown,
             state_before_pause=None,
@@ -461,11 +511,12 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
         )
     # PROMOTE
     if not on:
-        return note("refused: speculation is off on the canary; enable it first")
+        return note("refused: speculation is off on the canary; enable it first", Cause.REFUSED)
     return ctx.go(
         State.PROMOTED,
         Action.PROMOTE,
         "manual: promote: copy the speculative config to the stable fleet",
+        Cause.MANUAL,
         state_before_pause=None,
         paused_by=None,
     )
@@ -481,7 +532,7 @@ def step(
     command: Command | None = None,
     good_share: float | None = None,
     window_start: float | None = None,
-    fail_kinds: Collection[str] = (),
+    fail_kinds: Collection[CheckKind] = (),
     evidence: Mapping[str, float | str] | None = None,
 ) -> Decision:
     """Advance the machine by one evaluation window.
@@ -489,8 +540,7 @@ def step(
     `verdict` is the window's overall verdict; `window_start` when its data begins (default
     now - windowSeconds); `good_share` the current traffic share of slices whose last known
     alpha cleared enableAbove (for the early re-probe); `fail_kinds` the kinds of the failing
-    checks ("acceptance", "floor", "latency"; with or without ":slice"); `evidence` is copied
-    into any transition.
+    checks (ACCEPTANCE, FLOOR, LATENCY); `evidence` is copied into any transition.
     """
     memory = memory.model_copy(update={"flip_times": recent_flips(memory, now)})
     start = window_start if window_start is not None else now - spec.timing.window_seconds
@@ -508,6 +558,7 @@ def step(
         fail_kinds=tuple(fail_kinds),
         evidence=dict(evidence or {}),
         alerts=(),
+        command=command,
     )
     if command is not None:
         return _manual(ctx, command)
@@ -516,26 +567,27 @@ def step(
             State.PAUSED,
             Action.HOLD,
             "paused: spec.paused is true; holding everything",
+            Cause.SPEC_PAUSE,
             state_before_pause=memory.state,
             paused_by="spec",
         )
 
     memory = _streaks(memory, effective)
-    alerts: tuple[str, ...] = ()
+    alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
-        alerts = (ALERT_SOURCE_ERRORS,)
+        alerts = (Alert.SOURCE_ERRORS,)
     ctx = replace(ctx, memory=memory, alerts=alerts)
     if memory.state is State.PAUSED:
         if spec.paused:
             return ctx.hold(f"paused by spec ({_judged_text(ctx)})")
         return _paused(ctx)
     if rollout.in_progress:
-        extra: tuple[str, ...] = ()
+        extra: tuple[Alert, ...] = ()
         if (
             memory.last_flip_at is not None
             and now - memory.last_flip_at > spec.timing.rollout_timeout_seconds
         ):
-            extra = (ALERT_ROLLOUT_TIMEOUT,)
+            extra = (Alert.ROLLOUT_TIMEOUT,)
         return ctx.hold(
             f"{memory.state.value}: rollout in progress; its data is never judged", *extra
         )

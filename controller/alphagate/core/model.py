@@ -8,11 +8,14 @@ Times are Unix seconds (float) supplied by the caller: the core never reads a cl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from alphagate.config import LatencyMetric
+from alphagate.errors import SourceErrorKind
 
 INF: Final = math.inf
 
@@ -59,6 +62,43 @@ class Command(StrEnum):
     ENABLE = "enable"
     DISABLE = "disable"
     PROMOTE = "promote"
+
+
+class CheckKind(StrEnum):
+    """What a check judged. Metric labels, status and Events derive from it, never from text."""
+
+    ACCEPTANCE = "acceptance"  # alpha against the gate (combined, or one slice in perSlice)
+    FLOOR = "floor"  # a slice's minAlpha veto in combined mode
+    LATENCY = "latency"  # the P-quantile guard of one slice
+    SOURCE = "source"  # the metrics read failed
+    WINDOW = "window"  # the window may not be judged (rollout or warm-up)
+
+
+class Alert(StrEnum):
+    """A condition a person should hear about; the values are stable metric labels."""
+
+    SOURCE_ERRORS = "source-errors"
+    FLIP_BUDGET = "flip-budget"
+    PROBE_STALLED = "probe-stalled"
+    ROLLOUT_TIMEOUT = "rollout-timeout"
+
+
+class Cause(StrEnum):
+    """Why a transition happened: what Events, metrics and reports branch on (not the reason).
+
+    UNKNOWN only appears on transitions recorded by a controller that did not store causes."""
+
+    PROBE = "probe"  # Off/RolledBack -> Probing: a new canary, or the cooldown is over
+    EARLY_REPROBE = "early-reprobe"  # the traffic mix shifted towards slices that did well
+    POLICY_PASS = "policy-pass"  # a probe confirmed by consecutive passing windows
+    POLICY_FAIL = "policy-fail"  # consecutive failing windows rolled speculation back
+    FAIL_SAFE = "fail-safe"  # consecutive source errors with failSafe: disable
+    BAKED = "baked"  # on for bakeSeconds with a passing window: promoted
+    SPEC_PAUSE = "spec-pause"  # spec.paused became true
+    SPEC_RESUME = "spec-resume"  # spec.paused became false
+    MANUAL = "manual"  # a person's command, carried out (or a no-op, still recorded)
+    REFUSED = "refused"  # a person's command the machine refused (recorded, nothing changes)
+    UNKNOWN = "unknown"
 
 
 # ---------------------------------------------------------------- inputs
@@ -112,6 +152,7 @@ class PoolObservation:
     tpot: Buckets | None = None  # vllm:request_time_per_output_token_seconds (per request)
     pods: int = 0
     error: str | None = None
+    error_kind: SourceErrorKind | None = None  # how it failed (a bounded label); None: unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +163,7 @@ class Observation:
     window_seconds: float
     pools: tuple[PoolObservation, ...]
     source_error: str | None = None  # the whole read failed (e.g. Prometheus unreachable)
+    source_error_kind: SourceErrorKind | None = None  # how it failed; None: unknown or no error
 
     def pool(self, slice_name: str, role: Role) -> PoolObservation | None:
         for p in self.pools:
@@ -185,14 +227,199 @@ class Estimate:
         return self.method != EstimateMethod.INSUFFICIENT
 
 
+def ev(value: float) -> float | str:
+    """Evidence value that survives JSON: NaN and infinities become strings."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def _estimate_flat(e: Estimate | None) -> dict[str, float | str]:
+    if e is None:
+        return {}
+    return {
+        "alpha": ev(e.value),
+        "lower": ev(e.lower),
+        "upper": ev(e.upper),
+        "confidence": e.confidence,
+        "drafts": ev(e.drafts),
+        "draft_tokens": ev(e.draft_tokens),
+        "accepted_tokens": ev(e.accepted_tokens),
+        "batches": float(e.batches),
+        "method": str(e.method),
+        "mean_acceptance_length": ev(e.mean_acceptance_length),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceEvidence:
+    """The gate an acceptance check applied and the estimate it judged (None: no drafts)."""
+
+    disable_below: float
+    enable_above: float
+    min_drafts: int
+    estimate: Estimate | None = None
+
+    def flat(self) -> dict[str, float | str]:
+        """Flat JSON-safe view for people (status details, CLI JSON); code reads the fields."""
+        return {
+            "disable_below": self.disable_below,
+            "enable_above": self.enable_above,
+            "min_drafts": float(self.min_drafts),
+            **_estimate_flat(self.estimate),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FloorEvidence:
+    """A slice's floor (minAlpha) and the slice's estimate (None: no drafts)."""
+
+    min_alpha: float
+    min_drafts: int
+    estimate: Estimate | None = None
+
+    def flat(self) -> dict[str, float | str]:
+        return {
+            "min_alpha": self.min_alpha,
+            "min_drafts": float(self.min_drafts),
+            **_estimate_flat(self.estimate),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLatency:
+    """One pool's latency quantile as the guard read it: the interpolated value and the
+    bucket (lo, hi] it falls in."""
+
+    count: float
+    quantile_seconds: float
+    bucket_lo: float
+    bucket_hi: float
+
+
+@dataclass(frozen=True, slots=True)
+class ExceedanceTest:
+    """The bucket question: the share of canary observations above `edge` (the bucket bound
+    at or above the limit) against the share a canary within the limit may have."""
+
+    edge: float
+    above: float
+    fraction: float
+    expected_fraction: float
+    p_value: float
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyEvidence:
+    """What the latency guard compared; parts stay None when the check stopped before them."""
+
+    metric: LatencyMetric
+    quantile: float
+    max_regression_ratio: float
+    significance: float
+    min_count: int
+    tokens_per_step: float | None = None
+    canary: PoolLatency | None = None
+    baseline: PoolLatency | None = None
+    limit_seconds: float | None = None
+    test: ExceedanceTest | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """Canary quantile over baseline quantile, when both are finite and the baseline > 0."""
+        if self.canary is None or self.baseline is None:
+            return None
+        c, b = self.canary.quantile_seconds, self.baseline.quantile_seconds
+        if b > 0 and math.isfinite(c) and math.isfinite(b):
+            return c / b
+        return None
+
+    def flat(self) -> dict[str, float | str]:
+        out: dict[str, float | str] = {
+            "metric": self.metric.value,
+            "quantile": self.quantile,
+            "max_regression_ratio": self.max_regression_ratio,
+            "significance": self.significance,
+            "min_count": float(self.min_count),
+        }
+        if self.tokens_per_step is not None:
+            out["tokens_per_step"] = self.tokens_per_step
+        for role, pool in (("canary", self.canary), ("baseline", self.baseline)):
+            if pool is not None:
+                out |= {
+                    f"{role}_count": ev(pool.count),
+                    f"{role}_quantile_seconds": ev(pool.quantile_seconds),
+                    f"{role}_bucket_lo": ev(pool.bucket_lo),
+                    f"{role}_bucket_hi": ev(pool.bucket_hi),
+                }
+        ratio = self.ratio
+        if ratio is not None:
+            out["ratio"] = ev(ratio)
+        if self.limit_seconds is not None:
+            out["limit"] = ev(self.limit_seconds)
+        if self.test is not None:
+            t = self.test
+            out |= {
+                "edge": ev(t.edge),
+                "above": ev(t.above),
+                "fraction_above": ev(t.fraction),
+                "expected_fraction": t.expected_fraction,
+                "p_value": ev(t.p_value),
+            }
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEvidence:
+    """Why a window was not judged: where it starts and where the warm-up ends (None: no
+    warm-up, a rollout is in progress)."""
+
+    window_start: float
+    warmup_end: float | None
+
+    def flat(self) -> dict[str, float | str]:
+        end = self.warmup_end if self.warmup_end is not None else math.nan
+        return {"window_start": self.window_start, "warmup_end": ev(end)}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEvidence:
+    """The failed reads (whole read first), each with its kind (None: unknown)."""
+
+    failures: tuple[tuple[SourceErrorKind | None, str], ...] = ()
+
+    def flat(self) -> dict[str, float | str]:
+        return {f"error_{i}": text for i, (_, text) in enumerate(self.failures)}
+
+
+Evidence = AcceptanceEvidence | FloorEvidence | LatencyEvidence | WindowEvidence | SourceEvidence
+
+
 @dataclass(frozen=True, slots=True)
 class CheckResult:
-    """One check's verdict with the numbers behind it and a sentence a person can read."""
+    """One check's verdict with the typed evidence behind it and a sentence a person can read.
 
-    check: str  # "acceptance", "acceptance:<slice>", "latency", "latency:<slice>"
+    `slice` is the slice the check is about; None when it covers the whole policy (combined
+    acceptance, source, window) or the policy's only slice. Code reads `kind`, `slice` and
+    `evidence`; `reason` is for people and nothing parses it.
+    """
+
+    kind: CheckKind
     verdict: Verdict
     reason: str
-    evidence: dict[str, float | str] = field(default_factory=dict)
+    evidence: Evidence | None = None
+    slice: str | None = None
+
+    @property
+    def name(self) -> str:
+        """`kind` or `kind:slice`: a display name and metric label (derived, never parsed)."""
+        return f"{self.kind.value}:{self.slice}" if self.slice else self.kind.value
+
+    def flat_evidence(self) -> dict[str, float | str]:
+        """The evidence as a flat JSON-safe dict, for people (status details, CLI JSON)."""
+        return self.evidence.flat() if self.evidence is not None else {}
 
 
 # ---------------------------------------------------------------- memory and decisions
@@ -205,9 +432,11 @@ class Transition(BaseModel):
 
     from_state: State
     to_state: State
-    reason: str
+    reason: str  # for people
     at: float
-    evidence: dict[str, float | str] = Field(default_factory=dict)
+    evidence: dict[str, float | str] = Field(default_factory=dict)  # a record for people
+    cause: Cause = Cause.UNKNOWN  # what code branches on
+    command: Command | None = None  # the person's command, for MANUAL and REFUSED
 
 
 class Memory(BaseModel):
@@ -251,6 +480,4 @@ class Evaluation:
     memory: Memory
     transition: Transition | None = None
     target_speculation_on: bool = False  # what the canary should run after this decision
-    # Conditions a person should hear about: "source-errors", "flip-budget", "probe-stalled",
-    # "rollout-timeout" (stable strings; usable as metric labels).
-    alerts: tuple[str, ...] = ()
+    alerts: tuple[Alert, ...] = ()  # conditions a person should hear about

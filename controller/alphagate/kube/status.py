@@ -22,7 +22,9 @@ from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from alphagate.config import GROUP, PLURAL, VERSION
+from alphagate.core import model
 from alphagate.core.model import (
+    CheckKind,
     CheckResult,
     Estimate,
     Evaluation,
@@ -245,6 +247,10 @@ class HistoryEntry(_Status):
     to_state: str = Field(description="State after the transition.")
     reason: str = Field(description="Why, in words.")
     at: Time = Field(description="When (RFC 3339).")
+    cause: str | None = Field(
+        default=None,
+        description="Why, as a stable kind: policy-fail, policy-pass, probe, manual, refused, ...",
+    )
     evidence: dict[str, str] = Field(
         default={}, description=("The numbers behind it (alpha, interval, samples, P99s), as text.")
     )
@@ -466,37 +472,33 @@ def set_condition(
 # ---------------------------------------------------------------- evidence from an Evaluation
 
 
-def _num(evidence: Mapping[str, float | str], *keys: str) -> float | None:
-    for key in keys:
-        if key in evidence:
-            try:
-                value = float(evidence[key])
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(value):
-                return value
-    return None
-
-
 def _fmt(value: float | str) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
 
 
+def _slice_check(evaluation: Evaluation, name: str, only: bool) -> CheckResult | None:
+    """The slice's own acceptance verdict: perSlice acceptance, a combined-mode floor, or the
+    policy's only acceptance check when it has one slice."""
+    for kind in (CheckKind.ACCEPTANCE, CheckKind.FLOOR):
+        for c in evaluation.checks:
+            if c.kind is kind and c.slice == name:
+                return c
+    if only:
+        for c in evaluation.checks:
+            if c.kind is CheckKind.ACCEPTANCE and c.slice is None:
+                return c
+    return None
+
+
 def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
     """Per-slice acceptance evidence: estimates, weights, and the slice's acceptance verdict."""
-    checks = {c.check: c for c in evaluation.checks}
     names = list(dict.fromkeys([*evaluation.weights, *evaluation.estimates]))
     out = []
     for name in names:
         est: Estimate | None = evaluation.estimates.get(name)
-        # the slice's own check: perSlice acceptance, a combined-mode floor, or the only one
-        check = (
-            checks.get(f"acceptance:{name}")
-            or checks.get(f"floor:{name}")
-            or (checks.get("acceptance") if len(names) == 1 else None)
-        )
+        check = _slice_check(evaluation, name, len(names) == 1)
         out.append(
             SliceEvidence(
                 name=name,
@@ -518,45 +520,37 @@ def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
     return out
 
 
-_LATENCY_FIELDS: Final[dict[str, tuple[str, ...]]] = {
-    "quantile": ("quantile",),
-    "canary_p99_seconds": ("canary_quantile_seconds", "canary_p", "canary_p99_seconds"),
-    "baseline_p99_seconds": ("baseline_quantile_seconds", "baseline_p", "baseline_p99_seconds"),
-    "ratio": ("ratio", "p99_ratio"),
-    "canary_bucket_lower_seconds": ("canary_bucket_lo",),
-    "canary_bucket_upper_seconds": ("canary_bucket_hi",),
-    "baseline_bucket_lower_seconds": ("baseline_bucket_lo",),
-    "baseline_bucket_upper_seconds": ("baseline_bucket_hi",),
-    "limit_seconds": ("limit",),
-    "edge_seconds": ("edge",),
-    "exceedance": ("fraction_above", "exceedance"),
-    "expected_exceedance": ("expected_fraction",),
-    "p_value": ("p_value",),
-    "canary_count": ("canary_count",),
-    "baseline_count": ("baseline_count",),
-}
-
-
 def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
+    """The latency checks' typed evidence as status entries (numbers rounded for people)."""
     out = []
     for c in checks:
-        family, _, slice_name = c.check.partition(":")
-        if family != "latency":
-            continue
         ev = c.evidence
-        known = {k: rounded(_num(ev, *keys)) for k, keys in _LATENCY_FIELDS.items()}
-        metric = ev.get("metric") or ev.get("latency_metric")
-        if known["ratio"] is None and known["canary_p99_seconds"] and known["baseline_p99_seconds"]:
-            known["ratio"] = rounded(known["canary_p99_seconds"] / known["baseline_p99_seconds"])
+        if not isinstance(ev, model.LatencyEvidence):
+            continue
+        canary, baseline, test = ev.canary, ev.baseline, ev.test
         out.append(
             LatencyEvidence(
-                check=c.check,
-                slice=slice_name or None,
+                check=c.name,
+                slice=c.slice,
                 verdict=str(c.verdict),
                 reason=c.reason,
-                metric=str(metric) if metric is not None else None,
-                details={k: _fmt(v) for k, v in sorted(ev.items())},
-                **known,
+                metric=ev.metric.value,
+                quantile=rounded(ev.quantile),
+                canary_p99_seconds=rounded(canary.quantile_seconds) if canary else None,
+                baseline_p99_seconds=rounded(baseline.quantile_seconds) if baseline else None,
+                ratio=rounded(ev.ratio),
+                canary_bucket_lower_seconds=rounded(canary.bucket_lo) if canary else None,
+                canary_bucket_upper_seconds=rounded(canary.bucket_hi) if canary else None,
+                baseline_bucket_lower_seconds=rounded(baseline.bucket_lo) if baseline else None,
+                baseline_bucket_upper_seconds=rounded(baseline.bucket_hi) if baseline else None,
+                limit_seconds=rounded(ev.limit_seconds),
+                edge_seconds=rounded(test.edge) if test else None,
+                exceedance=rounded(test.fraction) if test else None,
+                expected_exceedance=rounded(test.expected_fraction) if test else None,
+                p_value=rounded(test.p_value) if test else None,
+                canary_count=rounded(canary.count) if canary else None,
+                baseline_count=rounded(baseline.count) if baseline else None,
+                details={k: _fmt(v) for k, v in sorted(ev.flat().items())},
             )
         )
     return out
@@ -571,6 +565,7 @@ def history_entries(
             to_state=str(t.to_state),
             reason=t.reason,
             at=rfc3339(t.at),
+            cause=t.cause.value,
             evidence={k: _fmt(v) for k, v in sorted(t.evidence.items())},
         )
         for t in transitions
@@ -588,7 +583,7 @@ def decisive(evaluation: Evaluation) -> list[CheckResult]:
 
 def why(evaluation: Evaluation) -> str:
     """The deciding checks with their numbers: `acceptance: alpha 0.400 [0.362, 0.440] ...`."""
-    return "; ".join(f"{c.check}: {c.reason}" for c in decisive(evaluation))
+    return "; ".join(f"{c.name}: {c.reason}" for c in decisive(evaluation))
 
 
 def summary(evaluation: Evaluation, *, dry_run: bool = False) -> str:

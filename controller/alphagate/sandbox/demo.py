@@ -55,7 +55,16 @@ from alphagate.config import (
     dump,
     parse,
 )
-from alphagate.core.model import Action, Evaluation, State, Verdict
+from alphagate.core.model import (
+    Action,
+    Cause,
+    CheckKind,
+    CheckResult,
+    Evaluation,
+    LatencyEvidence,
+    State,
+    Verdict,
+)
 from alphagate.errors import PolicyError, SandboxError, ScenarioError
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner, SimRuntime
@@ -419,18 +428,18 @@ def _free_port() -> int:
     return free_port()
 
 
-def failing_checks(evaluation: Evaluation | None) -> list[str]:
+def failing_checks(evaluation: Evaluation | None) -> list[CheckResult]:
     if evaluation is None:
         return []
-    return [c.check for c in evaluation.checks if c.verdict is Verdict.FAIL]
+    return [c for c in evaluation.checks if c.verdict is Verdict.FAIL]
 
 
-def cause_of(checks: Sequence[str]) -> str:
+def cause_of(checks: Sequence[CheckResult]) -> str:
     """ "latency", "acceptance" (floor included) or "" for a disable's failing checks."""
-    kinds = {c.split(":", 1)[0] for c in checks}
-    if kinds and kinds <= {"latency"}:
+    kinds = {c.kind for c in checks}
+    if kinds and kinds <= {CheckKind.LATENCY}:
         return "latency"
-    if kinds & {"acceptance", "floor"}:
+    if kinds & {CheckKind.ACCEPTANCE, CheckKind.FLOOR}:
         return "acceptance"
     return ""
 
@@ -442,7 +451,7 @@ def why_text(evaluation: Evaluation | None) -> str:
     for verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE):
         hits = [c for c in evaluation.checks if c.verdict is verdict]
         if hits:
-            return "; ".join(f"{c.check}: {c.reason}" for c in hits)
+            return "; ".join(f"{c.name}: {c.reason}" for c in hits)
     return ""
 
 
@@ -452,16 +461,14 @@ def latency_by_slice(evaluation: Evaluation | None) -> dict[str, dict[str, Any]]
     if evaluation is None:
         return out
     for c in evaluation.checks:
-        if not c.check.startswith("latency"):
+        ev = c.evidence
+        if not isinstance(ev, LatencyEvidence):
             continue
-        name = c.check.split(":", 1)[1] if ":" in c.check else ""
-        cq = c.evidence.get("canary_quantile_seconds")
-        bq = c.evidence.get("baseline_quantile_seconds")
-        out[name] = {
-            "canary": float(cq) if isinstance(cq, int | float) else math.nan,
-            "baseline": float(bq) if isinstance(bq, int | float) else math.nan,
+        out[c.slice or ""] = {
+            "canary": ev.canary.quantile_seconds if ev.canary is not None else math.nan,
+            "baseline": ev.baseline.quantile_seconds if ev.baseline is not None else math.nan,
             "verdict": c.verdict.value,
-            "metric": str(c.evidence.get("metric", "")),
+            "metric": ev.metric.value,
         }
     return out
 
@@ -1122,12 +1129,14 @@ class Demo:
                 "to": p.transition.split(" -> ")[-1],
                 "action": p.action,
                 "reason": p.reason,
-                "failing_checks": checks,
+                "failing_checks": [c.name for c in checks],
+                "failing": [{"kind": c.kind.value, "slice": c.slice} for c in checks],
+                "transition_cause": p.cause.value if p.cause is not None else None,
             }
             if p.action == Action.DISABLE.value:
                 entry["cause"] = cause_of(checks)
             if p.action == Action.ENABLE.value:
-                entry["early_reprobe"] = "early re-probe" in p.reason
+                entry["early_reprobe"] = p.cause is Cause.EARLY_REPROBE
             out.append(entry)
         return out
 

@@ -55,8 +55,12 @@ def failed_observation(
 ) -> Observation:
     """The whole read failed: every pool carries the error, none carries numbers."""
     text = error_text(err)
-    pools = tuple(PoolObservation(p.slice, p.role, error=text) for p in pools_of(spec))
-    return Observation(at=at, window_seconds=window, pools=pools, source_error=text)
+    pools = tuple(
+        PoolObservation(p.slice, p.role, error=text, error_kind=err.kind) for p in pools_of(spec)
+    )
+    return Observation(
+        at=at, window_seconds=window, pools=pools, source_error=text, source_error_kind=err.kind
+    )
 
 
 class HistSum:

@@ -404,7 +404,9 @@ class PrometheusSource:
             except SourceError as err:
                 if err.kind not in POOL_LEVEL:
                     return failed_observation(spec, err, at=end, window=window)
-                pools.append(PoolObservation(ref.slice, ref.role, error=error_text(err)))
+                pools.append(
+                    PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=err.kind)
+                )
         return Observation(at=end, window_seconds=window, pools=tuple(pools))
 
     def _pool(

@@ -430,7 +430,7 @@ class ScrapeSource:
         start: float,
     ) -> PoolObservation:
         if isinstance(found, SourceError):
-            return PoolObservation(ref.slice, ref.role, error=str(found))
+            return PoolObservation(ref.slice, ref.role, error=str(found), error_kind=found.kind)
         series_filter = {k: v for k, v in ref.match_labels.items() if k in SERIES_LABELS}
         ok: set[str] = set()
         errors: list[SourceError] = []
@@ -457,12 +457,12 @@ class ScrapeSource:
             err = SourceError(
                 SourceErrorKind.EMPTY, f"no ready pods match {dict(ref.match_labels)}", target=where
             )
-            return PoolObservation(ref.slice, ref.role, error=str(err))
+            return PoolObservation(ref.slice, ref.role, error=str(err), error_kind=err.kind)
         if not ok:
             kind = (failed or errors)[0].kind
             detail = "; ".join(str(e) for e in (failed or errors)[:3])
             err = SourceError(kind, f"all {len(found)} pods failed: {detail}", target=where)
-            return PoolObservation(ref.slice, ref.role, error=str(err))
+            return PoolObservation(ref.slice, ref.role, error=str(err), error_kind=err.kind)
         if failed and len(failed) > self.max_failed_fraction * (len(found) - gone):
             detail = "; ".join(str(e) for e in failed[:3])
             err = SourceError(
@@ -470,7 +470,9 @@ class ScrapeSource:
                 f"{len(failed)} of {len(found) - gone} pods failed: {detail}",
                 target=where,
             )
-            return PoolObservation(ref.slice, ref.role, pods=len(ok), error=str(err))
+            return PoolObservation(
+                ref.slice, ref.role, pods=len(ok), error=str(err), error_kind=err.kind
+            )
         return self._assemble(ref, start, ok)
 
     def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:

@@ -27,7 +27,7 @@ from alphagate.bench.decisions import suite
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import machine
 from alphagate.core.evaluate import evaluate
-from alphagate.core.model import Memory, Observation, Rollout, Verdict
+from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
 from alphagate.sim.fleet import Fleet, FleetSnapshot
 
 POLICIES_DIR = Path(__file__).resolve().parents[4] / "policies"
@@ -120,7 +120,7 @@ class Alphagate:
         self.memory = ev.memory
         self.verdicts[ev.verdict.value] = self.verdicts.get(ev.verdict.value, 0) + 1
         conclusive = any(
-            c.check.startswith("acceptance") and c.verdict in (Verdict.PASS, Verdict.FAIL)
+            c.kind is CheckKind.ACCEPTANCE and c.verdict in (Verdict.PASS, Verdict.FAIL)
             for c in ev.checks
         )
         e = ev.combined
