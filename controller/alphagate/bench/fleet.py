@@ -37,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from alphagate.errors import SandboxError
 from alphagate.sandbox.pageserver import OURS_PATH
 from alphagate.sources import exposition
 from alphagate.sources.http import DeadlineTransport
@@ -438,6 +439,29 @@ def _prometheus_path(
     return got
 
 
+def _trimmed_prometheus(
+    server: PageServer, pods: int, args: argparse.Namespace, common: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """The Prometheus path past the side-by-side size: Prometheus scrapes only the families
+    alphagate reads (/metrics/alphagate). The queries touch the same series as with whole
+    pages; the scraping costs the shared machine a tenth."""
+    from alphagate.testing import prometheus as promtest
+
+    interval, window = common["interval"], common["window"]
+    with promtest.PrometheusServer(
+        targets=targets(server.ports, pods, args.per_canary, path=OURS_PATH.decode()),
+        scrape_interval=interval,
+        evaluation_interval=interval,
+    ) as prom:
+        prom.wait_for_targets(pods, job="vllm", timeout=60 + pods / 20)
+        up_at = time.time()
+        assert prom.process is not None
+        c0, t0 = proc_cpu(prom.process.pid), time.monotonic()
+        time.sleep(max(0.0, up_at + window + interval - time.time()))
+        rate = (proc_cpu(prom.process.pid) - c0) / (time.monotonic() - t0)
+        return _prometheus_path(prom, pods, common, timeout, rate)
+
+
 def _kind(stats: dict[str, dict[str, int]], kind: str, key: str) -> int:
     return stats.get(kind, {}).get(key, 0)
 
@@ -523,24 +547,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 rows.append(("prometheus", _prometheus_path(prom, n, common, timeout, None)))
             prom.close()
             prom = None
-            for n in (s for s in sizes if s > prom_pods):
-                # Past the side-by-side size, Prometheus scrapes only the families alphagate
-                # reads (/metrics/alphagate): the queries touch the same series, the
-                # scraping costs the shared machine a tenth.
-                prom = promtest.PrometheusServer(
-                    targets=targets(server.ports, n, args.per_canary, path=OURS_PATH.decode()),
-                    scrape_interval=interval,
-                    evaluation_interval=interval,
-                ).start(timeout=60)
-                prom.wait_for_targets(n, job="vllm", timeout=60 + n / 20)
-                up_at = time.time()
-                assert prom.process is not None
-                c0, t0 = proc_cpu(prom.process.pid), time.monotonic()
-                time.sleep(max(0.0, up_at + window + interval - time.time()))
-                rate = (proc_cpu(prom.process.pid) - c0) / (time.monotonic() - t0)
-                rows.append(("prometheus", _prometheus_path(prom, n, common, timeout, rate)))
-                prom.close()
-                prom = None
         done = {r["pods"] for kind, r in rows if kind == "scrape"}
         for n in sizes:
             if n not in done:
@@ -557,6 +563,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 ("HTTP only: aiohttp, 1 loop", {"source": "fetch-aiohttp"}),
             ):
                 variants.append((label, run_worker({**base_cfg, **extra}, timeout)))
+        for n in (s for s in sizes if use_prom and s > prom_pods):
+            try:
+                rows.append(("prometheus", _trimmed_prometheus(server, n, args, common, timeout)))
+            except (SandboxError, RuntimeError, subprocess.TimeoutExpired) as exc:
+                rows.append(("prometheus", {"pods": n, "failed": str(exc)[:200]}))
     finally:
         if prom is not None:
             prom.close()
