@@ -40,12 +40,18 @@ class Counter(Enum):
     ACCEPTED = vllm.SPEC_ACCEPTED
     GENERATION_TOKENS = vllm.GENERATION_TOKENS
 
+    # Members are singletons compared by identity: hash them in C, not through Enum's Python
+    # __hash__ (called once per sample line, it was a tenth of the parse).
+    __hash__ = object.__hash__
+
 
 class Hist(Enum):
     """The histograms alphagate reads; values are the ``vllm:`` family base names."""
 
     ITL = vllm.ITL
     TPOT = vllm.TPOT
+
+    __hash__ = object.__hash__  # as for Counter
 
 
 SPEC_COUNTERS: Final = (Counter.DRAFTS, Counter.DRAFT_TOKENS, Counter.ACCEPTED)
@@ -180,20 +186,28 @@ def _family_prefixes() -> str:
     return "|".join(sorted(prefixes))
 
 
-_FIND: Final = re.compile(
-    rf"(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)(?:"
+_SAMPLE_AFTER_NAME: Final = (
     r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*)\})?[ \t]+([^ \t\r\n#]+)[ \t\r]*(?=\n|\Z)'
     r"|([^\n]*))"
 )
+_FIND: Final = re.compile(
+    rf"(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)(?:" + _SAMPLE_AFTER_NAME
+)
 """A sample of one of our families, anywhere in the page: its name, then either the usual rest
 (plain labels, one value) or, for anything else, the raw rest of the line for the full path.
-The literal prefix and short literal branches keep this one scan in C faster than
+The literal prefix and short literal branches keep this one scan in C about as fast as
 ``str.splitlines``."""
+_FIND_AT_LINE_START: Final = re.compile(
+    rf"\n(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)(?:" + _SAMPLE_AFTER_NAME
+)
+"""The same, for pages whose lines never start with blanks (every exporter's): matches only
+samples, never the HELP and TYPE lines that name them."""
 
 _PAIR: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
-_LabelSet = tuple[dict[str, str], tuple[tuple[str, str], ...], LabelKey]
-"""A label set as parsed once: the labels, sorted, and the series key (minus le/position)."""
+_LabelSet = tuple[dict[str, str], tuple[tuple[str, str], ...], LabelKey, float]
+"""A label set as parsed once: the labels, sorted, the series key (minus le/position), and
+the ``le`` bound (NaN when absent or not a number)."""
 
 _LABEL_SETS: dict[str, _LabelSet | None] = {}
 """Raw label text -> its parse (None: a duplicate label, for the full path to report). Every pod
@@ -210,18 +224,27 @@ def _label_set(inside: str) -> _LabelSet | None:
     labels = dict(found)
     result: _LabelSet | None = None
     if len(labels) == len(found):
-        items = tuple(sorted(labels.items()))
-        key = items
-        if vllm.LE in labels or vllm.POSITION in labels:
-            key = tuple(kv for kv in items if kv[0] not in _SKIP_LABELS)
-        result = (labels, items, key)
+        result = _labelled(labels)
     if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
         _LABEL_SETS.clear()
     _LABEL_SETS[inside] = result
     return result
 
 
-_NO_LABELS: Final[_LabelSet] = ({}, (), ())
+def _labelled(labels: dict[str, str]) -> _LabelSet:
+    items = tuple(sorted(labels.items()))
+    key = items
+    if vllm.LE in labels or vllm.POSITION in labels:
+        key = tuple(kv for kv in items if kv[0] not in _SKIP_LABELS)
+    le = labels.get(vllm.LE)
+    try:
+        bound = _parse_value(le) if le is not None else math.nan
+    except ValueError:
+        bound = math.nan
+    return (labels, items, key, bound)
+
+
+_NO_LABELS: Final[_LabelSet] = ({}, (), (), math.nan)
 
 
 def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
@@ -239,9 +262,10 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
     wanted = WANTED
     label_set = _label_set
     found = False
-    for m in _FIND.finditer(text):
-        start = m.start()
-        if start and text[start - 1] != "\n":
+    general = text[:1] in (" ", "\t", "v") or "\n " in text or "\n\t" in text
+    for m in (_FIND if general else _FIND_AT_LINE_START).finditer(text):
+        start = m.start(1)
+        if general and start and text[start - 1] != "\n":
             begin = text.rfind("\n", 0, start) + 1
             if text[begin:start].strip():
                 continue  # in a comment, a label value or another name: not a sample line
@@ -392,39 +416,37 @@ class _Builder:
         return ExpositionError(message, line=self.line_of(at), target=self.target)
 
     def add(self, what: _Want, name: str, labels: dict[str, str], value: float, at: int) -> None:
-        items = tuple(sorted(labels.items()))
-        key: LabelKey = items
-        if vllm.LE in labels or vllm.POSITION in labels:
-            key = tuple(kv for kv in items if kv[0] not in _SKIP_LABELS)
-        self.add_parsed(what, name, (labels, items, key), value, at)
+        self.add_parsed(what, name, _labelled(labels), value, at)
 
     def add_parsed(
         self, what: _Want, name: str, label_set: _LabelSet, value: float, at: int
     ) -> None:
-        labels, items, key = label_set
+        labels, items, key, bound = label_set
         ident = (what.name, items)
-        if ident in self.seen:
+        seen = self.seen
+        if ident in seen:
             raise self.error(f"duplicate sample {name}{{{_fmt(labels)}}}", at)
-        self.seen.add(ident)
+        seen.add(ident)
         kind, fam = what.kind, what.family
         series = self.page.series.get(key)
         if series is None:
             series = self.page.series[key] = Series(key)
-        if isinstance(fam, Hist):
+        if kind == "bucket":
+            assert isinstance(fam, Hist)
             hist = series.histograms.get(fam)
             if hist is None:
                 hist = series.histograms[fam] = Histogram()
                 self.hist_at[(key, fam)] = at
-            if kind == "bucket":
+            if bound != bound:  # NaN: absent or not a number
                 le = labels.get(vllm.LE)
-                try:
-                    bound = _parse_value(le) if le is not None else math.nan
-                except ValueError:
-                    bound = math.nan
-                if math.isnan(bound):
-                    raise self.error(f"{name} needs a numeric le label, got {le!r}", at)
-                hist.buckets[bound] = value
-            elif kind == "count":
+                raise self.error(f"{name} needs a numeric le label, got {le!r}", at)
+            hist.buckets[bound] = value
+        elif isinstance(fam, Hist):
+            hist = series.histograms.get(fam)
+            if hist is None:
+                hist = series.histograms[fam] = Histogram()
+                self.hist_at[(key, fam)] = at
+            if kind == "count":
                 hist.count = value
             elif kind == "sum":
                 hist.sum = value
