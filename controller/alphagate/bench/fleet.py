@@ -303,6 +303,14 @@ def _target(cfg: dict[str, Any], i: int, target: Any) -> Any:
     return target(url=f"http://127.0.0.1:{cfg['ports'][i]}/metrics", pod=pod_name(i))
 
 
+def try_worker(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """`run_worker`, a failure reported as a row (the rest of the run still counts)."""
+    try:
+        return run_worker(cfg, timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return {"pods": cfg["pods"], "failed": str(exc)[-300:]}
+
+
 def run_worker(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run a worker in a fresh process (so its peak RSS and CPU are its own)."""
     proc = subprocess.run(
@@ -550,7 +558,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         done = {r["pods"] for kind, r in rows if kind == "scrape"}
         for n in sizes:
             if n not in done:
-                rows.append(("scrape", run_worker({**common, "source": "scrape", "pods": n},
+                rows.append(("scrape", try_worker({**common, "source": "scrape", "pods": n},
                                                   timeout)))  # fmt: skip
         if not args.no_variants and not quick:
             n = prom_pods or sizes[len(sizes) // 2]
@@ -562,7 +570,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 ("HTTP only: httpx, 32 threads", {"source": "fetch-httpx"}),
                 ("HTTP only: aiohttp, 1 loop", {"source": "fetch-aiohttp"}),
             ):
-                variants.append((label, run_worker({**base_cfg, **extra}, timeout)))
+                variants.append((label, try_worker({**base_cfg, **extra}, timeout)))
         for n in (s for s in sizes if use_prom and s > prom_pods):
             try:
                 rows.append(("prometheus", _trimmed_prometheus(server, n, args, common, timeout)))
@@ -612,13 +620,16 @@ def _report(
             f"{prom['bytes_per_interval'] / 1024:.0f} KiB per interval)"
         )
         mine = next((r for k, r in rows if k == "scrape" and r["pods"] == prom_pods), None)
-        if mine is not None and prom["cpu_per_interval"] > 0:
+        if mine is not None and "median" in mine and prom["cpu_per_interval"] > 0:
             ratio = mine["median"]["cpu"] / prom["cpu_per_interval"]
             print(f"ratio: alphagate cycle CPU / Prometheus scrape CPU at {prom_pods} pods = "
                   f"{ratio:.2f} (target <= 0.5)")  # fmt: skip
     if variants:
         print(f"\ntuning (pod scraping, {variants[0][1]['pods']} pods): median per cycle")
         for label, r in variants:
+            if "failed" in r:
+                print(f"  {label:<28} failed: {r['failed']}")
+                continue
             m = r["median"]
             read = (
                 f"{m['bytes'] / 1024:.0f} KiB read"
