@@ -129,10 +129,6 @@ WATCHED_WARNINGS: Final = (
     "InvalidSpec",
 )
 
-# Cost of one speculative step over a plain one (the lesson's epsilon) when the policy does not
-# say: the design's example value. The prediction is the small-batch (memory-bound) one.
-DEFAULT_OVERHEAD: Final = 0.15
-
 # The `kind` label of a failed read whose kind the source did not say (an unexpected raise).
 UNKNOWN_ERROR_KIND: Final = "unknown"
 
@@ -327,7 +323,10 @@ class Recorder:
             LAST_SUCCESS, "Unix time of the last evaluation whose source read succeeded.", _CANARY
         )
         self.speedup = gauge(
-            PREDICTED_SPEEDUP, "Predicted throughput speed-up at the combined alpha.", _CANARY
+            PREDICTED_SPEEDUP,
+            "Speed-up the policy predicts at the combined alpha (K and disableBelow as the "
+            "break-even).",
+            _CANARY,
         )
         self.error_streak = gauge(
             ERROR_STREAK, "Consecutive evaluations with an Error verdict.", _CANARY
@@ -428,9 +427,8 @@ class Recorder:
                 # keep the previous success time: staleness is measured from it
                 if (LAST_SUCCESS, c) in self._seen_pairs(key):
                     new.setdefault(LAST_SUCCESS, set()).add(c)
-            speedup = self._speedup(evaluation, spec)
-            if speedup is not None:
-                put(self.speedup, PREDICTED_SPEEDUP, c, speedup)
+            if evaluation.predicted_speedup is not None:
+                put(self.speedup, PREDICTED_SPEEDUP, c, evaluation.predicted_speedup)
             put(self.error_streak, ERROR_STREAK, c, float(evaluation.memory.error_streak))
             for alert in sorted(set(evaluation.alerts)):
                 put(self.alert, ALERT, (*c, alert), 1.0)
@@ -593,19 +591,6 @@ class Recorder:
         if spec is None:
             return {}
         return {"disable": spec.acceptance.disable_below, "enable": spec.acceptance.enable_above}
-
-    @staticmethod
-    def _speedup(evaluation: Evaluation, spec: SpeculativeCanarySpec | None) -> float | None:
-        if spec is None or evaluation.combined is None:
-            return None
-        alpha = evaluation.combined.value
-        k = getattr(spec, "k", None)
-        if not isinstance(k, int) or not (0.0 <= alpha <= 1.0):
-            return None
-        from alphagate.core import speedup as speedup_model
-
-        overhead = float(getattr(spec, "overhead", DEFAULT_OVERHEAD) or DEFAULT_OVERHEAD)
-        return speedup_model.speedup(alpha, k, overhead)
 
     def _latency(
         self,

@@ -40,8 +40,8 @@ from alphagate.config import (
     SpeculativeCanarySpec,
     parse,
 )
+from alphagate.core import machine
 from alphagate.core.evaluate import evaluate
-from alphagate.core.machine import effective_state, judge_window
 from alphagate.core.model import (
     Action,
     Alert,
@@ -164,26 +164,12 @@ class Prepared:
 
 
 def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now: float) -> float:
-    """Where the one query for all units starts.
-
-    A unit that is judging (Probing, On) may cut the window to start after its warm-up
-    (machine.judge_window), so it judges sooner after a flip; the cut never leaves less than two
-    intervals, so a range query still spans scrapes. Units that judge nothing (Off, RolledBack)
-    still need the whole window of traffic for the re-probe weights. The earliest start wins:
-    a unit whose own cut is later sees an Inconclusive warm-up, never warm-up data judged.
-    """
-    full = now - spec.timing.window_seconds
-    floor = now - min(spec.timing.window_seconds, 2 * spec.timing.interval_seconds)
-    starts = []
-    for p in prepared:
-        if p.memory is None or p.rollout is None:
-            continue
-        if effective_state(p.memory) not in (State.PROBING, State.ON):
-            starts.append(full)
-            continue
-        window = judge_window(spec, p.rollout, now, memory=p.memory)
-        starts.append(full if window is None else min(window[0], floor))
-    return min(starts) if starts else full
+    """Where the one query for all units starts: the core's window rule
+    (`machine.shared_window`), the same the backtest follows."""
+    units = [
+        (p.memory, p.rollout) for p in prepared if p.memory is not None and p.rollout is not None
+    ]
+    return machine.shared_window(spec, units, now)[0]
 
 
 def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:

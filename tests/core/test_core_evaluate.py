@@ -190,6 +190,22 @@ def test_probing_good_alpha_passes_and_confirms() -> None:
     assert e2.transition.evidence["alpha"] == pytest.approx(0.75)
 
 
+def test_predicted_speedup_comes_from_the_policy() -> None:
+    # K and the gate (disableBelow as the break-even) are the policy's numbers: the prediction
+    # is 1 at the gate and grows with alpha above it; nothing is assumed beside them.
+    gate = SPEC.acceptance.disable_below
+    e = run(SPEC, obs(pools("chat", 0.75)), PROBING)
+    assert e.combined is not None and e.predicted_speedup is not None
+    a = e.combined.value
+    assert e.predicted_speedup == pytest.approx((1 + K * a) / (1 + K * gate))
+    assert e.predicted_speedup > 1.0
+    stricter = make_spec(acceptance={"disableBelow": 0.7, "enableAbove": 0.72})
+    e2 = run(stricter, obs(pools("chat", 0.75)), PROBING)
+    assert e2.predicted_speedup is not None and e2.predicted_speedup < e.predicted_speedup
+    off = run(SPEC, obs(pools("chat", None)), Memory())
+    assert off.combined is None and off.predicted_speedup is None
+
+
 def test_low_alpha_rolls_back_with_evidence() -> None:
     e = run(SPEC, obs(pools("chat", 0.3)), ON)
     assert e.verdict is Verdict.FAIL and e.action is Action.HOLD

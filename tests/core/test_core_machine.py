@@ -495,21 +495,6 @@ def test_data_from_before_the_last_flip_is_not_judged_even_if_rollout_lags() -> 
     assert d.transition is None and d.memory.fail_streak == 0
 
 
-# ---------------------------------------------------------------- judge_window
-
-
-def test_judge_window_cuts_warmup() -> None:
-    r = Rollout(completed_at=T0 - 200)
-    assert machine.judge_window(SPEC, r, T0) == (T0 - 80, T0)
-    assert machine.judge_window(SPEC, Rollout(completed_at=OLD), T0) == (T0 - 300, T0)
-    assert machine.judge_window(SPEC, Rollout(), T0) == (T0 - 300, T0)
-    assert machine.judge_window(SPEC, Rollout(in_progress=True), T0) is None
-    # less than one interval of post-warm-up data: nothing to query yet
-    assert machine.judge_window(SPEC, Rollout(completed_at=T0 - 130), T0) is None
-    m = mem(last_flip_at=T0 - 150)
-    assert machine.judge_window(SPEC, Rollout(completed_at=OLD), T0, memory=m) == (T0 - 30, T0)
-
-
 def test_windows_needed() -> None:
     spec = make_spec(acceptance={"consecutiveWindows": 3}, latency={"consecutiveWindows": 1})
     assert machine.windows_needed(spec) == (3, 3)

@@ -56,6 +56,13 @@ def test_speedup_is_one_at_breakeven(alpha: float, k: int, eps: float) -> None:
     assert sp.speedup(alpha, k, eps) <= sp.speedup(min(1.0, alpha + 0.01), k, eps) + 1e-12
 
 
+@given(st.floats(0.01, 0.99), ks)
+def test_predicted_is_one_at_the_policys_breakeven(gate: float, k: int) -> None:
+    assert sp.predicted(gate, k=k, breakeven=gate) == pytest.approx(1.0)
+    assert sp.predicted(min(1.0, gate + 0.01), k=k, breakeven=gate) > 1.0
+    assert sp.predicted(max(0.0, gate - 0.01), k=k, breakeven=gate) < 1.0
+
+
 @given(st.floats(0.5, 8.0), ks, overheads)
 def test_alpha_for_inverts_speedup(target: float, k: int, eps: float) -> None:
     a = sp.alpha_for(target, k, eps)

@@ -2,9 +2,9 @@
 
 The loop is the controller's: every ``intervalSeconds`` of recorded time, for each decision
 unit (every slice together for combined aggregation, each slice alone for perSlice), it asks
-:func:`~alphagate.core.machine.judge_window` which window to read (the configured window, cut
-to start after a warm-up; the whole window while nothing can be judged), observes the unit's
-pools over it through a metrics source, and calls :func:`~alphagate.core.evaluate.evaluate`
+the core's window rule (:func:`~alphagate.core.machine.shared_window`, the one the live
+reconciler follows) which window to read, observes the unit's pools over it through a metrics
+source, and calls :func:`~alphagate.core.evaluate.evaluate`
 with the unit's Memory and a Rollout that follows the unit's own decisions: a flip starts a
 rollout that completes ``rollout_seconds`` later with the new config.
 
@@ -139,14 +139,6 @@ class UnitReplay:
             return Rollout(in_progress=True, speculation_on=self.speculation_on)
         return Rollout(completed_at=done, speculation_on=self.speculation_on)
 
-    def window(self, now: float) -> tuple[Rollout, float, float]:
-        """The rollout now and the window to read: judge_window's, else the whole window."""
-        rollout = self.rollout(now)
-        span = machine.judge_window(self.spec, rollout, now, memory=self.memory)
-        if span is None:
-            return rollout, now - self.spec.timing.window_seconds, now
-        return rollout, span[0], span[1]
-
     def step(
         self, observation: Observation, rollout: Rollout, now: float, truth_alpha: float
     ) -> Evaluation:
@@ -173,6 +165,17 @@ class UnitReplay:
         self.points.append(report_point(evaluation, start=self.start, truth_alpha=truth_alpha))
         self.evaluations += 1
         return evaluation
+
+
+def read_window(
+    spec: SpeculativeCanarySpec,
+    replays: Sequence[UnitReplay],
+    rollouts: Sequence[Rollout],
+    now: float,
+) -> tuple[float, float]:
+    """The window every unit reads now: the live reconciler's one query for all units."""
+    units = [(r.memory, ro) for r, ro in zip(replays, rollouts, strict=True)]
+    return machine.shared_window(spec, units, now)
 
 
 # --------------------------------------------------------------------------- results
@@ -262,7 +265,7 @@ def _common_notes(spec: SpeculativeCanarySpec, options: Options) -> list[str]:
     return [
         DISCLAIMER,
         f"Evaluated every {t.interval_seconds:g} s over windows of up to {t.window_seconds:g} s "
-        "(cut to start after each warm-up, as judge_window says), starting from "
+        "(cut to start after each warm-up, as the live controller cuts them), starting from "
         + ("On (the canary already speculating)." if options.initial_on else "Off (a new canary).")
         + f" A flip's rollout is modelled to complete {options.rollout_seconds:g} s after the "
         "decision; the policy's warm-up follows it.",
@@ -347,7 +350,9 @@ def run_recording(
             gaps += 1
         last_time = snap.time
         due = snap.time + _EPS >= next_eval
-        for replay, source in zip(replays, sources, strict=True):
+        rollouts = [r.rollout(snap.time) for r in replays]
+        w_start, w_end = read_window(spec, replays, rollouts, snap.time)
+        for replay, source, rollout in zip(replays, sources, rollouts, strict=True):
             found = members(replay.view, snap.pods)
             for key, m in found.items():
                 ever_ready[key] = ever_ready.get(key, False) or bool(m.ready)
@@ -360,7 +365,6 @@ def run_recording(
             replay.truth.append(sample)
             if not due:
                 continue
-            rollout, w_start, w_end = replay.window(snap.time)
             source.feed(snap.pods, snap.time)
             obs = source.observe(replay.view, start=w_start, end=w_end, interval_seconds=interval)
             replay.step(obs, rollout, snap.time, sample.alpha)
@@ -466,8 +470,9 @@ def run_range(
     pool_errors: dict[str, tuple[int, str]] = {}  # pool -> (failed evaluations, first error)
     for i in range(n):
         now = start + i * step
-        for replay in replays:
-            rollout, w_start, w_end = replay.window(now)
+        rollouts = [r.rollout(now) for r in replays]
+        w_start, w_end = read_window(spec, replays, rollouts, now)
+        for replay, rollout in zip(replays, rollouts, strict=True):
             obs = source.observe(replay.view, start=w_start, end=w_end, interval_seconds=interval)
             if obs.source_error is not None or any(p.error for p in obs.pools):
                 errors += 1

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import acceptance, checks, machine
+from alphagate.core import acceptance, checks, machine, speedup
 from alphagate.core.model import (
     CheckKind,
     CheckResult,
@@ -230,7 +230,15 @@ def evaluate(
         transition=decision.transition,
         target_speculation_on=machine.speculation_on(decision.memory),
         alerts=decision.alerts,
+        predicted_speedup=_predicted_speedup(spec, combined),
     )
+
+
+def _predicted_speedup(spec: SpeculativeCanarySpec, combined: Estimate | None) -> float | None:
+    """The policy's own prediction at the combined alpha (K and the gate as break-even)."""
+    if combined is None or not 0.0 <= combined.value <= 1.0:
+        return None
+    return speedup.predicted(combined.value, k=spec.k, breakeven=spec.acceptance.disable_below)
 
 
 def _judge(

@@ -30,7 +30,7 @@ Rules (design.md §4):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final, NamedTuple
@@ -53,6 +53,8 @@ HOUR: Final = 3600.0
 HISTORY_LIMIT: Final = 20
 
 SPECULATING: Final = frozenset({State.PROBING, State.ON, State.PROMOTED})
+JUDGING: Final = frozenset({State.PROBING, State.ON})  # states whose windows decide a flip
+READ_MIN_INTERVALS: Final = 2  # a window cut after a warm-up keeps at least this many
 
 _EPS: Final = 1e-9
 
@@ -134,11 +136,11 @@ def not_judgeable(
     return None
 
 
-def judge_window(
-    spec: SpeculativeCanarySpec, rollout: Rollout, now: float, *, memory: Memory | None = None
-) -> tuple[float, float] | None:
-    """The (start, end) the shell should query: the configured window, cut to start after the
-    warm-up. None while a rollout is in progress or when less than one interval is left."""
+def _warmup_cut(
+    spec: SpeculativeCanarySpec, rollout: Rollout, now: float, memory: Memory | None
+) -> float | None:
+    """The configured window's start moved past the warm-up; None while a rollout runs or
+    when less than one interval would be left."""
     if rollout.in_progress:
         return None
     start = now - spec.timing.window_seconds
@@ -147,7 +149,43 @@ def judge_window(
         start = max(start, end_of_warmup)
     if now - start < min(spec.timing.interval_seconds, spec.timing.window_seconds) - _EPS:
         return None
-    return (start, now)
+    return start
+
+
+def read_window(
+    spec: SpeculativeCanarySpec, rollout: Rollout, now: float, *, memory: Memory | None
+) -> tuple[float, float]:
+    """The window rule: the (start, end) one decision unit reads at `now`, live and in the
+    backtest alike.
+
+    A unit that judges (Probing, On) cuts the configured window to start after its warm-up,
+    so it judges sooner after a flip, but never to less than READ_MIN_INTERVALS intervals: a
+    range query needs scrapes at both ends. A unit that judges nothing (Off, RolledBack,
+    Paused, Promoted) reads the whole window: the early re-probe weighs the whole window's
+    traffic. While a rollout runs, or before one interval has passed since the warm-up, the
+    whole window too. A window that starts before the warm-up's end is not judged
+    (`not_judgeable`), so a unit judges again from warm-up end + READ_MIN_INTERVALS intervals.
+    """
+    t = spec.timing
+    full = now - t.window_seconds
+    if memory is None or effective_state(memory) not in JUDGING:
+        return (full, now)
+    cut = _warmup_cut(spec, rollout, now, memory)
+    if cut is None:
+        return (full, now)
+    floor = now - min(t.window_seconds, READ_MIN_INTERVALS * t.interval_seconds)
+    return (min(cut, floor), now)
+
+
+def shared_window(
+    spec: SpeculativeCanarySpec, units: Iterable[tuple[Memory, Rollout]], now: float
+) -> tuple[float, float]:
+    """One read for several units of a policy (perSlice): the earliest `read_window` start.
+
+    A unit whose own cut starts later then sees a window that begins inside its warm-up, and
+    judges it Inconclusive; warm-up data is never judged."""
+    starts = [read_window(spec, r, now, memory=m)[0] for m, r in units]
+    return (min(starts) if starts else now - spec.timing.window_seconds, now)
 
 
 def windows_needed(

@@ -481,3 +481,6 @@ class Evaluation:
     transition: Transition | None = None
     target_speculation_on: bool = False  # what the canary should run after this decision
     alerts: tuple[Alert, ...] = ()  # conditions a person should hear about
+    # Throughput speed-up the policy predicts at the combined alpha (speedup.predicted: K and
+    # the gate's break-even from the policy); None without a finite combined alpha.
+    predicted_speedup: float | None = None

@@ -87,6 +87,16 @@ def speedup(alpha: float, k: int, overhead: float) -> float:
     return tokens_per_pass(alpha, k) / (1.0 + overhead)
 
 
+def predicted(alpha: float, *, k: int, breakeven: float) -> float:
+    """The speed-up a policy predicts at `alpha`: the lesson's S with the overhead that makes
+    S = 1 at the policy's own break-even alpha (its gate, disableBelow), overhead = K *
+    breakeven. The gate already carries the concurrency the policy was set for, so there is no
+    separate overhead to assume (1.0 at the gate, above 1 above it)."""
+    _check_k(k)
+    _check_ratio("breakeven", breakeven)
+    return speedup(alpha, k, k * breakeven)
+
+
 def breakeven_alpha(k: int, overhead: float) -> float:
     """Alpha at which S = 1: overhead / K (0.03 for K 5, overhead 0.15).
 

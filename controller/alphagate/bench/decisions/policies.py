@@ -6,7 +6,7 @@ code path) and the canary Deployment's rollout status, and answers whether the c
 run with ``--speculative-config``. The loop turns a change of that answer into a restart of the
 canary pods. Only the oracle may read the truth.
 
-alphagate is driven exactly as the reconciler drives it: ``machine.judge_window`` says which
+alphagate is driven exactly as the reconciler drives it: ``machine.read_window`` says which
 window to read (cut after warm-up), the pod-scrape source observes it, ``evaluate`` decides
 with the unit's Memory and the real rollout status. A change to the core is therefore judged
 by this benchmark with no change here.
@@ -112,8 +112,7 @@ class Alphagate:
 
     def decide(self, ctx: Ctx) -> Want:
         spec = self.spec
-        span = machine.judge_window(spec, ctx.rollout, ctx.now, memory=self.memory)
-        start, end = span if span is not None else (ctx.now - spec.timing.window_seconds, ctx.now)
+        start, end = machine.read_window(spec, ctx.rollout, ctx.now, memory=self.memory)
         self.source.feed(ctx.snap.pods, ctx.now)
         obs = self.source.observe(spec, start=start, end=end, interval_seconds=self.interval)
         ev = evaluate(spec, obs, self.memory, ctx.rollout, now=ctx.now)
