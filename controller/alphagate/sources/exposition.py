@@ -197,12 +197,6 @@ _FIND: Final = re.compile(
 (plain labels, one value) or, for anything else, the raw rest of the line for the full path.
 The literal prefix and short literal branches keep this one scan in C about as fast as
 ``str.splitlines``."""
-_FIND_AT_LINE_START: Final = re.compile(
-    rf"\n(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)(?:" + _SAMPLE_AFTER_NAME
-)
-"""The same, for pages whose lines never start with blanks (every exporter's): matches only
-samples, never the HELP and TYPE lines that name them."""
-
 _PAIR: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
 _LabelSet = tuple[dict[str, str], tuple[tuple[str, str], ...], LabelKey, float]
@@ -262,10 +256,9 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
     wanted = WANTED
     label_set = _label_set
     found = False
-    general = text[:1] in (" ", "\t", "v") or "\n " in text or "\n\t" in text
-    for m in (_FIND if general else _FIND_AT_LINE_START).finditer(text):
-        start = m.start(1)
-        if general and start and text[start - 1] != "\n":
+    for m in _FIND.finditer(text):
+        start = m.start()
+        if start and text[start - 1] != "\n":
             begin = text.rfind("\n", 0, start) + 1
             if text[begin:start].strip():
                 continue  # in a comment, a label value or another name: not a sample line
