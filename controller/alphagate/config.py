@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from alphagate import specconfig
 from alphagate.errors import PolicyError
 
 GROUP: Final = "alphagate.io"
@@ -614,6 +615,10 @@ class SpeculativeCanarySpec(_Model):
             raise ValueError(f"num_speculative_tokens must be at least 1, got {k}")
         if not isinstance(value.get("method", "ngram"), str):
             raise ValueError("method must be a string")
+        # What vLLM itself would refuse never reaches a pod (the table in specconfig).
+        refused = specconfig.errors(value)
+        if refused:
+            raise ValueError("; ".join(p.message for p in refused))
         return value
 
     @model_validator(mode="after")

@@ -25,7 +25,11 @@ BASE: dict[str, Any] = {
     "spec": {
         "target": {"name": "chat-canary"},
         "baseline": {"name": "chat-baseline"},
-        "speculativeConfig": {"method": "eagle3", "num_speculative_tokens": 5},
+        "speculativeConfig": {
+            "method": "eagle3",
+            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "num_speculative_tokens": 5,
+        },
         "aggregation": "combined",
         "slices": [],
         "acceptance": {

@@ -16,6 +16,7 @@ from alphagate.kube.actuator import (
     ANN_MEMORY,
     ANN_STATE,
     Actuator,
+    RejectedConfigError,
 )
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
@@ -295,3 +296,30 @@ def test_memory_annotation_is_trimmed_and_readable(
         ANN_LAST_FLIP
         in apiserver.get("deployments", "ns", "canary", group="apps")["metadata"]["annotations"]
     )
+
+
+def test_a_config_the_images_vllm_refuses_never_reaches_the_pod(
+    apiserver: ApiServer, kube: Kube, deployment: dict[str, Any]
+) -> None:
+    """vLLM 0.13 (V1) has no draft-model speculation: the patch is refused with vLLM's words."""
+    obj = apiserver.get("deployments", "ns", "canary", group="apps")
+    vllm_c = next(c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+    vllm_c["image"] = "vllm/vllm-openai:v0.13.0"
+    apiserver.put(obj)
+    events = EventRecorder(kube.api_client, component="alphagate")
+    act = actuator(kube, events=events)
+    draft = {"method": "draft_model", "model": "org/small", "num_speculative_tokens": 4}
+    apiserver.clear_requests()
+    with pytest.raises(RejectedConfigError, match="not supported yet") as err:
+        act.apply("ns", REF, speculative_config=draft, state="Probing", memory=None, now=NOW,
+                  involved=OWNER)  # fmt: skip
+    assert "v0.13.0" in str(err.value)
+    assert apiserver.requests_matching(method="PATCH", resource="deployments") == []
+    assert "--speculative-config" not in containers(apiserver)["vllm"]
+    # the same config on a vLLM that has draft models goes through
+    vllm_c["image"] = "vllm/vllm-openai:v0.32.0"
+    apiserver.put(
+        apiserver.get("deployments", "ns", "canary", group="apps") | {"spec": obj["spec"]}
+    )
+    ok = act.apply("ns", REF, speculative_config=draft, state="Probing", memory=None, now=NOW)
+    assert ok.patched and ok.deployment.image.endswith("v0.32.0")

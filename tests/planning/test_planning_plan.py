@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from alphagate import config, vllm
 from alphagate.cli import app
+from alphagate.errors import PolicyError
 from alphagate.planning.plan import PlanInput, build, queries, render, slug
 from alphagate.planning.slices import SliceSpec
 
@@ -55,6 +56,11 @@ def test_plan_markdown_has_the_stages_queries_and_manifest() -> None:
     assert "0.62" in md
     assert re.search(r"own draft head \| \*\*yes\*\* \(below the gate 0.55: code\)", md)
     manifest = yaml.safe_load(md.split("```yaml", 1)[1].split("```", 1)[0])
+    # no --draft-model: vLLM would refuse eagle3 without its head, and so does the policy
+    with pytest.raises(PolicyError, match="without speculative model"):
+        config.parse(manifest)
+    assert "needs a draft" in md
+    manifest["spec"]["speculativeConfig"]["model"] = "org/eagle3-head"
     res = config.parse(manifest)
     assert res.spec.mode is config.Mode.DRY_RUN
     assert [s.name for s in res.spec.slices] == ["chat", "code"]
@@ -83,6 +89,11 @@ def test_plan_json_numbers() -> None:
     assert data["breakeven_alpha"] == pytest.approx(0.03)
     assert data["recommended"] is True
     assert data["aggregation"] == "combined"
+    assert data["manifest_valid"] is False
+    assert [p["code"] for p in data["spec_problems"]] == ["missingModel"]
+    # exercise 5 rides along: the EAGLE-3 head's memory for the 70B target
+    assert data["memory"]["draft"]["params"] == pytest.approx(1.403e9, rel=1e-3)
+    data["manifest"]["spec"]["speculativeConfig"]["model"] = "org/eagle3-head"
     assert config.parse(data["manifest"]).metadata.name == data["name"]
 
 
@@ -93,8 +104,10 @@ def test_mix_below_gate_goes_per_slice_and_is_not_recommended() -> None:
             slices=(SliceSpec("chat", 0.4, 0.7), SliceSpec("legal", 0.6, 0.35)),
             concurrency=256,
             k=5,
+            draft_model="org/big-model-eagle3",
         )
     )
+    assert plan.manifest_valid
     assert plan.combined_alpha < 0.55
     assert plan.aggregation is config.Aggregation.PER_SLICE
     assert not plan.recommended
@@ -181,3 +194,28 @@ def test_every_promql_block_in_the_plan_parses() -> None:
     assert len(exprs) >= 20
     for expr in exprs:
         promql_parser.parse(expr)
+
+
+def test_plan_refuses_a_method_vllm_does_not_know_and_checks_versions() -> None:
+    with pytest.raises(ValueError, match="Input should be"):
+        build(PlanInput(model="m", slices=(SliceSpec("chat", 1.0, 0.7),), concurrency=8,
+                        method="medusa2"))  # fmt: skip
+    old = build(
+        PlanInput(
+            model="m",
+            slices=(SliceSpec("chat", 1.0, 0.7),),
+            concurrency=8,
+            method="draft_model",
+            draft_model="org/small",
+            vllm_version="0.13.0",
+        )
+    )
+    assert not old.manifest_valid
+    assert any("not supported yet" in p.vllm_says for p in old.spec_problems)
+    result = _run(*BASE, "--vllm-version", "0.12.0", "--method", "draft_model",
+                  "--draft-model", "meta-llama/Llama-3.2-1B-Instruct", "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["manifest_valid"] is False
+    # the 1B draft's memory: 16 layers of KV at head_dim 64
+    assert data["memory"]["draft"]["kv_bytes_per_token"] == 32768

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from alphagate import specconfig as sc
+from alphagate.cli import app
 from alphagate.specconfig import Code, Severity
 
 K = "num_speculative_tokens"
@@ -200,3 +203,39 @@ def test_crd_schema_fragment_is_structural_and_bounded() -> None:
     assert props["num_speculative_tokens"]["maximum"] == sc.MAX_K
     assert props["rejection_sample_method"]["enum"] == ["standard", "synthetic", "block"]
     assert any("has(self.model)" in r["rule"] for r in s["x-kubernetes-validations"])
+
+
+POLICY = """\
+apiVersion: alphagate.io/v1alpha1
+kind: SpeculativeCanary
+metadata: {name: t, namespace: llm}
+spec:
+  target: {name: c}
+  baseline: {name: b}
+  speculativeConfig: SPEC
+  slices: [{name: chat, canary: {matchLabels: {a: b}}, baseline: {matchLabels: {a: c}}}]
+  source: {kind: prometheus, prometheus: {url: "http://p:9090"}}
+"""
+
+
+def _check(tmp_path: Path, spec: str, *extra: str) -> Any:
+    path = tmp_path / "p.yaml"
+    path.write_text(POLICY.replace("SPEC", spec))
+    return CliRunner().invoke(app, ["policy", "check", *extra, str(path)])
+
+
+def test_policy_check_refuses_what_vllm_refuses_with_its_words(tmp_path: Path) -> None:
+    r = _check(tmp_path, "{method: eagle3, num_speculative_tokens: 3}")
+    assert r.exit_code == 1
+    assert "without speculative model" in r.output and "line 7" in r.output
+    r = _check(tmp_path, "{method: ngram, num_speculative_tokens: 4, prompt_lookup_max: 2, "
+                         "prompt_lookup_min: 3}")  # fmt: skip
+    assert r.exit_code == 1 and "prompt_lookup_min=3 must be <= prompt_lookup_max=2" in r.output
+
+
+def test_policy_check_warns_and_applies_version_rules(tmp_path: Path) -> None:
+    spec = "{method: draft_model, model: meta-llama/Llama-3.2-1B, num_speculative_tokens: 12}"
+    r = _check(tmp_path, spec)
+    assert r.exit_code == 0 and "warn" in r.output and "K=12" in r.output
+    old = _check(tmp_path, spec, "--vllm-version", "0.13.0")
+    assert old.exit_code == 1 and "not supported yet" in old.output

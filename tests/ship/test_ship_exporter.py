@@ -325,7 +325,11 @@ def test_gate_from_spec_and_speedup_from_the_core(recorder: exporter.Recorder) -
         {
             "target": {"name": "canary"},
             "baseline": {"name": "baseline"},
-            "speculativeConfig": {"method": "eagle3", "num_speculative_tokens": 4},
+            "speculativeConfig": {
+                "method": "eagle3",
+                "model": "x/eagle3",
+                "num_speculative_tokens": 4,
+            },
             "slices": [
                 {
                     "name": "chat",

@@ -47,7 +47,7 @@ pools:
     role: canary
     slice: chat
     replicas: 1
-    speculative_config: {method: eagle3, num_speculative_tokens: 4}
+    speculative_config: {method: eagle3, model: x/EAGLE3-head, num_speculative_tokens: 4}
 """
 
 
@@ -60,7 +60,11 @@ def _policy(url: str) -> config.SpeculativeCanary:
             "spec": {
                 "target": {"name": "chat-canary"},
                 "baseline": {"name": "chat-baseline"},
-                "speculativeConfig": {"method": "eagle3", "num_speculative_tokens": 4},
+                "speculativeConfig": {
+                    "method": "eagle3",
+                    "model": "x/eagle3",
+                    "num_speculative_tokens": 4,
+                },
                 "slices": [
                     {
                         "name": "chat",

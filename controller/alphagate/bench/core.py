@@ -46,7 +46,11 @@ WINDOW = 300.0
 PODS = 8
 QUICK_ARGS = ["--quick"]
 """What `python -m alphagate.bench --quick` passes: a smoke run."""
-EAGLE: dict[str, Any] = {"method": "eagle3", "num_speculative_tokens": 5}
+EAGLE: dict[str, Any] = {
+    "method": "eagle3",
+    "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    "num_speculative_tokens": 5,
+}
 
 
 # --------------------------------------------------------------------------- inputs

@@ -127,7 +127,7 @@ def scrape_rate(text: str, pods: int, *, rounds: int = 3) -> tuple[float, int]:
         {
             "target": {"name": "c"},
             "baseline": {"name": "b"},
-            "speculativeConfig": {"num_speculative_tokens": 4},
+            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
             "slices": [
                 {
                     "name": "s",

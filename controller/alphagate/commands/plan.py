@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from alphagate import config
+from alphagate.commands import memory as memory_cli
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
 from alphagate.errors import PolicyError
 from alphagate.planning.plan import DEFAULT_PROMETHEUS_URL, PlanInput, build, render
@@ -49,6 +50,18 @@ def plan(
     ridge_tokens: float = typer.Option(
         DEFAULT_RIDGE_TOKENS, "--ridge-tokens", min=1.0, help="Roofline ridge, tokens per step."
     ),
+    vllm_version: str | None = typer.Option(
+        None, "--vllm-version", help="vLLM version of the image, for version-specific checks."
+    ),
+    context: int = typer.Option(8192, "--context", min=1, help="Tokens per request (KV)."),
+    gpu_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="Memory per GPU."),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs per replica."),
+    target_arch: list[str] = typer.Option(
+        [], "--target-arch", help="Override a target architecture number, e.g. layers=40."
+    ),
+    draft_arch: list[str] = typer.Option(
+        [], "--draft-arch", help="Override a draft-model architecture number."
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="Write <name>.md and <name>.yaml into this directory."
     ),
@@ -68,6 +81,14 @@ def plan(
             raise typer.BadParameter(
                 f"{aggregation!r} is not one of {choices}", param_hint="'--aggregation'"
             ) from None
+    t_over = memory_cli.parse_overrides(target_arch, "--target-arch")
+    d_over = memory_cli.parse_overrides(draft_arch, "--draft-arch")
+    t_arch = memory_cli.arch(model, t_over, "--model") if t_over else None
+    d_arch = (
+        memory_cli.arch(draft_model or "", d_over, "--draft-model")
+        if d_over and draft_model
+        else None
+    )
     try:
         inp = PlanInput(
             model=model,
@@ -84,6 +105,12 @@ def plan(
             offline_batch1=offline,
             aggregation=agg,
             ridge_tokens=ridge_tokens,
+            vllm_version=vllm_version,
+            context=context,
+            gpu_gb=gpu_gb,
+            gpus=gpus,
+            target_arch=t_arch,
+            draft_arch=d_arch,
         )
         result = build(inp)
     except (ValueError, PolicyError) as exc:

@@ -18,7 +18,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from alphagate import config, yamlload, yamlpos
+from alphagate import config, specconfig, yamlload, yamlpos
 from alphagate.errors import PolicyError
 
 policy_app = typer.Typer(
@@ -213,20 +213,44 @@ def _report_errors(docs: list[Document]) -> None:
             typer.echo(f"{doc.where}: {p.render()}", err=True)
 
 
+def spec_config_check(docs: list[Document], vllm_version: str | None) -> dict[int, list[str]]:
+    """The speculative-config table beyond the schema: errors that depend on the vLLM version
+    become problems; warnings (vLLM starts, but ...) are returned per document to print."""
+    warnings: dict[int, list[str]] = {}
+    for i, doc in enumerate(docs):
+        if doc.resource is None:
+            continue
+        found = specconfig.check(doc.resource.spec.speculative_config, vllm_version=vllm_version)
+        for p in found:
+            path = "spec.speculativeConfig" + (f".{p.field}" if p.field else "")
+            if p.severity is specconfig.Severity.ERROR:
+                doc.problems.append(Problem(path, f"vLLM {vllm_version}: {p.vllm_says}; {p.fix}"))
+            else:
+                warnings.setdefault(i, []).append(f"{path}: {p.vllm_says}; {p.fix}")
+    return warnings
+
+
 @policy_app.command("check")
 def check(
     files: list[Path] = typer.Argument(..., help="YAML files with SpeculativeCanary resources."),
+    vllm_version: str | None = typer.Option(
+        None, "--vllm-version", help="Also apply the rules of this vLLM version (e.g. 0.13.0)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
 ) -> None:
     """Validate policy files: one line per resource, or every problem with file, field and line."""
     docs = _load_all(files)
+    warnings = spec_config_check(docs, vllm_version)
     bad = [d for d in docs if not d.ok]
     if as_json:
-        typer.echo(json.dumps([_doc_json(d) for d in docs], indent=2))
+        out = [_doc_json(d) | {"warnings": warnings.get(i, [])} for i, d in enumerate(docs)]
+        typer.echo(json.dumps(out, indent=2))
     else:
-        for doc in docs:
+        for i, doc in enumerate(docs):
             if doc.ok and doc.resource is not None:
                 typer.echo(f"ok  {doc.where}: {summary(doc.resource)}")
+            for w in warnings.get(i, []):
+                typer.echo(f"warn  {doc.where}: {w}", err=True)
         _report_errors(docs)
         n_ok = len(docs) - len(bad)
         line = f"{n_ok} valid, {len(bad)} invalid, in {len(files)} file(s)"

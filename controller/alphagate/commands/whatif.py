@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from alphagate.commands import memory as memory_cli
 from alphagate.core.speedup import (
     DEFAULT_RIDGE_TOKENS,
     alpha_for,
@@ -401,9 +402,53 @@ def whatif(
         256.0, "--output-tokens", min=1.0, help="Mean decode length per request (simulation)."
     ),
     sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also sweep concurrency."),
+    memory: bool = typer.Option(
+        False, "--memory", help="GPU memory of each --draft next to the --target."
+    ),
+    target: str = typer.Option(
+        "llama-3.3-70b", "--target", help="Target architecture (built-in name) for --memory."
+    ),
+    draft: list[str] = typer.Option(
+        [], "--draft", help="eagle, eagle3, or a draft model's architecture (repeatable)."
+    ),
+    target_arch: list[str] = typer.Option(
+        [], "--target-arch", help="Override a target number, e.g. layers=40 (repeatable)."
+    ),
+    draft_arch: list[str] = typer.Option(
+        [], "--draft-arch", help="Override a draft-model number, e.g. vocab=128256."
+    ),
+    context: int = typer.Option(8192, "--context", min=1, help="Tokens per request (KV)."),
+    gpu_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="Memory per GPU."),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs per replica."),
+    weight_bytes: float = typer.Option(
+        2.0, "--weight-bytes", min=0.25, help="Bytes per target weight (2 BF16, 1 FP8)."
+    ),
+    draft_weight_bytes: float = typer.Option(
+        2.0, "--draft-weight-bytes", min=0.25, help="Bytes per draft weight."
+    ),
+    kv_bytes: float = typer.Option(2.0, "--kv-bytes", min=0.25, help="Bytes per KV value."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
 ) -> None:
-    """Speed-up, break-even and the alpha for 2x/3x; a traffic mix; or a decode simulation."""
+    """Speed-up, break-even and the alpha for 2x/3x; a traffic mix; a decode simulation; or
+    the memory of a draft (--memory)."""
+    if memory:
+        memory_cli.echo(
+            memory_cli.reports(
+                target=target,
+                drafts=draft,
+                target_arch=target_arch,
+                draft_arch=draft_arch,
+                context=context,
+                concurrency=concurrency or 64,
+                gpu_gb=gpu_gb,
+                gpus=gpus,
+                weight_bytes=weight_bytes,
+                draft_weight_bytes=draft_weight_bytes,
+                kv_bytes=kv_bytes,
+            ),
+            as_json,
+        )
+        return
     if alpha is not None and mix is not None:
         raise typer.BadParameter("use either --alpha or --mix, not both", param_hint="'--mix'")
     if simulate:

@@ -29,6 +29,7 @@ from tenacity import (
     wait_random,
 )
 
+from alphagate import specconfig
 from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, Rollout, State
 from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
@@ -66,6 +67,7 @@ class DeploymentState:
     annotations: dict[str, str] = field(default_factory=dict)
     completed_at: float | None = None  # Progressing=NewReplicaSetAvailable lastUpdateTime
     status_replicas: int | None = None  # all pods, old and new; None when the status has none
+    image: str = ""  # the vLLM container's image: its tag names the vLLM version, if any
 
     @property
     def speculation_on(self) -> bool:
@@ -117,6 +119,28 @@ class ApplyResult:
     dry_run: bool
     attempts: int
     before: DeploymentState
+
+
+class RejectedConfigError(argsmod.ArgsError):
+    """The speculative config is one vLLM would refuse (specconfig): never sent to a pod."""
+
+
+def refuse_rejected(dep: DeploymentState, config: Mapping[str, Any] | None) -> None:
+    """Raise RejectedConfigError when vLLM (at the image's version, with the container's chunked
+    prefill setting) would refuse `config`: better a clear error than a crash-looping canary."""
+    if config is None:
+        return
+    found = specconfig.errors(
+        config,
+        vllm_version=dep.image,
+        chunked_prefill=specconfig.chunked_prefill_from_args(dep.args),
+    )
+    if found:
+        said = "; ".join(p.message for p in found)
+        raise RejectedConfigError(
+            f"Deployment {dep.ref}: not applying --speculative-config {argsmod.render(config)}: "
+            f"vLLM ({dep.image or 'image without a version tag'}) would refuse it: {said}"
+        )
 
 
 class _Conflict(Exception):
@@ -178,6 +202,7 @@ def deployment_state(dep: Any, container: str) -> DeploymentState:
         status_replicas=(
             int(status.replicas) if status is not None and status.replicas is not None else None
         ),
+        image=str(c.image or ""),
     )
 
 
@@ -343,6 +368,7 @@ class Actuator:
         attempts: int,
         first: DeploymentState,
     ) -> ApplyResult:
+        refuse_rejected(dep, speculative_config)
         new_args = argsmod.edit(dep.args, speculative_config)
         args_changed = new_args != list(dep.args)
         annotations = self._annotations(

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from alphagate import config, vllm
+from alphagate import config, specconfig, vllm
 from alphagate.core.speedup import (
     DEFAULT_RIDGE_TOKENS,
     alpha_for_at,
@@ -27,12 +27,16 @@ from alphagate.core.speedup import (
     speedup,
     speedup_at,
 )
+from alphagate.core.suitability import Condition, Workload, assess
+from alphagate.planning import memory as mem
 from alphagate.planning.slices import SliceSpec, mix_alpha
 
 DEFAULT_PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"
 SHORT_OUTPUT_TOKENS: Final = 50
 WINDOW: Final = "5m"
-_METHODS_NEEDING_A_MODEL: Final = ("eagle", "eagle3", "draft_model", "medusa", "mlp_speculator")
+PLACEHOLDER_MODEL: Final = "set-me/draft-for-this-model"
+# Problems that depend on the vLLM version: the plan reports them, the person picks the fix.
+_VERSION_CODES: Final = frozenset({specconfig.Code.NOT_IN_VERSION, specconfig.Code.CHUNKED_PREFILL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,12 @@ class PlanInput:
     offline_batch1: bool = False
     aggregation: config.Aggregation | None = None  # None: choose from the numbers
     ridge_tokens: float = DEFAULT_RIDGE_TOKENS
+    vllm_version: str | None = None  # enables specconfig's version rules
+    context: int = 8192  # tokens per request, for the KV cache in the memory section
+    gpu_gb: float = 80.0
+    gpus: int = 1
+    target_arch: mem.Arch | None = None  # None: looked up from `model` when built in
+    draft_arch: mem.Arch | None = None  # None: looked up from `draft_model` when built in
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -99,6 +109,13 @@ class Plan:
     stay_off: tuple[StayOff, ...]
     manifest: dict[str, Any]
     warnings: tuple[str, ...] = field(default=())
+    spec_problems: tuple[specconfig.Problem, ...] = ()
+    memory: mem.MemoryReport | None = None
+
+    @property
+    def manifest_valid(self) -> bool:
+        """The manifest passes `policy check` as written (no config vLLM would refuse)."""
+        return not any(p.severity is specconfig.Severity.ERROR for p in self.spec_problems)
 
     @property
     def recommended(self) -> bool:
@@ -144,6 +161,12 @@ class Plan:
                 for s in self.stay_off
             ],
             "warnings": list(self.warnings),
+            "spec_problems": [
+                {"code": p.code.value, "severity": p.severity.value, "message": p.message}
+                for p in self.spec_problems
+            ],
+            "manifest_valid": self.manifest_valid,
+            "memory": self.memory.to_dict() if self.memory is not None else None,
             "manifest": self.manifest,
         }
 
@@ -185,11 +208,23 @@ def build(inp: PlanInput) -> Plan:
         aggregation = config.Aggregation.PER_SLICE
     name = f"{slug(inp.model)}-speculative"[:63].strip("-")
     warnings: list[str] = []
-    if inp.method in _METHODS_NEEDING_A_MODEL and not inp.draft_model:
-        warnings.append(
-            f"method {inp.method} needs a draft: set speculative_config.model (e.g. with "
-            "--draft-model) to the EAGLE-3 head trained for this model before stage 2"
-        )
+    manifest = _manifest(inp, name, aggregation, be_c)
+    problems = specconfig.check(
+        manifest["spec"]["speculativeConfig"], vllm_version=inp.vllm_version
+    )
+    for p in problems:
+        if p.code is specconfig.Code.MISSING_MODEL:
+            warnings.append(
+                f"method {inp.method} needs a draft: set speculative_config.model (e.g. with "
+                f"--draft-model) before stage 2; until then `policy check` refuses the manifest "
+                f"(vLLM would say: {p.vllm_says})"
+            )
+        elif p.severity is specconfig.Severity.ERROR and p.code not in _VERSION_CODES:
+            raise ValueError(f"speculative config: {p.message}")
+        elif p.severity is specconfig.Severity.ERROR:
+            warnings.append(f"vLLM {inp.vllm_version} would refuse this config: {p.message}")
+        else:
+            warnings.append(f"speculative config: {p.message}")
     if _round_up(be_c) > inp.gate:
         warnings.append(
             f"the modelled break-even at concurrency {c} ({be_c:.2f}) is above the gate "
@@ -197,8 +232,12 @@ def build(inp: PlanInput) -> Plan:
         )
     predicted = speedup_at(combined, inp.k, inp.overhead, c, **kw)
     stay_off = _stay_off(inp, below, predicted, combined)
-    manifest = _manifest(inp, name, aggregation, be_c)
-    config.parse(manifest, where="alphagate plan manifest")  # a bug here is ours: fail loudly
+    checked = manifest
+    if any(p.code is specconfig.Code.MISSING_MODEL for p in problems):
+        spec = {**manifest["spec"]}
+        spec["speculativeConfig"] = {**spec["speculativeConfig"], "model": PLACEHOLDER_MODEL}
+        checked = {**manifest, "spec": spec}
+    config.parse(checked, where="alphagate plan manifest")  # a bug here is ours: fail loudly
     return Plan(
         input=inp,
         name=name,
@@ -213,25 +252,70 @@ def build(inp: PlanInput) -> Plan:
         stay_off=stay_off,
         manifest=manifest,
         warnings=tuple(warnings),
+        spec_problems=problems,
+        memory=_memory(inp),
     )
+
+
+def _memory(inp: PlanInput) -> mem.MemoryReport | None:
+    """Exercise 5 for this rollout, when the architectures are known (built in or given)."""
+    kind = {
+        "eagle": mem.DraftKind.EAGLE,
+        "eagle3": mem.DraftKind.EAGLE3,
+        "draft_model": mem.DraftKind.DRAFT_MODEL,
+    }.get(specconfig.resolved_method({"method": inp.method, "model": inp.draft_model}))
+    if kind is None:
+        return None
+    try:
+        target = inp.target_arch or mem.lookup(inp.model)
+        draft = None
+        if kind is mem.DraftKind.DRAFT_MODEL:
+            if inp.draft_arch is None and not inp.draft_model:
+                return None
+            draft = inp.draft_arch or mem.lookup(inp.draft_model or "")
+        return mem.footprint(
+            target,
+            kind,
+            draft=draft,
+            context=inp.context,
+            concurrency=inp.concurrency,
+            gpu_gb=inp.gpu_gb,
+            gpus=inp.gpus,
+        )
+    except ValueError:
+        return None
 
 
 def _stay_off(
     inp: PlanInput, below: tuple[str, ...], predicted: float, combined: float
 ) -> tuple[StayOff, ...]:
     out = inp.output_tokens
+    found = {
+        f.condition: f
+        for f in assess(
+            Workload(
+                mean_output_tokens=out,
+                concurrency=float(inp.concurrency),
+                offline=inp.offline_batch1,
+                specialised_domain=bool(below),
+                domain_trained_head=False if below else None,
+            ),
+            min_mean_tokens=SHORT_OUTPUT_TOKENS,
+        )
+    }
+    dm = specconfig.resolved_method({"method": inp.method, "model": inp.draft_model})
     return (
         StayOff(
             "Offline batch-1 generation",
             "latency does not matter there; serve the plain target model",
-            inp.offline_batch1,
+            inp.offline_batch1 and found[Condition.BATCH1_OFFLINE].holds,
             "declared with --offline" if inp.offline_batch1 else "",
         ),
         StayOff(
             f"Very short outputs (under {SHORT_OUTPUT_TOKENS} tokens)",
             "the draft's overhead and the verify cost dominate; there are too few decode steps "
             "to earn them back",
-            out is not None and out < SHORT_OUTPUT_TOKENS,
+            found[Condition.SHORT_OUTPUTS].holds,
             f"expected mean output {out:g} tokens"
             if out is not None
             else "output length not given",
@@ -240,7 +324,7 @@ def _stay_off(
             "A specialised domain without its own draft head",
             "a head trained on general chat reaches only 0.4-0.6 on code, medical or legal "
             "traffic; train a domain EAGLE-3 head (light, fast) or keep that slice off",
-            bool(below),
+            found[Condition.DOMAIN_WITHOUT_HEAD].holds,
             f"below the gate {inp.gate:g}: {', '.join(below)}" if below else "",
         ),
         StayOff(
@@ -253,10 +337,11 @@ def _stay_off(
         ),
         StayOff(
             "vLLM v0.18.0 with a draft model and --enable-chunked-prefill",
-            "that combination does not compile; n-gram speculation on the GPU in V1 is the "
-            "documented exception",
-            inp.method == "draft_model",
-            f"method {inp.method}",
+            "the lesson reports that combination failing; vLLM 0.8-0.13 (V1) has no draft-model "
+            f"speculation at all, and {specconfig.VLLM_VERSION_READ}'s code allows it; n-gram "
+            "and EAGLE combine with chunked prefill from 0.6.4 on",
+            dm == "draft_model",
+            f"method {dm}",
         ),
     )
 
@@ -610,6 +695,17 @@ def render(plan: Plan) -> str:
         f"alphagate whatif --simulate --alpha {plan.combined_alpha:.2f} --k {k} "
         f"--overhead {eps:g} --concurrency {c}",
     )
+    if plan.memory is not None:
+        m = plan.memory
+        out += ["", "## Memory", ""]
+        out += _code("text", mem.render(m))
+        out += [
+            "",
+            "An EAGLE head keeps KV for one decoder layer with the target's KV shape; a draft "
+            "model keeps KV for all of its own layers, for every sequence the target holds. "
+            "Override the architecture numbers with `--target-arch` / `--draft-arch key=value`; "
+            "`alphagate whatif --memory` compares drafts side by side.",
+        ]
     out += ["", "## When to stay off", ""]
     out += _table(
         ["case", "applies here", "why"],
