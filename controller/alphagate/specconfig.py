@@ -629,3 +629,48 @@ def crd_schema() -> dict[str, Any]:
             },
         ],
     }
+
+
+def cel_rules() -> list[dict[str, str]]:
+    """CEL `x-kubernetes-validations` for `spec` (the CRD's way, next to kube.crd's own rules):
+    what admission can refuse of this table without iterating the free-form map."""
+    sc = "self.speculativeConfig"
+    needs = sorted(m.name for m in METHODS.values() if m.needs_model)
+    known = sorted({*METHODS, *MTP_ALIASES, "[ngram]"})
+    k = f"{sc}.num_speculative_tokens"
+    lo, hi = f"{sc}.prompt_lookup_min", f"{sc}.prompt_lookup_max"
+    return [
+        {
+            "rule": f"'model' in {sc} || ('method' in {sc} && type({sc}.method) == string "
+            f"&& !({sc}.method in {needs}))",
+            "message": "this method needs `model` (the EAGLE head or draft model; no method "
+            "means draft_model); vLLM says: num_speculative_tokens was provided but without "
+            "speculative model.",
+            "fieldPath": ".speculativeConfig",
+        },
+        {
+            "rule": f"!('method' in {sc}) || type({sc}.method) != string || {sc}.method in {known}",
+            "message": f"method must be one vLLM {VLLM_VERSION_READ} knows (Input should be "
+            "'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', 'eagle', "
+            "'eagle3', 'mtp', ...)",
+            "fieldPath": ".speculativeConfig",
+        },
+        {
+            "rule": f"!('num_speculative_tokens' in {sc}) || type({k}) != int || {k} <= {MAX_K}",
+            "message": f"alphagate refuses num_speculative_tokens above {MAX_K}: every position "
+            "costs a verified token and nothing is accepted that deep",
+            "fieldPath": ".speculativeConfig",
+        },
+        {
+            "rule": f"!('prompt_lookup_min' in {sc} && 'prompt_lookup_max' in {sc}) || "
+            f"type({lo}) != int || type({hi}) != int || {lo} <= {hi}",
+            "message": "prompt_lookup_min must be <= prompt_lookup_max",
+            "fieldPath": ".speculativeConfig",
+        },
+        {
+            "rule": f"!('tensor_parallel_size' in {sc})",
+            "message": "'tensor_parallel_size' is not a valid argument in the speculative_config. "
+            "Please pass 'draft_tensor_parallel_size' instead.",
+            "fieldPath": ".speculativeConfig",
+        },
+    ]

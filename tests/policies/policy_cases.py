@@ -81,6 +81,43 @@ CASES = [
         "must be an integer",
         cross_field=True,
     ),
+    # what vLLM would refuse (alphagate.specconfig): the schema, policy check and CEL agree
+    Case(
+        "    model: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\n",
+        "",
+        "spec.speculativeConfig",
+        "without speculative model",
+        cross_field=True,
+    ),
+    Case(
+        "method: eagle3",
+        "method: eagle4",
+        "spec.speculativeConfig",
+        "Input should be 'ngram'",
+        cross_field=True,
+    ),
+    Case(
+        "num_speculative_tokens: 3",
+        "num_speculative_tokens: 300",
+        "spec.speculativeConfig",
+        "alphagate refuses K=300",
+        cross_field=True,
+    ),
+    Case(
+        "prompt_lookup_min: 2",
+        "prompt_lookup_min: 6",
+        "spec.speculativeConfig",
+        "prompt_lookup_min=6 must be <= prompt_lookup_max=4",
+        source=CODE,
+        cross_field=True,
+    ),
+    Case(
+        "num_speculative_tokens: 3",
+        "num_speculative_tokens: 3\n    tensor_parallel_size: 2",
+        "spec.speculativeConfig",
+        "Please pass 'draft_tensor_parallel_size' instead",
+        cross_field=True,
+    ),
     Case(
         "method: eagle3",
         "method: 3",

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import yaml
 
+from alphagate import specconfig
 from alphagate.config import GROUP, KIND, PLURAL, VERSION, SpeculativeCanary, SpeculativeCanarySpec
 from alphagate.kube.status import CanaryStatus
 
@@ -65,6 +66,8 @@ VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
             "message": "speculativeConfig.method must be a string",
             "fieldPath": ".speculativeConfig",
         },
+        # what vLLM itself would refuse (alphagate.specconfig, from vLLM's own code)
+        *specconfig.cel_rules(),
         {
             "rule": "self.slices.all(a, self.slices.exists_one(b, b.name == a.name))",
             "message": "slice names must be unique",
