@@ -32,7 +32,7 @@ from alphagate.sim import Fleet, SimServer, parse_scenario
 
 NS = "demo"
 LOAD = 10.0
-EAGLE = {"method": "eagle3", "num_speculative_tokens": 5}
+EAGLE = {"method": "eagle3", "model": "x/EAGLE3-head", "num_speculative_tokens": 5}
 SCENARIO = f"""
 name: kubelet-test
 duration: 1h
