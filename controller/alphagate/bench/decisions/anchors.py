@@ -24,6 +24,7 @@ from alphagate.bench.decisions import kayenta, suite
 from alphagate.bench.decisions.policies import Ctx, Want, canary_alpha
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Buckets, Observation, Role
+from alphagate.sim.acceptance import draw_request_alpha
 
 RENDERING: Final = {
     "argo-rollouts": (
@@ -44,8 +45,9 @@ RENDERING: Final = {
         "TensorRT-LLM's SpeculationGate in each canary pod: after every completed request, the "
         "mean accepted tokens per draft over the last 100 completed requests; below K x 0.55 "
         "speculation is disabled for the process's life, with no restart. The benchmark draws "
-        "each completed request's acceptance from Beta(alpha, request_spread) around the pod's "
-        "measured ratio in that 30 s (the simulator's per-request model), in completion order."
+        "each request completed in a 30 s step from the simulator's own per-request model "
+        "(sim.acceptance.draw_request_alpha around the pod's measured ratio in that step, "
+        "request_spread of the slice), as the engine would see them complete."
     ),
     "kayenta": (
         "Standalone canary analysis for the whole run: beginAfterMins 5, analysisIntervalMins 10, "
@@ -170,7 +172,7 @@ class InEngine:
             if drafted <= 0 or n <= 0:
                 continue
             m = min(max(accepted / drafted, 1e-3), 1 - 1e-3)
-            draws = suite.K * self.rng.beta(m * spread, (1 - m) * spread, n)
+            draws = suite.K * draw_request_alpha(self.rng, n, m, spread, float(suite.K))
             recent = self.recent.setdefault(name, deque(maxlen=self.window))
             values = np.concatenate([np.asarray(recent, dtype=np.float64), draws])
             if values.size >= self.window:
