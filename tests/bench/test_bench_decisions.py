@@ -35,6 +35,25 @@ def test_policies_meet_the_same_streams_until_they_act() -> None:
     assert a.tokens == b.tokens
 
 
+@pytest.mark.slow
+def test_a_group_run_is_each_policys_own_run() -> None:
+    # Policies share one fleet until each acts; then each continues on its own copy. The
+    # result must be exactly the run each would have alone.
+    names = ["oracle", "argo-rollouts", "in-engine"]
+    group = loop.run_group("stationary-0.45", 6, names, 0.2)
+    assert [r.policy for r in group] == names
+    assert all(r.flips for r in group)  # every one of them acts: each on its own copy
+    for r in group:
+        alone = loop.run("stationary-0.45", 6, r.policy, 0.2)
+        assert (r.flips, r.restarts, r.tokens, r.on) == (
+            alone.flips,
+            alone.restarts,
+            alone.tokens,
+            alone.on,
+        )
+
+
+@pytest.mark.slow
 def test_argo_aborts_on_low_alpha_and_never_re_enables() -> None:
     r = loop.run("step-0.70-0.40", 2, "argo-rollouts", 1.0)
     assert [kind for _, kind in r.flips] == ["disable"]
@@ -156,7 +175,9 @@ def test_quick_run_writes_the_table_json_and_png(tmp_path: Path) -> None:
         assert c["detected"] + c["missed"] == c["onsets"]
     assert [s["policy"] for s in data["aggregate"]["summary"]] == policies
     assert set(data["aggregate"]["coverage"]) <= set(cases) and data["aggregate"]["coverage"]
-    assert set(data["renderings"]) == set(policies) - {"oracle", "alphagate"}
+    assert set(data["renderings"]) == {
+        p for p in policies if p != "oracle" and "alphagate" not in p
+    }
     md = (tmp_path / "decisions.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| ") and " | " in line]
     header = next(line for line in rows if line.startswith("| scenario | policy |"))
@@ -164,6 +185,8 @@ def test_quick_run_writes_the_table_json_and_png(tmp_path: Path) -> None:
     for case in cases:
         for policy in policies:
             assert any(line.startswith(f"| {case} | {policy} |") for line in rows)
+    targets = md.split("## alphagate against issue 12's targets")[1].split("\n## ")[0]
+    assert sum(line.endswith((" yes |", " no |")) for line in targets.splitlines()) >= 8
     assert (tmp_path / "decisions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -181,21 +181,9 @@ class InEngine:
                 # Only windows ending at a request completed now are new checks.
                 new = means[max(0, len(means) - n) :]
                 if new.size and float(new.min()) < self.threshold:
-                    self.off.add(name)
-                    _engine_off(pod)
+                    self.off.add(name)  # the loop turns the engine's speculation off
             recent.extend(draws[-self.window :].tolist())
         return Want(True, frozenset(self.off))
-
-
-def _engine_off(pod: object) -> None:
-    """Speculation off inside a running engine (no restart): the engine drafts no more."""
-    engine = getattr(pod, "engine", None)
-    if engine is None or not hasattr(engine, "k"):
-        raise RuntimeError("the simulator's pod has no engine.k to gate: update InEngine")
-    engine.k = 0
-    cache = getattr(engine, "_step_cache", None)  # step times cached with the old K
-    if isinstance(cache, dict):
-        cache.clear()
 
 
 class Kayenta:

@@ -25,12 +25,15 @@ from alphagate.bench.decisions import loop, report, score, suite
 QUICK_ARGS = ["--quick"]
 """What `python -m alphagate.bench --quick` passes: a smoke run."""
 
-Task = tuple[str, int, str, float]
+Task = tuple[str, int, tuple[str, ...], float]
+Scored = tuple[str, int, str, score.RunScore]
 
 
-def _task(task: Task) -> tuple[str, int, str, score.RunScore]:
-    case, seed, policy, hours = task
-    return case, seed, policy, score.score_run(loop.run(case, seed, policy, hours))
+def _task(task: Task) -> list[Scored]:
+    """Every policy on one (case, seed), sharing the fleet until each acts."""
+    case, seed, policies, hours = task
+    runs = loop.run_group(case, seed, policies, hours)
+    return [(case, seed, r.policy, score.score_run(r)) for r in runs]
 
 
 def _machine() -> str:
@@ -60,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=Path("decisions-out"), help="output folder")
     p.add_argument("--seeds", type=int, default=20, help="seeds per scenario (default 20)")
-    p.add_argument("--hours", type=float, default=6.0, help="simulated hours per run")
+    p.add_argument("--hours", type=float, default=2.0, help="simulated hours per run")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes")
     p.add_argument("--cases", default="", help="comma-separated scenarios (default all)")
     p.add_argument("--policies", default="", help="comma-separated policies (default all)")
@@ -97,19 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     if "oracle" not in policies:
         policies.insert(0, "oracle")  # regret needs it
     tasks: list[Task] = [
-        (c, seed, p, args.hours)
-        for c in cases
+        # Seed-major, so a run cut short by --max-minutes still covers every scenario.
+        (c, seed, tuple(policies), args.hours)
         for seed in range(1, args.seeds + 1)
-        for p in policies
+        for c in cases
     ]
     print(
         f"decision benchmark: {len(cases)} scenarios x {args.seeds} seeds x {len(policies)} "
-        f"policies = {len(tasks)} runs of {args.hours:g} h on {args.jobs} processes",
+        f"policies = {len(tasks) * len(policies)} runs of {args.hours:g} h on {args.jobs} "
+        "processes",
         flush=True,
     )
     t0 = time.perf_counter()
     deadline = t0 + args.max_minutes * 60.0
-    done: list[tuple[str, int, str, score.RunScore]] = []
+    done: list[Scored] = []
     partial = ""
     ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
     with ctx.Pool(args.jobs) as pool:
@@ -120,18 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(len(tasks)):
             left = deadline - time.perf_counter()
             try:
-                done.append(results.next(timeout=max(left, 0.001)))
+                done.extend(results.next(timeout=max(left, 0.001)))
             except multiprocessing.TimeoutError:
                 partial = (
                     f"stopped at --max-minutes {args.max_minutes:g} with {len(done)} of "
-                    f"{len(tasks)} runs done"
+                    f"{len(tasks) * len(policies)} runs done"
                 )
                 pool.terminate()
                 break
-            if len(done) % max(1, len(tasks) // 20) == 0:
-                print(
-                    f"  {len(done)}/{len(tasks)} runs, {time.perf_counter() - t0:.0f} s", flush=True
-                )
+            total = len(tasks) * len(policies)
+            print(f"  {len(done)}/{total} runs, {time.perf_counter() - t0:.0f} s", flush=True)
     signal.signal(signal.SIGTERM, previous)
     wall = time.perf_counter() - t0
     result: dict[str, Any] = {

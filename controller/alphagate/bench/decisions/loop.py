@@ -14,9 +14,11 @@ are drawn from the seed alone, so every policy meets the same ones.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -32,7 +34,7 @@ from alphagate.bench.decisions.policies import (
     shipped_spec,
 )
 from alphagate.core.model import Rollout
-from alphagate.sim.fleet import Fleet
+from alphagate.sim.fleet import Fleet, FleetSnapshot
 from alphagate.sim.pod import SimPod
 
 TICK: Final = 30.0
@@ -45,7 +47,16 @@ STALL_SECONDS: Final = (30.0, 90.0)
 STALL_SLOWDOWN: Final = 4.0
 CALIBRATION_SECONDS: Final = 1200.0
 
-POLICY_NAMES: Final = ("oracle", "alphagate", "argo-rollouts", "flagger", "in-engine", "kayenta")
+POLICY_NAMES: Final = (
+    "oracle",
+    "alphagate",
+    "alphagate-one-shot",
+    "argo-rollouts",
+    "flagger",
+    "in-engine",
+    "kayenta",
+)
+ONE_SHOT_COOLDOWN: Final = 30 * 86400.0
 
 
 def make_policy(name: str, seed: int) -> Policy:
@@ -54,6 +65,14 @@ def make_policy(name: str, seed: int) -> Policy:
         return Oracle()
     if name == "alphagate":
         return Alphagate(name, spec)
+    if name == "alphagate-one-shot":
+        # The same policy, but a rollback is final, as it is for every anchor: what the
+        # re-probes cost and what they win back.
+        backoff = spec.timing.cooldown.model_copy(
+            update={"initial_seconds": ONE_SHOT_COOLDOWN, "max_seconds": ONE_SHOT_COOLDOWN}
+        )
+        timing = spec.timing.model_copy(update={"cooldown": backoff})
+        return Alphagate(name, spec.model_copy(update={"timing": timing}))
     if name == "argo-rollouts":
         return anchors.Argo(spec)
     if name == "flagger":
@@ -166,82 +185,150 @@ def _rollout(fleet: Fleet, on: bool, flipped: bool) -> Rollout:
     return Rollout(completed_at=max(p.started for p in canaries), speculation_on=on)
 
 
-def run(case_name: str, seed: int, policy_name: str, hours: float) -> RunResult:
-    """One closed-loop run; deterministic in (case, seed, policy, hours)."""
-    case = suite.BY_NAME[case_name]
-    fleet = Fleet(case.scenario(hours), seed=seed, tick=TICK)
-    policy = make_policy(policy_name, seed)
-    pods = _Pods(fleet, case, seed, hours)
-    duration = hours * 3600.0
-    res = RunResult(case_name, seed, policy_name, hours)
-    on = True  # the canary Deployment starts with --speculative-config (a new rollout)
-    flipped = False
+@dataclass
+class _Branch:
+    """One policy's run. Branches share a fleet until their policy first acts on it."""
+
+    policy: Policy
+    res: RunResult
+    fleet: Fleet
+    next_decision: float
+    on: bool = True  # the canary Deployment starts with --speculative-config (a new rollout)
+    flipped: bool = False
     gated: frozenset[str] = frozenset()
-    last: dict[str, tuple[int, int, int]] = {}
-    next_decision = policy.interval  # the first decision comes one interval in
-    steps = round(duration / TICK)
-    per_step = round(STEP / TICK)
-    tokens = drafts = 0.0
-    for i in range(steps + 1):
-        t = i * TICK
-        if i:
-            fleet.step()
-        for name, pod in fleet.pods.items():
+    last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    tokens: float = 0.0
+    drafts: float = 0.0
+
+    def account(self) -> None:
+        """Canary tokens and drafts since the last tick, from the counters, across restarts."""
+        for name, pod in self.fleet.pods.items():
             if pod.spec.role != "canary":
                 continue
             c = pod.counters
             cur = (pod.restarts, c.generation_tokens, c.draft_tokens)
-            prev = last.get(name)
-            if prev is None:
-                pass
-            elif prev[0] != cur[0]:
-                tokens += cur[1]
-                drafts += cur[2]
-            else:
-                tokens += cur[1] - prev[1]
-                drafts += cur[2] - prev[2]
-            last[name] = cur
+            prev = self.last.get(name)
+            if prev is not None and prev[0] != cur[0]:
+                self.tokens += cur[1]
+                self.drafts += cur[2]
+            elif prev is not None:
+                self.tokens += cur[1] - prev[1]
+                self.drafts += cur[2] - prev[2]
+            self.last[name] = cur
+
+
+def _engine_off(pod: SimPod) -> None:
+    """Speculation off inside a running engine (no restart): the engine drafts no more."""
+    engine = getattr(pod, "engine", None)
+    if engine is None or not hasattr(engine, "k"):
+        raise RuntimeError("the simulator's pod has no engine.k to gate: update the loop")
+    engine.k = 0
+    cache = getattr(engine, "_step_cache", None)  # step times cached with the old K
+    if isinstance(cache, dict):
+        cache.clear()
+
+
+def run_group(
+    case_name: str, seed: int, policy_names: Sequence[str], hours: float
+) -> list[RunResult]:
+    """Closed-loop runs of several policies on one seeded case; deterministic in the inputs.
+
+    Every policy starts on one shared fleet; the first time a policy acts (a flip, an engine
+    gating itself), its branch continues on a copy made at that instant, so each run is
+    exactly the run it would be alone, for a fraction of the cost while policies agree."""
+    case = suite.BY_NAME[case_name]
+    trunk = Fleet(case.scenario(hours), seed=seed, tick=TICK)
+    pods = _Pods(trunk, case, seed, hours)
+    branches = []
+    for name in policy_names:
+        policy = make_policy(name, seed)
+        res = RunResult(case_name, seed, name, hours)
+        branches.append(_Branch(policy, res, trunk, next_decision=policy.interval))
+    steps = round(hours * 3600.0 / TICK)
+    per_step = round(STEP / TICK)
+    for i in range(steps + 1):
+        t = i * TICK
+        if i:
+            for fleet in _fleets(branches):
+                fleet.step()
+        for b in branches:
+            b.account()
         if i % per_step == 0:
-            alpha = fleet.slices["chat"].alpha
+            alpha = trunk.slices["chat"].alpha
             regressed = pods.regression_at is not None and t >= pods.regression_at
             should_on = alpha >= suite.GATE and not regressed
-            if t + 1e-6 >= next_decision:
-                next_decision += policy.interval
-                snap = fleet.snapshot()
-                ctx = Ctx(t, snap.time, snap, _rollout(fleet, on, flipped), fleet, should_on)
-                want: Want = policy.decide(ctx)
-                for _ in want.engine_off - gated:  # an engine gated itself: no restart
-                    res.flips.append((t, "disable"))
-                gated = want.engine_off
-                if want.on != on:
-                    on = want.on
-                    flipped = True
-                    res.flips.append((t, "enable" if on else "disable"))
-                    canary_names = [n for n, p in fleet.pods.items() if p.spec.role == "canary"]
-                    for name in canary_names:
-                        if fleet.set_speculative_config(name, suite.SPEC if on else None):
-                            res.restarts += 1
-            canaries = [p for p in fleet.pods.values() if p.spec.role == "canary"]
-            share = (
-                sum(1 for p in canaries if p.k and p.name not in gated) / len(canaries)
-                if canaries
-                else 0.0
-            )
-            res.t.append(t)
-            res.alpha.append(alpha)
-            res.should_on.append(should_on)
-            res.on.append(share if on else 0.0)
-            res.tokens.append(tokens)
-            res.drafts.append(drafts)
-            tokens = drafts = 0.0
-        pods.apply(fleet, t, gated)
-    if isinstance(policy, Alphagate):
-        res.intervals = [(r.t, r.lower, r.upper, r.window_start) for r in policy.intervals]
-        res.extra = policy.extra()
-    if isinstance(policy, anchors.InEngine):
-        res.extra = {"engine_gated": sorted(policy.off)}
-    if isinstance(policy, anchors.Kayenta):
-        res.extra = {"scores": policy.scores}
-    if not math.isfinite(sum(res.tokens)):
-        raise RuntimeError(f"{case_name}/{policy_name}/{seed}: non-finite token counts")
-    return res
+            snaps: dict[int, FleetSnapshot] = {}
+            for b in branches:
+                if t + 1e-6 >= b.next_decision:
+                    b.next_decision += b.policy.interval
+                    _decide(b, t, should_on, snaps, branches)
+                _record(b, t, alpha, should_on)
+        for fleet in _fleets(branches):
+            gated = next(b.gated for b in branches if b.fleet is fleet)
+            pods.apply(fleet, t, gated)
+    out = []
+    for b in branches:
+        policy, res = b.policy, b.res
+        if isinstance(policy, Alphagate):
+            res.intervals = [(r.t, r.lower, r.upper, r.window_start) for r in policy.intervals]
+            res.extra = policy.extra()
+        if isinstance(policy, anchors.InEngine):
+            res.extra = {"engine_gated": sorted(policy.off)}
+        if isinstance(policy, anchors.Kayenta):
+            res.extra = {"scores": policy.scores}
+        if not math.isfinite(sum(res.tokens)):
+            raise RuntimeError(f"{case_name}/{res.policy}/{seed}: non-finite token counts")
+        out.append(res)
+    return out
+
+
+def _fleets(branches: Sequence[_Branch]) -> list[Fleet]:
+    seen: dict[int, Fleet] = {}
+    for b in branches:
+        seen.setdefault(id(b.fleet), b.fleet)
+    return list(seen.values())
+
+
+def _decide(
+    b: _Branch, t: float, should_on: bool, snaps: dict[int, FleetSnapshot], all_: list[_Branch]
+) -> None:
+    fleet = b.fleet
+    snap = snaps.get(id(fleet))
+    if snap is None:
+        snap = snaps[id(fleet)] = fleet.snapshot()
+    ctx = Ctx(t, snap.time, snap, _rollout(fleet, b.on, b.flipped), fleet, should_on)
+    want: Want = b.policy.decide(ctx)
+    new_gates = want.engine_off - b.gated
+    if (want.on != b.on or new_gates) and sum(x.fleet is fleet for x in all_) > 1:
+        b.fleet = fleet = copy.deepcopy(fleet)  # this policy acts: its own fleet from now on
+    for name in sorted(new_gates):  # an engine gates itself: no restart
+        _engine_off(fleet.pods[name])
+        b.res.flips.append((t, "disable"))
+    b.gated = want.engine_off
+    if want.on != b.on:
+        b.on = want.on
+        b.flipped = True
+        b.res.flips.append((t, "enable" if b.on else "disable"))
+        canaries = [n for n, p in fleet.pods.items() if p.spec.role == "canary"]
+        for name in canaries:
+            if fleet.set_speculative_config(name, suite.SPEC if b.on else None):
+                b.res.restarts += 1
+
+
+def _record(b: _Branch, t: float, alpha: float, should_on: bool) -> None:
+    canaries = [p for p in b.fleet.pods.values() if p.spec.role == "canary"]
+    live = sum(1 for p in canaries if p.k and p.name not in b.gated)
+    share = live / len(canaries) if canaries else 0.0
+    r = b.res
+    r.t.append(t)
+    r.alpha.append(alpha)
+    r.should_on.append(should_on)
+    r.on.append(share if b.on else 0.0)
+    r.tokens.append(b.tokens)
+    r.drafts.append(b.drafts)
+    b.tokens = b.drafts = 0.0
+
+
+def run(case_name: str, seed: int, policy_name: str, hours: float) -> RunResult:
+    """One policy's closed-loop run (the same run it has within a group)."""
+    return run_group(case_name, seed, [policy_name], hours)[0]

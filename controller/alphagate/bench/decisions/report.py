@@ -49,6 +49,76 @@ def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _cell(agg: dict[str, Any], case: str, policy: str = "alphagate") -> dict[str, Any] | None:
+    return next((c for c in agg["cells"] if c["case"] == case and c["policy"] == policy), None)
+
+
+def targets(agg: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """Issue 12's targets for alphagate: (target, measured, met); met is None when the run
+    did not include what the target needs."""
+    rows: list[tuple[str, str, bool | None]] = []
+    cov = [
+        (c["case"], c["coverage"])
+        for c in agg["cells"]
+        if c["policy"] == "alphagate" and c["coverage"] is not None
+    ]
+    if cov:
+        lo, hi = min(v for _, v in cov), max(v for _, v in cov)
+        rows.append(
+            (
+                "95% interval covers 93-97% in every scenario",
+                f"{100 * lo:.1f}-{100 * hi:.1f}%",
+                lo >= 0.93 and hi <= 0.97,
+            )
+        )
+    for case in ("stationary-0.62", "stationary-0.575", "long-outputs", "stalls"):
+        c = _cell(agg, case)
+        if c is not None:
+            v = c["false_rollbacks_per_day"]
+            rows.append((f"0 false rollbacks/day, {case}", f"{v:.2f}", v == 0))
+    c = _cell(agg, "stationary-0.45")
+    if c is not None:
+        rows.append(
+            (
+                "stationary 0.45: restarts <= 4/day",
+                f"{c['restarts_per_day']:.1f}",
+                c["restarts_per_day"] <= 4,
+            )
+        )
+    c = _cell(agg, "drift")
+    if c is not None:
+        rows.append(
+            ("slow drift: <= 2 flips/day", f"{c['flips_per_day']:.1f}", c["flips_per_day"] <= 2)
+        )
+    for case, need in (("latency-1.5x", 0.95), ("latency-2x", 0.99)):
+        c = _cell(agg, case)
+        if c is not None and c["caught_within_3_windows"] is not None:
+            v = c["caught_within_3_windows"]
+            rows.append(
+                (
+                    f"{case}: caught within 3 windows in >= {100 * need:.0f}% of runs",
+                    f"{100 * v:.0f}%",
+                    v >= need,
+                )
+            )
+    ours = next((s for s in agg["summary"] if s["policy"] == "alphagate"), None)
+    others = [
+        s["regret_pct"]
+        for s in agg["summary"]
+        if s["policy"] not in ("alphagate", "oracle") and s["regret_pct"] is not None
+    ]
+    if ours is not None and ours["regret_pct"] is not None and others:
+        best = min(others)
+        rows.append(
+            (
+                "suite regret <= half the best other policy's",
+                f"{ours['regret_pct']:.1f}% vs {best:.1f}%",
+                ours["regret_pct"] <= best / 2 if best > 0 else None,
+            )
+        )
+    return rows
+
+
 def markdown(result: dict[str, Any]) -> str:
     meta = result["meta"]
     agg = result["aggregate"]
@@ -91,6 +161,12 @@ def markdown(result: dict[str, Any]) -> str:
                 ]
             )
         )
+    rows = targets(agg)
+    if rows:
+        lines += ["", "## alphagate against issue 12's targets", ""]
+        lines += [_row(["target", "measured", "met"]), _row(["---"] * 3)]
+        for target, measured, met in rows:
+            lines.append(_row([target, measured, "-" if met is None else ("yes" if met else "no")]))
     lines += ["", "## Per scenario", ""]
     lines.append(_row(["scenario", "policy", *(title for _, title in COLUMNS)]))
     lines.append(_row(["---"] * (2 + len(COLUMNS))))
@@ -152,7 +228,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         range(1, len(names) + 1),
         [f"{s['policy']}\nmissed {s['missed']}/{s['onsets']}" for s in summary],
     )
-    right.set_yscale("log")
+    if any(math.isfinite(v) for d in delays for v in d):
+        right.set_yscale("log")
     right.set_ylabel("detection delay, minutes (log)")
     right.set_title("Detection delay after the truth turns 'off'")
     right.tick_params(axis="x", labelsize=8)

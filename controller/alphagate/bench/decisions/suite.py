@@ -52,7 +52,7 @@ class Case:
     title: str
     alphas: tuple[tuple[float, float], ...]
     canaries: int = 2
-    baselines: int = 2
+    baselines: int = 1
     output_tokens: int = OUTPUT_TOKENS
     open_rate: float | None = None  # requests/s over the slice (open loop) instead of clients
     regression: tuple[float, float] | None = None
