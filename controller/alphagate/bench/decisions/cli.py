@@ -68,13 +68,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cases", default="", help="comma-separated scenarios (default all)")
     p.add_argument("--policies", default="", help="comma-separated policies (default all)")
     p.add_argument("--max-minutes", type=float, default=45.0, help="wall-time bound")
-    p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 0.25 h per run")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 0.2 h per run")
     p.add_argument(
         "--from-json", type=Path, help="only re-render the outputs from a decisions.json"
     )
     args = p.parse_args(argv)
     if args.quick:
-        args.seeds, args.hours = 2, 0.25
+        args.seeds, args.hours = 2, 0.2
     if args.seeds < 1 or not 0 < args.hours <= 24 * 7 or args.jobs < 1:
         p.error("--seeds and --jobs must be >= 1 and --hours in (0, 168]")
     return args
