@@ -117,3 +117,8 @@ class NotFoundError(KubeError):
 
 class SandboxError(AlphagateError):
     """A part of the local sandbox (demo, simulator, kubelet runner) could not start."""
+
+
+class OwnerConflictError(KubeError):
+    """A declared owner (Argo CD, Flux, Helm, an operator) changed the flag alphagate set; the
+    actuator yields instead of patching it back (`kube.ownership`)."""

@@ -126,6 +126,7 @@ WATCHED_WARNINGS: Final = (
     "ConflictRetriesExhausted",
     "TargetNotFound",
     "ArgsUneditable",
+    "OwnerReverted",
     "InvalidSpec",
 )
 
@@ -681,13 +682,18 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
 
-def make_app(registry: CollectorRegistry, health: Health | None = None) -> WSGIApp:
+def make_app(
+    registry: CollectorRegistry, health: Health | None = None, api: WSGIApp | None = None
+) -> WSGIApp:
     """A WSGI app: /metrics (prometheus_client, content negotiation included), /healthz,
-    /readyz. Without `health`, both probes answer ok."""
+    /readyz, and `api` (the verdict API, `alphagate.verdicts`) under /api/. Without `health`,
+    both probes answer ok."""
     metrics_app = make_wsgi_app(registry)
 
     def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
+        if api is not None and path.startswith("/api/"):
+            return api(environ, start_response)
         if path in ("/healthz", "/livez", "/readyz"):
             if health is None:
                 ok, why = True, "ok"
@@ -767,6 +773,7 @@ def serve(
     host: str = "127.0.0.1",
     *,
     health: Health | None = None,
+    api: WSGIApp | None = None,
 ) -> Server:
     """Serve `make_app` on host:port in a daemon thread (port 0 picks a free one).
 
@@ -776,7 +783,7 @@ def serve(
     server = make_server(
         host,
         port,
-        make_app(registry, health),
+        make_app(registry, health, api),
         server_class=_ThreadingServer,
         handler_class=_QuietHandler,
     )

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from kube_support import NS, FakeSource, canary_cr, seed
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -90,5 +91,30 @@ def test_an_invalid_spec_sets_the_gauge_until_fixed(apiserver: ApiServer) -> Non
         obj["spec"]["acceptance"] = {"disableBelow": 0.5, "enableAbove": 0.6}
         apiserver.put(obj)
         wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) is None, 15, "the gauge gone")
+    finally:
+        c.stop()
+
+
+def test_the_verdict_api_is_served_next_to_the_metrics(apiserver: ApiServer) -> None:
+    seed(apiserver, cr=canary_cr(timing=FAST))
+    opts = RunOptions(namespace=NS, leader_elect=False, metrics_port=0, watch_timeout=2.0)
+    source = FakeSource(apiserver, lambda s: 0.72)
+    c = Controller(
+        opts,
+        kube=Kube.from_configuration(apiserver.configuration()),
+        source_factory=lambda *a: source,
+    ).start()
+    try:
+        url = f"{c.metrics_url}/api/v1/verdicts/{NS}/chat"
+
+        def answered() -> Any:
+            resp = httpx.get(url, timeout=5)
+            doc = resp.json()
+            return doc if resp.status_code == 200 and "lastDecision" in doc else None
+
+        doc = wait_for(answered, 15, "a verdict with its decision")
+        assert doc["name"] == "chat" and doc["verdict"] in ("Pass", "Inconclusive", "Fail")
+        assert doc["stale"] is False
+        assert httpx.get(f"{c.metrics_url}/api/v1/verdicts/{NS}/nope", timeout=5).status_code == 404
     finally:
         c.stop()

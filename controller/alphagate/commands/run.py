@@ -26,6 +26,7 @@ from alphagate.kube.client import Kube, load_configuration
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
 from alphagate.reconciler import Outcome, Reconciler, SourceFactory
+from alphagate.verdicts import VerdictApi
 
 
 def _pod_namespace() -> str:
@@ -162,7 +163,12 @@ class Controller:
     def start(self) -> Controller:
         if self.opts.serve_metrics:
             self.server = serve(
-                self.opts.metrics_port, self.registry, self.opts.metrics_host, health=self.health
+                self.opts.metrics_port,
+                self.registry,
+                self.opts.metrics_host,
+                health=self.health,
+                # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica)
+                api=VerdictApi(self.kube, namespace=self.opts.namespace),
             )
             self._log.info("metrics_listening", url=self.server.url)
         run = threading.Thread(

@@ -32,8 +32,15 @@ from tenacity import (
 from alphagate import specconfig
 from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, Rollout, State
-from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
+from alphagate.errors import (
+    ConflictError,
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+    OwnerConflictError,
+)
 from alphagate.kube import args as argsmod
+from alphagate.kube import ownership
 from alphagate.kube.client import call, translate
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
 from alphagate.kube.status import parse_time, rfc3339
@@ -68,6 +75,8 @@ class DeploymentState:
     completed_at: float | None = None  # Progressing=NewReplicaSetAvailable lastUpdateTime
     status_replicas: int | None = None  # all pods, old and new; None when the status has none
     image: str = ""  # the vLLM container's image: its tag names the vLLM version, if any
+    labels: dict[str, str] = field(default_factory=dict)
+    owner_kinds: tuple[str, ...] = ()  # metadata.ownerReferences kinds (e.g. InferenceService)
 
     @property
     def speculation_on(self) -> bool:
@@ -203,6 +212,8 @@ def deployment_state(dep: Any, container: str) -> DeploymentState:
             int(status.replicas) if status is not None and status.replicas is not None else None
         ),
         image=str(c.image or ""),
+        labels=dict(meta.labels or {}),
+        owner_kinds=tuple(str(o.kind) for o in (meta.owner_references or [])),
     )
 
 
@@ -349,6 +360,9 @@ class Actuator:
         except argsmod.ArgsError as err:
             self._warn(involved, Reason.ARGS_UNEDITABLE, str(err))
             raise
+        except OwnerConflictError as err:
+            self._warn(involved, Reason.OWNER_REVERTED, str(err))
+            raise
         except KubeError as err:
             self._warn(involved, Reason.PATCH_FAILED, str(err))
             raise
@@ -385,6 +399,13 @@ class Actuator:
         )
         if dry_run or not (args_changed or stale_state):
             return ApplyResult(dep, args_changed, False, dry_run, attempts, first)
+        if args_changed:
+            owner_name = ownership.yields_to(dep)
+            if owner_name is not None:
+                raise OwnerConflictError(
+                    ownership.conflict_message(dep, owner_name, self.field_manager),
+                    reason="OwnerReverted",
+                )
         body: dict[str, Any] = {
             "metadata": {"resourceVersion": dep.resource_version, "annotations": annotations}
         }

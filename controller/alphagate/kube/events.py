@@ -52,6 +52,7 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     ARGS_UNEDITABLE = "ArgsUneditable"
     DRIFT_CORRECTED = "DriftCorrected"
+    OWNER_REVERTED = "OwnerReverted"
     ALERT = "Alert"
 
 
