@@ -259,7 +259,7 @@ def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
                 with ThreadPoolExecutor(conc) as pool:
                     size = sum(pool.map(lambda u: len(client.get(u).content), urls))
                 runs.append(
-                    {"cpu": self_cpu() - c0, "wall": time.perf_counter() - w0, "bytes": size}
+                    {"cpu": self_cpu() - c0, "wall": time.perf_counter() - w0, "decoded": size}
                 )
     else:
         import asyncio
@@ -461,13 +461,28 @@ def _trimmed_prometheus(
         scrape_interval=interval,
         evaluation_interval=interval,
     ) as prom:
-        prom.wait_for_targets(pods, job="vllm", timeout=60 + pods / 20)
+        _wait_up(prom, pods, timeout=120 + pods / 20)
         up_at = time.time()
         assert prom.process is not None
         c0, t0 = proc_cpu(prom.process.pid), time.monotonic()
         time.sleep(max(0.0, up_at + window + interval - time.time()))
         rate = (proc_cpu(prom.process.pid) - c0) / (time.monotonic() - t0)
         return _prometheus_path(prom, pods, common, timeout, rate)
+
+
+def _wait_up(prom: Any, pods: int, *, timeout: float) -> None:
+    """Until Prometheus has scraped every pod once; counted in Prometheus (a list of 5,000
+    `up` series can time out on a busy machine), tolerating slow answers. Bounded."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = prom.query('count(up{job="vllm"} == 1)')
+            if got and float(got[0]["value"][1]) >= pods:
+                return
+        except SandboxError:
+            pass
+        time.sleep(1.0)
+    raise SandboxError(f"Prometheus did not scrape all {pods} pods within {timeout:.0f} s")
 
 
 def _kind(stats: dict[str, dict[str, int]], kind: str, key: str) -> int:
@@ -531,7 +546,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 scrape_interval=interval,
                 evaluation_interval=interval,
             ).start(timeout=60)
-            prom.wait_for_targets(prom_pods, job="vllm", timeout=60 + prom_pods / 20)
+            _wait_up(prom, prom_pods, timeout=120 + prom_pods / 20)
             up_at = time.time()
             assert prom.process is not None
             pid = prom.process.pid
