@@ -471,13 +471,14 @@ def _trimmed_prometheus(
 
 
 def _wait_up(prom: Any, pods: int, *, timeout: float) -> None:
-    """Until Prometheus has scraped every pod once; counted in Prometheus (a list of 5,000
-    `up` series can time out on a busy machine), tolerating slow answers. Bounded."""
+    """Until Prometheus has scraped 98% of the pods (a busy machine times a few scrapes out);
+    counted in Prometheus (a list of 5,000 `up` series can time out), tolerating slow
+    answers. Bounded."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             got = prom.query('count(up{job="vllm"} == 1)')
-            if got and float(got[0]["value"][1]) >= pods:
+            if got and float(got[0]["value"][1]) >= 0.98 * pods:
                 return
         except SandboxError:
             pass
