@@ -502,6 +502,26 @@ def build() -> db.Dashboard:
     )
     dash = dash.with_panel(
         ts(
+            "Measured speed-up (baseline / canary mean time per token)",
+            "From vLLM's exact _sum/_count of request_time_per_output_token_seconds, per pod and "
+            "interval, with its 95% interval: above 1 speculation is net positive at the live "
+            "concurrency.",
+            "none",
+            q(f"max by (slice) (alphagate_measured_speedup_ratio{{{S}}})", "{{slice}}", "A"),
+            q(
+                f"max by (slice) (alphagate_measured_speedup_lower_ratio{{{S}}})",
+                "{{slice}} lower",
+                "B",
+            ),
+            q(
+                f"max by (slice) (alphagate_measured_speedup_upper_ratio{{{S}}})",
+                "{{slice}} upper",
+                "C",
+            ),
+        )
+    )
+    dash = dash.with_panel(
+        ts(
             "P99 ratio canary / baseline",
             "Per token, from vLLM (recording rule) and as the controller's latency guard "
             "computed it. Above 1.10 is a 10% regression.",

@@ -269,16 +269,28 @@ class LatencyGuard(_Model):
         description="Observations each side needs in a window before latency is judged.",
     )
     significance: float = Field(
-        default=0.01,
+        default=0.05,
         gt=0.0,
         lt=0.5,
-        description="Significance level of the bucket-exceedance test.",
+        description=(
+            "Family-wise significance level of one window's latency tests (the mean test and "
+            "one exceedance test per bucket bound, Holm-corrected); a rollback also needs "
+            "consecutiveWindows disjoint failing windows."
+        ),
     )
     consecutive_windows: int = Field(
         default=2,
         ge=1,
         le=100,
         description="Disjoint windows in a row with a regression before a rollback.",
+    )
+    batch_seconds: PositiveSeconds = Field(
+        default=60.0,
+        description=(
+            "perToken on exact sums: shortest time block of one pod that counts as an "
+            "independent batch (a stall episode slows one pod for a while); pods are always "
+            "separate batches."
+        ),
     )
 
     @model_validator(mode="after")

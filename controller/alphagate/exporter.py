@@ -67,6 +67,9 @@ WINDOW_DRAFTS: Final = "alphagate_window_drafts"
 SLICE_WEIGHT: Final = "alphagate_slice_weight_ratio"
 ITL_QUANTILE: Final = "alphagate_itl_quantile_seconds"
 LATENCY_RATIO: Final = "alphagate_latency_ratio"
+MEASURED_SPEEDUP: Final = "alphagate_measured_speedup_ratio"
+MEASURED_SPEEDUP_LOWER: Final = "alphagate_measured_speedup_lower_ratio"
+MEASURED_SPEEDUP_UPPER: Final = "alphagate_measured_speedup_upper_ratio"
 STATE: Final = "alphagate_state"
 SPECULATION_ENABLED: Final = "alphagate_speculation_enabled"
 CHECK_VERDICT: Final = "alphagate_check_verdict"
@@ -98,6 +101,9 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         SLICE_WEIGHT,
         ITL_QUANTILE,
         LATENCY_RATIO,
+        MEASURED_SPEEDUP,
+        MEASURED_SPEEDUP_LOWER,
+        MEASURED_SPEEDUP_UPPER,
         STATE,
         SPECULATION_ENABLED,
         CHECK_VERDICT,
@@ -273,6 +279,16 @@ class Recorder:
         )
         self.latency_ratio = gauge(
             LATENCY_RATIO, "Canary P99 over baseline P99 as the latency guard compares it.", _SLICE
+        )
+        speedup_help = (
+            "Measured speed-up: baseline over canary mean time per output token (exact sums)"
+        )
+        self.measured_speedup = gauge(MEASURED_SPEEDUP, f"{speedup_help}.", _SLICE)
+        self.measured_speedup_lower = gauge(
+            MEASURED_SPEEDUP_LOWER, f"{speedup_help}, lower 95% bound.", _SLICE
+        )
+        self.measured_speedup_upper = gauge(
+            MEASURED_SPEEDUP_UPPER, f"{speedup_help}, upper 95% bound.", _SLICE
         )
         self.state = gauge(
             STATE,
@@ -548,6 +564,9 @@ class Recorder:
             SLICE_WEIGHT: self.slice_weight,
             ITL_QUANTILE: self.itl_quantile,
             LATENCY_RATIO: self.latency_ratio,
+            MEASURED_SPEEDUP: self.measured_speedup,
+            MEASURED_SPEEDUP_LOWER: self.measured_speedup_lower,
+            MEASURED_SPEEDUP_UPPER: self.measured_speedup_upper,
             STATE: self.state,
             SPECULATION_ENABLED: self.speculation,
             CHECK_VERDICT: self.check_verdict,
@@ -615,6 +634,11 @@ class Recorder:
         ratio = ev.ratio
         if ratio is not None:
             put(self.latency_ratio, LATENCY_RATIO, s, ratio)
+        sp = ev.speedup
+        if sp is not None:
+            put(self.measured_speedup, MEASURED_SPEEDUP, s, sp.value)
+            put(self.measured_speedup_lower, MEASURED_SPEEDUP_LOWER, s, sp.lower)
+            put(self.measured_speedup_upper, MEASURED_SPEEDUP_UPPER, s, sp.upper)
 
 
 def new_registry(*, process: bool = True) -> CollectorRegistry:

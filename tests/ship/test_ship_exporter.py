@@ -24,6 +24,7 @@ from alphagate.core.model import (
     LatencyEvidence,
     Memory,
     PoolLatency,
+    SpeedUp,
     State,
     Transition,
     Verdict,
@@ -84,6 +85,18 @@ def evaluation(
                 min_count=100,
                 canary=PoolLatency(1000, 0.011, 0.01, 0.025),
                 baseline=PoolLatency(1000, 0.01, 0.005, 0.01),
+                speedup=SpeedUp(
+                    value=1.25,
+                    lower=1.2,
+                    upper=1.3,
+                    confidence=0.95,
+                    canary_mean=0.008,
+                    baseline_mean=0.01,
+                    canary_count=1000,
+                    baseline_count=1000,
+                    dof=9,
+                    p_regressed=1.0,
+                ),
             ),
         )
         for s in alphas
@@ -165,6 +178,9 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
         quantile="0.99",
     ) == pytest.approx(0.011)
     assert value(s, "alphagate_latency_ratio", **c, slice="code") == pytest.approx(1.1)
+    assert value(s, "alphagate_measured_speedup_ratio", **c, slice="code") == pytest.approx(1.25)
+    assert value(s, "alphagate_measured_speedup_lower_ratio", **c, slice="chat") == 1.2
+    assert value(s, "alphagate_measured_speedup_upper_ratio", **c, slice="chat") == 1.3
     assert value(s, "alphagate_state", **c, state="RolledBack") == 1
     assert value(s, "alphagate_state", **c, state="On") == 0
     assert value(s, "alphagate_speculation_enabled", **c) == 0

@@ -80,6 +80,25 @@ class FakeProm:
                     for pos in range(2)
                 ]
                 return ok("matrix", result)
+            if "request_time_per_output_token_seconds_bucket" in q:
+                result = [
+                    {
+                        "metric": {"pod": pod, "instance": "i", "le": le},
+                        "values": [[t, str(c * m)] for t in steps],
+                    }
+                    for pod, m in pods.items()
+                    for le, c in (("0.05", 8.0), ("+Inf", 10.0))
+                ]
+                return ok("matrix", result)
+            if "request_time_per_output_token_seconds_sum" in q:
+                result = [
+                    {
+                        "metric": {"pod": pod, "instance": "i"},
+                        "values": [[t, str(0.3 * m)] for t in steps],
+                    }
+                    for pod, m in pods.items()
+                ]
+                return ok("matrix", result)
             per = {"num_drafts": 20.0, "num_draft_tokens": 80.0, "num_accepted": 15.0}
             value = next(v for k, v in per.items() if f"spec_decode_{k}" in q)
             result = [
@@ -160,6 +179,12 @@ def test_success_several_series(fake: FakeProm) -> None:
     assert canary.itl is not None and canary.itl.bounds[-1] == math.inf
     assert canary.itl.counts == (10, 90, 99, 100) and canary.itl.sum == 1.5
     assert canary.tpot is not None and canary.tpot.total == 100
+    # per pod per interval TPOT increments, the latency guard's batches (exact sums)
+    assert len(canary.tpot_samples) == 6
+    t2 = [t for t in canary.tpot_samples if t.pod == "p2"]
+    assert {(t.count, t.sum) for t in t2} == {(20.0, 0.6)}
+    assert t2[0].buckets is not None and t2[0].buckets.counts == (16.0, 20.0)
+    assert t2[0].end - t2[0].start == STEP
     # The acceptance ranges step by the interval and start one interval after the window start.
     ranges = [f for p, f, _ in fake.requests if p.endswith("query_range")]
     assert ranges and all(

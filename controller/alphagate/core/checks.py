@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
-from alphagate.core import histogram
+from alphagate.core import histogram, latency
 from alphagate.core.model import (
     AcceptanceEvidence,
     Buckets,
@@ -248,6 +248,14 @@ def check_latency(
         if baseline.error is not None:
             return result(Verdict.ERROR, f"baseline source failed: {baseline.error}")
 
+    if (
+        metric is LatencyMetric.PER_TOKEN
+        and canary.tpot_samples
+        and baseline is not None
+        and baseline.tpot_samples
+    ):
+        return _by_sums(canary, baseline, guard, slice)
+
     c_hist = _histogram(canary, metric)
     b_hist = (
         _histogram(baseline, metric) if baseline is not None and baseline.error is None else None
@@ -333,6 +341,88 @@ def check_latency(
             f"possible regression, not significant: {values}; {test} >= {_fmt(guard.significance)}",
         )
     return result(Verdict.PASS, f"within limit: {values}; {test}")
+
+
+def _pool_read(hist: Buckets | None, q: float) -> PoolLatency | None:
+    """The pooled quantile for people to read beside the exact means (display only)."""
+    if hist is None or histogram.problem(hist) is not None or not hist.total > 0:
+        return None
+    lo, hi = histogram.bracket(q, hist)
+    return PoolLatency(hist.total, histogram.quantile(q, hist), lo, hi)
+
+
+def _by_sums(
+    canary: PoolObservation,
+    baseline: PoolObservation,
+    guard: LatencyGuard,
+    slice: str | None,
+) -> CheckResult:
+    """The guard on exact sums and per-bound exceedance over independent batches
+    (core/latency.py): FAIL when the mean test or any bound's test rejects after Holm."""
+    what = "time per output token (per token, exact means and every bucket bound)"
+    report = latency.compare(
+        canary.tpot_samples,
+        baseline.tpot_samples,
+        quantile=guard.quantile,
+        margin=guard.max_regression_ratio,
+        significance=guard.significance,
+        batch_seconds=guard.batch_seconds,
+    )
+    c_count = math.fsum(t.count for t in canary.tpot_samples)
+    b_count = math.fsum(t.count for t in baseline.tpot_samples)
+    sp = report.speedup
+    evidence = LatencyEvidence(
+        metric=guard.metric,
+        quantile=guard.quantile,
+        max_regression_ratio=guard.max_regression_ratio,
+        significance=guard.significance,
+        min_count=guard.min_count,
+        canary=_pool_read(canary.tpot, guard.quantile),
+        baseline=_pool_read(baseline.tpot, guard.quantile),
+        speedup=sp,
+        bounds=report.bounds,
+    )
+
+    def result(verdict: Verdict, text: str) -> CheckResult:
+        return CheckResult(CheckKind.LATENCY, verdict, f"{what}: {text}", evidence, slice)
+
+    if c_count < guard.min_count or b_count < guard.min_count:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"too few observations (canary {c_count:.0f}, baseline {b_count:.0f} < minCount "
+            f"{guard.min_count})",
+        )
+    if sp is None:
+        return result(
+            Verdict.INCONCLUSIVE,
+            "fewer than two independent batches (pods or blocks of batchSeconds) in a pool: "
+            "no honest comparison",
+        )
+    means = (
+        f"canary {_fmt(sp.canary_mean * 1e3)} ms vs baseline {_fmt(sp.baseline_mean * 1e3)} ms "
+        f"per token, measured speed-up {sp.value:.2f}x [{sp.lower:.2f}, {sp.upper:.2f}]"
+    )
+    if report.regressed:
+        parts = []
+        if report.mean_rejected:
+            parts.append(
+                f"mean above baseline +{guard.max_regression_ratio:.0%} (p={sp.p_regressed:.2g})"
+            )
+        parts += [
+            f"{b.canary_fraction:.2%} above {_fmt(b.bound)} s vs the baseline's "
+            f"{b.baseline_fraction:.2%} above {_fmt(b.baseline_bound)} s "
+            f"(allowed {b.allowed_fraction:.2%}, p={b.p_value:.2g})"
+            for b in report.bounds
+            if b.rejected
+        ][:3]
+        return result(
+            Verdict.FAIL,
+            f"regressed: {means}; " + "; ".join(parts) + f" (Holm at {_fmt(guard.significance)})",
+        )
+    over = [b for b in report.bounds if b.canary_fraction > b.allowed_fraction]
+    if sp.value < 1.0 / (1.0 + guard.max_regression_ratio) or over:
+        return result(Verdict.INCONCLUSIVE, f"possible regression, not significant: {means}")
+    return result(Verdict.PASS, f"within limit: {means}; no bucket bound shows more slow requests")
 
 
 def verdict_counts(checks: Iterable[CheckResult]) -> Mapping[Verdict, int]:

@@ -95,6 +95,10 @@ def _evidence(
         if lat.test is not None:
             out[f"{c.name}:fraction_above"] = ev(lat.test.fraction)
             out[f"{c.name}:p_value"] = ev(lat.test.p_value)
+        if lat.speedup is not None:
+            out[f"{c.name}:speedup"] = ev(lat.speedup.value)
+            out[f"{c.name}:speedup_lower"] = ev(lat.speedup.lower)
+            out[f"{c.name}:speedup_upper"] = ev(lat.speedup.upper)
     decisive = [c for c in results if c.verdict is verdict]
     if decisive and verdict is not Verdict.PASS:
         out["why"] = "; ".join(f"{c.name}: {c.reason}" for c in decisive)

@@ -136,6 +136,19 @@ class Buckets:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencySample:
+    """Increments of one latency histogram on one pod over one interval: exact `_sum` and
+    `_count` (and the buckets when read), one batch for the latency guard's statistics."""
+
+    count: float
+    sum: float
+    buckets: Buckets | None = None
+    pod: str = ""
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class PoolObservation:
     """What one pool (canary or baseline pods of one slice) did over the window.
 
@@ -150,6 +163,8 @@ class PoolObservation:
     generation_tokens: float = 0.0  # traffic weight: measured generated tokens in the window
     itl: Buckets | None = None  # vllm:inter_token_latency_seconds (per engine step)
     tpot: Buckets | None = None  # vllm:request_time_per_output_token_seconds (per request)
+    # the same histogram per pod per interval (exact sums): the guard's batches; () if unread
+    tpot_samples: tuple[LatencySample, ...] = ()
     pods: int = 0
     error: str | None = None
     error_kind: SourceErrorKind | None = None  # how it failed (a bounded label); None: unknown
@@ -312,6 +327,36 @@ class ExceedanceTest:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeedUp:
+    """Baseline mean time per token over the canary's, with a two-sided interval."""
+
+    value: float
+    lower: float
+    upper: float
+    confidence: float
+    canary_mean: float
+    baseline_mean: float
+    canary_count: float
+    baseline_count: float
+    dof: float
+    # one-sided p-value of "canary mean > baseline mean x (1 + margin)"
+    p_regressed: float
+
+
+@dataclass(frozen=True, slots=True)
+class BoundTest:
+    """Canary against baseline share of requests above one bucket bound."""
+
+    bound: float
+    canary_fraction: float  # canary share above `bound`
+    baseline_bound: float  # largest bound <= bound / (1 + margin)
+    baseline_fraction: float  # baseline share above `baseline_bound`
+    allowed_fraction: float  # baseline_fraction + slack
+    p_value: float
+    rejected: bool = False  # significant after Holm's correction
+
+
+@dataclass(frozen=True, slots=True)
 class LatencyEvidence:
     """What the latency guard compared; parts stay None when the check stopped before them."""
 
@@ -325,6 +370,16 @@ class LatencyEvidence:
     baseline: PoolLatency | None = None
     limit_seconds: float | None = None
     test: ExceedanceTest | None = None
+    # perToken on exact sums (core/latency.py): the measured speed-up with the mean test, and
+    # one exceedance test per bucket bound (Holm-corrected together)
+    speedup: SpeedUp | None = None
+    bounds: tuple[BoundTest, ...] = ()
+
+    @property
+    def worst_bound(self) -> BoundTest | None:
+        """The bound test with the smallest p-value (the strongest tail evidence)."""
+        tested = [b for b in self.bounds if math.isfinite(b.p_value)]
+        return min(tested, key=lambda b: b.p_value) if tested else None
 
     @property
     def ratio(self) -> float | None:
@@ -367,6 +422,25 @@ class LatencyEvidence:
                 "fraction_above": ev(t.fraction),
                 "expected_fraction": t.expected_fraction,
                 "p_value": ev(t.p_value),
+            }
+        if self.speedup is not None:
+            sp = self.speedup
+            out |= {
+                "speedup": ev(sp.value),
+                "speedup_lower": ev(sp.lower),
+                "speedup_upper": ev(sp.upper),
+                "canary_mean_seconds": ev(sp.canary_mean),
+                "baseline_mean_seconds": ev(sp.baseline_mean),
+                "p_value_mean": ev(sp.p_regressed),
+            }
+        worst = self.worst_bound
+        if worst is not None:
+            out |= {
+                "edge": ev(worst.bound),
+                "fraction_above": ev(worst.canary_fraction),
+                "baseline_edge": ev(worst.baseline_bound),
+                "baseline_fraction_above": ev(worst.baseline_fraction),
+                "p_value": ev(worst.p_value),
             }
         return out
 

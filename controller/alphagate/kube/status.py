@@ -198,6 +198,25 @@ class LatencyEvidence(_Status):
         default=None, description="The fraction expected without a regression."
     )
     p_value: float | None = Field(default=None, description="p-value of the exceedance test.")
+    measured_speedup: float | None = Field(
+        default=None,
+        description=(
+            "Baseline over canary mean time per output token (exact _sum/_count): is "
+            "speculation net positive at the live concurrency."
+        ),
+    )
+    measured_speedup_lower: float | None = Field(
+        default=None, description="Lower 95% bound of the measured speed-up."
+    )
+    measured_speedup_upper: float | None = Field(
+        default=None, description="Upper 95% bound of the measured speed-up."
+    )
+    canary_mean_seconds: float | None = Field(
+        default=None, description="The canary's mean time per output token, in seconds."
+    )
+    baseline_mean_seconds: float | None = Field(
+        default=None, description="The baseline's mean time per output token, in seconds."
+    )
     canary_count: float | None = Field(
         default=None, description="Canary observations in the window."
     )
@@ -527,7 +546,8 @@ def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
         ev = c.evidence
         if not isinstance(ev, model.LatencyEvidence):
             continue
-        canary, baseline, test = ev.canary, ev.baseline, ev.test
+        canary, baseline, test, sp = ev.canary, ev.baseline, ev.test, ev.speedup
+        worst = ev.worst_bound
         out.append(
             LatencyEvidence(
                 check=c.name,
@@ -544,10 +564,19 @@ def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
                 baseline_bucket_lower_seconds=rounded(baseline.bucket_lo) if baseline else None,
                 baseline_bucket_upper_seconds=rounded(baseline.bucket_hi) if baseline else None,
                 limit_seconds=rounded(ev.limit_seconds),
-                edge_seconds=rounded(test.edge) if test else None,
-                exceedance=rounded(test.fraction) if test else None,
-                expected_exceedance=rounded(test.expected_fraction) if test else None,
-                p_value=rounded(test.p_value) if test else None,
+                edge_seconds=rounded(test.edge if test else worst.bound if worst else None),
+                exceedance=rounded(
+                    test.fraction if test else worst.canary_fraction if worst else None
+                ),
+                expected_exceedance=rounded(
+                    test.expected_fraction if test else worst.allowed_fraction if worst else None
+                ),
+                p_value=rounded(test.p_value if test else worst.p_value if worst else None),
+                measured_speedup=rounded(sp.value) if sp else None,
+                measured_speedup_lower=rounded(sp.lower) if sp else None,
+                measured_speedup_upper=rounded(sp.upper) if sp else None,
+                canary_mean_seconds=rounded(sp.canary_mean) if sp else None,
+                baseline_mean_seconds=rounded(sp.baseline_mean) if sp else None,
                 canary_count=rounded(canary.count) if canary else None,
                 baseline_count=rounded(baseline.count) if baseline else None,
                 details={k: _fmt(v) for k, v in sorted(ev.flat().items())},

@@ -48,7 +48,13 @@ import tenacity
 from alphagate import vllm
 from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation
+from alphagate.core.model import (
+    AcceptanceSample,
+    Buckets,
+    LatencySample,
+    Observation,
+    PoolObservation,
+)
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources import http
 from alphagate.sources.common import (
@@ -132,6 +138,9 @@ class PoolQueries:
     itl_sum: str
     tpot_buckets: str
     tpot_sum: str
+    # per pod per interval, for the latency guard's batches (exact sums)
+    tpot_pod_buckets: str = ""
+    tpot_pod_sum: str = ""
 
 
 def pool_queries(
@@ -150,6 +159,8 @@ def pool_queries(
         itl_sum=increase_by(vllm.ITL + vllm.SUM, m, w, ""),
         tpot_buckets=increase_by(vllm.TPOT + vllm.BUCKET, m, w, vllm.LE),
         tpot_sum=increase_by(vllm.TPOT + vllm.SUM, m, w, ""),
+        tpot_pod_buckets=increase_by(vllm.TPOT + vllm.BUCKET, m, i, f"{pod}, {vllm.LE}"),
+        tpot_pod_sum=increase_by(vllm.TPOT + vllm.SUM, m, i, pod),
     )
 
 
@@ -436,6 +447,7 @@ class PrometheusSource:
             generation_tokens=sum(p.value for p in gen),
             itl=self._buckets(q.itl_buckets, q.itl_sum, end),
             tpot=self._buckets(q.tpot_buckets, q.tpot_sum, end),
+            tpot_samples=self._latency_samples(q, start, end, interval),
             pods=len({_pod(p.labels) for p in gen}),
         )
 
@@ -484,6 +496,46 @@ class PrometheusSource:
             if has_drafts(sample):
                 out.append(sample)
         return sorted_samples(out)
+
+    def _latency_samples(
+        self, q: PoolQueries, start: float, end: float, interval: float
+    ) -> tuple[LatencySample, ...]:
+        """Per pod per interval TPOT increments (exact _sum, bucket counts): guard batches."""
+        if not q.tpot_pod_buckets:
+            return ()
+        first = min(start + interval, end)
+        counts: dict[tuple[str, float], dict[float, float]] = {}
+        for p in self.query_range(q.tpot_pod_buckets, start=first, end=end, step=interval):
+            check_finite((p.value,), "histogram buckets", q.tpot_pod_buckets)
+            try:
+                le = float(p.labels.get(vllm.LE, "nan"))
+            except ValueError:
+                continue
+            if not math.isnan(le):
+                counts.setdefault((_pod(p.labels), p.at), {})[le] = p.value
+        if not counts:
+            return ()
+        sums = {}
+        for p in self.query_range(q.tpot_pod_sum, start=first, end=end, step=interval):
+            check_finite((p.value,), "histogram sum", q.tpot_pod_sum)
+            sums[(_pod(p.labels), p.at)] = p.value
+        out = []
+        for (pod, at), by_le in counts.items():
+            bounds = tuple(sorted(by_le))
+            total = by_le.get(math.inf, 0.0)
+            if (pod, at) not in sums or not total > 0 or bounds[-1] != math.inf:
+                continue
+            out.append(
+                LatencySample(
+                    count=total,
+                    sum=sums[(pod, at)],
+                    buckets=Buckets(bounds=bounds, counts=tuple(by_le[b] for b in bounds)),
+                    pod=pod,
+                    start=at - interval,
+                    end=at,
+                )
+            )
+        return tuple(sorted(out, key=lambda t: (t.pod, t.start)))
 
     def _buckets(self, buckets_expr: str, sum_expr: str, at: float) -> Buckets | None:
         points = self.query(buckets_expr, at=at)

@@ -35,7 +35,14 @@ import httpx
 
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core.model import AcceptanceSample, Observation, PoolObservation, Role
+from alphagate.core.model import (
+    AcceptanceSample,
+    Buckets,
+    LatencySample,
+    Observation,
+    PoolObservation,
+    Role,
+)
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources import exposition, http
 from alphagate.sources.common import (
@@ -162,6 +169,29 @@ def increment(
         generation_tokens=totals[Counter.GENERATION_TOKENS],
         histograms={h: (acc.counts, acc.sum) for h, acc in hists.items()},
         resets=resets,
+    )
+
+
+def latency_sample(inc: Increment, hist: Hist) -> LatencySample | None:
+    """One pod's increment of a latency histogram as the guard's batch (exact sum and count);
+    None when the pod exported no such histogram or observed nothing in the interval."""
+    got = inc.histograms.get(hist)
+    if got is None:
+        return None
+    counts, total_sum = got
+    bounds = tuple(sorted(counts))
+    if not bounds or bounds[-1] != math.inf:
+        return None
+    count = counts[math.inf]
+    if not count > 0:
+        return None
+    return LatencySample(
+        count=count,
+        sum=total_sum,
+        buckets=Buckets(bounds=bounds, counts=tuple(counts[b] for b in bounds)),
+        pod=inc.pod,
+        start=inc.start,
+        end=inc.end,
     )
 
 
@@ -477,6 +507,7 @@ class ScrapeSource:
 
     def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
         samples: list[AcceptanceSample] = []
+        tpot_samples: list[LatencySample] = []
         gen = 0.0
         hists = {h: HistSum() for h in Hist}
         pods = set(ok)
@@ -490,6 +521,9 @@ class ScrapeSource:
                 gen += inc.generation_tokens
                 for h, (buckets, total) in inc.histograms.items():
                     hists[h].add(buckets, total)
+                tpot = latency_sample(inc, Hist.TPOT)
+                if tpot is not None:
+                    tpot_samples.append(tpot)
                 if not inc.speculating:
                     continue
                 sample = AcceptanceSample(
@@ -510,6 +544,7 @@ class ScrapeSource:
             generation_tokens=gen,
             itl=hists[Hist.ITL].to_buckets(),
             tpot=hists[Hist.TPOT].to_buckets(),
+            tpot_samples=tuple(sorted(tpot_samples, key=lambda t: (t.pod, t.start))),
             pods=len(pods),
         )
 

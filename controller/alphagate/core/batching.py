@@ -1,0 +1,100 @@
+"""Independent batches of a pool's per-pod, per-interval increments, and the ratio estimator.
+
+Counters scraped every 30 s are not independent samples: a request keeps its acceptance (and
+a pod its stalls) across scrapes, and requests never move between pods. So every pod is its own
+batch, and a pod's window is cut into time blocks only when each block is at least
+`batch_seconds` long. A ratio sum(num) / sum(den) over the batches gets its variance from the
+spread of the batches' residuals (delta method, jackknife leverage correction, HC3) and its
+degrees of freedom from Kish's effective number of batches. Shared by alpha (accepted / drafted)
+and the latency guard (time per token: _sum / _count, exceedance: above / count). Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+
+class Timed(Protocol):
+    """An increment of one pod over [start, end]."""
+
+    @property
+    def pod(self) -> str: ...
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def blocks(items: Iterable[T], batch_seconds: float) -> list[list[T]]:
+    """Per pod, consecutive items merged into blocks spanning at least `batch_seconds`; a
+    shorter tail joins the block before it. Pods keep their first-seen order."""
+    by_pod: dict[str, list[T]] = {}
+    for item in items:
+        by_pod.setdefault(item.pod, []).append(item)
+    out: list[list[T]] = []
+    for pod_items in by_pod.values():
+        pod_items.sort(key=lambda s: (s.start, s.end))
+        cut: list[list[T]] = [[]]
+        for item in pod_items:
+            block = cut[-1]
+            if block and block[-1].end - block[0].start >= batch_seconds:
+                cut.append([item])
+            else:
+                block.append(item)
+        last = cut[-1]
+        if len(cut) > 1 and last[-1].end - last[0].start < batch_seconds:
+            cut[-2].extend(cut.pop())
+        out.extend(cut)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ratio:
+    """sum(num) / sum(den) over independent batches, with its standard error and dof.
+
+    `se` is NaN and `dof` 0 when fewer than two batches carry weight (no spread to learn from).
+    """
+
+    value: float
+    num: float
+    den: float
+    se: float
+    dof: float
+    batches: int
+
+    @property
+    def conclusive(self) -> bool:
+        return self.dof > 0 and math.isfinite(self.se)
+
+
+def ratio(pairs: Sequence[tuple[float, float]]) -> Ratio | None:
+    """The ratio estimator over (num, den) batches; None when the denominators sum to 0."""
+    units = [(n, d) for n, d in pairs if d > 0]
+    num = math.fsum(n for n, _ in units)
+    den = math.fsum(d for _, d in units)
+    if not den > 0:
+        return None
+    r = num / den
+    k = len(units)
+    if k < 2 or max(d for _, d in units) / den >= 1.0 - 1e-9:
+        return Ratio(r, num, den, math.nan, 0.0, k)
+    # Delta method with the jackknife's leverage correction (HC3): e_i = n_i - r d_i,
+    # h_i = d_i / D, Var(r) = sum(e_i^2 / (1 - h_i)^2) / D^2.
+    resid = math.fsum([((n - r * d) / (1.0 - d / den)) ** 2 for n, d in units])
+    se = math.sqrt(resid) / den
+    # Kish's effective number of batches: one big pod among small ones is nearly one batch.
+    n_eff = den * den / math.fsum([d * d for _, d in units])
+    return Ratio(r, num, den, se, max(n_eff - 1.0, 1e-3), k)
+
+
+def welch_dof(terms: Sequence[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances [(variance, dof), ...]."""
+    var = math.fsum(v for v, _ in terms)
+    denom = math.fsum(v * v / d for v, d in terms if math.isfinite(d) and d > 0)
+    return var * var / denom if denom > 0 else math.inf

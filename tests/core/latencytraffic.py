@@ -1,0 +1,79 @@
+"""A small, independent generator of per-pod, per-interval TPOT histograms, for guard tests.
+
+Each finished request reports one time per output token (vLLM's
+`request_time_per_output_token_seconds`): a per-request lognormal around the pool's median,
+times a slowdown for the canary, plus, when a stall episode of its pod overlapped its life, the
+stalled time spread over its tokens. Stalls hit every pod of both roles alike (per-pod Poisson
+episodes), so they cluster slow requests in one pod for a while: the correlation a guard that
+treats requests as independent mistakes for a regression. Counts are binned into vLLM's default
+buckets; sums are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from alphagate.core.model import Buckets, LatencySample
+
+VLLM_BOUNDS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, float("inf"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pool:
+    median: float = 0.015  # seconds per output token
+    sigma: float = 0.25  # per-request spread
+    slowdown: float = 1.0
+    pods: int = 2
+    rate: float = 1.0  # finished requests per second per pod
+    tokens: float = 500.0  # output tokens per request (mean, exponential)
+    stall_every: float = 900.0  # seconds between stall episodes per pod (mean)
+    stall_seconds: float = 20.0  # mean stall length
+    interval: float = 30.0
+
+
+def _stalls(rng: np.random.Generator, p: Pool, horizon: float) -> np.ndarray:
+    n = rng.poisson(horizon / p.stall_every) + 1
+    start = rng.uniform(-60.0, horizon, n)
+    return np.stack([start, start + rng.exponential(p.stall_seconds, n)], axis=1)
+
+
+def pool_samples(
+    rng: np.random.Generator, p: Pool, *, intervals: int, t0: float = 0.0, prefix: str = "pod"
+) -> list[LatencySample]:
+    """Per-pod, per-interval increments of the TPOT histogram over `intervals` scrapes."""
+    out = []
+    horizon = intervals * p.interval
+    bounds = np.array(VLLM_BOUNDS[:-1])
+    for j in range(p.pods):
+        stalls = _stalls(rng, p, horizon)
+        n = rng.poisson(p.rate * horizon)
+        finish = rng.uniform(0.0, horizon, n)
+        tokens = np.maximum(2.0, rng.exponential(p.tokens, n))
+        tpot = p.median * p.slowdown * np.exp(p.sigma * rng.standard_normal(n))
+        life = tokens * tpot
+        begin = finish - life
+        stalled = np.zeros(n)
+        for s0, s1 in stalls:
+            stalled += np.clip(np.minimum(finish, s1) - np.maximum(begin, s0), 0.0, None)
+        tpot = tpot + stalled / tokens
+        which = np.minimum((finish // p.interval).astype(int), intervals - 1)
+        for i in range(intervals):
+            v = tpot[which == i]
+            cum = tuple(float(c) for c in np.searchsorted(np.sort(v), bounds, side="right"))
+            start = t0 + i * p.interval
+            out.append(
+                LatencySample(
+                    count=float(v.size),
+                    sum=float(v.sum()),
+                    buckets=Buckets(bounds=VLLM_BOUNDS, counts=(*cum, float(v.size))),
+                    pod=f"{prefix}-{j}",
+                    start=start,
+                    end=start + p.interval,
+                )
+            )
+    return out
