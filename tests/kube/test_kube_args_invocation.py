@@ -13,8 +13,8 @@ from alphagate.kube.args import ArgsError
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate.reconciler import Reconciler
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate.shell.reconciler import Reconciler
 
 SERVE = ["--model", "m", "--port", "8000"]
 

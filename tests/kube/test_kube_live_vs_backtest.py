@@ -17,8 +17,8 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Observation, PoolObservation, Role
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.reconciler import Reconciler
 from alphagate.sandbox.apiserver import ApiServer
+from alphagate.shell.reconciler import Reconciler
 
 TIMING = {
     "intervalSeconds": INTERVAL,

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from kube_support import NS, FakeSource, canary_cr, seed, speculating
 
-from alphagate.commands.run import Controller, RunOptions
 from alphagate.kube.client import Kube
 from alphagate.kube.status import parse_status
 from alphagate.sandbox.apiserver import ApiServer
+from alphagate.shell.controller import Controller, RunOptions
 
 FAST = {
     "intervalSeconds": 0.4,

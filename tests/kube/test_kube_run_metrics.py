@@ -13,9 +13,9 @@ from kube_support import NS, FakeSource, canary_cr, seed
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alphagate.commands.run import Controller, RunOptions
 from alphagate.kube.client import Kube
 from alphagate.sandbox.apiserver import ApiServer, Rbac
+from alphagate.shell.controller import Controller, RunOptions
 
 FAST = {
     "intervalSeconds": 0.4,

@@ -18,8 +18,8 @@ from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate.reconciler import Reconciler
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate.shell.reconciler import Reconciler
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import Scenario, SliceSpec
 from alphagate.sim.server import SimServer

@@ -157,7 +157,7 @@ def recorded_names() -> set[str]:
 
 def known_names() -> set[str]:
     """Every series name a query in rules or dashboards may use."""
-    from alphagate import exporter
+    from alphagate.shell import exporter
 
     return (
         set(exporter.METRIC_NAMES)
@@ -174,7 +174,7 @@ def process_names() -> frozenset[str]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from alphagate import exporter
+    from alphagate.shell import exporter
 
     text = generate_latest(exporter.new_registry(process=True)).decode()
     return frozenset(s.name for f in text_string_to_metric_families(text) for s in f.samples)

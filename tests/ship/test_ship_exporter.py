@@ -10,7 +10,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from alphagate import exporter
 from alphagate.config import LatencyMetric
 from alphagate.core.model import (
     AcceptanceEvidence,
@@ -30,6 +29,7 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.errors import SourceErrorKind
+from alphagate.shell import exporter
 
 
 def _estimate(value: float, lower: float, upper: float, drafts: float = 400.0) -> Estimate:

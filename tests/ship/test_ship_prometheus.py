@@ -19,9 +19,10 @@ import pytest
 import ship_support as ship
 import yaml
 
-from alphagate import config, exporter
+from alphagate import config
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import Command, Memory, Rollout, State
+from alphagate.shell import exporter
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
 from alphagate.sim.server import SimServer

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import ship_support as ship
 
-from alphagate.commands.run import Controller, RunOptions
 from alphagate.config import API_VERSION, KIND
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
+from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
 from alphagate.sim.server import SimServer

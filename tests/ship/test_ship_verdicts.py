@@ -17,11 +17,11 @@ import ship_support as ship
 import yaml
 from prometheus_client import CollectorRegistry
 
-from alphagate import exporter
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.status import CanaryStatus, Decision, rfc3339
 from alphagate.sandbox.apiserver import ApiServer
+from alphagate.shell import exporter
 from alphagate.verdicts import VerdictApi
 
 NOW = 1_800_000_000.0

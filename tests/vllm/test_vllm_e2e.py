@@ -284,9 +284,8 @@ class Decisions:
 
 def start_controller(api: ApiServer, decisions: Decisions) -> Any:
     """`alphagate run` in this process, its reconciler reporting every evaluation."""
-    from alphagate.commands.run import Controller, RunOptions
-    from alphagate.reconciler import Reconciler
     from alphagate.sandbox.vllm_server import free_port
+    from alphagate.shell.controller import Controller, RunOptions
 
     opts = RunOptions(
         server=api.url,
@@ -295,23 +294,7 @@ def start_controller(api: ApiServer, decisions: Decisions) -> Any:
         metrics_port=free_port(),
         watch_timeout=30.0,
     )
-    controller = Controller(opts)
-
-    class Observed(Reconciler):
-        def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Any:
-            out = super().reconcile(namespace, name, now=now)
-            decisions.add(out)
-            return out
-
-    controller.reconciler = Observed(
-        controller.kube,
-        recorder=controller.recorder,
-        events=controller.events,
-        namespace=NS,
-        watch_timeout_seconds=opts.watch_timeout,
-        health=controller.health,
-    )
-    return controller.start()
+    return Controller(opts, on_outcome=decisions.add).start()
 
 
 # ---------------------------------------------------------------- helpers

@@ -10,11 +10,12 @@ instead of creating a new one, as kubelet's recorder does.
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,7 +23,9 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from alphagate.config import API_VERSION, KIND
+from alphagate.config import API_VERSION, KIND, SpeculativeCanarySpec
+from alphagate.core.model import Action, Alert, Cause, Evaluation, State, Verdict
+from alphagate.kube import args as argsmod
 from alphagate.kube.client import call
 from alphagate.logs import get as get_logger
 
@@ -204,6 +207,90 @@ class EventRecorder:
                 error=str(exc),
             )
             return False
+
+
+def decision_events(
+    events: EventRecorder,
+    ref: ObjectRef,
+    spec: SpeculativeCanarySpec,
+    e: Evaluation,
+    *,
+    dry_run: bool,
+    unit: str,
+    errors: Sequence[str],
+) -> None:
+    """The Events one applied decision tells `kubectl describe`: a flip, promotion or other
+    transition (its reason chosen by the transition's typed cause), and the alerts it raised.
+
+    `unit` is the perSlice unit's name ("" for combined); `errors` the source's failures, for
+    the SourceErrors message. Wording lives here; what happened comes from typed fields."""
+    where = f" [slice {unit}]" if unit else ""
+    alpha = ""
+    if e.combined is not None and math.isfinite(e.combined.value):
+        alpha = (
+            f" (alpha {e.combined.value:.3f} [{e.combined.lower:.3f}, {e.combined.upper:.3f}],"
+            f" {e.combined.drafts:.0f} drafts)"
+        )
+    config = argsmod.render(spec.speculative_config)
+    if e.action in (Action.ENABLE, Action.DISABLE) and dry_run:
+        events.normal(
+            ref, Reason.WOULD_FLIP, f"dry-run: would {e.action.value}{where}: {e.reason}{alpha}"
+        )
+    elif e.action is Action.ENABLE:
+        events.normal(
+            ref,
+            Reason.SPECULATION_ENABLED,
+            f"--speculative-config {config} on{where}: {e.reason}{alpha}",
+        )
+    elif e.action is Action.DISABLE:
+        kind = "Warning" if e.verdict in (Verdict.FAIL, Verdict.ERROR) else "Normal"
+        events.emit(
+            ref,
+            kind,
+            Reason.SPECULATION_DISABLED,
+            f"--speculative-config removed{where}: {e.reason}{alpha}",
+        )
+    elif e.action is Action.PROMOTE:
+        events.normal(ref, Reason.PROMOTED, f"{e.reason}{where}")
+    elif e.transition is not None:
+        t = e.transition
+        reason = Reason.STATE_CHANGED
+        if t.to_state is State.PAUSED:
+            reason = Reason.PAUSED
+        elif t.from_state is State.PAUSED:
+            reason = Reason.RESUMED
+        elif t.cause is Cause.MANUAL:
+            reason = Reason.COMMAND
+        if t.cause is Cause.REFUSED:
+            events.warning(ref, Reason.FLIP_REFUSED, f"{t.reason}{where}")
+        else:
+            events.normal(
+                ref,
+                reason,
+                f"{t.from_state.value} -> {t.to_state.value}{where}: {t.reason}{alpha}",
+            )
+    # Alerts repeat every interval while they last, with a stable message, so the recorder
+    # folds them into one Event with a growing count (what `kubectl describe` shows as
+    # "x12 over 6m") instead of one Event per interval.
+    for alert in e.alerts:
+        if alert is Alert.SOURCE_ERRORS:
+            first = errors[0] if errors else "no details"
+            events.warning(ref, Reason.SOURCE_ERRORS, f"metrics source failing{where}: {first}")
+        elif alert is Alert.FLIP_BUDGET:
+            events.warning(
+                ref,
+                Reason.FLIP_REFUSED,
+                f"flip budget exhausted{where}: at most {spec.timing.max_flips_per_hour} "
+                "flips per hour; holding",
+            )
+        elif alert is Alert.ROLLOUT_TIMEOUT:
+            events.warning(
+                ref,
+                Reason.ROLLOUT_TIMEOUT,
+                f"rollout not complete after {spec.timing.rollout_timeout_seconds:g} s{where}",
+            )
+        else:
+            events.warning(ref, Reason.ALERT, f"{alert}{where}")
 
 
 def list_events(

@@ -405,8 +405,7 @@ def _import_controller() -> None:
     with contextlib.suppress(Exception):
         from kubernetes import client
 
-        import alphagate.commands.run
-        import alphagate.reconciler  # noqa: F401
+        import alphagate.shell.controller  # noqa: F401
 
         for name in ("AppsV1Api", "CoreV1Api", "CustomObjectsApi", "CoordinationV1Api"):
             getattr(client, name)
@@ -711,8 +710,7 @@ class Demo:
                 )
 
     def _controller(self, metrics_port: int) -> Any:
-        from alphagate.commands.run import Controller, RunOptions
-        from alphagate.reconciler import Reconciler
+        from alphagate.shell.controller import Controller, RunOptions
 
         assert self.api is not None
         opts = RunOptions(
@@ -723,26 +721,9 @@ class Demo:
             metrics_port=metrics_port,
             watch_timeout=30.0,
         )
-        controller = Controller(opts)
         outcomes = self._outcomes
-
-        class _Observed(Reconciler):
-            """The reconciler `alphagate run` uses, telling the demo what each pass did."""
-
-            def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Any:
-                out = super().reconcile(namespace, name, now=now)
-                outcomes.put((time.time(), out))
-                return out
-
-        controller.reconciler = _Observed(
-            controller.kube,
-            recorder=controller.recorder,
-            events=controller.events,
-            namespace=self.namespace,
-            watch_timeout_seconds=opts.watch_timeout,
-            health=controller.health,
-        )
-        return controller
+        # The reconciler `alphagate run` uses, telling the demo what each pass did.
+        return Controller(opts, on_outcome=lambda out: outcomes.put((time.time(), out)))
 
     def _wait(self, cond: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -44,8 +44,6 @@ from alphagate.core import machine
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import (
     Action,
-    Alert,
-    Cause,
     Command,
     Evaluation,
     Memory,
@@ -66,7 +64,7 @@ from alphagate.errors import (
 from alphagate.kube.actuator import Actuator, DeploymentState, config_text
 from alphagate.kube.args import ArgsError
 from alphagate.kube.client import Kube, call
-from alphagate.kube.events import EventRecorder, ObjectRef, Reason
+from alphagate.kube.events import EventRecorder, ObjectRef, Reason, decision_events
 from alphagate.kube.status import (
     COMMANDS,
     CanaryStatus,
@@ -649,7 +647,15 @@ class Reconciler:
         uo.memory = evaluation.memory
         uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
         uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
-        self._events_for(ref, spec, evaluation, dry_run, unit, source_errors(observation))
+        decision_events(
+            self.events,
+            ref,
+            spec,
+            evaluation,
+            dry_run=dry_run,
+            unit=unit.name,
+            errors=source_errors(observation),
+        )
         self._decision_log(ulog, evaluation, uo, dry_run)
         return uo
 
@@ -837,85 +843,6 @@ class Reconciler:
             deployments=[d.name for d in u.unit.deployments],
             alerts=[a.value for a in e.alerts],
         )
-
-    def _events_for(
-        self,
-        ref: ObjectRef,
-        spec: SpeculativeCanarySpec,
-        e: Evaluation,
-        dry_run: bool,
-        unit: Unit,
-        errors: Sequence[str],
-    ) -> None:
-        where = f" [slice {unit.name}]" if unit.name else ""
-        alpha = ""
-        if e.combined is not None and math.isfinite(e.combined.value):
-            alpha = (
-                f" (alpha {e.combined.value:.3f} [{e.combined.lower:.3f}, {e.combined.upper:.3f}],"
-                f" {e.combined.drafts:.0f} drafts)"
-            )
-        config = config_text(spec.speculative_config)
-        if e.action in (Action.ENABLE, Action.DISABLE) and dry_run:
-            self.events.normal(
-                ref, Reason.WOULD_FLIP, f"dry-run: would {e.action.value}{where}: {e.reason}{alpha}"
-            )
-        elif e.action is Action.ENABLE:
-            self.events.normal(
-                ref,
-                Reason.SPECULATION_ENABLED,
-                f"--speculative-config {config} on{where}: {e.reason}{alpha}",
-            )
-        elif e.action is Action.DISABLE:
-            kind = "Warning" if e.verdict in (Verdict.FAIL, Verdict.ERROR) else "Normal"
-            self.events.emit(
-                ref,
-                kind,
-                Reason.SPECULATION_DISABLED,
-                f"--speculative-config removed{where}: {e.reason}{alpha}",
-            )
-        elif e.action is Action.PROMOTE:
-            self.events.normal(ref, Reason.PROMOTED, f"{e.reason}{where}")
-        elif e.transition is not None:
-            t = e.transition
-            reason = Reason.STATE_CHANGED
-            if t.to_state is State.PAUSED:
-                reason = Reason.PAUSED
-            elif t.from_state is State.PAUSED:
-                reason = Reason.RESUMED
-            elif t.cause is Cause.MANUAL:
-                reason = Reason.COMMAND
-            if t.cause is Cause.REFUSED:
-                self.events.warning(ref, Reason.FLIP_REFUSED, f"{t.reason}{where}")
-            else:
-                self.events.normal(
-                    ref,
-                    reason,
-                    f"{t.from_state.value} -> {t.to_state.value}{where}: {t.reason}{alpha}",
-                )
-        # Alerts repeat every interval while they last, with a stable message, so the recorder
-        # folds them into one Event with a growing count (what `kubectl describe` shows as
-        # "x12 over 6m") instead of one Event per interval.
-        for alert in e.alerts:
-            if alert is Alert.SOURCE_ERRORS:
-                first = errors[0] if errors else "no details"
-                self.events.warning(
-                    ref, Reason.SOURCE_ERRORS, f"metrics source failing{where}: {first}"
-                )
-            elif alert is Alert.FLIP_BUDGET:
-                self.events.warning(
-                    ref,
-                    Reason.FLIP_REFUSED,
-                    f"flip budget exhausted{where}: at most {spec.timing.max_flips_per_hour} "
-                    "flips per hour; holding",
-                )
-            elif alert is Alert.ROLLOUT_TIMEOUT:
-                self.events.warning(
-                    ref,
-                    Reason.ROLLOUT_TIMEOUT,
-                    f"rollout not complete after {spec.timing.rollout_timeout_seconds:g} s{where}",
-                )
-            else:
-                self.events.warning(ref, Reason.ALERT, f"{alert}{where}")
 
     @staticmethod
     def _decision_log(log: Any, e: Evaluation, uo: UnitOutcome, dry_run: bool) -> None:

@@ -1,0 +1,221 @@
+"""The running controller: one replica's reconciler, leader election and metrics server.
+
+It wires the parts together: a Kubernetes client (in-cluster, kubeconfig or `--server`), the
+reconciler (watch + per-canary interval), leader election on a Lease (a standby replica keeps
+its cache warm and takes over within the lease duration), the exporter's metrics with
+`/healthz` and `/readyz`. `alphagate run` (commands/run.py) is its command line; tests and the
+demo start it as an object and hear about every evaluation through `on_outcome`. It parses no
+flags and installs no signal handlers: that is the command's job.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from alphagate import logs
+from alphagate.kube.client import Kube, load_configuration
+from alphagate.kube.events import EventRecorder
+from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
+from alphagate.shell.exporter import Health, Recorder, new_registry, serve
+from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
+from alphagate.verdicts import VerdictApi
+
+
+def _pod_namespace() -> str:
+    """The controller's own namespace in a cluster (for the Lease), else `default`."""
+    env = os.environ.get("POD_NAMESPACE")
+    if env:
+        return env
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+@dataclass
+class RunOptions:
+    """Everything `alphagate run` can be told."""
+
+    server: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool | None = None
+    namespace: str | None = None  # None: all namespaces
+    selector: str | None = None
+    dry_run: bool = False
+    leader_elect: bool = True
+    lease_namespace: str | None = None
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 8080
+    serve_metrics: bool = True
+    watch_timeout: float = 60.0
+
+
+class Controller:
+    """One controller replica: reconciler + leader election + metrics/health server."""
+
+    def __init__(
+        self,
+        opts: RunOptions,
+        *,
+        kube: Kube | None = None,
+        source_factory: SourceFactory | None = None,
+        registry: Any = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
+    ) -> None:
+        self.opts = opts
+        self.kube = kube or Kube.from_configuration(
+            load_configuration(
+                server=opts.server,
+                kubeconfig=opts.kubeconfig,
+                context=opts.context,
+                in_cluster=opts.in_cluster,
+            )
+        )
+        self.identity = opts.identity or default_identity()
+        # process metrics (CPU, memory, open files, GC) for the controller's own dashboard row
+        self.registry = registry if registry is not None else new_registry(process=True)
+        self.recorder = Recorder(self.registry)
+        self.health = Health(stale_after_seconds=max(60.0, 4 * opts.watch_timeout))
+        self.health.set_ready(False, "initial list of SpeculativeCanary resources pending")
+        self.events = EventRecorder(
+            self.kube.api_client,
+            instance=self.identity,
+            on_warning=lambda ref, reason: self.recorder.warning_event(
+                namespace=ref.namespace, name=ref.name, reason=reason
+            ),
+        )
+        self.reconciler = Reconciler(
+            self.kube,
+            source_factory=source_factory,
+            recorder=self.recorder,
+            events=self.events,
+            namespace=opts.namespace,
+            label_selector=opts.selector,
+            dry_run=opts.dry_run,
+            watch_timeout_seconds=opts.watch_timeout,
+            health=self.health,
+            on_outcome=on_outcome,
+        )
+        self.elector: LeaderElector | None = None
+        if opts.leader_elect:
+            self.reconciler.leading.clear()
+            self.elector = LeaderElector(
+                self.kube.api_client,
+                namespace=opts.lease_namespace or _pod_namespace(),
+                name=opts.lease_name,
+                identity=self.identity,
+                lease_duration=opts.lease_duration,
+                renew_deadline=opts.renew_deadline,
+                retry_period=opts.retry_period,
+                on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
+            )
+            self.reconciler.may_act = lambda: self.elector is not None and self.elector.is_leader
+        else:
+            self.recorder.set_leader(True)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.server: Any = None
+        self._log = logs.get("controller").bind(identity=self.identity)
+
+    # ------------------------------------------------------------ leadership
+
+    def _started_leading(self) -> None:
+        self._log.info("leading")
+        self.reconciler.forget_memories()  # resume from the cluster, not from a stale cache
+        self.recorder.set_leader(True)
+        self.reconciler.leading.set()
+        self.reconciler.wake()
+
+    def _stopped_leading(self) -> None:
+        self._log.warning("not_leading")
+        self.reconciler.leading.clear()
+        self.recorder.set_leader(False)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.reconciler.leading.is_set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def metrics_url(self) -> str:
+        if self.server is None:
+            raise RuntimeError("metrics server not started")
+        return str(self.server.url)
+
+    def start(self) -> Controller:
+        if self.opts.serve_metrics:
+            self.server = serve(
+                self.opts.metrics_port,
+                self.registry,
+                self.opts.metrics_host,
+                health=self.health,
+                # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica)
+                api=VerdictApi(self.kube, namespace=self.opts.namespace),
+            )
+            self._log.info("metrics_listening", url=self.server.url)
+        run = threading.Thread(
+            target=self.reconciler.run, args=(self._stop,), daemon=True, name="alphagate-loop"
+        )
+        ready = threading.Thread(
+            target=self._ready_when_synced, daemon=True, name="alphagate-ready"
+        )
+        self._threads = [run, ready]
+        for t in self._threads:
+            t.start()
+        if self.elector is not None:
+            self.elector.start()
+        self._log.info(
+            "started",
+            namespace=self.opts.namespace or "*",
+            selector=self.opts.selector,
+            leader_elect=self.opts.leader_elect,
+            dry_run=self.opts.dry_run,
+        )
+        return self
+
+    def _ready_when_synced(self) -> None:
+        while not self._stop.is_set():
+            if self.reconciler.synced.wait(0.2):
+                self.health.set_ready(True)
+                return
+
+    def stop(self, *, release: bool = True, timeout: float = 10.0) -> None:
+        """Stop; `release=False` leaves the Lease to expire (what a crash looks like)."""
+        if self.elector is not None:
+            self.elector.stop(release=release)
+        self.reconciler.leading.clear()
+        self._stop.set()
+        self.reconciler.wake()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        self.kube.close()
+        self._log.info("stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self.reconciler.wake()
+
+
+__all__ = ["Controller", "RunOptions"]
