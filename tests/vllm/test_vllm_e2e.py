@@ -153,6 +153,8 @@ def canary_policy(prometheus_url: str, cooldown_s: float) -> dict[str, Any]:
                 "confidence": 0.95,
                 "minDrafts": 100,
                 "consecutiveWindows": 2,
+                # One canary pod: its 2 s blocks are the batches (requests here last ~1 s).
+                "batchSeconds": INTERVAL_S,
             },
             "latency": {
                 "enabled": True,
@@ -161,6 +163,7 @@ def canary_policy(prometheus_url: str, cooldown_s: float) -> dict[str, Any]:
                 "maxRegressionRatio": 1.0,
                 "minCount": 20,
                 "consecutiveWindows": 2,
+                "batchSeconds": INTERVAL_S,
             },
             "timing": {
                 "intervalSeconds": INTERVAL_S,
