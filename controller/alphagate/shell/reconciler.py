@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kubernetes import client, watch
 
@@ -87,8 +87,65 @@ from alphagate.kube.status import (
     why,
 )
 from alphagate.logs import get as get_logger
+from alphagate.sources import Source, make_source
 
-SourceFactory = Callable[[SpeculativeCanarySpec, str, str], Any]
+SourceFactory = Callable[[SpeculativeCanarySpec, str, str], Source]
+
+
+class Recorder(Protocol):
+    """Where the reconciler reports for metrics (`shell.exporter.Recorder` is the real one)."""
+
+    def track(self, *, namespace: str, canary: str) -> None: ...
+
+    def forget(self, *, namespace: str, canary: str) -> None: ...
+
+    def source_error(
+        self, kind: SourceErrorKind | None, *, namespace: str, canary: str
+    ) -> None: ...
+
+    def record(
+        self,
+        evaluation: Evaluation,
+        *,
+        namespace: str,
+        canary: str,
+        duration_seconds: float,
+        speculation_on: bool,
+        spec: SpeculativeCanarySpec | None = None,
+    ) -> None: ...
+
+
+class NullRecorder:
+    """Records nothing: a reconciler run without metrics (tests, one-off evaluations)."""
+
+    def track(self, *, namespace: str, canary: str) -> None:
+        """Nothing to start."""
+
+    def forget(self, *, namespace: str, canary: str) -> None:
+        """Nothing to drop."""
+
+    def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:
+        """Nothing to count."""
+
+    def record(
+        self,
+        evaluation: Evaluation,
+        *,
+        namespace: str,
+        canary: str,
+        duration_seconds: float,
+        speculation_on: bool,
+        spec: SpeculativeCanarySpec | None = None,
+    ) -> None:
+        """Nothing to export."""
+
+
+class Beat(Protocol):
+    """The control loop's liveness signal (`shell.exporter.Health` is the real one)."""
+
+    def beat(self) -> None: ...
+
+
 COMBINED_UNIT: Final = ""
 
 
@@ -240,7 +297,7 @@ class Reconciler:
         kube: Kube,
         *,
         source_factory: SourceFactory | None = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         events: EventRecorder | None = None,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -248,7 +305,7 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         watch_timeout_seconds: float = 60.0,
         actuator: Actuator | None = None,
-        health: Any = None,
+        health: Beat | None = None,
         may_act: Callable[[], bool] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
@@ -261,7 +318,7 @@ class Reconciler:
         self.events = events if events is not None else EventRecorder(kube.api_client)
         self.actuator = actuator or Actuator(kube.api_client, events=self.events)
         self.status_writer = StatusWriter(kube.api_client)
-        self.recorder = recorder
+        self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
         self.health = health
         # Checked right before every write to a Deployment: with leader election, "do I still
         # hold a fresh Lease?" (a replica that stalled must not act on an old decision).
@@ -269,7 +326,7 @@ class Reconciler:
         # Told about every reconcile (the demo's live view, tests); exceptions are swallowed.
         self.on_outcome = on_outcome
         self._source_factory = source_factory or self._default_source
-        self._sources: dict[tuple[str, str], tuple[int, Any]] = {}
+        self._sources: dict[tuple[str, str], tuple[int, Source]] = {}
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
         self._tracked: set[tuple[str, str]] = set()
         self._cache: dict[tuple[str, str], _Entry] = {}
@@ -284,14 +341,12 @@ class Reconciler:
 
     # ------------------------------------------------------------ sources
 
-    def _default_source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Any:
-        from alphagate.sources import make_source
-
+    def _default_source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
         return make_source(spec, namespace=namespace, core_api=self.kube.core)
 
     def _source(
         self, spec: SpeculativeCanarySpec, namespace: str, name: str, generation: int
-    ) -> Any:
+    ) -> Source:
         key = (namespace, name)
         with self._lock:
             held = self._sources.get(key)
@@ -305,7 +360,7 @@ class Reconciler:
         return source
 
     @staticmethod
-    def _close_source(source: Any) -> None:
+    def _close_source(source: Source) -> None:
         close = getattr(source, "close", None)
         if callable(close):
             with contextlib.suppress(Exception):
@@ -320,9 +375,8 @@ class Reconciler:
             self._tracked.discard((namespace, name))
         if held is not None:
             self._close_source(held[1])
-        if self.recorder is not None:
-            with contextlib.suppress(Exception):
-                self.recorder.forget(namespace=namespace, canary=name)
+        with contextlib.suppress(Exception):  # metrics are best effort
+            self.recorder.forget(namespace=namespace, canary=name)
 
     def forget_memories(self) -> None:
         """Leadership changed hands: trust the cluster, not what this process remembers."""
@@ -354,7 +408,7 @@ class Reconciler:
             return out
         if not isinstance(obj, dict):
             return out
-        if self.recorder is not None and (namespace, name) not in self._tracked:
+        if (namespace, name) not in self._tracked:
             # counters start at 0 before the first evaluation, so increase() sees its flip
             self._tracked.add((namespace, name))
             self.recorder.track(namespace=namespace, canary=name)
@@ -449,7 +503,7 @@ class Reconciler:
             )
         failures = source_failures(observation)
         errors = [text for _, text in failures]
-        if failures and self.recorder is not None:
+        if failures:
             for kind, _ in failures:
                 with contextlib.suppress(Exception):
                     self.recorder.source_error(kind, namespace=namespace, canary=name)
@@ -875,8 +929,6 @@ class Reconciler:
         )
 
     def _export(self, spec: SpeculativeCanarySpec, out: Outcome, now: float) -> None:
-        if self.recorder is None:
-            return
         for u in out.units:
             if u.evaluation is None:
                 continue
