@@ -30,6 +30,14 @@ def run(
     leader_elect: bool = typer.Option(
         True, "--leader-elect/--no-leader-elect", help="Leader election on a Lease."
     ),
+    shards: int = typer.Option(
+        0,
+        "--shards",
+        min=0,
+        max=1024,
+        help="Split the canaries into this many shards, one Lease each, shared by every "
+        "replica (instead of one leader); 0: off.",
+    ),
     lease_namespace: str | None = typer.Option(
         None, "--lease-namespace", help="Namespace of the Lease (default: the pod's own)."
     ),
@@ -65,6 +73,7 @@ def run(
         selector=selector,
         dry_run=dry_run,
         leader_elect=leader_elect,
+        shards=shards,
         lease_namespace=lease_namespace,
         lease_name=lease_name,
         lease_duration=lease_duration,

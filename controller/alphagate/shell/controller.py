@@ -21,6 +21,7 @@ from alphagate import logs
 from alphagate.kube.client import Kube, load_configuration
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
+from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Health, Recorder, new_registry, serve
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
 from alphagate.verdicts import VerdictApi
@@ -61,6 +62,7 @@ class RunOptions:
     metrics_port: int = 8080
     serve_metrics: bool = True
     watch_timeout: float = 60.0
+    shards: int = 0  # > 0: split the canaries over replicas by shard Leases (no single leader)
 
 
 class Controller:
@@ -110,7 +112,24 @@ class Controller:
             on_outcome=on_outcome,
         )
         self.elector: LeaderElector | None = None
-        if opts.leader_elect:
+        self.shards: ShardLeases | None = None
+        if opts.shards > 0:
+            # Every replica works, each on the canaries of the shards it holds.
+            self.shards = ShardLeases(
+                self.kube.api_client,
+                namespace=opts.lease_namespace or _pod_namespace(),
+                shards=opts.shards,
+                group=opts.lease_name,
+                identity=self.identity,
+                lease_duration=opts.lease_duration,
+                renew_deadline=opts.renew_deadline,
+                retry_period=opts.retry_period,
+                on_change=self._shards_changed,
+            )
+            self.reconciler.owns = self.shards.owns
+            self.reconciler.resume_schedule = True
+            self.recorder.set_leader(True)
+        elif opts.leader_elect:
             self.reconciler.leading.clear()
             self.elector = LeaderElector(
                 self.kube.api_client,
@@ -144,6 +163,19 @@ class Controller:
         self._log.warning("not_leading")
         self.reconciler.leading.clear()
         self.recorder.set_leader(False)
+
+    def _shards_changed(self, gained: frozenset[int], lost: frozenset[int]) -> None:
+        """Lost shards: forget their canaries' memories (the new owner resumes from the
+        cluster). Gained ones: evaluate their canaries one interval after their last
+        evaluation, whoever made it."""
+        assert self.shards is not None
+        self._log.info("shards_changed", gained=sorted(gained), lost=sorted(lost))
+        for namespace, name in self.reconciler.cached():
+            shard = shard_of(namespace, name, self.shards.shards)
+            if shard in lost:
+                self.reconciler.hand_over(namespace, name)
+            elif shard in gained:
+                self.reconciler.take_over(namespace, name)
 
     @property
     def is_leader(self) -> bool:
@@ -179,11 +211,14 @@ class Controller:
             t.start()
         if self.elector is not None:
             self.elector.start()
+        if self.shards is not None:
+            self.shards.start()
         self._log.info(
             "started",
             namespace=self.opts.namespace or "*",
             selector=self.opts.selector,
-            leader_elect=self.opts.leader_elect,
+            leader_elect=self.opts.leader_elect and not self.opts.shards,
+            shards=self.opts.shards,
             dry_run=self.opts.dry_run,
         )
         return self
@@ -198,6 +233,8 @@ class Controller:
         """Stop; `release=False` leaves the Lease to expire (what a crash looks like)."""
         if self.elector is not None:
             self.elector.stop(release=release)
+        if self.shards is not None:
+            self.shards.stop(release=release)
         self.reconciler.leading.clear()
         self._stop.set()
         self.reconciler.wake()

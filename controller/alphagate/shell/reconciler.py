@@ -78,6 +78,7 @@ from alphagate.kube.status import (
     latency_evidence,
     p99_ratio,
     parse_status,
+    parse_time,
     pending_command,
     rfc3339,
     rounded,
@@ -308,6 +309,7 @@ class Reconciler:
         health: Beat | None = None,
         may_act: Callable[[], bool] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
+        owns: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -323,6 +325,12 @@ class Reconciler:
         # Checked right before every write to a Deployment: with leader election, "do I still
         # hold a fresh Lease?" (a replica that stalled must not act on an old decision).
         self.may_act = may_act or (lambda: True)
+        # Sharding: is this canary (namespace, name) this replica's to evaluate and act on now?
+        # Checked when picking what is due and again right before every Deployment write.
+        self.owns = owns or (lambda namespace, name: True)
+        # Sharding: a canary first seen here waits until one interval after its last
+        # evaluation (another replica may have made it moments ago).
+        self.resume_schedule = owns is not None
         # Told about every reconcile (the demo's live view, tests); exceptions are swallowed.
         self.on_outcome = on_outcome
         self._source_factory = source_factory or self._default_source
@@ -564,6 +572,12 @@ class Reconciler:
             observation=observation,
         )
         out.status = status
+        acted = any(u.applied or u.args_changed for u in out.units)
+        if not acted and not self.owns(namespace, name):
+            # Its shard moved meanwhile: the new owner evaluates it (a flip made before the
+            # move is still recorded, here and in the Deployment's annotation).
+            log.info("shard_moved", detail="evaluation dropped, status left to the new owner")
+            return
         try:
             self.status_writer.write(namespace, name, status)
             out.status_written = True
@@ -640,9 +654,9 @@ class Reconciler:
                 )
                 if not needs:
                     continue
-                if not self.may_act():
+                if not self.may_act() or not self.owns(ref.namespace, ref.name):
                     raise KubeError(
-                        "not the leader any more: decision left to the current leader",
+                        "not the leader or shard owner any more: decision left to the owner",
                         reason="NotLeader",
                     )
                 result = self.actuator.apply(
@@ -995,13 +1009,19 @@ class Reconciler:
         with self._lock:
             entry = self._cache.get(key)
             if entry is None:
-                self._cache[key] = _Entry(obj, 0.0, generation, command_id)
+                last = _last_evaluated(obj) if self.resume_schedule else None
+                due = 0.0 if last is None else last + _interval(obj)
+                self._cache[key] = _Entry(obj, due, generation, command_id)
                 urgent = True
             else:
                 urgent = generation != entry.generation or command_id != entry.command_id
                 entry.obj, entry.generation, entry.command_id = obj, generation, command_id
                 if urgent:
                     entry.next_due = 0.0
+                elif self.resume_schedule:  # another replica may have evaluated it just now
+                    last = _last_evaluated(obj)
+                    if last is not None:
+                        entry.next_due = max(entry.next_due, last + _interval(obj))
         if urgent:
             self._kick.set()
 
@@ -1040,7 +1060,42 @@ class Reconciler:
 
     def due(self, now: float) -> list[tuple[str, str]]:
         with self._lock:
-            return sorted(k for k, e in self._cache.items() if e.next_due <= now)
+            keys = sorted(k for k, e in self._cache.items() if e.next_due <= now)
+        return [k for k in keys if self.owns(*k)]
+
+    def cached(self) -> list[tuple[str, str]]:
+        """Every resource in the cache, owned by this replica or not."""
+        with self._lock:
+            return list(self._cache)
+
+    def hand_over(self, namespace: str, name: str) -> None:
+        """Another replica owns this canary now: drop what this process remembers of it (its
+        Memory and source state), so taking it back later resumes from the cluster."""
+        with self._lock:
+            held = self._sources.pop((namespace, name), None)
+            self._memories.pop((namespace, name), None)
+        if held is not None:
+            self._close_source(held[1])
+
+    def take_over(self, namespace: str, name: str) -> None:
+        """This replica owns the canary now: resume from the cluster (what this process
+        remembers of an earlier ownership is stale), and evaluate it one interval after its
+        last evaluation (by whichever replica), as the status records it."""
+        self.hand_over(namespace, name)
+        try:  # the status as written now: the watch may not have brought the last one yet
+            fresh = self.kube.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except Exception:
+            fresh = None
+        with self._lock:
+            entry = self._cache.get((namespace, name))
+            if entry is None:
+                return
+            obj = fresh if isinstance(fresh, dict) else entry.obj
+            last = _last_evaluated(obj)
+            entry.next_due = last + _interval(obj) if last is not None else 0.0
+        self._kick.set()
 
     def schedule_loop(self, stop: threading.Event, *, tick: float = 0.5) -> None:
         """Evaluate each cached resource when due (its interval after the last evaluation)."""
@@ -1076,14 +1131,7 @@ class Reconciler:
     def _interval_of(self, namespace: str, name: str) -> float:
         with self._lock:
             entry = self._cache.get((namespace, name))
-        if entry is None:
-            return 30.0
-        try:
-            timing = ((entry.obj.get("spec") or {}).get("timing")) or {}
-            value = float(timing.get("intervalSeconds", 30.0))
-            return value if value > 0 else 30.0
-        except (TypeError, ValueError):
-            return 30.0
+        return 30.0 if entry is None else _interval(entry.obj)
 
     def run(self, stop: threading.Event) -> None:
         """Watch in a thread and evaluate in this one until `stop` is set."""
@@ -1109,6 +1157,24 @@ class Reconciler:
 
     def wake(self) -> None:
         self._kick.set()
+
+
+def _interval(obj: dict[str, Any]) -> float:
+    """spec.timing.intervalSeconds of a raw resource (30 s when absent or bad)."""
+    try:
+        timing = ((obj.get("spec") or {}).get("timing")) or {}
+        value = float(timing.get("intervalSeconds", 30.0))
+        return value if value > 0 else 30.0
+    except (TypeError, ValueError, AttributeError):
+        return 30.0
+
+
+def _last_evaluated(obj: dict[str, Any]) -> float | None:
+    """When the canary was last evaluated, by any replica: status.lastEvaluated rounded up
+    (it is kept to the second), None when absent or unreadable."""
+    raw = (obj.get("status") or {}).get("lastEvaluated")
+    at = parse_time(raw) if isinstance(raw, str) else None
+    return None if at is None else math.floor(at) + 1.0
 
 
 def _finite(x: float | None) -> float | None:

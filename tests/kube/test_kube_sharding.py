@@ -1,0 +1,158 @@
+"""Three sharded controller replicas and 300 canaries against the API server double: every
+canary is evaluated by one replica at a time, none twice within its interval, none left
+longer than the lease after a replica dies, and no flip is made twice across the hand-over."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kube_support import BASE_ARGS, NS, FakeSource, canary_cr, speculating
+
+from alphagate.kube.client import Kube
+from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate.shell.controller import Controller, RunOptions
+from alphagate.shell.reconciler import Outcome
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+CANARIES = 300
+INTERVAL = 10.0
+LEASE = {"lease_duration": 3.0, "renew_deadline": 2.0, "retry_period": 0.3}
+TIMING = {
+    "intervalSeconds": INTERVAL,
+    "windowSeconds": INTERVAL,
+    "warmupSeconds": 0,
+    "minDwellSeconds": 0,
+    "probeSeconds": 600,
+    "maxFlipsPerHour": 60,
+    "rolloutTimeoutSeconds": 60,
+    "cooldown": {"initialSeconds": 600, "factor": 2, "maxSeconds": 1200},
+}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class Log:
+    """Every evaluation that took effect (its status written): (canary, replica, when it
+    started, whether it changed the Deployment's args); its start is the `now` it decided
+    for. Flips are counted over every reconcile, dropped evaluations included."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: list[tuple[str, str, float, bool]] = []
+        self.flips: dict[str, int] = defaultdict(int)
+
+    def hook(self, identity: str) -> Callable[[Outcome], None]:
+        def record(out: Outcome) -> None:
+            flipped = any(u.args_changed for u in out.units)
+            with self.lock:
+                self.flips[out.name] += flipped
+                if out.status_written:  # else dropped (its shard moved meanwhile) or failed
+                    started = time.monotonic() - out.duration_seconds
+                    self.rows.append((out.name, identity, started, flipped))
+
+        return record
+
+    def by_canary(self) -> dict[str, list[tuple[float, str, bool]]]:
+        out: dict[str, list[tuple[float, str, bool]]] = defaultdict(list)
+        with self.lock:
+            for name, who, at, flipped in self.rows:
+                out[name].append((at, who, flipped))
+        return {k: sorted(v) for k, v in out.items()}
+
+
+def replica(apiserver: ApiServer, identity: str, log: Log) -> Controller:
+    sources: dict[str, FakeSource] = {}
+
+    def source(spec: Any, namespace: str, name: str) -> FakeSource:
+        if name not in sources:
+            sources[name] = FakeSource(
+                apiserver, lambda s: 0.72, deployment_of=lambda s, n=name: f"{n}-canary"
+            )
+        return sources[name]
+
+    opts = RunOptions(
+        namespace=NS,
+        identity=identity,
+        lease_namespace="alphagate",
+        shards=12,
+        metrics_port=0,
+        serve_metrics=False,
+        watch_timeout=5.0,
+        **LEASE,
+    )
+    kube = Kube.from_configuration(apiserver.configuration())
+    return Controller(opts, kube=kube, source_factory=source, on_outcome=log.hook(identity))
+
+
+def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: ApiServer) -> None:
+    names = [f"c{i:03d}" for i in range(CANARIES)]
+    for name in names:
+        dep = DeploymentTemplate(f"{name}-canary", NS, args=list(BASE_ARGS), replicas=1)
+        apiserver.put(dep.build())
+        apiserver.put(
+            canary_cr(
+                name,
+                target={"name": f"{name}-canary", "container": "vllm"},
+                baseline={"name": f"{name}-baseline", "container": "vllm"},
+                timing=TIMING,
+            )
+        )
+    log = Log()
+    replicas = {n: replica(apiserver, n, log) for n in ("replica-a", "replica-b", "replica-c")}
+    for r in replicas.values():
+        r.start()
+    try:
+        wait_for(lambda: len(log.by_canary()) == CANARIES, 90, "every canary evaluated once")
+        time.sleep(INTERVAL)
+        victim = replicas.pop("replica-c")
+        died = time.monotonic()
+        victim.stop(release=False)  # dies without a goodbye
+        time.sleep(2.5 * INTERVAL)
+        end = time.monotonic()
+    finally:
+        for r in replicas.values():
+            r.stop()
+        victim_ok = "replica-c" not in replicas
+        if not victim_ok:
+            replicas["replica-c"].stop()
+
+    evaluations = log.by_canary()
+    gaps: list[float] = []
+    for name, rows in evaluations.items():
+        times = [at for at, _, _ in rows]
+        for a, b in itertools.pairwise(times):
+            gaps.append(b - a)
+            assert b - a >= INTERVAL - 0.05, f"{name} evaluated twice within its interval: {rows}"
+        # after the death, the canary was evaluated again, by a live replica, in time
+        later = [(at, who) for at, who, _ in rows if at > died]
+        assert later and all(who != "replica-c" for _, who in later), name
+        last = max(times)
+        assert end - last < INTERVAL + LEASE["lease_duration"] + 5.0, f"{name} left behind"
+        # exactly one flip (the probe's enable), whoever made it and whatever moved
+        assert log.flips[name] == 1, f"{name} flipped {log.flips[name]} times: {rows}"
+        assert speculating(apiserver, f"{name}-canary")
+    longest = max(gaps)
+    print(f"{len(log.rows)} evaluations; longest gap {longest:.1f} s (interval {INTERVAL:g} s)")
+    assert longest < INTERVAL + LEASE["lease_duration"] + 5.0
+    enabled = defaultdict(int)
+    for e in apiserver.objects("events", NS, group=""):
+        if e["reason"] == "SpeculationEnabled":
+            enabled[e["involvedObject"]["name"]] += 1
+    twice = sorted(n for n, c in enabled.items() if c > 1)
+    assert not twice, f"enabled twice: {twice}"
+    assert len(enabled) == CANARIES
