@@ -29,6 +29,7 @@ KUSTOMIZATIONS = {
     "deploy/overlays/dev": "dev overlay",
     "deploy/overlays/prod": "prod overlay",
     "deploy/overlays/cluster-wide": "cluster-wide overlay",
+    "deploy/overlays/sharded": "sharded overlay (replicas split the canaries)",
     "dashboards": "Grafana dashboard ConfigMap",
 }
 
