@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
 from alphagate.kube.client import Kube
 from alphagate.kube.lease import LeaderElector
 from alphagate.sandbox.apiserver import ApiServer
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
+
 
 # Short, bounded times: whole test well under a few seconds.
 TIMES = {"lease_duration": 2.0, "renew_deadline": 1.0, "retry_period": 0.1}
@@ -26,16 +31,9 @@ def elector(kube: Kube, identity: str, log: list[str] | None = None) -> LeaderEl
     )
 
 
-def wait_for(predicate: object, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def test_exactly_one_leads_and_the_other_takes_over(apiserver: ApiServer, kube: Kube) -> None:
+def test_exactly_one_leads_and_the_other_takes_over(
+    apiserver: ApiServer, kube: Kube, wait_for: WaitFor
+) -> None:
     log: list[str] = []
     a, b = elector(kube, "a", log), elector(kube, "b", log)
     a.start()
@@ -43,11 +41,12 @@ def test_exactly_one_leads_and_the_other_takes_over(apiserver: ApiServer, kube: 
     b.start()
     try:
         # b keeps campaigning for several renew periods but never leads while a renews
-        assert not wait_for(lambda: b.is_leader, 1.0)
+        with pytest.raises(AssertionError, match="timed out"):
+            wait_for(lambda: b.is_leader, 1.0, "b leading while a holds the Lease")
         assert a.is_leader and a.holder() == "a"
         # a dies without releasing: it simply stops renewing
         a.stop(release=False)
-        assert wait_for(lambda: log == ["+a", "-a", "+b"], TIMES["lease_duration"] * 4)
+        wait_for(lambda: log == ["+a", "-a", "+b"], TIMES["lease_duration"] * 4, "b taking over")
         assert b.is_leader and b.holder() == "b"
         assert not a.is_leader
         lease = apiserver.get("leases", "alphagate", "ctl")
@@ -57,12 +56,12 @@ def test_exactly_one_leads_and_the_other_takes_over(apiserver: ApiServer, kube: 
         b.stop()
 
 
-def test_both_never_lead_at_once(apiserver: ApiServer, kube: Kube) -> None:
+def test_both_never_lead_at_once(apiserver: ApiServer, kube: Kube, wait_for: WaitFor) -> None:
     a, b = elector(kube, "a"), elector(kube, "b")
     a.start()
     b.start()
     try:
-        assert wait_for(lambda: a.is_leader or b.is_leader, 5)
+        wait_for(lambda: a.is_leader or b.is_leader, 5, "a leader")
         for _ in range(30):  # bounded sampling over ~0.6 s
             assert not (a.is_leader and b.is_leader)
             time.sleep(0.02)
@@ -84,14 +83,16 @@ def test_clean_stop_releases_for_an_immediate_takeover(apiserver: ApiServer, kub
         b.stop()
 
 
-def test_leader_steps_down_when_it_cannot_renew(apiserver: ApiServer, kube: Kube) -> None:
+def test_leader_steps_down_when_it_cannot_renew(
+    apiserver: ApiServer, kube: Kube, wait_for: WaitFor
+) -> None:
     log: list[str] = []
     a = elector(kube, "a", log)
     a.start()
     try:
         assert a.wait_until_leader(5)
         apiserver.faults.add("*", r"/leases/ctl$", 500, times=None)
-        assert wait_for(lambda: log == ["+a", "-a"], TIMES["renew_deadline"] * 5)
+        wait_for(lambda: log == ["+a", "-a"], TIMES["renew_deadline"] * 5, "a stepping down")
         assert not a.is_leader
         apiserver.faults.clear()
         assert a.wait_until_leader(5)  # campaigns again once the API answers

@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -20,6 +18,10 @@ from alphagate.kube.client import Kube
 from alphagate.kube.status import parse_status
 from alphagate.sandbox.apiserver import ApiServer
 from alphagate.shell.controller import Controller, RunOptions
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
+
 
 FAST = {
     "intervalSeconds": 0.4,
@@ -31,16 +33,6 @@ FAST = {
     "rolloutTimeoutSeconds": 30,
     "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
 }
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def controller(apiserver: ApiServer, identity: str, source: FakeSource) -> Controller:
@@ -62,7 +54,9 @@ def state(apiserver: ApiServer) -> str | None:
     return parse_status(apiserver.get("speculativecanaries", NS, "chat")).state
 
 
-def test_two_replicas_one_acts_and_the_other_takes_over(apiserver: ApiServer) -> None:
+def test_two_replicas_one_acts_and_the_other_takes_over(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     seed(apiserver, cr=canary_cr(timing=FAST))
     alpha = {"chat": 0.72}
     source = FakeSource(apiserver, lambda s: alpha[s])
@@ -103,7 +97,9 @@ def test_two_replicas_one_acts_and_the_other_takes_over(apiserver: ApiServer) ->
         b.stop()
 
 
-def test_controller_without_leader_election_acts_at_once(apiserver: ApiServer) -> None:
+def test_controller_without_leader_election_acts_at_once(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     seed(apiserver, cr=canary_cr(timing=FAST))
     source = FakeSource(apiserver, lambda s: 0.72)
     opts = RunOptions(namespace=NS, leader_elect=False, serve_metrics=False, watch_timeout=2.0)
@@ -137,7 +133,9 @@ def test_controller_without_leader_election_acts_at_once(apiserver: ApiServer) -
 
 
 @pytest.mark.slow
-def test_alphagate_run_command_serves_probes_and_logs_json(apiserver: ApiServer) -> None:
+def test_alphagate_run_command_serves_probes_and_logs_json(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     seed(apiserver, cr=canary_cr(timing=FAST))
     import socket
 

@@ -4,9 +4,7 @@ spec show as counters and a gauge an alert can read, plus the process metrics; t
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from kube_support import NS, FakeSource, canary_cr, seed
@@ -16,6 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from alphagate.kube.client import Kube
 from alphagate.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell.controller import Controller, RunOptions
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
+
 
 FAST = {
     "intervalSeconds": 0.4,
@@ -27,16 +29,6 @@ FAST = {
     "rolloutTimeoutSeconds": 30,
     "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
 }
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def samples(c: Controller) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -61,7 +53,7 @@ def _start(apiserver: ApiServer) -> Controller:
     ).start()
 
 
-def test_a_refused_patch_counts_as_a_forbidden_warning() -> None:
+def test_a_refused_patch_counts_as_a_forbidden_warning(wait_for: WaitFor) -> None:
     with ApiServer(rbac=Rbac.allow_all().deny("patch", "apps", "deployments")) as apiserver:
         seed(apiserver, cr=canary_cr(timing=FAST))
         c = _start(apiserver)
@@ -79,7 +71,9 @@ def test_a_refused_patch_counts_as_a_forbidden_warning() -> None:
             c.stop()
 
 
-def test_an_invalid_spec_sets_the_gauge_until_fixed(apiserver: ApiServer) -> None:
+def test_an_invalid_spec_sets_the_gauge_until_fixed(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     bad = canary_cr(timing=FAST)
     bad["spec"]["acceptance"] = {"disableBelow": 0.6, "enableAbove": 0.5}
     seed(apiserver, cr=bad)
@@ -95,7 +89,9 @@ def test_an_invalid_spec_sets_the_gauge_until_fixed(apiserver: ApiServer) -> Non
         c.stop()
 
 
-def test_the_verdict_api_is_served_next_to_the_metrics(apiserver: ApiServer) -> None:
+def test_the_verdict_api_is_served_next_to_the_metrics(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     seed(apiserver, cr=canary_cr(timing=FAST))
     opts = RunOptions(namespace=NS, leader_elect=False, metrics_port=0, watch_timeout=2.0)
     source = FakeSource(apiserver, lambda s: 0.72)

@@ -7,12 +7,17 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from alphagate.kube.client import Kube
 from alphagate.kube.shards import ShardLeases, assignment, shard_of
 from alphagate.sandbox.apiserver import ApiServer
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
+
 
 SHARDS = 12
 TIMES = {"lease_duration": 2.0, "renew_deadline": 1.0, "retry_period": 0.1}
@@ -85,31 +90,28 @@ def counts(replicas: dict[str, ShardLeases]) -> dict[str, int]:
     return {name: len(r.held()) for name, r in replicas.items()}
 
 
-def wait_for(predicate: object, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.mark.slow
-def test_three_replicas_share_fail_over_and_rebalance(clients: list[Kube]) -> None:
+def test_three_replicas_share_fail_over_and_rebalance(
+    clients: list[Kube], wait_for: WaitFor
+) -> None:
     replicas = {name: replica(k, name) for name, k in zip("abc", clients, strict=False)}
     with Sampler(replicas) as sampler:
         for r in replicas.values():
             r.start()
-        assert wait_for(lambda: counts(replicas) == {"a": 4, "b": 4, "c": 4}, 10), counts(replicas)
+        wait_for(
+            lambda: counts(replicas) == {"a": 4, "b": 4, "c": 4}, 10, "4 shards each on a, b, c"
+        )
         # c dies (no release): a and b take its shards within the lease time and a few rounds.
         dead = replicas.pop("c")
         died = time.monotonic()
         dead.stop(release=False)
-        assert wait_for(lambda: counts(replicas) == {"a": 6, "b": 6}, 10), counts(replicas)
+        wait_for(lambda: counts(replicas) == {"a": 6, "b": 6}, 10, "6 shards each on a, b")
         took = time.monotonic() - died
         # d joins: the shards spread again, handed over one round at a time.
         replicas["d"] = replica(clients[3], "d").start()
-        assert wait_for(lambda: counts(replicas) == {"a": 4, "b": 4, "d": 4}, 10), counts(replicas)
+        wait_for(
+            lambda: counts(replicas) == {"a": 4, "b": 4, "d": 4}, 10, "4 shards each on a, b, d"
+        )
         for r in replicas.values():
             r.stop(release=True)
     print(f"takeover {took:.2f} s, longest unowned {sampler.longest_gap:.2f} s")

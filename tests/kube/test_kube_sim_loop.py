@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kube_support import NS, canary_cr, speculating
@@ -23,6 +21,10 @@ from alphagate.shell.reconciler import Reconciler
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import Scenario, SliceSpec
 from alphagate.sim.server import SimServer
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
+
 
 pytestmark = pytest.mark.slow
 
@@ -122,17 +124,9 @@ class SimKubelet:
         self.api.complete_rollout(NS, name, generation=gen)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def test_simulated_alpha_falls_and_the_real_loop_rolls_back(apiserver: ApiServer) -> None:
+def test_simulated_alpha_falls_and_the_real_loop_rolls_back(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     fleet = Fleet(Scenario.model_validate(SCENARIO), tick=0.5)
     with SimServer(fleet, speed=SPEED) as sim:
         apiserver.kubelet = SimKubelet(apiserver, sim)

@@ -10,9 +10,7 @@ deploy/base/role-leader-election.yaml (the controller's own namespace).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import ship_support as ship
@@ -23,6 +21,10 @@ from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
 from alphagate.sim.server import SimServer
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
+
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +67,6 @@ def _shipped() -> dict[str, set[Rule]]:
         WATCHED: _rules(("rbac", "namespaced", "role.yaml")),
         OWN: _rules(("base", "role-leader-election.yaml")),
     }
-
-
-def _wait(what: str, predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _pod(name: str, labels: dict[str, str], port: int) -> dict[str, Any]:
@@ -130,7 +125,7 @@ def _canary() -> dict[str, Any]:
     }
 
 
-def test_rbac_covers_every_api_call_and_nothing_more() -> None:
+def test_rbac_covers_every_api_call_and_nothing_more(wait_for: WaitFor) -> None:
     shipped = _shipped()
     rbac = Rbac()
     for rules in shipped.values():
@@ -172,15 +167,18 @@ def test_rbac_covers_every_api_call_and_nothing_more() -> None:
                 return str((obj.get("status") or {}).get("state", ""))
 
             # a new canary is probed (patch), judged on scraped pods, and confirmed
-            _wait("the probe's patch", lambda: any("speculative" in a for a in canary_args()))
-            _wait("state On", lambda: state() == "On")
+            wait_for(
+                lambda: any("speculative" in a for a in canary_args()), 60, "the probe's patch"
+            )
+            wait_for(lambda: state() == "On", 60, "state On")
             # the pods vanish: the source fails and the same SourceErrors Event repeats,
             # which the recorder counts on the existing Event (a patch), not as new ones
             for pod_name in sim.ports:
                 api.delete("pods", WATCHED, pod_name)
-            _wait(
-                "a repeated Event",
+            wait_for(
                 lambda: bool(api.requests_matching(method="PATCH", resource="events")),
+                60,
+                "a repeated Event",
             )
         finally:
             controller.stop()  # releases the Lease (an update)
