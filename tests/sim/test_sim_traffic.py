@@ -11,7 +11,14 @@ import pytest
 from alphagate import vllm
 from alphagate.sim.acceptance import draw_request_alpha
 from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.model import DecodeParams, Engine, EngineCounters, Load, Stalls
+from alphagate.sim.model import (
+    DecodeParams,
+    Engine,
+    EngineCounters,
+    Load,
+    Stalls,
+    output_lengths,
+)
 from alphagate.sim.pod import PodSnapshot
 from alphagate.sim.scenario import parse_scenario
 
@@ -78,6 +85,13 @@ def test_a_request_keeps_its_acceptance_across_scrapes() -> None:
 
 
 def test_output_lengths_are_log_normal_around_the_median() -> None:
+    z = np.random.default_rng(0).standard_normal(100_000)
+    lengths = output_lengths(z, Load(alpha=0.7, output_tokens=600, output_sigma=0.8))
+    assert np.median(lengths) == pytest.approx(600, rel=0.01)
+    assert np.percentile(lengths, 99) / 600 == pytest.approx(np.exp(2.326 * 0.8), rel=0.05)
+    assert lengths.max() == 8192  # the default max_tokens cap
+    fixed = output_lengths(z[:10], Load(alpha=0.7, output_tokens=64, output_sigma=0))
+    assert set(fixed) == {64.0}
     # Mean tokens per finished request = median * exp(sigma^2 / 2) for a log-normal.
     for median, sigma in ((256, 1.0), (1500, 0.5)):
         load = Load(alpha=0.7, arrival_rate=3.0, output_tokens=median, output_sigma=sigma)

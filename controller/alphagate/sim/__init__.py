@@ -4,9 +4,15 @@ The simulator is the independent check on the decision core, so it must not impo
 alphagate.core, sources, kube or reconciler. Entry points:
 
 * ``load_scenario(path)`` / ``parse_scenario(text)``: validated scenario files;
-* ``Fleet(scenario, seed=..., tick=...)``: in-process pods; ``run()`` yields snapshots;
+* ``Fleet(scenario, seed=..., tick=...)``: in-process pods; ``run()`` yields snapshots,
+  ``advance_to``/``snapshot``/``truth`` step it by hand; ``Fleet(..., scrapes=True)`` also
+  keeps what Prometheus would have scraped (``scraped(pod)``, ``prometheus_snapshot()``,
+  at the scenario's ``prometheus.scrape_interval`` and ``lag``);
 * ``SimServer(fleet, speed=..., file_sd=...)``: each pod on its own 127.0.0.1 port;
 * ``render(snapshot)``: a pod's ``/metrics`` page; ``record``/``read_recording``: JSONL.
+
+Traffic is per request (own acceptance, log-normal lengths), pods stall now and then, and
+timeline events may ramp; ``scenarios/README.md`` documents the fields and their defaults.
 """
 
 from alphagate.sim.exposition import render

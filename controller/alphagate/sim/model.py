@@ -133,6 +133,17 @@ class Load:
     max_output_tokens: int = 8192
 
 
+def output_lengths(z: FloatArray, load: Load) -> FloatArray:
+    """Output lengths (tokens) for standard normal draws ``z``: log-normal around the median
+    ``output_tokens`` with spread ``output_sigma``, at least 1, capped at ``max_output_tokens``.
+    """
+    if load.output_sigma <= 0:
+        return np.full(z.size, float(min(load.output_tokens, load.max_output_tokens)))
+    raw = np.rint(load.output_tokens * np.exp(load.output_sigma * z))
+    out: FloatArray = np.minimum(np.maximum(raw, 1.0), float(load.max_output_tokens))
+    return out
+
+
 def step_time(batch: int, k: int, params: DecodeParams, scale: float = 1.0) -> tuple[float, int]:
     """Mean duration of one engine step over ``batch`` requests, and its number of passes.
 
@@ -383,11 +394,7 @@ class Engine:
         sigma = self.params.jitter
         z = rng.standard_normal(2 * n)
         out = np.empty((6, n))
-        if load.output_sigma > 0:
-            raw = np.rint(load.output_tokens * np.exp(load.output_sigma * z[:n]))
-            out[LEN] = np.minimum(np.maximum(raw, 1.0), float(load.max_output_tokens))
-        else:
-            out[LEN] = float(min(load.output_tokens, load.max_output_tokens))
+        out[LEN] = output_lengths(z[:n], load)
         out[REM] = out[LEN] - 1.0
         if self.k:
             per_draft = load.draft_fill * self.k
