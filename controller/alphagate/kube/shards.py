@@ -97,6 +97,7 @@ class ShardLeases:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.members: list[str] = []  # live members as of the last round
+        self._rounds = 0
         self._log = get_logger("shards").bind(group=group, identity=self.identity)
 
     # ------------------------------------------------------------ ownership
@@ -196,6 +197,12 @@ class ShardLeases:
             ):
                 live.append(spec.holder_identity)
         self.members = sorted(set(live))
+        self._rounds += 1
+        if self._rounds == 1:
+            # The first round only announces this replica: taking shards before seeing the
+            # others' member Leases would take them all, to hand most back a round later.
+            self._report(before)
+            return
         wanted = assignment(self.members, self.shards)
         for shard in range(self.shards):
             self._shard_round(shard, leases.get(self.shard_lease(shard)), wanted[shard], now)
