@@ -411,38 +411,46 @@ class ErrorPolicy(_Model):
     )
 
 
-class BasicAuth(_Model):
-    username: str = Field(description="Basic-auth user name for the Prometheus API.")
-    password_file: str = Field(
-        description="File in the controller's pod holding the basic-auth password."
-    )
+ADMIN_ONLY_SOURCE_FIELDS: Final = ("url", "bearerTokenFile", "basicAuth", "caFile", "headers")
+"""Prometheus settings a SpeculativeCanary may not carry: where the controller sends queries
+and with which credentials is the cluster admin's choice (the controller's `--config`)."""
 
 
 class PrometheusSource(_Model):
-    url: str = Field(
-        pattern=r"^https?://", description="Base URL of the Prometheus HTTP API (http or https)."
+    """Which Prometheus endpoint to query, by the name the controller's admin gave it: a
+    policy holds no URL and no credential (the trust boundary in docs/security.md)."""
+
+    endpoint: str = Field(
+        default="default",
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description=(
+            "Name of a Prometheus endpoint configured for the controller by its admin "
+            "(`alphagate run --config` or --prometheus-url); URL and credentials live there."
+        ),
     )
-    bearer_token_file: str | None = Field(
+    timeout_seconds: TimeoutSeconds | None = Field(
         default=None,
-        description="File in the controller's pod holding a bearer token for the Prometheus API.",
-    )
-    basic_auth: BasicAuth | None = Field(
-        default=None, description="Basic auth for the Prometheus API."
-    )
-    ca_file: str | None = Field(
-        default=None,
-        description="File in the controller's pod holding the CA bundle for an https url.",
-    )
-    headers: dict[str, str] = Field(
-        default={}, description="Extra HTTP headers sent with every query."
-    )
-    timeout_seconds: TimeoutSeconds = Field(
-        default=10.0, description="Timeout of one query, in seconds."
+        description="Deadline of one query, in seconds; at most the endpoint's (its default).",
     )
     # Extra label matchers added to every query, e.g. {namespace: "llm"}.
     match_labels: dict[str, str] = Field(
         default={}, description="Extra label matchers added to every query, e.g. {namespace: llm}."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_address_or_credential(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            found = [k for k in ADMIN_ONLY_SOURCE_FIELDS if k in data]
+            if found:
+                raise ValueError(
+                    f"{', '.join(found)} may not be set in a SpeculativeCanary: the controller's "
+                    "admin configures Prometheus URLs and credentials (`alphagate run --config`); "
+                    "name one with `endpoint:`"
+                )
+        return data
 
 
 SCRAPE_MEMORY_BUDGET: Final = 256 * 1024 * 1024
@@ -527,7 +535,9 @@ class Source(_Model):
     @model_validator(mode="after")
     def _kind_has_settings(self) -> Source:
         if self.kind is SourceKind.PROMETHEUS and self.prometheus is None:
-            raise ValueError("kind prometheus needs a `prometheus` block with a url")
+            raise ValueError(
+                "kind prometheus needs a `prometheus` block naming the endpoint to query"
+            )
         return self
 
 

@@ -2,6 +2,7 @@
 
     AlphagateError                  anything alphagate raises on purpose
     ├── PolicyError                 a SpeculativeCanary (file or object) is invalid
+    ├── ConfigError                 the controller's own configuration (admin-owned) is invalid
     ├── ScenarioError               a simulator scenario file is invalid
     ├── SourceError                 a metrics source failed; `kind` classifies it
     │   └── ExpositionError         a /metrics page is malformed (names the line)
@@ -53,6 +54,14 @@ class PolicyError(AlphagateError):
         self.where = where
         self.path = path
         self.reason = message
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(AlphagateError):
+    """The controller's own configuration (flags, `--config` file) is invalid; names where."""
+
+    def __init__(self, message: str, *, where: str = "") -> None:
+        self.where = where
         super().__init__(f"{where}: {message}" if where else message)
 
 

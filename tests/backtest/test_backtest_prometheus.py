@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 from alphagate.backtest import run_range
 from alphagate.commands import backtest as backtest_command
-from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
+from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.testing.prometheus import PrometheusServer, available
 
@@ -91,7 +91,7 @@ def policy(url: str) -> dict[str, Any]:
                 "maxFlipsPerHour": 60,
                 "cooldown": {"initialSeconds": 3600},
             },
-            "source": {"kind": "prometheus", "prometheus": {"url": url, "timeoutSeconds": 5}},
+            "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
         },
     }
 

@@ -55,7 +55,7 @@ BASE: dict[str, Any] = {
     "baseline": {"name": "baseline"},
     "speculativeConfig": {"method": "ngram", "num_speculative_tokens": K},
     "slices": [_slice("chat")],
-    "source": {"kind": "prometheus", "prometheus": {"url": "http://127.0.0.1:9090"}},
+    "source": {"kind": "prometheus", "prometheus": {}},
     "acceptance": {"minDrafts": 200},
 }
 

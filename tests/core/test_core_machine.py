@@ -40,7 +40,7 @@ BASE: dict[str, Any] = {
             "baseline": {"matchLabels": {"track": "baseline"}},
         }
     ],
-    "source": {"kind": "prometheus", "prometheus": {"url": "http://127.0.0.1:9090"}},
+    "source": {"kind": "prometheus", "prometheus": {}},
     "timing": {
         "intervalSeconds": 30,
         "windowSeconds": 300,

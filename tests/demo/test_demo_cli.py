@@ -47,7 +47,7 @@ def test_the_default_scenario_and_policy_ship_as_package_data() -> None:
 def test_scaled_policy_compresses_every_duration_and_sets_the_source() -> None:
     policy, where = sandbox_demo.load_policy(None)
     base = parse(policy).spec.timing
-    source = {"kind": "prometheus", "prometheus": {"url": "http://127.0.0.1:9"}}
+    source = {"kind": "prometheus", "prometheus": {}}
     canary = sandbox_demo.scaled_policy(
         policy, speed=4, namespace="ns1", source=source, where=where
     )
@@ -60,7 +60,7 @@ def test_scaled_policy_compresses_every_duration_and_sets_the_source() -> None:
     assert t.cooldown.factor == base.cooldown.factor
     assert canary.metadata.namespace == "ns1"
     assert canary.spec.source.prometheus is not None
-    assert canary.spec.source.prometheus.url == "http://127.0.0.1:9"
+    assert canary.spec.source.prometheus.endpoint == "default"  # the URL is the controller's
 
 
 def test_deployments_carry_slice_and_role_labels_and_canaries_recreate() -> None:

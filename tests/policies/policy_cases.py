@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """Broken copies of the shipped policies, shared by the `policy check` tests and the CRD's CEL
 tests: one list of documents, judged by both the controller's models and admission."""
 
@@ -147,7 +146,10 @@ CASES = [
         cross_field=True,
     ),
     Case(
-        "    prometheus:\n      url: http://prometheus-operated.monitoring.svc:9090\n      matchLabels: {namespace: llm}\n",
+        "    prometheus:\n"
+        "      # The Prometheus the controller's admin configured (alphagate run --config or\n"
+        "      # --prometheus-url); a policy names it and never holds a URL or a credential.\n"
+        "      endpoint: default\n      matchLabels: {namespace: llm}\n",
         "",
         "spec.source",
         "kind prometheus needs a `prometheus` block",

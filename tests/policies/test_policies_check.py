@@ -67,7 +67,7 @@ def test_policies_cover_the_cases() -> None:
     assert kinds == {config.SourceKind.PROMETHEUS, config.SourceKind.POD_SCRAPE}
     for res in parsed.values():
         if res.spec.source.prometheus is not None:
-            assert re.match(r"^http://[a-z0-9.-]+\.svc(:\d+)?$", res.spec.source.prometheus.url)
+            assert res.spec.source.prometheus.endpoint == "default"  # never a URL
         assert res.spec.latency.metric is config.LatencyMetric.PER_TOKEN
 
 

@@ -354,7 +354,7 @@ def test_gate_from_spec_and_speedup_from_the_core(recorder: exporter.Recorder) -
                 }
             ],
             "acceptance": {"disableBelow": 0.5, "enableAbove": 0.65},
-            "source": {"kind": "prometheus", "prometheus": {"url": "http://prom:9090"}},
+            "source": {"kind": "prometheus", "prometheus": {}},
         }
     )
     ev = evaluation(transition=False)

@@ -26,6 +26,7 @@ from alphagate.shell import exporter
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
 from alphagate.sim.server import SimServer
+from alphagate.sources.endpoints import SourcesConfig
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.testing import prometheus as testprom
 
@@ -76,7 +77,7 @@ def _policy(url: str) -> config.SpeculativeCanary:
                 "acceptance": {"minDrafts": 1},
                 "latency": {"minCount": 1},
                 "timing": {"intervalSeconds": 5, "windowSeconds": 20, "warmupSeconds": 0},
-                "source": {"kind": "prometheus", "prometheus": {"url": url}},
+                "source": {"kind": "prometheus", "prometheus": {}},
             },
         }
     )
@@ -159,7 +160,7 @@ def _evaluate_into(stack: dict[str, Any]) -> list[Any]:
     out = []
     memory = Memory(state=State.ON, since=time.time() - 3600)
     rollout = Rollout(in_progress=False, completed_at=time.time() - 3600, speculation_on=True)
-    with PrometheusSource.from_spec(spec) as source:
+    with PrometheusSource.from_spec(spec, SourcesConfig.single(str(prom.url))) as source:
         for command in (None, Command.DISABLE):
             now = time.time()
             started = time.perf_counter()

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from hostile import drip, serving, slow_body, whole
 
-from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceError, SourceErrorKind, redact
 from alphagate.sources import http
 from alphagate.sources.discovery import StaticDiscovery, Target
+from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource, _WatchedFile
 from alphagate.sources.scrape import ScrapeSource, read_page
 

@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
+from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource, duration, matchers, pool_queries
 
 START, END, STEP = 1000.0, 1060.0, 20.0
@@ -38,7 +38,7 @@ def make_spec(url: str = "http://prom.test:9090", **prom: Any) -> SpeculativeCan
                     "baseline": {"matchLabels": {"role": "baseline", "slice": "chat"}},
                 }
             ],
-            "source": {"kind": "prometheus", "prometheus": {"url": url, **prom}},
+            "source": {"kind": "prometheus", "prometheus": {**prom}},
         }
     )
 
@@ -476,9 +476,10 @@ def test_slow_prometheus_times_out(slow_server: tuple[str, threading.Event]) -> 
 
 def test_make_source_builds_the_policy_source() -> None:
     from alphagate.sources import Source, make_source
+    from alphagate.sources.endpoints import SourcesConfig
     from alphagate.sources.scrape import ScrapeSource
 
-    src = make_source(make_spec())
+    src = make_source(make_spec(), endpoints=SourcesConfig.single("http://prom.test:9090"))
     assert isinstance(src, PrometheusSource) and isinstance(src, Source)
     src.close()
     scrape_spec = SpeculativeCanarySpec.model_validate(

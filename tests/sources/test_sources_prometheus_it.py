@@ -23,7 +23,6 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from alphagate import vllm
-from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.histogram import bracket, quantile
 from alphagate.core.model import Buckets, Observation, PoolObservation, Role
@@ -32,6 +31,7 @@ from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
 from alphagate.sources.discovery import StaticDiscovery, Target
+from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.scrape import ScrapeSource
 from alphagate.testing.prometheus import PrometheusServer, available
@@ -91,7 +91,7 @@ def make_spec(url: str) -> SpeculativeCanarySpec:
                     "baseline": pool("baseline", "escaped"),
                 },
             ],
-            "source": {"kind": "prometheus", "prometheus": {"url": url, "timeoutSeconds": 5}},
+            "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
         }
     )
 

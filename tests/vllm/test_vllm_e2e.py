@@ -182,7 +182,7 @@ def canary_policy(prometheus_url: str, cooldown_s: float) -> dict[str, Any]:
             "errors": {"alertAfter": 3, "failSafe": "hold"},
             "source": {
                 "kind": "prometheus",
-                "prometheus": {"url": prometheus_url, "timeoutSeconds": 5},
+                "prometheus": {"timeoutSeconds": 5},
             },
         },
     }

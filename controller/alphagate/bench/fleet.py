@@ -166,11 +166,11 @@ def spec_for(name: str, source: dict[str, Any], interval: float, window: float) 
 
 def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     """Run `cycles` evaluation cycles (after one warm-up) in this process; numbers as a dict."""
-    from alphagate.config import PrometheusSource as PromSettings
     from alphagate.config import ScrapeSource as ScrapeSettings
     from alphagate.core.evaluate import evaluate
     from alphagate.core.model import Memory, Role, Rollout
     from alphagate.sources.discovery import StaticDiscovery, Target
+    from alphagate.sources.endpoints import PrometheusEndpoint
     from alphagate.sources.prometheus import PrometheusSource
     from alphagate.sources.scrape import ScrapeSource
 
@@ -192,9 +192,10 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
             }
             src: Any = ScrapeSource(StaticDiscovery(urls), settings=settings, transport=transport)
         else:
-            block = {"kind": "prometheus", "prometheus": {"url": cfg["prometheus_url"]}}
+            block = {"kind": "prometheus", "prometheus": {}}
             spec = spec_for(name, block, interval, window)
-            src = PrometheusSource(PromSettings(url=cfg["prometheus_url"]), transport=transport)
+            endpoint = PrometheusEndpoint(url=cfg["prometheus_url"])
+            src = PrometheusSource(endpoint, transport=transport)
         units.append((spec, src))
     memories = [Memory() for _ in units]
     rollout = Rollout(completed_at=0.0, speculation_on=True)

@@ -35,7 +35,6 @@ from rich.text import Text
 
 from alphagate import report
 from alphagate.backtest import BacktestResult, Options, UnitResult, run_range, run_recording
-from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SpeculativeCanary
 from alphagate.errors import AlphagateError, PolicyError
 from alphagate.sim.scenario import parse_duration
@@ -444,10 +443,14 @@ def _run_prometheus(
     title: str,
     options: Options,
 ) -> BacktestResult:
+    from alphagate.sources.common import redact_url
+    from alphagate.sources.endpoints import PrometheusEndpoint, check_url
     from alphagate.sources.prometheus import PrometheusSource
 
-    if not url.startswith(("http://", "https://")):
-        raise typer.BadParameter("must start with http:// or https://", param_hint="--prometheus")
+    try:
+        check_url(url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--prometheus") from None
     if start is None:
         raise typer.BadParameter("--prometheus needs --start", param_hint="--start")
     now = time.time()
@@ -459,15 +462,15 @@ def _run_prometheus(
     step_s = _seconds(step, "--step") if step is not None else None
     if step_s is not None and step_s <= 0:
         raise typer.BadParameter("must be > 0", param_hint="--step")
+    # The person at the terminal names the Prometheus: an endpoint of their own.
     base = spec.source.prometheus
-    settings = (
-        base.model_copy(update={"url": url}) if base is not None else PrometheusSettings(url=url)
-    )
-    with PrometheusSource(settings) as source:
+    timeout = base.timeout_seconds if base is not None else None
+    endpoint = PrometheusEndpoint(url=url, timeout_seconds=timeout or 10.0)
+    with PrometheusSource(endpoint) as source:
         try:
             return run_range(
                 spec, source, start=t0, end=t1, step=step_s, policy=title, options=options,
-                describe={"url": url},
+                describe={"url": redact_url(url)},
             )  # fmt: skip
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--step") from None

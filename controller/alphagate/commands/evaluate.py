@@ -39,9 +39,11 @@ from alphagate.core.model import (
     Rollout,
     State,
 )
-from alphagate.errors import PolicyError
+from alphagate.errors import PolicyError, SourceError
 from alphagate.sources import Source
 from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
+from alphagate.sources.endpoints import PrometheusEndpoint, check_url
+from alphagate.sources.endpoints import load as endpoints_load
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.scrape import ScrapeSource
 
@@ -310,6 +312,11 @@ def evaluate_command(
     prometheus: str | None = typer.Option(
         None, "--prometheus", help="Prometheus URL (overrides the policy's source)."
     ),
+    config_file: Path | None = typer.Option(
+        None,
+        "--config",
+        help="The controller's config file (the Prometheus endpoint the policy names).",
+    ),
     scrape_target: list[str] = typer.Option(
         [], "--scrape-target", help="slice:role=URL of a pod's /metrics; repeatable."
     ),
@@ -344,16 +351,25 @@ def evaluate_command(
         src = ScrapeSource(StaticDiscovery(targets), since_start=scrape_seconds <= 0)
         label = f"pod scrape ({sum(len(v) for v in targets.values())} targets)"
     elif prometheus or spec.source.kind is SourceKind.PROMETHEUS:
-        settings = spec.source.prometheus
-        if prometheus:
-            settings = (
-                settings.model_copy(update={"url": prometheus})
-                if settings is not None
-                else PrometheusSettings(url=prometheus)
+        wanted = spec.source.prometheus or PrometheusSettings()
+        if prometheus:  # the person at the terminal names the Prometheus: their own endpoint
+            try:
+                endpoint = PrometheusEndpoint(url=check_url(prometheus))
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--prometheus") from None
+        elif config_file is not None:
+            try:
+                endpoint = endpoints_load(config_file).prometheus_endpoint(wanted.endpoint)
+            except SourceError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--config") from None
+        else:
+            raise typer.BadParameter(
+                f"the policy names Prometheus endpoint {wanted.endpoint!r}: give its URL with "
+                "--prometheus URL, or the controller's config file with --config FILE",
+                param_hint="--prometheus",
             )
-        assert settings is not None  # the schema requires it for kind prometheus
-        src = PrometheusSource(settings)
-        label = f"prometheus {settings.url}"
+        src = PrometheusSource(endpoint, timeout_seconds=wanted.timeout_seconds)
+        label = f"prometheus {endpoint.display_url}"
     else:
         from kubernetes import client
 

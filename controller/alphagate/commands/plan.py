@@ -17,7 +17,7 @@ from alphagate import config
 from alphagate.commands import memory as memory_cli
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
 from alphagate.errors import PolicyError
-from alphagate.planning.plan import DEFAULT_PROMETHEUS_URL, PlanInput, build, render
+from alphagate.planning.plan import DEFAULT_PROMETHEUS_ENDPOINT, PlanInput, build, render
 from alphagate.planning.slices import parse_slices
 
 
@@ -35,8 +35,11 @@ def plan(
         None, "--draft-model", help="Draft model or EAGLE-3 head for --speculative-config."
     ),
     namespace: str = typer.Option("default", "--namespace", help="Kubernetes namespace."),
-    prometheus_url: str = typer.Option(
-        DEFAULT_PROMETHEUS_URL, "--prometheus-url", help="In-cluster Prometheus URL."
+    prometheus_endpoint: str = typer.Option(
+        DEFAULT_PROMETHEUS_ENDPOINT,
+        "--prometheus-endpoint",
+        help="Name of the Prometheus endpoint configured for the controller (alphagate run "
+        "--config).",
     ),
     output_tokens: float | None = typer.Option(
         None, "--output-tokens", min=1.0, help="Expected mean output length in tokens."
@@ -100,7 +103,7 @@ def plan(
             method=method,
             draft_model=draft_model,
             namespace=namespace,
-            prometheus_url=prometheus_url,
+            prometheus_endpoint=prometheus_endpoint,
             output_tokens=output_tokens,
             offline_batch1=offline,
             aggregation=agg,

@@ -7,6 +7,7 @@ logs, and SIGTERM/SIGINT to a clean stop that releases the Lease.
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -15,6 +16,8 @@ from alphagate import logs
 from alphagate.commands.control import CONTEXT, KUBECONFIG, SERVER
 from alphagate.kube.lease import DEFAULT_LEASE_NAME
 from alphagate.shell.controller import Controller, RunOptions
+from alphagate.sources.endpoints import SourcesConfig
+from alphagate.sources.endpoints import load as load_sources
 
 
 def run(
@@ -56,6 +59,17 @@ def run(
     ),
     log_format: str = typer.Option("auto", "--log-format", help="json, console or auto."),
     log_level: str = typer.Option("INFO", "--log-level"),
+    config_file: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Controller config (YAML): the Prometheus endpoints policies may name, with URLs "
+        "and credentials.",
+    ),
+    prometheus_url: str | None = typer.Option(
+        None,
+        "--prometheus-url",
+        help="Shorthand for one Prometheus endpoint named `default`, without credentials.",
+    ),
     server: str | None = SERVER,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
@@ -64,6 +78,9 @@ def run(
     if log_format not in ("json", "console", "auto"):
         raise typer.BadParameter("one of json, console, auto", param_hint="--log-format")
     logs.configure(fmt=log_format, level=log_level)  # type: ignore[arg-type]
+    sources = load_sources(config_file) if config_file is not None else SourcesConfig()
+    if prometheus_url is not None:
+        sources = sources.merged(SourcesConfig.single(prometheus_url))
     opts = RunOptions(
         server=server,
         kubeconfig=kubeconfig,
@@ -82,6 +99,7 @@ def run(
         metrics_host=metrics_host,
         metrics_port=metrics_port,
         watch_timeout=watch_timeout,
+        sources=sources,
     )
     controller = Controller(opts).start()
 

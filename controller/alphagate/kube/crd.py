@@ -111,7 +111,7 @@ VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
     "spec.source": [
         {
             "rule": "self.kind != 'prometheus' || has(self.prometheus)",
-            "message": "kind prometheus needs a `prometheus` block with a url",
+            "message": "kind prometheus needs a `prometheus` block naming the endpoint to query",
             "fieldPath": ".prometheus",
         }
     ],

@@ -31,7 +31,7 @@ from alphagate.core.suitability import Condition, Workload, assess
 from alphagate.planning import memory as mem
 from alphagate.planning.slices import SliceSpec, mix_alpha
 
-DEFAULT_PROMETHEUS_URL: Final = "http://prometheus-operated.monitoring.svc:9090"
+DEFAULT_PROMETHEUS_ENDPOINT: Final = "default"
 SHORT_OUTPUT_TOKENS: Final = 50
 WINDOW: Final = "5m"
 PLACEHOLDER_MODEL: Final = "set-me/draft-for-this-model"
@@ -53,7 +53,7 @@ class PlanInput:
     method: str = "eagle3"
     draft_model: str | None = None
     namespace: str = "default"
-    prometheus_url: str = DEFAULT_PROMETHEUS_URL
+    prometheus_endpoint: str = DEFAULT_PROMETHEUS_ENDPOINT
     output_tokens: float | None = None
     offline_batch1: bool = False
     aggregation: config.Aggregation | None = None  # None: choose from the numbers
@@ -391,7 +391,7 @@ def _manifest(
             "source": {
                 "kind": str(config.SourceKind.PROMETHEUS),
                 "prometheus": {
-                    "url": inp.prometheus_url,
+                    "endpoint": inp.prometheus_endpoint,
                     "matchLabels": {"namespace": inp.namespace},
                 },
             },

@@ -635,9 +635,11 @@ class Demo:
             self._defer("Prometheus", prom.close)
             prom.start(timeout=opts.prometheus_timeout)
             file_sd = prom.targets_path
+            # The controller is configured with this Prometheus (as an admin would); the policy
+            # names it (`default`) and never holds its URL.
             source = {
                 "kind": "prometheus",
-                "prometheus": {"url": prom.url, "timeoutSeconds": max(1.0, interval_wall)},
+                "prometheus": {"timeoutSeconds": max(1.0, interval_wall)},
             }
         else:
             source = {"kind": "podScrape", "scrape": {"timeoutSeconds": max(1.0, interval_wall)}}
@@ -711,6 +713,7 @@ class Demo:
 
     def _controller(self, metrics_port: int) -> Any:
         from alphagate.shell.controller import Controller, RunOptions
+        from alphagate.sources.endpoints import SourcesConfig
 
         assert self.api is not None
         opts = RunOptions(
@@ -720,6 +723,11 @@ class Demo:
             metrics_host=HOST,
             metrics_port=metrics_port,
             watch_timeout=30.0,
+            sources=(
+                SourcesConfig.single(str(self.prometheus.url), timeout_seconds=30.0)
+                if self.prometheus is not None
+                else SourcesConfig()
+            ),
         )
         outcomes = self._outcomes
         # The reconciler `alphagate run` uses, telling the demo what each pass did.

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from alphagate import logs
@@ -24,6 +24,8 @@ from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_iden
 from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Health, Recorder, new_registry, serve
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
+from alphagate.sources import factory
+from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdicts import VerdictApi
 
 
@@ -63,6 +65,9 @@ class RunOptions:
     serve_metrics: bool = True
     watch_timeout: float = 60.0
     shards: int = 0  # > 0: split the canaries over replicas by shard Leases (no single leader)
+    # The Prometheus endpoints policies may name (URLs and credentials: the admin's, never a
+    # policy's); `--config` and `--prometheus-url`.
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
 
 
 class Controller:
@@ -101,7 +106,7 @@ class Controller:
         )
         self.reconciler = Reconciler(
             self.kube,
-            source_factory=source_factory,
+            source_factory=source_factory or factory(opts.sources, core_api=self.kube.core),
             recorder=self.recorder,
             events=self.events,
             namespace=opts.namespace,

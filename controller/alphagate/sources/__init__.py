@@ -9,10 +9,14 @@ kind (:class:`~alphagate.errors.SourceErrorKind`) and a reason, never zeros.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from alphagate.config import SourceKind, SpeculativeCanarySpec
 from alphagate.core.model import Observation
+from alphagate.errors import SourceError
+from alphagate.sources.common import failed_observation
+from alphagate.sources.endpoints import SourcesConfig
 
 
 @runtime_checkable
@@ -29,15 +33,42 @@ class Source(Protocol):
     ) -> Observation: ...
 
 
+class FailedSource:
+    """A source that could not be built (e.g. the policy names no configured endpoint): every
+    observe reports why, so the canary holds with a clear error instead of crashing."""
+
+    def __init__(self, error: SourceError) -> None:
+        self.error = error
+
+    def observe(
+        self,
+        spec: SpeculativeCanarySpec,
+        *,
+        start: float,
+        end: float,
+        interval_seconds: float,
+    ) -> Observation:
+        return failed_observation(spec, self.error, at=end, window=max(end - start, 0.0))
+
+
 def make_source(
-    spec: SpeculativeCanarySpec, *, namespace: str = "default", core_api: Any = None
+    spec: SpeculativeCanarySpec,
+    *,
+    namespace: str = "default",
+    core_api: Any = None,
+    endpoints: SourcesConfig | None = None,
 ) -> Source:
-    """The source a policy asks for. Pod scraping lists pods with `core_api` (a kubernetes
-    CoreV1Api; built from kubeconfig or the in-cluster account when None) in `namespace`."""
+    """The source a policy asks for. Prometheus: the endpoint the policy names among those the
+    admin configured (`endpoints`). Pod scraping lists pods with `core_api` (a kubernetes
+    CoreV1Api; built from kubeconfig or the in-cluster account when None) in `namespace`.
+    Never raises for a bad or unknown endpoint: the source then reports it on every read."""
     if spec.source.kind is SourceKind.PROMETHEUS:
         from alphagate.sources.prometheus import PrometheusSource
 
-        return PrometheusSource.from_spec(spec)
+        try:
+            return PrometheusSource.from_spec(spec, endpoints or SourcesConfig())
+        except SourceError as err:
+            return FailedSource(err)
     from alphagate.sources.discovery import KubeDiscovery
     from alphagate.sources.scrape import ScrapeSource
 
@@ -50,4 +81,15 @@ def make_source(
     return ScrapeSource(KubeDiscovery(core_api, namespace))
 
 
-__all__ = ["Source", "make_source"]
+def factory(
+    endpoints: SourcesConfig, *, core_api: Any = None
+) -> Callable[[SpeculativeCanarySpec, str, str], Source]:
+    """A reconciler's source factory: `make_source` with the admin's endpoints."""
+
+    def build(spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
+        return make_source(spec, namespace=namespace, core_api=core_api, endpoints=endpoints)
+
+    return build
+
+
+__all__ = ["FailedSource", "Source", "SourcesConfig", "factory", "make_source"]

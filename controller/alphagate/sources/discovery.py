@@ -1,10 +1,11 @@
 """Which pods to scrape for a pool: through the Kubernetes API, or a fixed list.
 
 `KubeDiscovery` lists pods with the pool's ``matchLabels`` as a label selector (keys that name
-vLLM series labels, ``model_name``/``engine``, filter series instead; a ``namespace`` key picks
-the namespace), keeps ready pods with an IP, and finds the port from, in order: the pod
-annotation ``scrape.portAnnotation``, ``scrape.port``, a container port named ``metrics``, then
-one named ``http``. `StaticDiscovery` takes URLs per (slice, role) for ``inspect``, ``evaluate``
+vLLM series labels, ``model_name``/``engine``, filter series instead; a ``namespace`` key must
+name the canary's own namespace: a policy cannot make the controller read pods elsewhere),
+keeps ready pods with an IP, and finds the port from, in order: the pod annotation
+``scrape.portAnnotation``, ``scrape.port``, a container port named ``metrics``, then one named
+``http``. `StaticDiscovery` takes URLs per (slice, role) for ``inspect``, ``evaluate``
 and tests without an API server.
 """
 
@@ -83,8 +84,9 @@ def is_ready(pod: Any) -> bool:
 def pod_port(pod: Any, settings: ScrapeSettings) -> int | None:
     annotations = (pod.metadata.annotations or {}) if pod.metadata else {}
     raw = annotations.get(settings.port_annotation)
-    if raw is not None and str(raw).strip().isdigit() and 0 < int(raw) < 65536:
-        return int(raw)
+    text = str(raw).strip() if raw is not None else ""
+    if text.isascii() and text.isdigit() and len(text) <= 5 and 0 < int(text) < 65536:
+        return int(text)
     if settings.port is not None:
         return settings.port
     ports: dict[str, int] = {}
@@ -125,6 +127,14 @@ class KubeDiscovery:
                 target=where,
             )
         namespace = pool.match_labels.get(NAMESPACE_KEY, self.namespace)
+        if namespace != self.namespace:
+            # A policy may not make the controller read pods of another namespace.
+            raise SourceError(
+                SourceErrorKind.QUERY_ERROR,
+                f"matchLabels ask for pods in namespace {namespace!r}; a canary's pods are "
+                f"read in its own namespace ({self.namespace!r}) only",
+                target=where,
+            )
         try:
             listing = self.api.list_namespaced_pod(
                 namespace, label_selector=selector, _request_timeout=self.timeout_seconds

@@ -70,9 +70,8 @@ from alphagate.sources.common import (
     redact_url,
     sorted_samples,
 )
+from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 
-MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
-"""A query's answer is read up to this size (decoded); beyond it the query fails."""
 MAX_SECRET_BYTES: Final = 64 * 1024
 """A token or password file is read up to this size: a file that never ends is refused."""
 TRANSIENT_STATUS: Final = frozenset((502, 503, 504))
@@ -262,16 +261,22 @@ class PrometheusSource:
 
     def __init__(
         self,
-        settings: PrometheusSettings,
+        endpoint: PrometheusEndpoint,
         *,
+        timeout_seconds: float | None = None,
         transport: httpx.BaseTransport | None = None,
         attempts: int = 3,
         backoff_seconds: float = 0.2,
         max_backoff_seconds: float = 2.0,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        max_response_bytes: int | None = None,
     ) -> None:
-        self.settings = settings
-        self.max_response_bytes = max_response_bytes
+        settings = endpoint
+        self.endpoint = endpoint
+        # A policy may ask for a shorter deadline than the endpoint's, never a longer one.
+        self.timeout_seconds = min(
+            timeout_seconds or endpoint.timeout_seconds, endpoint.timeout_seconds
+        )
+        self.max_response_bytes = max_response_bytes or endpoint.max_response_bytes
         self.attempts = max(1, attempts)
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
@@ -305,17 +310,19 @@ class PrometheusSource:
             auth=auth,
             verify=verify,
             headers={"Accept": "application/json", **settings.headers},
-            timeout=httpx.Timeout(settings.timeout_seconds),
+            timeout=httpx.Timeout(self.timeout_seconds),
             transport=transport,
         )
 
     @classmethod
-    def from_spec(cls, spec: SpeculativeCanarySpec, **kwargs: Any) -> PrometheusSource:
-        if spec.source.prometheus is None:
-            raise SourceError(
-                SourceErrorKind.UNREACHABLE, "the policy's source has no `prometheus` block"
-            )
-        return cls(spec.source.prometheus, **kwargs)
+    def from_spec(
+        cls, spec: SpeculativeCanarySpec, endpoints: SourcesConfig, **kwargs: Any
+    ) -> PrometheusSource:
+        """The source for a policy's `prometheus.endpoint`, as the admin configured it.
+        Raises SourceError when no endpoint has that name."""
+        wanted = spec.source.prometheus or PrometheusSettings()
+        endpoint = endpoints.prometheus_endpoint(wanted.endpoint)
+        return cls(endpoint, timeout_seconds=wanted.timeout_seconds, **kwargs)
 
     def close(self) -> None:
         self._client.close()
@@ -345,7 +352,7 @@ class PrometheusSource:
     ) -> list[Point]:
         if self._config_error is not None:
             raise self._config_error
-        params = {**params, "timeout": duration(self.settings.timeout_seconds)}
+        params = {**params, "timeout": duration(self.timeout_seconds)}
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
             wait=tenacity.wait_exponential(
@@ -355,7 +362,7 @@ class PrometheusSource:
             reraise=True,
         )
         # One deadline for the query, its retries included: a slow server costs one timeout.
-        with http.deadline(self.settings.timeout_seconds):
+        with http.deadline(self.timeout_seconds):
             for attempt in retrying:
                 with attempt:
                     return self._once(path, params, result_type, expr)
@@ -367,7 +374,7 @@ class PrometheusSource:
         if left is not None and left <= 0:
             raise SourceError(
                 SourceErrorKind.TIMEOUT,
-                f"no answer within {self.settings.timeout_seconds}s",
+                f"no answer within {self.timeout_seconds}s",
                 target=target,
             )
         try:
@@ -376,7 +383,7 @@ class PrometheusSource:
         except httpx.TimeoutException as exc:
             raise _TransientError(
                 SourceErrorKind.TIMEOUT,
-                f"{type(exc).__name__}: no complete answer within {self.settings.timeout_seconds}s",
+                f"{type(exc).__name__}: no complete answer within {self.timeout_seconds}s",
                 target=target,
             ) from exc
         except httpx.ConnectError as exc:

@@ -1,0 +1,179 @@
+"""Peak memory of one pod-scrape round at full concurrency, against hostile pages.
+
+Each case runs in a fresh interpreter: a page server on 127.0.0.1 answers every scrape with
+the same page, and one :class:`~alphagate.sources.scrape.ScrapeSource` round reads
+`concurrency` distinct URLs at once (the default `scrape.maxConcurrency`). The number printed
+is the growth of the process' peak RSS over its RSS just before the round, i.e. what the pages
+in flight cost; compare it with the controller's memory limit (512 Mi in deploy/).
+
+Cases: a real vLLM page; pages at the byte cap made of the lines that cost the parser most (our
+own families, each line a new series); at the line cap with tiny lines; a gzip bomb; stacked
+encodings. The caps refuse the last ones while decoding, which is what keeps them small.
+
+    python -m alphagate.bench.memory [--concurrency N] [--case NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import resource
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+QUICK_ARGS = ["--concurrency", "8", "--case", "real", "--case", "series-at-byte-cap"]
+
+REAL = Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
+
+
+def _real() -> bytes:
+    if REAL.exists():
+        return REAL.read_bytes()
+    line = 'vllm:generation_tokens_total{engine="0",model_name="m"} 100\n'
+    return line.encode() * 600
+
+
+def _series_page(limit: int, max_lines: int) -> bytes:
+    """Distinct series of a family the parser keeps, up to the byte and line caps."""
+    out = bytearray()
+    i = 0
+    while i < max_lines - 1:
+        line = f'vllm:generation_tokens_total{{engine="{i}",model_name="m"}} {i}\n'.encode()
+        if len(out) + len(line) > limit:
+            break
+        out += line
+        i += 1
+    return bytes(out)
+
+
+def _cases(max_bytes: int, max_lines: int) -> dict[str, Callable[[], tuple[dict[str, str], bytes]]]:
+    text = {"Content-Type": "text/plain; version=0.0.4"}
+    return {
+        "real": lambda: (text, _real()),
+        "series-at-byte-cap": lambda: (text, _series_page(max_bytes, max_lines)),
+        "tiny-lines-at-line-cap": lambda: (text, b"\n" * (max_lines - 1)),
+        "gzip-bomb": lambda: (
+            {**text, "Content-Encoding": "gzip"},
+            gzip.compress(b"#" * (256 << 20), compresslevel=9),
+        ),
+        "double-gzip": lambda: (
+            {**text, "Content-Encoding": "gzip, gzip"},
+            gzip.compress(gzip.compress(_real())),
+        ),
+    }
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def one(case: str, concurrency: int) -> dict[str, Any]:
+    """Run one case in this process; the numbers as a dict."""
+    from alphagate.config import ScrapeSource as ScrapeSettings
+    from alphagate.config import SpeculativeCanarySpec
+    from alphagate.core.model import Role
+    from alphagate.sources.discovery import StaticDiscovery, Target
+    from alphagate.sources.scrape import ScrapeSource
+
+    settings = ScrapeSettings(max_concurrency=concurrency)
+    headers, body = _cases(settings.max_body_bytes, settings.max_lines)[case]()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    spec = SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": "c"},
+            "baseline": {"name": "b"},
+            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
+            "slices": [
+                {
+                    "name": "s",
+                    "canary": {"matchLabels": {"r": "c"}},
+                    "baseline": {"matchLabels": {"r": "b"}},
+                }
+            ],
+            "source": {"kind": "podScrape"},
+        }
+    )
+    targets = [Target(f"{base}?pod={i}", pod=f"p{i}") for i in range(concurrency)]
+    discovery = StaticDiscovery({("s", Role.CANARY): targets})
+    before = _rss_kib()
+    t0 = time.perf_counter()
+    with ScrapeSource(discovery, settings=settings, since_start=True) as src:
+        src.observe(spec, start=0.0, end=time.time(), interval_seconds=10.0)
+        failures = src.failures.get(("s", Role.CANARY), [])
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    server.shutdown()
+    kinds = sorted({e.kind.value for e in failures})
+    return {
+        "case": case,
+        "concurrency": concurrency,
+        "failed_pods": len(failures),
+        "kinds": kinds,
+        "rss_before_mib": before / 1024,
+        "peak_mib": peak / 1024,
+        "growth_mib": (peak - before) / 1024,
+        "seconds": seconds,
+        "max_body_bytes": settings.max_body_bytes,
+        "max_lines": settings.max_lines,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m alphagate.bench.memory")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--case", action="append", default=None)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one, args.concurrency)))
+        return
+    names = args.case or list(_cases(1, 1))
+    print(f"pod-scrape round at concurrency {args.concurrency}: peak RSS growth per case")
+    print(f"{'case':<24} {'failed pods':>11} {'kinds':<12} {'peak MiB':>9} {'growth MiB':>11}")
+    for name in names:
+        proc = subprocess.run(
+            [sys.executable, "-m", "alphagate.bench.memory", "--one", name,
+             "--concurrency", str(args.concurrency)],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            print(f"{name:<24} failed: {proc.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(
+            f"{name:<24} {r['failed_pods']:>11} {','.join(r['kinds']) or '-':<12} "
+            f"{r['peak_mib']:>9.1f} {r['growth_mib']:>11.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Prometheus endpoints the cluster admin configured for the controller, by name.
+
+Trust boundary (design.md §6): whoever may write a SpeculativeCanary is a namespace user. If a
+policy held a URL and a credentials file, a namespace editor could make the controller read any
+file in its pod (its own ServiceAccount token) and send it anywhere. So the URL, the CA bundle
+and every credential live here, in the controller's own configuration (`alphagate run --config
+FILE`, or `--prometheus-url URL` for one endpoint without credentials), and a policy only names
+an endpoint (`spec.source.prometheus.endpoint`, default ``default``).
+
+The file, YAML::
+
+    prometheus:
+      - name: default
+        url: https://prometheus.monitoring.svc:9090
+        bearerTokenFile: /var/run/secrets/prometheus/token   # optional
+        caFile: /etc/alphagate/prometheus-ca.crt              # optional
+        timeoutSeconds: 10
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Final
+
+import httpx
+import yaml
+from pydantic import (
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from alphagate import yamlload
+from alphagate.errors import ConfigError, SourceError, SourceErrorKind
+from alphagate.sources.common import redact_url
+
+DEFAULT_ENDPOINT: Final = "default"
+MAX_CONFIG_BYTES: Final = 256 * 1024
+
+TimeoutSeconds = Annotated[float, Field(ge=0.1, le=300.0, allow_inf_nan=False)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        alias_generator=AliasGenerator(alias=to_camel),
+    )
+
+
+class BasicAuth(_Model):
+    """Basic auth whose password is in a file of the controller's pod (re-read on rotation)."""
+
+    username: str = Field(min_length=1)
+    password_file: str = Field(min_length=1)
+
+
+def check_url(url: str) -> str:
+    """An absolute http(s) URL with a host and no fragment; ValueError naming what is wrong."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise ValueError(f"not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https"):
+        raise ValueError(f"must start with http:// or https:// (got {url[:40]!r})")
+    if not parsed.host:
+        raise ValueError("the URL has no host")
+    if parsed.fragment:
+        raise ValueError("the URL may not have a #fragment")
+    return url
+
+
+class PrometheusEndpoint(_Model):
+    """One Prometheus (or Thanos, Mimir, VictoriaMetrics) HTTP API the controller may query."""
+
+    name: str = Field(
+        default=DEFAULT_ENDPOINT,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    )
+    url: str = Field(max_length=2048)
+    bearer_token_file: str | None = None
+    basic_auth: BasicAuth | None = None
+    ca_file: str | None = None
+    headers: dict[str, str] = {}
+    timeout_seconds: TimeoutSeconds = 10.0
+    max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_url(value)
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> PrometheusEndpoint:
+        if self.bearer_token_file and self.basic_auth:
+            raise ValueError("set bearerTokenFile or basicAuth, not both")
+        return self
+
+    @property
+    def display_url(self) -> str:
+        """The URL without userinfo: what status, Events, logs and errors may show."""
+        return redact_url(self.url)
+
+
+class SourcesConfig(_Model):
+    """The controller's own source configuration (admin-owned)."""
+
+    prometheus: list[PrometheusEndpoint] = Field(default=[], max_length=64)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SourcesConfig:
+        names = [e.name for e in self.prometheus]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"prometheus endpoint names must be unique; repeated: {dupes}")
+        return self
+
+    @classmethod
+    def single(cls, url: str, *, name: str = DEFAULT_ENDPOINT, **kw: object) -> SourcesConfig:
+        """One endpoint (e.g. from `--prometheus-url`); ConfigError when the URL is bad."""
+        try:
+            return cls(
+                prometheus=[PrometheusEndpoint.model_validate({"name": name, "url": url, **kw})]
+            )
+        except ValidationError as exc:
+            raise ConfigError(_first_error(exc), where="--prometheus-url") from None
+
+    def prometheus_endpoint(self, name: str) -> PrometheusEndpoint:
+        """The endpoint a policy names; SourceError when the admin configured none by that name."""
+        for endpoint in self.prometheus:
+            if endpoint.name == name:
+                return endpoint
+        have = ", ".join(e.name for e in self.prometheus) or "none"
+        raise SourceError(
+            SourceErrorKind.UNREACHABLE,
+            f"no Prometheus endpoint named {name!r} is configured for the controller "
+            f"(configured: {have}; the admin sets them with `alphagate run --config` or "
+            "--prometheus-url)",
+        )
+
+    def merged(self, other: SourcesConfig) -> SourcesConfig:
+        """Endpoints of both; `other` wins on a name both define."""
+        names = {e.name for e in other.prometheus}
+        keep = [e for e in self.prometheus if e.name not in names]
+        return SourcesConfig(prometheus=[*keep, *other.prometheus])
+
+
+def _first_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{loc or '<root>'}: {str(err['msg']).removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def load(path: Path) -> SourcesConfig:
+    """The controller's config file; ConfigError naming the file and field when it is wrong."""
+    where = str(path)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes", where=where)
+        docs = yamlload.load_all(raw.decode("utf-8"), max_bytes=MAX_CONFIG_BYTES)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", where=where) from None
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", where=where) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", where=where) from None
+    data = [d.data for d in docs if d.data is not None]
+    if len(data) != 1 or not isinstance(data[0], dict):
+        raise ConfigError("expected one YAML mapping", where=where)
+    try:
+        return SourcesConfig.model_validate(data[0])
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc), where=where) from None
