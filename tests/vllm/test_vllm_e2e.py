@@ -285,10 +285,12 @@ class Decisions:
         self._last_verdict = ev.verdict.value
 
 
-def start_controller(api: ApiServer, decisions: Decisions) -> Any:
-    """`alphagate run` in this process, its reconciler reporting every evaluation."""
+def start_controller(api: ApiServer, decisions: Decisions, prometheus_url: str) -> Any:
+    """`alphagate run` in this process, its reconciler reporting every evaluation; the test's
+    Prometheus is the controller's endpoint `default` (as `--prometheus-url` makes it)."""
     from alphagate.sandbox.vllm_server import free_port
     from alphagate.shell.controller import Controller, RunOptions
+    from alphagate.sources.endpoints import SourcesConfig
 
     opts = RunOptions(
         server=api.url,
@@ -296,6 +298,7 @@ def start_controller(api: ApiServer, decisions: Decisions) -> Any:
         leader_elect=False,
         metrics_port=free_port(),
         watch_timeout=30.0,
+        sources=SourcesConfig.single(prometheus_url),
     )
     return Controller(opts, on_outcome=decisions.add).start()
 
@@ -478,7 +481,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
         cooldown_s = float(min(300.0, max(60.0, 1.25 * startup_s + 20.0)))
         policy = canary_policy(prom.url, cooldown_s)
         parse(policy, where="test policy")
-        controller = start_controller(api, decisions)
+        controller = start_controller(api, decisions, str(prom.url))
         stack.append(("controller", lambda: controller.stop(release=False)))
         api.put(dump(parse(policy)))
         phase1_t0 = time.time()
