@@ -28,7 +28,7 @@ def _spec(**spec_config: Any) -> config.SpeculativeCanarySpec:
                 {"name": "chat", "canary": {"matchLabels": {"t": "c"}},
                  "baseline": {"matchLabels": {"t": "b"}}},
             ],
-            "source": {"kind": "prometheus", "prometheus": {"url": "http://p:9090"}},
+            "source": {"kind": "prometheus", "prometheus": {}},
         }
     )  # fmt: skip
 

@@ -214,7 +214,7 @@ spec:
   baseline: {name: b}
   speculativeConfig: SPEC
   slices: [{name: chat, canary: {matchLabels: {a: b}}, baseline: {matchLabels: {a: c}}}]
-  source: {kind: prometheus, prometheus: {url: "http://p:9090"}}
+  source: {kind: prometheus, prometheus: {endpoint: default}}
 """
 
 
