@@ -454,8 +454,14 @@ class PrometheusSource(_Model):
 
 
 SCRAPE_MEMORY_BUDGET: Final = 256 * 1024 * 1024
-"""maxConcurrency x maxBodyBytes may not exceed this: the pages in flight must fit the pod
-(docs/reliability.md measures the peak per page; the shipped limit is 512 Mi)."""
+"""The pages in flight must fit the pod (512 Mi in deploy/): maxConcurrency pages, each costing
+about 2 x maxBodyBytes + 100 bytes x maxLines while read and parsed (docs/reliability.md
+measures it: ~6 MiB a page at the defaults, 192 MiB for 32 pages at both caps)."""
+
+
+def scrape_page_cost(max_body_bytes: int, max_lines: int) -> int:
+    """Bytes one page may cost while it is read and parsed (see SCRAPE_MEMORY_BUDGET)."""
+    return 2 * max_body_bytes + 100 * max_lines
 
 
 class ScrapeSource(_Model):
@@ -490,16 +496,16 @@ class ScrapeSource(_Model):
         default=32, ge=1, le=256, description="Pods scraped at the same time."
     )
     max_body_bytes: int = Field(
-        default=4 * 1024 * 1024,
+        default=2 * 1024 * 1024,
         ge=1024,
         le=64 * 1024 * 1024,
         description=(
             "A metrics page larger than this once decoded is refused (an Error for that pod); "
-            "maxConcurrency x maxBodyBytes is at most 256 MiB."
+            "maxConcurrency x (2 x maxBodyBytes + 100 x maxLines) is at most 256 MiB."
         ),
     )
     max_lines: int = Field(
-        default=100_000,
+        default=20_000,
         ge=100,
         le=1_000_000,
         description="A metrics page with more lines than this is refused (an Error for that pod).",
@@ -507,11 +513,13 @@ class ScrapeSource(_Model):
 
     @model_validator(mode="after")
     def _fits_in_memory(self) -> ScrapeSource:
-        if self.max_concurrency * self.max_body_bytes > SCRAPE_MEMORY_BUDGET:
+        per_page = scrape_page_cost(self.max_body_bytes, self.max_lines)
+        if self.max_concurrency * per_page > SCRAPE_MEMORY_BUDGET:
             raise ValueError(
-                f"maxConcurrency x maxBodyBytes ({self.max_concurrency} x {self.max_body_bytes})"
-                f" exceeds {SCRAPE_MEMORY_BUDGET} bytes: the pages in flight would not fit in "
-                "the controller's memory"
+                f"maxConcurrency ({self.max_concurrency}) pages of up to {self.max_body_bytes} "
+                f"bytes and {self.max_lines} lines would need about "
+                f"{self.max_concurrency * per_page >> 20} MiB, over the "
+                f"{SCRAPE_MEMORY_BUDGET >> 20} MiB the controller keeps for scrapes: lower one"
             )
         return self
 

@@ -154,7 +154,7 @@ def test_decoded_bytes_are_capped_without_content_length() -> None:
 
 def test_scrape_memory_budget_is_validated() -> None:
     with pytest.raises(ValueError, match="maxConcurrency"):
-        ScrapeSettings(max_concurrency=256, max_body_bytes=64 << 20)
+        ScrapeSettings(max_concurrency=64, max_body_bytes=4 << 20)
 
 
 # ------------------------------------------------------------------------- bad pages

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import gzip
 import json
 import resource
@@ -54,11 +55,36 @@ def _series_page(limit: int, max_lines: int) -> bytes:
     return bytes(out)
 
 
+def _histogram_page(limit: int, max_lines: int) -> bytes:
+    """As many full series (a counter and an ITL histogram each) as the caps allow: the
+    largest page that is accepted, and what the source then keeps per pod."""
+    from alphagate import vllm
+
+    out = bytearray()
+    lines = 0
+    for i in range(10_000):
+        labels = f'engine="{i}",model_name="m"'
+        block = [f"vllm:generation_tokens_total{{{labels}}} {i}"]
+        total = 0
+        for b in (*vllm.ITL_BUCKETS, "+Inf"):
+            total += 1
+            block.append(f'vllm:inter_token_latency_seconds_bucket{{{labels},le="{b}"}} {total}')
+        block.append(f"vllm:inter_token_latency_seconds_sum{{{labels}}} 1.5")
+        block.append(f"vllm:inter_token_latency_seconds_count{{{labels}}} {total}")
+        text = ("\n".join(block) + "\n").encode()
+        if len(out) + len(text) > limit or lines + len(block) >= max_lines:
+            break
+        out += text
+        lines += len(block)
+    return bytes(out)
+
+
 def _cases(max_bytes: int, max_lines: int) -> dict[str, Callable[[], tuple[dict[str, str], bytes]]]:
     text = {"Content-Type": "text/plain; version=0.0.4"}
     return {
         "real": lambda: (text, _real()),
         "series-at-byte-cap": lambda: (text, _series_page(max_bytes, max_lines)),
+        "histograms-at-caps": lambda: (text, _histogram_page(max_bytes, max_lines)),
         "tiny-lines-at-line-cap": lambda: (text, b"\n" * (max_lines - 1)),
         "gzip-bomb": lambda: (
             {**text, "Content-Encoding": "gzip"},
@@ -71,12 +97,22 @@ def _cases(max_bytes: int, max_lines: int) -> dict[str, Callable[[], tuple[dict[
     }
 
 
-def _rss_kib() -> int:
+def _status_kib(field: str) -> int:
     with open("/proc/self/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) so the round's own peak is measured."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def one(case: str, concurrency: int) -> dict[str, Any]:
@@ -124,13 +160,15 @@ def one(case: str, concurrency: int) -> dict[str, Any]:
     )
     targets = [Target(f"{base}?pod={i}", pod=f"p{i}") for i in range(concurrency)]
     discovery = StaticDiscovery({("s", Role.CANARY): targets})
-    before = _rss_kib()
+    gc.collect()
+    reset = _reset_peak()
+    before = _status_kib("VmRSS")
     t0 = time.perf_counter()
     with ScrapeSource(discovery, settings=settings, since_start=True) as src:
         src.observe(spec, start=0.0, end=time.time(), interval_seconds=10.0)
         failures = src.failures.get(("s", Role.CANARY), [])
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     server.shutdown()
     kinds = sorted({e.kind.value for e in failures})
     return {

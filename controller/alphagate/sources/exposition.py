@@ -207,6 +207,12 @@ _LABEL_SETS: dict[str, _LabelSet | None] = {}
 """Raw label text -> its parse (None: a duplicate label, for the full path to report). Every pod
 of a model serves the same label texts, so across a fleet almost every line hits. Bounded."""
 _LABEL_SETS_MAX: Final = 4096
+_LABEL_TEXT_CACHED: Final = 512
+"""Longer label texts are not cached, so the cache stays under 4096 x 512 characters."""
+MAX_SERIES: Final = 1024
+"""Distinct label sets of our families on one page. vLLM has one per model and engine; a
+page past this (a label with a value per line) would cost the parser ~1 KB per line and the
+pod-scrape source keeps the last page of every pod, so it is refused."""
 
 
 def _label_set(inside: str) -> _LabelSet | None:
@@ -219,6 +225,8 @@ def _label_set(inside: str) -> _LabelSet | None:
     result: _LabelSet | None = None
     if len(labels) == len(found):
         result = _labelled(labels)
+    if len(inside) > _LABEL_TEXT_CACHED:  # a hostile label text is parsed, never kept
+        return result
     if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
         _LABEL_SETS.clear()
     _LABEL_SETS[inside] = result
@@ -423,6 +431,12 @@ class _Builder:
         kind, fam = what.kind, what.family
         series = self.page.series.get(key)
         if series is None:
+            if len(self.page.series) >= MAX_SERIES:
+                raise self.error(
+                    f"more than {MAX_SERIES} series (label sets) of vLLM's families: "
+                    "refused to bound memory",
+                    at,
+                )
             series = self.page.series[key] = Series(key)
         if kind == "bucket":
             assert isinstance(fam, Hist)

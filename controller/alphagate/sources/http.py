@@ -29,6 +29,9 @@ from alphagate.errors import SourceError, SourceErrorKind
 ACCEPT_ENCODING = "gzip"
 """The only encoding asked for: one layer, decoded here in bounded steps."""
 
+STEP_BYTES = 64 * 1024
+"""Decompressed at most this much per step."""
+
 _local = threading.local()
 
 
@@ -187,7 +190,8 @@ class _Decoder:
             return
         try:
             while data:
-                out = self._z.decompress(data, room + 1)
+                # Small steps: a bomb never holds more than one step beyond the cap.
+                out = self._z.decompress(data, min(room + 1, STEP_BYTES))
                 data = self._z.unconsumed_tail
                 if self._z.eof and (data or self._z.unused_data):
                     raise SourceError(
