@@ -444,6 +444,22 @@ def build() -> db.Dashboard:
     )
     dash = dash.with_panel(
         ts(
+            "Draft length: configured and recommended K",
+            "num_speculative_tokens the canary runs, and the K its per-position acceptance "
+            "supports (core.draft_length: a tail position is dropped only when even its upper "
+            "bound is below its break-even). Per-position rates as the controller judged them.",
+            "short",
+            q(f"max(alphagate_draft_length_configured{{{C}}})", "configured K", "A"),
+            q(f"max(alphagate_draft_length_recommended{{{C}}})", "recommended K", "B"),
+            q(
+                f"max by (position) (alphagate_draft_position_acceptance_ratio{{{C}}})",
+                "accepted at position {{position}}",
+                "C",
+            ),
+        ).min(0)
+    )
+    dash = dash.with_panel(
+        ts(
             "Generated tokens per second",
             "Traffic per model, slice and role: generated tokens per second (the slice weights) "
             "and drafts per second (the sample size behind alpha).",

@@ -573,6 +573,36 @@ class Promotion(_Model):
         return self
 
 
+class DraftLength(_Model):
+    """Draft-length tuning (num_speculative_tokens). The recommendation is always computed and
+    shown; the controller changes K only when `enabled`, within [minK, maxK], after
+    `consecutiveWindows` agreeing windows, through the same actuator and budgets as a flip."""
+
+    enabled: bool = Field(
+        default=False, description="Let the controller change num_speculative_tokens (opt-in)."
+    )
+    min_k: int = Field(default=1, ge=1, le=32, description="Never below this K.")
+    max_k: int | None = Field(
+        default=None, ge=1, le=32, description="Never above this K (default: the configured K)."
+    )
+    cost_per_position: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Cost of one draft position relative to a plain decode step at batch 1 "
+        "(default: the method's; a measured cost from per-step latency wins).",
+    )
+    consecutive_windows: int = Field(
+        default=3, ge=1, le=100, description="Agreeing windows before K changes."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> DraftLength:
+        if self.max_k is not None and self.max_k < self.min_k:
+            raise ValueError(f"maxK ({self.max_k}) must not be below minK ({self.min_k})")
+        return self
+
+
 class SpeculativeCanarySpec(_Model):
     """What the canary is, how alpha and latency are judged, and where metrics come from."""
 
@@ -633,6 +663,10 @@ class SpeculativeCanarySpec(_Model):
     paused: bool = Field(
         default=False,
         description="Hold the current state and patch nothing until set back to false.",
+    )
+    draft_length: DraftLength = Field(
+        default=DraftLength(),
+        description="The draft length that pays: always reported; changed only when enabled.",
     )
 
     @field_validator("speculative_config")

@@ -21,6 +21,7 @@ import yaml
 
 from alphagate import config
 from alphagate.core.evaluate import evaluate
+from alphagate.core.insights import analyse
 from alphagate.core.model import Command, Memory, Rollout, State
 from alphagate.shell import exporter
 from alphagate.sim.fleet import Fleet
@@ -171,6 +172,7 @@ def _evaluate_into(stack: dict[str, Any]) -> list[Any]:
                 interval_seconds=spec.timing.interval_seconds,
             )
             ev = evaluate(spec, observation, memory, rollout, now=now, command=command)
+            insights = analyse(spec, observation, estimates=ev.estimates, combined=ev.combined)
             recorder.record(
                 ev,
                 namespace=NAMESPACE,
@@ -178,6 +180,7 @@ def _evaluate_into(stack: dict[str, Any]) -> list[Any]:
                 duration_seconds=time.perf_counter() - started,
                 speculation_on=rollout.speculation_on,
                 spec=spec,
+                insights=insights,
             )
             out.append(ev)
             memory = ev.memory

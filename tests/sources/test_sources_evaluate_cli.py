@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alphagate.cli import app
+from alphagate.commands.evaluate import load_policy
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
@@ -122,6 +123,26 @@ def test_evaluate_text_says_it_never_acts(policy: Path, low_alpha_fleet: SimServ
     assert "canary   pods 2" in out and "no spec-decode series" in out
     assert "acceptance" in out and "Fail" in out
     assert "nothing was patched" in out
+
+
+def test_evaluate_reports_the_draft_length_and_outputs(
+    policy: Path, low_alpha_fleet: SimServer
+) -> None:
+    result = runner.invoke(
+        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    draft = data["insights"]["draftLength"]
+    k = load_policy(policy, None).spec.k
+    assert draft["configuredK"] == k and len(draft["positionRates"]) == k
+    assert draft["advice"] in {"keep", "shorten", "nonePays", "longerMayPay", "insufficient"}
+    assert 1 <= draft["recommendedK"] <= k
+    assert data["insights"]["outputs"]["finding"] == "unknown"  # no output-length histogram
+    text = runner.invoke(
+        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--state", "On"]
+    )
+    assert f"draft length K={k}:" in text.output
 
 
 def test_evaluate_against_dead_prometheus_is_an_error_verdict(policy: Path) -> None:

@@ -30,6 +30,7 @@ from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SourceKind, SpeculativeCanary, SpeculativeCanarySpec
 from alphagate.core.evaluate import evaluate
 from alphagate.core.histogram import quantile
+from alphagate.core.insights import Insights, analyse
 from alphagate.core.model import (
     Evaluation,
     Memory,
@@ -40,6 +41,7 @@ from alphagate.core.model import (
     State,
 )
 from alphagate.errors import PolicyError, SourceError
+from alphagate.kube.insights_status import insights_status
 from alphagate.sources import Source
 from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint, check_url
@@ -189,8 +191,39 @@ def _pool_json(pool: PoolObservation) -> dict[str, Any]:
     }
 
 
+def _insights_json(ins: Insights | None) -> dict[str, Any] | None:
+    if ins is None:
+        return None
+    block = insights_status(ins).model_dump(mode="json", by_alias=True, exclude_none=True)
+    out: dict[str, Any] = block
+    return out
+
+
+def _insights_text(ins: Insights) -> list[str]:
+    out = []
+    d = ins.draft
+    if d is not None:
+        rates = ", ".join(f"{p.unconditional:.3f}" for p in d.positions)
+        out.append(
+            f"draft length K={d.configured_k}: {d.advice.value}, recommended K={d.recommended_k}"
+            f" (position rates {rates or 'n/a'}; cost {d.cost.per_position:.3g} per position, "
+            f"{d.cost.source.value})"
+        )
+        out.append(f"  {d.reason}")
+    g = ins.diagnosis
+    if g is not None:
+        out.append(f"latency shape {g.shape.value}: {g.reason}")
+    out.append(f"outputs: {ins.outputs.finding.value}: {ins.outputs.reason}")
+    return out
+
+
 def to_json(
-    resource: SpeculativeCanary, source: str, obs: Observation, assumed: State, ev: Evaluation
+    resource: SpeculativeCanary,
+    source: str,
+    obs: Observation,
+    assumed: State,
+    ev: Evaluation,
+    insights: Insights | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = _clean(
         {
@@ -224,6 +257,7 @@ def to_json(
             "acted": False,
         }
     )
+    out["insights"] = _insights_json(insights)
     return out
 
 
@@ -239,6 +273,7 @@ def render_text(
     ev: Evaluation,
     *,
     since_start: bool = False,
+    insights: Insights | None = None,
 ) -> str:
     spec = resource.spec
     span = "counters since pod start" if since_start else f"window {obs.window_seconds:.0f}s"
@@ -297,6 +332,8 @@ def render_text(
     out.append(f"reason: {ev.reason}")
     if ev.alerts:
         out.append(f"alerts: {', '.join(ev.alerts)}")
+    if insights is not None:
+        out.extend(_insights_text(insights))
     out.append("(evaluate never acts: nothing was patched)")
     return "\n".join(out)
 
@@ -396,10 +433,19 @@ def evaluate_command(
     memory = Memory(state=assumed, since=0.0)
     rollout = Rollout(speculation_on=assumed in (State.ON, State.PROBING))
     ev = evaluate(spec, obs, memory, rollout, now=obs.at)
+    ins = analyse(
+        spec,
+        obs,
+        estimates=ev.estimates,
+        combined=ev.combined,
+        cost_per_position=spec.draft_length.cost_per_position,
+    )
     if as_json:
-        typer.echo(json.dumps(to_json(resource, label, obs, assumed, ev), indent=2))
+        typer.echo(json.dumps(to_json(resource, label, obs, assumed, ev, ins), indent=2))
     else:
-        typer.echo(render_text(resource, label, obs, assumed, ev, since_start=since_start))
+        typer.echo(
+            render_text(resource, label, obs, assumed, ev, since_start=since_start, insights=ins)
+        )
 
 
 def register(app: typer.Typer) -> None:

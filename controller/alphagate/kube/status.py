@@ -32,6 +32,7 @@ from alphagate.core.model import (
     Transition,
     Verdict,
 )
+from alphagate.kube.insights_status import InsightsStatus
 
 HISTORY_LIMIT: Final = 20
 
@@ -357,6 +358,13 @@ class CanaryStatus(_Status):
     )
     last_command: CommandRecord | None = Field(
         default=None, description="The last manual command handled."
+    )
+    insights: InsightsStatus | None = Field(
+        default=None,
+        description=(
+            "Beyond on and off: the draft length that pays, the mean-vs-tail diagnosis and "
+            "whether outputs are too short (the last evaluation; perSlice: the first unit)."
+        ),
     )
     # The core's Memory as JSON: for combined aggregation one Memory, for perSlice an object
     # {unit name: Memory}. Read back with `memories()`.

@@ -37,6 +37,9 @@ from prometheus_client import (
 
 from alphagate import __version__
 from alphagate.config import LatencyMetric, SpeculativeCanarySpec
+from alphagate.core.diagnosis import Shape
+from alphagate.core.draft_length import DraftAdvice
+from alphagate.core.insights import Insights
 from alphagate.core.model import (
     AcceptanceEvidence,
     Alert,
@@ -48,6 +51,7 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
+from alphagate.core.suitability import Finding
 from alphagate.errors import SourceErrorKind
 
 PREFIX: Final = "alphagate_"
@@ -85,6 +89,16 @@ LEADER: Final = "alphagate_leader"
 BUILD_INFO: Final = "alphagate_build_info"
 WARNINGS: Final = "alphagate_warnings_total"
 SPEC_INVALID: Final = "alphagate_spec_invalid"
+DRAFT_CONFIGURED_K: Final = "alphagate_draft_length_configured"
+DRAFT_RECOMMENDED_K: Final = "alphagate_draft_length_recommended"
+DRAFT_ADVICE: Final = "alphagate_draft_length_advice"
+DRAFT_POSITION_RATE: Final = "alphagate_draft_position_acceptance_ratio"
+LATENCY_SHAPE: Final = "alphagate_latency_shape"
+SHORT_OUTPUTS: Final = "alphagate_short_outputs"
+INSIGHT_NAMES: Final = frozenset(
+    {DRAFT_CONFIGURED_K, DRAFT_RECOMMENDED_K, DRAFT_ADVICE, DRAFT_POSITION_RATE, LATENCY_SHAPE,
+     SHORT_OUTPUTS}
+)  # fmt: skip
 
 # Every series name a scrape can show (histograms and counters with their sample suffixes).
 METRIC_NAMES: Final[frozenset[str]] = frozenset(
@@ -121,6 +135,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         BUILD_INFO,
         WARNINGS,
         SPEC_INVALID,
+        *INSIGHT_NAMES,
     }
 )
 
@@ -360,6 +375,36 @@ class Recorder:
             "1 while the SpeculativeCanary's spec is invalid (nothing is done).",
             _CANARY,
         )
+        self.draft_configured = gauge(
+            DRAFT_CONFIGURED_K, "num_speculative_tokens the canary runs.", _CANARY
+        )
+        self.draft_recommended = gauge(
+            DRAFT_RECOMMENDED_K,
+            "The K the per-position evidence supports (shortened only on confident evidence).",
+            _CANARY,
+        )
+        self.draft_advice = gauge(
+            DRAFT_ADVICE,
+            "1 for the current draft-length advice (keep, shorten, nonePays, longerMayPay, "
+            "insufficient).",
+            (*_CANARY, "advice"),
+        )
+        self.draft_position = gauge(
+            DRAFT_POSITION_RATE,
+            "Share of drafts accepted at each draft position (0 first) in the window.",
+            (*_CANARY, "position"),
+        )
+        self.latency_shape = gauge(
+            LATENCY_SHAPE,
+            "1 for how mean and tail per-token latency moved, canary against baseline "
+            "(meanBetterTailWorse is the P99 trap).",
+            (*_CANARY, "shape"),
+        )
+        self.short_outputs = gauge(
+            SHORT_OUTPUTS,
+            "1 while outputs are too short for speculation to pay, 0 when long enough.",
+            _CANARY,
+        )
         self.leader = Gauge(LEADER, "1 while this replica holds the leader lease.", registry=r)
         self.build_info = Gauge(BUILD_INFO, "alphagate version, value 1.", ("version",), registry=r)
         self.build_info.labels(__version__).set(1)
@@ -376,6 +421,7 @@ class Recorder:
         duration_seconds: float,
         speculation_on: bool,
         spec: SpeculativeCanarySpec | None = None,
+        insights: Insights | None = None,
     ) -> None:
         """Export one evaluation of `namespace/canary`.
 
@@ -449,6 +495,8 @@ class Recorder:
             put(self.error_streak, ERROR_STREAK, c, float(evaluation.memory.error_streak))
             for alert in sorted(set(evaluation.alerts)):
                 put(self.alert, ALERT, (*c, alert), 1.0)
+            if insights is not None:
+                self._insights(insights, c, put)
 
             self.decisions.labels(*c, evaluation.action.value, reason_kind(evaluation)).inc()
             if evaluation.transition is not None:
@@ -550,8 +598,34 @@ class Recorder:
             self.warnings.labels(*c, reason)
         self.duration.labels(*c)
 
+    def _insights(self, ins: Insights, c: tuple[str, str], put: Any) -> None:
+        d = ins.draft
+        if d is not None:
+            put(self.draft_configured, DRAFT_CONFIGURED_K, c, float(d.configured_k))
+            put(self.draft_recommended, DRAFT_RECOMMENDED_K, c, float(d.recommended_k))
+            for advice in DraftAdvice:
+                value = 1.0 if d.advice is advice else 0.0
+                put(self.draft_advice, DRAFT_ADVICE, (*c, advice.value), value)
+            for p in d.positions:
+                put(
+                    self.draft_position, DRAFT_POSITION_RATE, (*c, str(p.position)), p.unconditional
+                )
+        g = ins.diagnosis
+        if g is not None:
+            for shape in Shape:
+                value = 1.0 if g.shape is shape else 0.0
+                put(self.latency_shape, LATENCY_SHAPE, (*c, shape.value), value)
+        if ins.outputs.finding is not Finding.UNKNOWN:
+            put(self.short_outputs, SHORT_OUTPUTS, c, 1.0 if ins.outputs.holds else 0.0)
+
     def _gauges(self) -> dict[str, Gauge]:
         return {
+            DRAFT_CONFIGURED_K: self.draft_configured,
+            DRAFT_RECOMMENDED_K: self.draft_recommended,
+            DRAFT_ADVICE: self.draft_advice,
+            DRAFT_POSITION_RATE: self.draft_position,
+            LATENCY_SHAPE: self.latency_shape,
+            SHORT_OUTPUTS: self.short_outputs,
             ALPHA: self.alpha,
             ALPHA_LOWER: self.alpha_lower,
             ALPHA_UPPER: self.alpha_upper,

@@ -42,6 +42,7 @@ from alphagate.config import (
 )
 from alphagate.core import machine
 from alphagate.core.evaluate import evaluate
+from alphagate.core.insights import Insights, analyse
 from alphagate.core.model import (
     Action,
     Command,
@@ -65,6 +66,7 @@ from alphagate.kube.actuator import Actuator, DeploymentState, config_text
 from alphagate.kube.args import ArgsError
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason, decision_events
+from alphagate.kube.insights_status import insights_status
 from alphagate.kube.status import (
     COMMANDS,
     CanaryStatus,
@@ -249,6 +251,7 @@ def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: f
 class UnitOutcome:
     unit: Unit
     evaluation: Evaluation | None = None
+    insights: Insights | None = None  # draft length, diagnosis, short outputs (core.insights)
     memory: Memory | None = None  # what was persisted
     memory_origin: str = ""
     applied: bool = False  # a patch changed the Deployment(s)
@@ -640,6 +643,14 @@ class Reconciler:
             spec, observation, memory, rollout, now=now, command=command, slices=unit.slices
         )
         uo.evaluation = evaluation
+        uo.insights = analyse(
+            spec,
+            observation,
+            estimates=evaluation.estimates,
+            combined=evaluation.combined,
+            slices=unit.slices,
+            cost_per_position=spec.draft_length.cost_per_position,
+        )
         want = dict(spec.speculative_config) if evaluation.target_speculation_on else None
 
         # ---- act
@@ -885,6 +896,11 @@ class Reconciler:
             history=history_entries(history),
             units=unit_status,
             last_command=command_record,
+            insights=(
+                insights_status(first.insights)
+                if first is not None and first.insights is not None
+                else previous.insights
+            ),
             memory=encode_memories(memories) if memories else previous.memory,
         )
 
@@ -955,6 +971,7 @@ class Reconciler:
                     duration_seconds=out.duration_seconds or 0.0,
                     speculation_on=bool(u.speculation_on),
                     spec=spec,
+                    insights=u.insights,
                 )
 
     # ------------------------------------------------------------ watching and scheduling
