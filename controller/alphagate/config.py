@@ -574,33 +574,16 @@ class Promotion(_Model):
 
 
 class DraftLength(_Model):
-    """Draft-length tuning (num_speculative_tokens). The recommendation is always computed and
-    shown; the controller changes K only when `enabled`, within [minK, maxK], after
-    `consecutiveWindows` agreeing windows, through the same actuator and budgets as a flip."""
+    """How the draft-length recommendation prices a draft position. The recommendation is
+    reported (status, metrics, `evaluate`); the controller does not change K on its own yet."""
 
-    enabled: bool = Field(
-        default=False, description="Let the controller change num_speculative_tokens (opt-in)."
-    )
-    min_k: int = Field(default=1, ge=1, le=32, description="Never below this K.")
-    max_k: int | None = Field(
-        default=None, ge=1, le=32, description="Never above this K (default: the configured K)."
-    )
     cost_per_position: float | None = Field(
         default=None,
         ge=0.0,
         le=1.0,
         description="Cost of one draft position relative to a plain decode step at batch 1 "
-        "(default: the method's; a measured cost from per-step latency wins).",
+        "(default: the method's; a cost measured from per-step latency wins).",
     )
-    consecutive_windows: int = Field(
-        default=3, ge=1, le=100, description="Agreeing windows before K changes."
-    )
-
-    @model_validator(mode="after")
-    def _bounds(self) -> DraftLength:
-        if self.max_k is not None and self.max_k < self.min_k:
-            raise ValueError(f"maxK ({self.max_k}) must not be below minK ({self.min_k})")
-        return self
 
 
 class SpeculativeCanarySpec(_Model):
@@ -666,7 +649,7 @@ class SpeculativeCanarySpec(_Model):
     )
     draft_length: DraftLength = Field(
         default=DraftLength(),
-        description="The draft length that pays: always reported; changed only when enabled.",
+        description="The draft length that pays: reported in status, metrics and evaluate.",
     )
 
     @field_validator("speculative_config")
