@@ -115,6 +115,7 @@ class Recorder(Protocol):
         duration_seconds: float,
         speculation_on: bool,
         spec: SpeculativeCanarySpec | None = None,
+        insights: Insights | None = None,
     ) -> None: ...
 
 
@@ -139,6 +140,7 @@ class NullRecorder:
         duration_seconds: float,
         speculation_on: bool,
         spec: SpeculativeCanarySpec | None = None,
+        insights: Insights | None = None,
     ) -> None:
         """Nothing to export."""
 
