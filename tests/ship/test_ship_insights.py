@@ -8,7 +8,7 @@ import random
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alphagate import config, exporter
+from alphagate import config
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import (
@@ -23,6 +23,7 @@ from alphagate.core.model import (
 )
 from alphagate.kube.insights_status import insights_status
 from alphagate.kube.status import CanaryStatus
+from alphagate.shell import exporter
 
 INF = math.inf
 BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, INF)
