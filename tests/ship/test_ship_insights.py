@@ -40,7 +40,7 @@ def _spec() -> config.SpeculativeCanarySpec:
                 {"name": "chat", "canary": {"matchLabels": {"r": "c"}},
                  "baseline": {"matchLabels": {"r": "b"}}},
             ],
-            "source": {"kind": "prometheus", "prometheus": {"url": "http://p:9090"}},
+            "source": {"kind": "prometheus", "prometheus": {"endpoint": "default"}},
             "draftLength": {"costPerPosition": 0.05},
         }
     )  # fmt: skip
