@@ -75,8 +75,9 @@ def _policy(url: str) -> config.SpeculativeCanary:
                         "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                     }
                 ],
-                "acceptance": {"minDrafts": 1},
-                "latency": {"minCount": 1},
+                # One pod per role: its 5 s blocks are the batches (short simulated requests).
+                "acceptance": {"minDrafts": 1, "batchSeconds": 5},
+                "latency": {"minCount": 1, "batchSeconds": 5},
                 "timing": {"intervalSeconds": 5, "windowSeconds": 20, "warmupSeconds": 0},
                 "source": {"kind": "prometheus", "prometheus": {}},
             },
@@ -162,6 +163,21 @@ def _evaluate_into(stack: dict[str, Any]) -> list[Any]:
     memory = Memory(state=State.ON, since=time.time() - 3600)
     rollout = Rollout(in_progress=False, completed_at=time.time() - 3600, speculation_on=True)
     with PrometheusSource.from_spec(spec, SourcesConfig.single(str(prom.url))) as source:
+        # Two batches per pool need a whole window of history: wait (bounded) until the core
+        # can measure the speed-up, so every panel has something to show.
+        deadline = time.monotonic() + 3 * spec.timing.window_seconds
+        while time.monotonic() < deadline:
+            now = time.time()
+            observation = source.observe(
+                spec,
+                start=now - spec.timing.window_seconds,
+                end=now,
+                interval_seconds=spec.timing.interval_seconds,
+            )
+            probe = evaluate(spec, observation, memory, rollout, now=now)
+            if any(getattr(c.evidence, "speedup", None) is not None for c in probe.checks):
+                break
+            time.sleep(1.0)
         for command in (None, Command.DISABLE):
             now = time.time()
             started = time.perf_counter()
