@@ -79,16 +79,19 @@ HOST: Final = "127.0.0.1"
 MODEL_PORT: Final = 8000
 DEBIAN_PROMETHEUS: Final = "/usr/bin/prometheus"
 
-# Timing fields of the policy that are durations (camelCase path under spec.timing).
-_TIMING_SECONDS: Final = (
-    ("intervalSeconds",),
-    ("windowSeconds",),
-    ("warmupSeconds",),
-    ("rolloutTimeoutSeconds",),
-    ("minDwellSeconds",),
-    ("probeSeconds",),
-    ("cooldown", "initialSeconds"),
-    ("cooldown", "maxSeconds"),
+# Policy fields that are durations in scenario seconds (camelCase path under spec): --speed
+# divides them all, batch lengths included, so a window holds as many batches at any speed.
+_SCALED_SECONDS: Final = (
+    ("timing", "intervalSeconds"),
+    ("timing", "windowSeconds"),
+    ("timing", "warmupSeconds"),
+    ("timing", "rolloutTimeoutSeconds"),
+    ("timing", "minDwellSeconds"),
+    ("timing", "probeSeconds"),
+    ("timing", "cooldown", "initialSeconds"),
+    ("timing", "cooldown", "maxSeconds"),
+    ("acceptance", "batchSeconds"),
+    ("latency", "batchSeconds"),
 )
 
 
@@ -149,9 +152,8 @@ def scaled_policy(
         "labels": dict(canary.metadata.labels),
     }
     spec = obj["spec"]
-    timing = spec.setdefault("timing", {})
-    for path in _TIMING_SECONDS:
-        node = timing
+    for path in _SCALED_SECONDS:
+        node = spec
         for key in path[:-1]:
             node = node.setdefault(key, {})
         if path[-1] in node:
@@ -248,7 +250,7 @@ def chaos_plan(duration: float, *, prometheus: bool) -> list[ChaosStep]:
     steps = []
     if prometheus:
         steps.append(
-            ChaosStep("prometheus", 12.0, "Prometheus stopped", "rollback", 0.3 * duration)
+            ChaosStep("prometheus", 12.0, "Prometheus stopped", "rollback", 0.35 * duration)
         )
     steps.append(
         ChaosStep(
@@ -256,7 +258,7 @@ def chaos_plan(duration: float, *, prometheus: bool) -> list[ChaosStep]:
             10.0,
             "API server answers 500",
             "previous" if prometheus else "rollback",
-            0.4 * duration,
+            0.45 * duration,
         )
     )
     steps.append(ChaosStep("pod", 10.0, "a chat canary pod deleted", "confirmed", duration - 14.0))
