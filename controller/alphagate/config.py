@@ -317,6 +317,13 @@ class Backoff(_Model):
         default=4 * 3600.0,
         description="Upper bound of the cooldown, in seconds; not below initialSeconds.",
     )
+    decay_after_seconds: PositiveSeconds = Field(
+        default=4 * 3600.0,
+        description=(
+            "The backoff steps down by one for every this many seconds spent On before a "
+            "rollback (sustained stability), not on each confirmation."
+        ),
+    )
 
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> Backoff:

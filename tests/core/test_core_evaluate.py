@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -166,7 +167,12 @@ ON = Memory(state=State.ON, since=OLD, last_flip_at=OLD)
 def run(spec: SpeculativeCanarySpec, o: Observation, m: Memory, **kw: Any):  # type: ignore[no-untyped-def]
     kw.setdefault("rollout", SETTLED)
     rollout = kw.pop("rollout")
-    return evaluate(spec, o, m, rollout, now=T0, **kw)
+    return evaluate(spec, o, m, rollout, now=o.at, **kw)
+
+
+def later(o: Observation) -> Observation:
+    """The same traffic one whole window later: a disjoint window, new evidence."""
+    return dataclasses.replace(o, at=o.at + o.window_seconds)
 
 
 def test_new_canary_enables_without_judging() -> None:
@@ -185,7 +191,9 @@ def test_probing_good_alpha_passes_and_confirms() -> None:
     assert e.estimates["chat"].value == pytest.approx(0.75)
     assert e.combined is not None and e.combined.value == pytest.approx(0.75)
     assert e.memory.last_alpha == {"chat": pytest.approx(0.75)}
-    e2 = run(SPEC, obs(pools("chat", 0.75)), e.memory)
+    again = run(SPEC, obs(pools("chat", 0.75)), e.memory)  # the same window: no new evidence
+    assert again.memory.state is State.PROBING and again.memory.pass_streak == 1
+    e2 = run(SPEC, later(obs(pools("chat", 0.75))), e.memory)
     assert e2.memory.state is State.ON and e2.transition is not None
     assert e2.transition.evidence["alpha"] == pytest.approx(0.75)
 
@@ -209,7 +217,8 @@ def test_predicted_speedup_comes_from_the_policy() -> None:
 def test_low_alpha_rolls_back_with_evidence() -> None:
     e = run(SPEC, obs(pools("chat", 0.3)), ON)
     assert e.verdict is Verdict.FAIL and e.action is Action.HOLD
-    e = run(SPEC, obs(pools("chat", 0.3)), e.memory)
+    assert run(SPEC, obs(pools("chat", 0.3)), e.memory).action is Action.HOLD  # same window
+    e = run(SPEC, later(obs(pools("chat", 0.3))), e.memory)
     assert e.action is Action.DISABLE and not e.target_speculation_on
     assert e.transition is not None
     ev = e.transition.evidence
@@ -542,6 +551,7 @@ def test_warmup_data_is_never_judged(
     if warm_end > T0 - 300:
         assert [c.kind for c in e.checks] == [CheckKind.WINDOW]
         assert e.action is Action.HOLD and e.memory.state is state
-        assert e.memory.pass_streak == 0 and e.memory.fail_streak == 0
+        # not judged: no evidence either way, so no streak moves (and nothing flips)
+        assert e.memory.pass_streak == 5 and e.memory.fail_streak == 5
     else:
         assert any(c.kind is CheckKind.ACCEPTANCE for c in e.checks)

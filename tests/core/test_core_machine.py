@@ -491,7 +491,7 @@ def test_data_from_before_the_last_flip_is_not_judged_even_if_rollout_lags() -> 
         probe_deadline=T0 + 900,
     )
     d = step(m, P)
-    assert d.memory.state is State.PROBING and d.memory.pass_streak == 0
+    assert d.memory.state is State.PROBING and d.memory.pass_streak == 1  # not extended
     assert d.transition is None and d.memory.fail_streak == 0
 
 
@@ -661,13 +661,21 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     # the first windows overlap the rollout's warm-up: PASS is not judged yet
     while t < m.last_flip_at + 60 + 120 + 300:  # type: ignore[operator]
         assert tick(P).memory.state is State.PROBING
-    tick(P)
-    assert tick(P).memory.state is State.ON
+    # consecutive windows are disjoint: the second pass counts a whole window after the first
+    first = t
+    for _ in range(20):
+        if tick(P).memory.state is State.ON:
+            break
+    assert m.state is State.ON and t - 30 - first >= spec.timing.window_seconds
     assert m.cooldown_index == 0
     # traffic changes: alpha collapses
-    tick(F)
-    d = tick(F)
+    first = t
+    for _ in range(20):
+        d = tick(F)
+        if d.action is Action.DISABLE:
+            break
     assert d.action is Action.DISABLE and m.state is State.ROLLED_BACK
+    assert t - 30 - first >= spec.timing.window_seconds
     rolled_back_at = t - 30
     assert m.cooldown_until == rolled_back_at + 900 and m.cooldown_index == 1
     # cooldown: nothing happens for 900 s whatever the verdicts say
@@ -679,8 +687,10 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     # the second probe fails: longer cooldown
     while t < m.last_flip_at + 60 + 120 + 300:  # type: ignore[operator]
         tick(F)
-    tick(F)
-    d = tick(F)
+    for _ in range(20):
+        d = tick(F)
+        if d.action is Action.DISABLE:
+            break
     assert d.action is Action.DISABLE and m.cooldown_until - (t - 30) == 1800
     # four flips in the last hour now: the cap holds the third probe past its cooldown
     reasons = []
@@ -693,8 +703,11 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     assert any("flip budget" in r for r in reasons)
     while t < m.last_flip_at + 60 + 120 + 300:  # type: ignore[operator]
         tick(P)
-    tick(P)
-    assert tick(P).memory.state is State.ON and m.cooldown_index == 0
+    for _ in range(20):
+        if tick(P).memory.state is State.ON:
+            break
+    # confirmed again, but the backoff stays: it decays only with sustained time On
+    assert m.state is State.ON and m.cooldown_index == 2
     states = [s for _, s, a in log if a is not Action.HOLD]
     assert states == [
         State.PROBING,
@@ -813,11 +826,19 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         # An enable never happens on ERROR and only from Off/RolledBack.
         if d.action is Action.ENABLE:
             assert effective is not E and before.state in (State.OFF, State.ROLLED_BACK)
-        # Streaks are consecutive windows.
+        # Streaks are consecutive DISJOINT windows: one overlapping the last counted window is
+        # no new evidence (only the opposite decisive verdict breaks the streak).
         if d.transition is None and m.state is not State.PAUSED:
-            assert m.pass_streak == (before.pass_streak + 1 if effective is P else 0)
-            assert m.fail_streak == (before.fail_streak + 1 if effective is F else 0)
             assert m.error_streak == (before.error_streak + 1 if effective is E else 0)
+            disjoint = start >= before.streak_end
+            if effective is P:
+                grown = before.pass_streak + 1 if disjoint else max(before.pass_streak, 1)
+                assert m.pass_streak == grown and m.fail_streak == 0
+            elif effective is F:
+                grown = before.fail_streak + 1 if disjoint else max(before.fail_streak, 1)
+                assert m.fail_streak == grown and m.pass_streak == 0
+            else:  # no evidence either way
+                assert (m.pass_streak, m.fail_streak) == (before.pass_streak, before.fail_streak)
         # The flip cap holds in every sliding hour.
         recent = [f for f in flips if now - machine.HOUR < f <= now]
         assert len(recent) <= spec.timing.max_flips_per_hour
@@ -826,3 +847,38 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
     # Check every sliding hour once more over the whole run.
     for i, f in enumerate(flips):
         assert sum(1 for g in flips[i:] if g - f < machine.HOUR) <= spec.timing.max_flips_per_hour
+
+
+def test_overlapping_windows_are_not_new_evidence() -> None:
+    """Two FAIL windows 30 s apart over 300 s share 90% of their data: one observation, not
+    two. The second failing window that counts must start after the first one ended."""
+    spec = SPEC
+    m = mem(state=State.ON, since=OLD, last_flip_at=OLD)
+    d = machine.step(m, F, now=T0, spec=spec, rollout=Rollout(), window_start=T0 - 300)
+    assert d.memory.fail_streak == 1 and d.action is Action.HOLD
+    # overlapping windows: failing or inconclusive, they neither add nor break
+    for i, v in enumerate((F, INC, F, F), start=1):
+        now = T0 + 30 * i
+        d = machine.step(d.memory, v, now=now, spec=spec, rollout=Rollout(), window_start=now - 300)
+        assert d.memory.fail_streak == 1 and d.action is Action.HOLD
+    # an overlapping PASS breaks the fail streak (and starts its own)
+    p = machine.step(d.memory, P, now=T0 + 150, spec=spec, rollout=Rollout(), window_start=T0 - 150)
+    assert p.memory.fail_streak == 0 and p.memory.pass_streak == 1
+    # the next disjoint failing window rolls back
+    d = machine.step(d.memory, F, now=T0 + 300, spec=spec, rollout=Rollout(), window_start=T0)
+    assert d.action is Action.DISABLE
+
+
+def test_backoff_decays_only_after_sustained_time_on() -> None:
+    spec = SPEC
+    decay = spec.timing.cooldown.decay_after_seconds
+    # confirmed a minute ago after three rollbacks: a rollback now backs off further
+    short = mem(state=State.ON, since=T0 - 60, last_flip_at=OLD, cooldown_index=3, fail_streak=1)
+    d = machine.step(short, F, now=T0, spec=spec, rollout=Rollout())
+    assert d.action is Action.DISABLE and d.memory.cooldown_index == 4
+    assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 3)
+    # On for two decay periods: two steps down before this rollback's step up
+    long = short.model_copy(update={"since": T0 - 2 * decay - 1})
+    d = machine.step(long, F, now=T0, spec=spec, rollout=Rollout())
+    assert d.action is Action.DISABLE and d.memory.cooldown_index == 2
+    assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 1)

@@ -17,8 +17,11 @@ Rules (design.md §4):
   minimum dwell since the last flip has passed, no source error is pending, and the flip budget
   has room for the enable AND its possible rollback. Disables are always allowed, so no sliding
   hour ever holds more than maxFlipsPerHour automatic flips.
-* Rollback cooldown = initial * factor**index (capped); index grows with each rollback and is
-  reset when a probe is confirmed On.
+* Rollback cooldown = initial * factor**index (capped); index grows with each rollback and
+  steps down by one per cooldown.decayAfterSeconds spent On (sustained stability), not on a
+  mere confirmation.
+* Consecutive windows are disjoint: a window overlapping the last one counted is no new
+  evidence (see `_streaks`).
 * Manual commands override the policy (not the flip cap, dwell or cooldown), and are recorded as
   transitions with cause MANUAL (REFUSED when the machine refuses them).
 * Every transition carries its `Cause` and every decision its `Alert`s: the shell branches on
@@ -280,13 +283,27 @@ def _flip(memory: Memory, now: float) -> dict[str, object]:
     return {"flip_times": (*memory.flip_times, now), "last_flip_at": now}
 
 
-def _streaks(memory: Memory, verdict: Verdict) -> Memory:
-    """Consecutive windows: a verdict extends its own streak and breaks every other."""
+def _streaks(memory: Memory, verdict: Verdict, *, start: float, now: float) -> Memory:
+    """Consecutive DISJOINT decisive windows. A window [start, now] that overlaps the last one
+    counted shares most of its data, so it is no new evidence: the same verdict leaves the
+    streak as it is. Inconclusive (and Error) windows are no evidence either way and leave
+    both streaks as they are; only the opposite decisive verdict breaks a streak. Errors
+    count per evaluation (they are about the source, not the traffic)."""
+    errors = memory.error_streak + 1 if verdict is Verdict.ERROR else 0
+    if verdict not in (Verdict.PASS, Verdict.FAIL):
+        return memory.model_copy(update={"error_streak": errors})
+    passed = verdict is Verdict.PASS
+    own = memory.pass_streak if passed else memory.fail_streak
+    overlaps = start < memory.streak_end - _EPS
+    if overlaps and own > 0:
+        return memory.model_copy(update={"error_streak": errors})
+    count = own + 1 if own > 0 else 1
     return memory.model_copy(
         update={
-            "pass_streak": memory.pass_streak + 1 if verdict is Verdict.PASS else 0,
-            "fail_streak": memory.fail_streak + 1 if verdict is Verdict.FAIL else 0,
-            "error_streak": memory.error_streak + 1 if verdict is Verdict.ERROR else 0,
+            "pass_streak": count if passed else 0,
+            "fail_streak": 0 if passed else count,
+            "error_streak": errors,
+            "streak_end": now,
         }
     )
 
@@ -300,8 +317,19 @@ def _enable_update(ctx: _Ctx) -> dict[str, object]:
     }
 
 
+def decayed_index(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> int:
+    """The backoff exponent after time On: one step down per cooldown.decayAfterSeconds spent
+    On (sustained stability), never on a mere confirmation."""
+    if effective_state(memory) is not State.ON or memory.cooldown_index <= 0:
+        return memory.cooldown_index
+    steps = int(max(0.0, now - memory.since) // spec.timing.cooldown.decay_after_seconds)
+    return max(0, memory.cooldown_index - steps)
+
+
 def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
     m = ctx.memory
+    index = decayed_index(m, ctx.spec, ctx.now)
+    m = m.model_copy(update={"cooldown_index": index})
     cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
     until = ctx.now + cooldown
     text = f"{reason}; next probe after {cooldown:.0f} s cooldown (at {wall_time(until)})"
@@ -407,9 +435,9 @@ def _probing(ctx: _Ctx) -> Decision:
         return ctx.go(
             State.ON,
             Action.HOLD,
-            f"confirmed: {m.pass_streak} consecutive passing windows; backoff reset",
+            f"confirmed: {m.pass_streak} consecutive passing windows (disjoint); the backoff "
+            f"decays only with time On",
             Cause.POLICY_PASS,
-            cooldown_index=0,
         )
     status = (
         f"probing: {_judged_text(ctx)}; pass streak {m.pass_streak}/{to_pass}, "
@@ -610,7 +638,7 @@ def step(
             paused_by="spec",
         )
 
-    memory = _streaks(memory, effective)
+    memory = _streaks(memory, effective, start=start, now=now)
     alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)

@@ -528,6 +528,9 @@ class Memory(BaseModel):
     pass_streak: int = 0  # consecutive windows whose acceptance+latency verdict was PASS
     fail_streak: int = 0  # consecutive windows with a FAIL
     error_streak: int = 0  # consecutive windows with an ERROR
+    # end of the last window counted into the pass or fail streak: a window that overlaps it is
+    # not new evidence (0: the next decisive window counts)
+    streak_end: float = 0.0
     cooldown_index: int = 0  # how many rollbacks in a row (exponential backoff exponent)
     cooldown_until: float = 0.0
     probe_deadline: float = 0.0  # past it a probe without a verdict keeps probing, and says so
