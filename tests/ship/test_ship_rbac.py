@@ -110,10 +110,10 @@ def _canary() -> dict[str, Any]:
             ],
             # per-pod blocks of 0.5 s are the batches: one canary pod still gives several
             "acceptance": {"minDrafts": 10, "consecutiveWindows": 1, "batchSeconds": 0.5},
-            "latency": {"minCount": 1, "consecutiveWindows": 1},
+            "latency": {"minCount": 1, "consecutiveWindows": 1, "batchSeconds": 0.5},
             "timing": {
                 "intervalSeconds": 1,
-                "windowSeconds": 2,
+                "windowSeconds": 6,  # several batches of one pod: an interval that can decide
                 "warmupSeconds": 0,
                 "minDwellSeconds": 0,
                 "probeSeconds": 60,
