@@ -282,6 +282,21 @@ def test_prometheus_huge_position_label_fails_the_query() -> None:
     assert caught.value.kind in (SourceErrorKind.QUERY_ERROR, SourceErrorKind.PARSE)
 
 
+@pytest.mark.parametrize(
+    "value",
+    ['"\u0661\u0662"', '"1_000"', "12"],  # Arabic-Indic 12; an underscore; a bare JSON number
+)
+def test_prometheus_values_that_are_not_prometheus_numbers_fail_the_query(value: str) -> None:
+    body = (
+        '{"status":"success","data":{"resultType":"vector",'
+        f'"result":[{{"metric":{{"pod":"p"}},"value":[1060,{value}]}}]}}}}'
+    )
+    answer = whole("200 OK", {"Content-Type": "application/json"}, body.encode())
+    with serving(answer) as server, prom(server.base) as src, pytest.raises(SourceError) as caught:
+        src.query("up")
+    assert caught.value.kind is SourceErrorKind.BAD_JSON
+
+
 def test_credentials_in_the_url_never_reach_an_error() -> None:
     with prom("http://alice:s3cret@127.0.0.1:1/", attempts=1) as src:
         obs = src.observe(make_spec().model_copy(), start=1000.0, end=1060.0, interval_seconds=20.0)

@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from alphagate import vllm
 from alphagate.errors import ExpositionError, SourceErrorKind
 from alphagate.sources.exposition import Counter as C
-from alphagate.sources.exposition import Hist, Page, decode, parse, parse_with_client
+from alphagate.sources.exposition import Hist, Page, decode, parse, parse_number, parse_with_client
 
 REAL = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"
 
@@ -184,6 +184,58 @@ def test_malformed_pages_name_the_line(text: str, line: int, words: str) -> None
     err = info.value
     assert err.kind is SourceErrorKind.PARSE and err.line == line
     assert words in str(err) and "pod-a" in str(err) and f"line {line}" in str(err)
+
+
+ARABIC_INDIC_12 = "\u0661\u0662"  # what Python's float() reads as 12.0
+FULLWIDTH_3 = "\uff13"  # a fullwidth 3, also a float() for Python
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "token"),
+    [
+        (
+            f'ok 1\nvllm:generation_tokens_total{{engine="0"}} {ARABIC_INDIC_12}\n',
+            2,
+            ARABIC_INDIC_12,
+        ),
+        (f"vllm:generation_tokens_total {FULLWIDTH_3}\n", 1, FULLWIDTH_3),
+        (f"vllm:generation_tokens_total 3 {ARABIC_INDIC_12}\n", 1, ARABIC_INDIC_12),  # timestamp
+        (
+            f"vllm:spec_decode_num_drafts_total 1\nvllm:spec_decode_num_draft_tokens_total"
+            f'{{model_name="m"}} 1{ARABIC_INDIC_12}\n',
+            2,
+            f"1{ARABIC_INDIC_12}",
+        ),
+    ],
+)
+def test_non_ascii_digits_are_a_parse_error_naming_the_line(
+    text: str, line: int, token: str
+) -> None:
+    for strict in (False, True):
+        with pytest.raises(ExpositionError) as info:
+            parse(text, target="pod-a", strict=strict)
+        err = info.value
+        assert err.kind is SourceErrorKind.PARSE and err.line == line and err.target == "pod-a"
+        assert token in str(err)  # the offending number is shown to the operator
+
+
+def test_non_ascii_digits_in_a_bucket_bound_are_refused() -> None:
+    text = f'vllm:inter_token_latency_seconds_bucket{{le="0.{ARABIC_INDIC_12}"}} 1\n'
+    with pytest.raises(ExpositionError) as info:
+        parse(text, target="pod-a")
+    assert info.value.kind is SourceErrorKind.PARSE and info.value.line == 1
+
+
+@pytest.mark.parametrize("token", ["12", "-1.5e3", "+Inf", "-Inf", "NaN"])
+def test_parse_number_reads_what_prometheus_writes(token: str) -> None:
+    value = parse_number(token)
+    assert value == value or token == "NaN"  # NaN is the one value unequal to itself
+
+
+@pytest.mark.parametrize("token", [ARABIC_INDIC_12, FULLWIDTH_3, "1_000", " 1", "1\u00a0"])
+def test_parse_number_refuses_what_float_would_take(token: str) -> None:
+    with pytest.raises(ValueError):
+        parse_number(token)
 
 
 def test_truncated_real_capture_is_an_error_or_a_smaller_page() -> None:

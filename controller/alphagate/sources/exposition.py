@@ -167,11 +167,16 @@ def _unescape(value: str) -> str:
     return _ESCAPES.sub(lambda m: _ESCAPE_MAP.get(m.group(1), "\\" + m.group(1)), value)
 
 
-def _parse_value(token: str) -> float:
-    """A sample value as Prometheus writes it (Go ParseFloat: no underscores)."""
-    if "_" in token:
-        raise ValueError(token)
+def parse_number(token: str) -> float:
+    """A number as Prometheus writes it (Go's ParseFloat): ASCII only, no underscores, no
+    spaces. Python's float() also takes `١٢٣` (Arabic-Indic digits), `1_000` and padding;
+    a page or an answer carrying those is malformed, not a number. Raises ValueError."""
+    if not token.isascii() or "_" in token or token != token.strip():
+        raise ValueError(f"not an ASCII number: {token!r}")
     return float(token)
+
+
+_parse_value = parse_number
 
 
 # --------------------------------------------------------------------------- fast path
@@ -275,7 +280,7 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
         if what is None:
             continue
         found = True
-        if other is None and "_" not in token:
+        if other is None and "_" not in token and token.isascii():
             got = label_set(inside) if inside else _NO_LABELS
             try:
                 value = float(token)
@@ -382,6 +387,11 @@ def _parse_sample_rest(line: str, pos: int) -> tuple[dict[str, str], float]:
             if len(tokens) > 2 and tokens[2] != "#":
                 raise ValueError(tokens[2])
     except ValueError:
+        odd = next((t for t in tokens[:2] if not t.isascii()), None)
+        if odd is not None:
+            raise _Bad(
+                f"non-ASCII characters in the number {_excerpt(odd, 40)!r} of {_excerpt(line)!r}"
+            ) from None
         raise _Bad(f"bad value or timestamp in {_excerpt(line)!r}") from None
     return labels, value
 

@@ -71,6 +71,7 @@ from alphagate.sources.common import (
     sorted_samples,
 )
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
+from alphagate.sources.exposition import parse_number
 
 MAX_SECRET_BYTES: Final = 64 * 1024
 """A token or password file is read up to this size: a file that never ends is refused."""
@@ -515,7 +516,7 @@ class PrometheusSource:
         for p in self.query_range(q.tpot_pod_buckets, start=first, end=end, step=interval):
             check_finite((p.value,), "histogram buckets", q.tpot_pod_buckets)
             try:
-                le = float(p.labels.get(vllm.LE, "nan"))
+                le = parse_number(p.labels.get(vllm.LE, "NaN"))
             except ValueError:
                 continue
             if not math.isnan(le):
@@ -552,7 +553,7 @@ class PrometheusSource:
         acc = HistSum()
         for p in points:
             try:
-                le = float(p.labels.get(vllm.LE, "nan"))
+                le = parse_number(p.labels.get(vllm.LE, "NaN"))
             except ValueError:
                 continue
             if not math.isnan(le):
@@ -654,4 +655,6 @@ def _points(result: list[Any], result_type: str) -> Generator[Point, None, None]
         labels = {str(k): str(v) for k, v in metric.items()}
         pairs = [item["value"]] if result_type == "vector" else item["values"]
         for at, value in pairs:
-            yield Point(labels, float(at), float(value))
+            if not isinstance(value, str):  # the API sends sample values as strings
+                raise TypeError(f"sample value {value!r} is not a string")
+            yield Point(labels, float(at), parse_number(value))
