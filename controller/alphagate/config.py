@@ -418,6 +418,32 @@ class ErrorPolicy(_Model):
     )
 
 
+class Staleness(_Model):
+    """While speculation runs under judgement (Probing, On), how long the controller may go
+    without a conclusive verdict (Pass or Fail) before it tells a person, and what then.
+
+    Endless Inconclusive windows (too little traffic, too few pods, empty increase() from a
+    scrape interval too long for the window) and endless Error windows both leave speculation
+    running unchecked: the verdict-stale alert, the VerdictFresh condition and
+    `alphagate_verdict_age_seconds` say so."""
+
+    after_seconds: PositiveSeconds = Field(
+        default=1800.0,
+        description=(
+            "Seconds without a conclusive verdict (Pass or Fail) while Probing or On before the "
+            "verdict-stale alert is raised; counted from the later of the last conclusive window "
+            "and the enable. Keep it above windowSeconds + warmupSeconds."
+        ),
+    )
+    fail_safe: FailSafe = Field(
+        default=FailSafe.HOLD,
+        description=(
+            "What a stale verdict does: hold (default; alert only) or disable speculation (opt-in "
+            "fail-safe rollback)."
+        ),
+    )
+
+
 ADMIN_ONLY_SOURCE_FIELDS: Final = ("url", "bearerTokenFile", "basicAuth", "caFile", "headers")
 """Prometheus settings a SpeculativeCanary may not carry: where the controller sends queries
 and with which credentials is the cluster admin's choice (the controller's `--config`)."""
@@ -562,7 +588,8 @@ class Promotion(_Model):
     enabled: bool = Field(
         default=False,
         description=(
-            "Copy the confirmed speculative config to the stable fleet after bakeSeconds in On."
+            "Copy the confirmed speculative config to the stable fleet after bakeSeconds in On. "
+            "A manual promote needs it too (or `alphagate promote --force`)."
         ),
     )
     bake_seconds: PositiveSeconds = Field(
@@ -645,6 +672,13 @@ class SpeculativeCanarySpec(_Model):
     )
     errors: ErrorPolicy = Field(
         default=ErrorPolicy(), description="What repeated source errors do."
+    )
+    staleness: Staleness = Field(
+        default=Staleness(),
+        description=(
+            "How long speculation may run without a conclusive verdict before an alert (and, "
+            "opt-in, a rollback)."
+        ),
     )
     source: Source = Field(description="Where the controller reads vLLM's metrics.")
     promotion: Promotion = Field(

@@ -525,6 +525,14 @@ MANUAL = [
     ("resume-not-paused", mem(state=State.ON), Command.RESUME, State.ON, Action.HOLD, "not paused"),
     (
         "enable-off",
+        mem(state=State.ROLLED_BACK, cooldown_until=T0 - 1, last_flip_at=OLD),
+        Command.ENABLE,
+        State.PROBING,
+        Action.ENABLE,
+        "manual: enable",
+    ),
+    (  # the guards hold a manual enable too (tests/core/test_core_guards.py: --force)
+        "enable-in-cooldown-refused",
         mem(
             state=State.ROLLED_BACK,
             cooldown_until=T0 + 5000,
@@ -532,9 +540,9 @@ MANUAL = [
             flip_times=(T0 - 10,) * 10,
         ),
         Command.ENABLE,
-        State.PROBING,
-        Action.ENABLE,
-        "manual: enable",
+        State.ROLLED_BACK,
+        Action.HOLD,
+        "refused",
     ),
     ("enable-already-on", mem(state=State.ON), Command.ENABLE, State.ON, Action.HOLD, "already on"),
     (
@@ -561,13 +569,13 @@ MANUAL = [
         Action.HOLD,
         "already off",
     ),
-    (
-        "promote-on",
+    (  # promotion is not configured in SPEC: refused (with it, or --force: test_core_guards)
+        "promote-on-unconfigured",
         mem(state=State.ON, since=T0 - 10),
         Command.PROMOTE,
-        State.PROMOTED,
-        Action.PROMOTE,
-        "manual: promote",
+        State.ON,
+        Action.HOLD,
+        "refused",
     ),
     (
         "promote-off-refused",

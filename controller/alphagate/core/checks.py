@@ -24,6 +24,7 @@ from alphagate.core.model import (
     ExceedanceTest,
     FloorEvidence,
     LatencyEvidence,
+    NoData,
     PoolLatency,
     PoolObservation,
     Verdict,
@@ -65,6 +66,19 @@ def _interval(e: Estimate) -> str:
 
 # ---------------------------------------------------------------- acceptance
 
+_NO_DATA: Final = {
+    NoData.NO_TRAFFIC: (
+        "speculating with no traffic (spec-decode series present, every increment zero): alpha "
+        "unknown"
+    ),
+    NoData.SPARSE_SCRAPES: (
+        "the range holds fewer than two scrapes, so increase() is empty: alpha unknown "
+        "(lengthen intervalSeconds/windowSeconds or scrape more often)"
+    ),
+    NoData.NO_SPEC_SERIES: "no spec-decode series on the canary although it should speculate",
+    NoData.UNKNOWN: "alpha unknown",
+}
+
 
 def check_acceptance(
     estimate: Estimate | None,
@@ -72,14 +86,18 @@ def check_acceptance(
     gate: AcceptanceGate,
     slice: str | None = None,
     error: str | None = None,
+    no_data: NoData | None = None,
 ) -> CheckResult:
     """Hysteresis on the confidence bounds: FAIL if upper < disableBelow, PASS if lower >
-    enableAbove, else INCONCLUSIVE (band, too few drafts, no estimate). ERROR if `error`."""
+    enableAbove, else INCONCLUSIVE (band, too few drafts, no estimate: its `no_data` cause,
+    UNKNOWN when not given). ERROR if `error`."""
+    missing = estimate is None and error is None
     evidence = AcceptanceEvidence(
         disable_below=gate.disable_below,
         enable_above=gate.enable_above,
         min_drafts=gate.min_drafts,
         estimate=estimate if error is None else None,
+        no_data=(no_data or NoData.UNKNOWN) if missing else None,
     )
 
     def result(verdict: Verdict, reason: str) -> CheckResult:
@@ -89,7 +107,10 @@ def check_acceptance(
     if error is not None:
         return result(Verdict.ERROR, f"cannot judge alpha{where}: {error}")
     if estimate is None:
-        return result(Verdict.INCONCLUSIVE, f"no drafts{where} in the window: alpha unknown")
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"no drafts{where} in the window: {_NO_DATA[evidence.no_data or NoData.UNKNOWN]}",
+        )
     if any(math.isnan(x) for x in (estimate.value, estimate.lower, estimate.upper)):
         return result(Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)")
     if not estimate.conclusive:

@@ -28,6 +28,7 @@ from alphagate.core.model import (
     Evaluation,
     LatencyEvidence,
     Memory,
+    NoData,
     Observation,
     PoolObservation,
     Role,
@@ -50,6 +51,22 @@ def _slice_error(observation: Observation, name: str) -> str | None:
     if bad is not None:
         return f"bad data on slice {name}: {bad}"
     return None
+
+
+def no_data(observation: Observation, names: Sequence[str]) -> NoData | None:
+    """Why the canary pools of `names` show no drafts, when none of them does (None: some
+    slice has drafts, or a pool failed). An idle canary that exports spec-decode series is
+    speculating with no traffic, never "off"."""
+    pools = [observation.pool(n, Role.CANARY) for n in names]
+    if any(p is None or p.error is not None or p.acceptance for p in pools):
+        return None
+    causes = {p.no_data for p in pools if p is not None}
+    for cause in (NoData.SPARSE_SCRAPES, NoData.NO_TRAFFIC, NoData.NO_SPEC_SERIES):
+        if cause in causes:
+            return cause
+    if pools and all(p is not None and p.spec_series is False for p in pools):
+        return NoData.NO_SPEC_SERIES
+    return NoData.UNKNOWN
 
 
 def _fallback_weights(estimates: dict[str, Estimate], names: Sequence[str]) -> dict[str, float]:
@@ -114,10 +131,11 @@ def evaluate(
     now: float,
     command: Command | None = None,
     slices: Sequence[str] | None = None,
+    force: bool = False,
 ) -> Evaluation:
     """Judge one window and decide. `slices` restricts the evaluation to those slices (perSlice
     aggregation: one call per slice, each with its own memory); unknown names are a
-    programming error (ValueError)."""
+    programming error (ValueError). `force` carries a manual `command` past its guards."""
     known = [s.name for s in spec.slices]
     if slices is not None:
         unknown = sorted(set(slices) - set(known))
@@ -220,6 +238,7 @@ def evaluate(
         window_start=window_start,
         fail_kinds=fail_kinds,
         evidence=_evidence(combined, estimates, weights, results, verdict),
+        force=force,
     )
     return Evaluation(
         at=now,
@@ -235,6 +254,7 @@ def evaluate(
         target_speculation_on=machine.speculation_on(decision.memory),
         alerts=decision.alerts,
         predicted_speedup=_predicted_speedup(spec, combined),
+        verdict_age_seconds=machine.verdict_age(decision.memory, now),
     )
 
 
@@ -261,12 +281,20 @@ def _judge(
         for n in names:
             out.append(
                 checks.check_acceptance(
-                    estimates.get(n), gate=gate, slice=n if suffix else None, error=errors[n]
+                    estimates.get(n),
+                    gate=gate,
+                    slice=n if suffix else None,
+                    error=errors[n],
+                    no_data=no_data(observation, [n]),
                 )
             )
     else:
         failed = "; ".join(e for e in errors.values() if e is not None) or None
-        out.append(checks.check_acceptance(combined, gate=gate, error=failed))
+        out.append(
+            checks.check_acceptance(
+                combined, gate=gate, error=failed, no_data=no_data(observation, names)
+            )
+        )
         for s in spec.slices:
             if s.name in names and s.min_alpha is not None:
                 out.append(

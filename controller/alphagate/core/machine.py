@@ -22,8 +22,13 @@ Rules (design.md §4):
   mere confirmation.
 * Consecutive windows are disjoint: a window overlapping the last one counted is no new
   evidence (see `_streaks`).
-* Manual commands override the policy (not the flip cap, dwell or cooldown), and are recorded as
-  transitions with cause MANUAL (REFUSED when the machine refuses them).
+* Manual commands override the policy's verdicts but obey its guards: an enable waits for the
+  cooldown, the minimum dwell and room in the flip budget, and a promote needs promotion
+  enabled, unless forced (`--force`: the transition records `forced` and the `Guard`s it
+  overrode). They are recorded as transitions with cause MANUAL (REFUSED, with the guards,
+  when the machine refuses them). A disable is always allowed.
+* Staleness: Probing or On with no conclusive verdict (PASS or FAIL) for staleness.afterSeconds
+  raises VERDICT_STALE; with staleness.failSafe disable it rolls back (cause STALE_FAIL_SAFE).
 * Every transition carries its `Cause` and every decision its `Alert`s: the shell branches on
   those, never on the reason text.
 
@@ -36,7 +41,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
 from alphagate.core.model import (
@@ -45,6 +50,7 @@ from alphagate.core.model import (
     Cause,
     CheckKind,
     Command,
+    Guard,
     Memory,
     Rollout,
     State,
@@ -113,6 +119,15 @@ def recent_flips(memory: Memory, now: float) -> tuple[float, ...]:
 def flip_room(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> bool:
     """True when an enable now, and a rollback right after it, both fit in the hourly cap."""
     return len(recent_flips(memory, now)) + 2 <= spec.timing.max_flips_per_hour
+
+
+def verdict_age(memory: Memory, now: float) -> float | None:
+    """Seconds since the last conclusive verdict, or since the unit entered its state if later
+    (the enable, the confirmation, a resume); None unless the unit judges (Probing, On)."""
+    if memory.state not in JUDGING:
+        return None
+    since = max(memory.last_conclusive_at, memory.since, memory.last_flip_at or 0.0)
+    return max(0.0, now - since)
 
 
 def warmup_end(
@@ -233,7 +248,9 @@ class _Ctx:
         action: Action,
         reason: str,
         cause: Cause,
-        **update: object,
+        *,
+        forced: tuple[Guard, ...] | None = None,
+        **update: Any,
     ) -> Decision:
         memory, transition = _move(
             self.memory,
@@ -243,6 +260,7 @@ class _Ctx:
             command=self.command,
             now=self.now,
             evidence=self.evidence,
+            forced=forced,
             **update,
         )
         return Decision(memory, action, reason, transition, self.alerts)
@@ -257,7 +275,9 @@ def _move(
     command: Command | None = None,
     now: float,
     evidence: Mapping[str, float | str],
-    **update: object,
+    forced: tuple[Guard, ...] | None = None,
+    refused: tuple[Guard, ...] = (),
+    **update: Any,
 ) -> tuple[Memory, Transition]:
     transition = Transition(
         from_state=memory.state,
@@ -267,6 +287,8 @@ def _move(
         evidence=dict(evidence),
         cause=cause,
         command=command,
+        forced=forced is not None,
+        guards=forced if forced is not None else refused,
     )
     fields: dict[str, object] = {
         "state": to,
@@ -279,7 +301,7 @@ def _move(
     return memory.model_copy(update=fields), transition
 
 
-def _flip(memory: Memory, now: float) -> dict[str, object]:
+def _flip(memory: Memory, now: float) -> dict[str, Any]:
     return {"flip_times": (*memory.flip_times, now), "last_flip_at": now}
 
 
@@ -296,7 +318,7 @@ def _streaks(memory: Memory, verdict: Verdict, *, start: float, now: float) -> M
     own = memory.pass_streak if passed else memory.fail_streak
     overlaps = start < memory.streak_end - _EPS
     if overlaps and own > 0:
-        return memory.model_copy(update={"error_streak": errors})
+        return memory.model_copy(update={"error_streak": errors, "last_conclusive_at": now})
     count = own + 1 if own > 0 else 1
     return memory.model_copy(
         update={
@@ -304,11 +326,12 @@ def _streaks(memory: Memory, verdict: Verdict, *, start: float, now: float) -> M
             "fail_streak": 0 if passed else count,
             "error_streak": errors,
             "streak_end": now,
+            "last_conclusive_at": now,
         }
     )
 
 
-def _enable_update(ctx: _Ctx) -> dict[str, object]:
+def _enable_update(ctx: _Ctx) -> dict[str, Any]:
     return {
         **_flip(ctx.memory, ctx.now),
         "probe_deadline": ctx.now + ctx.spec.timing.probe_seconds,
@@ -359,6 +382,21 @@ def _fail_safe(ctx: _Ctx) -> Decision | None:
             f"fail-safe: {ctx.memory.error_streak} consecutive source errors "
             f"(failSafeAfter {e.fail_safe_after}, failSafe disable)",
             Cause.FAIL_SAFE,
+            advance=False,
+        )
+    return None
+
+
+def _stale_safe(ctx: _Ctx) -> Decision | None:
+    """The opt-in staleness fail-safe: roll back once VERDICT_STALE is raised."""
+    st = ctx.spec.staleness
+    if Alert.VERDICT_STALE in ctx.alerts and st.fail_safe is FailSafe.DISABLE:
+        age = verdict_age(ctx.memory, ctx.now) or 0.0
+        return _rollback(
+            ctx,
+            f"fail-safe: no conclusive verdict for {age:.0f} s (staleness.afterSeconds "
+            f"{st.after_seconds:.0f}, failSafe disable)",
+            Cause.STALE_FAIL_SAFE,
             advance=False,
         )
     return None
@@ -420,7 +458,7 @@ def _off(ctx: _Ctx) -> Decision:
 
 def _probing(ctx: _Ctx) -> Decision:
     m, now = ctx.memory, ctx.now
-    safe = _fail_safe(ctx)
+    safe = _fail_safe(ctx) or _stale_safe(ctx)
     if safe is not None:
         return safe
     to_pass, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
@@ -454,7 +492,7 @@ def _probing(ctx: _Ctx) -> Decision:
 
 def _on(ctx: _Ctx) -> Decision:
     m, now, promo = ctx.memory, ctx.now, ctx.spec.promotion
-    safe = _fail_safe(ctx)
+    safe = _fail_safe(ctx) or _stale_safe(ctx)
     if safe is not None:
         return safe
     _, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
@@ -507,11 +545,45 @@ HANDLERS: Final[dict[State, Callable[[_Ctx], Decision]]] = {
 }
 
 
-def _manual(ctx: _Ctx, command: Command) -> Decision:
+def enable_guards(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> tuple[Guard, ...]:
+    """The guards an enable must pass now (empty: it may go): the cooldown after a rollback,
+    the minimum dwell since the last flip, and room in the flip budget for the enable and its
+    possible rollback. The automatic probe obeys the same ones (`_off`)."""
+    t = spec.timing
+    out: list[Guard] = []
+    if memory.state is State.ROLLED_BACK and now < memory.cooldown_until - _EPS:
+        out.append(Guard.COOLDOWN)
+    if memory.last_flip_at is not None and now < memory.last_flip_at + t.min_dwell_seconds - _EPS:
+        out.append(Guard.MIN_DWELL)
+    if not flip_room(memory, spec, now):
+        out.append(Guard.FLIP_BUDGET)
+    return tuple(out)
+
+
+def _guard_text(guards: Collection[Guard], memory: Memory, spec: SpeculativeCanarySpec) -> str:
+    t = spec.timing
+    texts = {
+        Guard.COOLDOWN: f"cooldown until {wall_time(memory.cooldown_until)}",
+        Guard.MIN_DWELL: (
+            f"minimum dwell until {wall_time((memory.last_flip_at or 0.0) + t.min_dwell_seconds)}"
+            f" (minDwellSeconds {t.min_dwell_seconds:.0f})"
+        ),
+        Guard.FLIP_BUDGET: (
+            f"flip budget (maxFlipsPerHour {t.max_flips_per_hour} leaves no room for an enable "
+            f"and its rollback)"
+        ),
+        Guard.PROMOTION_DISABLED: "promotion is not enabled in the policy",
+        Guard.SPECULATION_OFF: "speculation is off on the canary; enable it first",
+        Guard.SPEC_PAUSED: "spec.paused is true; set it to false to resume",
+    }
+    return ", ".join(texts[g] for g in guards)
+
+
+def _manual(ctx: _Ctx, command: Command, force: bool) -> Decision:
     m = ctx.memory
     on = speculation_on(m)
 
-    def note(text: str, cause: Cause = Cause.MANUAL) -> Decision:
+    def note(text: str, cause: Cause = Cause.MANUAL, refused: tuple[Guard, ...] = ()) -> Decision:
         """A command that changes nothing is still recorded (same state in and out)."""
         memory, transition = _move(
             m,
@@ -521,10 +593,21 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
             command=command,
             now=ctx.now,
             evidence=ctx.evidence,
+            refused=refused,
             pass_streak=m.pass_streak,
             fail_streak=m.fail_streak,
         )
-        return Decision(memory, Action.HOLD, transition.reason, transition, ctx.alerts)
+        alerts = ctx.alerts
+        if Guard.FLIP_BUDGET in refused:
+            alerts = (*alerts, Alert.FLIP_BUDGET)
+        return Decision(memory, Action.HOLD, transition.reason, transition, alerts)
+
+    def refuse(guards: tuple[Guard, ...]) -> Decision:
+        hatch = " (--force overrides)" if Guard.SPECULATION_OFF not in guards else ""
+        return note(f"refused: {_guard_text(guards, m, ctx.spec)}{hatch}", Cause.REFUSED, guards)
+
+    def forced_text(guards: tuple[Guard, ...]) -> str:
+        return f" (forced past {_guard_text(guards, m, ctx.spec)})" if guards else ""
 
     if command is Command.PAUSE:
         if m.state is State.PAUSED:
@@ -541,7 +624,7 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
         if m.state is not State.PAUSED:
             return note("not paused")
         if ctx.spec.paused:
-            return note("refused: spec.paused is true; set it to false to resume", Cause.REFUSED)
+            return refuse((Guard.SPEC_PAUSED,))
         before = m.state_before_pause or State.OFF
         return ctx.go(
             before,
@@ -554,11 +637,15 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
     if command is Command.ENABLE:
         if on:
             return note("speculation is already on")
+        guards = enable_guards(m, ctx.spec, ctx.now)
+        if guards and not force:
+            return refuse(guards)
         return ctx.go(
             State.PROBING,
             Action.ENABLE,
-            "manual: enable: probing with speculation on",
+            f"manual: enable: probing with speculation on{forced_text(guards)}",
             Cause.MANUAL,
+            forced=guards if force else None,
             **_enable_update(ctx),
         )
     if command is Command.DISABLE:
@@ -577,12 +664,23 @@ def _manual(ctx: _Ctx, command: Command) -> Decision:
         )
     # PROMOTE
     if not on:
-        return note("refused: speculation is off on the canary; enable it first", Cause.REFUSED)
+        return refuse((Guard.SPECULATION_OFF,))
+    promo_guards: tuple[Guard, ...] = (
+        () if ctx.spec.promotion.enabled else (Guard.PROMOTION_DISABLED,)
+    )
+    if promo_guards and not force:
+        return refuse(promo_guards)
+    copy = (
+        "copy the speculative config to the stable fleet"
+        if ctx.spec.promotion.stable is not None
+        else "the canary is no longer gated (no promotion.stable to copy to)"
+    )
     return ctx.go(
         State.PROMOTED,
         Action.PROMOTE,
-        "manual: promote: copy the speculative config to the stable fleet",
+        f"manual: promote: {copy}{forced_text(promo_guards)}",
         Cause.MANUAL,
+        forced=promo_guards if force else None,
         state_before_pause=None,
         paused_by=None,
     )
@@ -600,13 +698,15 @@ def step(
     window_start: float | None = None,
     fail_kinds: Collection[CheckKind] = (),
     evidence: Mapping[str, float | str] | None = None,
+    force: bool = False,
 ) -> Decision:
     """Advance the machine by one evaluation window.
 
     `verdict` is the window's overall verdict; `window_start` when its data begins (default
     now - windowSeconds); `good_share` the current traffic share of slices whose last known
     alpha cleared enableAbove (for the early re-probe); `fail_kinds` the kinds of the failing
-    checks (ACCEPTANCE, FLOOR, LATENCY); `evidence` is copied into any transition.
+    checks (ACCEPTANCE, FLOOR, LATENCY); `evidence` is copied into any transition; `force`
+    carries a manual `command` past the guards it would obey (`--force`).
     """
     memory = memory.model_copy(update={"flip_times": recent_flips(memory, now)})
     start = window_start if window_start is not None else now - spec.timing.window_seconds
@@ -627,7 +727,7 @@ def step(
         command=command,
     )
     if command is not None:
-        return _manual(ctx, command)
+        return _manual(ctx, command, force)
     if spec.paused and memory.state is not State.PAUSED:
         return ctx.go(
             State.PAUSED,
@@ -642,6 +742,9 @@ def step(
     alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)
+    age = verdict_age(memory, now)
+    if age is not None and age >= spec.staleness.after_seconds - _EPS:
+        alerts = (*alerts, Alert.VERDICT_STALE)
     ctx = replace(ctx, memory=memory, alerts=alerts)
     if memory.state is State.PAUSED:
         if spec.paused:

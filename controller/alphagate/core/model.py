@@ -81,6 +81,9 @@ class Alert(StrEnum):
     FLIP_BUDGET = "flip-budget"
     PROBE_STALLED = "probe-stalled"
     ROLLOUT_TIMEOUT = "rollout-timeout"
+    # Probing or On with no conclusive verdict for staleness.afterSeconds: speculation runs
+    # unchecked (endless Inconclusive or Error windows)
+    VERDICT_STALE = "verdict-stale"
 
 
 class Cause(StrEnum):
@@ -93,12 +96,38 @@ class Cause(StrEnum):
     POLICY_PASS = "policy-pass"  # a probe confirmed by consecutive passing windows
     POLICY_FAIL = "policy-fail"  # consecutive failing windows rolled speculation back
     FAIL_SAFE = "fail-safe"  # consecutive source errors with failSafe: disable
+    STALE_FAIL_SAFE = "stale-fail-safe"  # no conclusive verdict for staleness.afterSeconds
     BAKED = "baked"  # on for bakeSeconds with a passing window: promoted
     SPEC_PAUSE = "spec-pause"  # spec.paused became true
     SPEC_RESUME = "spec-resume"  # spec.paused became false
     MANUAL = "manual"  # a person's command, carried out (or a no-op, still recorded)
     REFUSED = "refused"  # a person's command the machine refused (recorded, nothing changes)
     UNKNOWN = "unknown"
+
+
+class Guard(StrEnum):
+    """What stands between a person's command and the change: the guards that refused it
+    (cause REFUSED) or that `--force` overrode (cause MANUAL, forced)."""
+
+    FLIP_BUDGET = "flip-budget"  # timing.maxFlipsPerHour leaves no room for it and a rollback
+    MIN_DWELL = "min-dwell"  # timing.minDwellSeconds since the last flip has not passed
+    COOLDOWN = "cooldown"  # the rollback cooldown has not passed
+    PROMOTION_DISABLED = "promotion-disabled"  # promote without promotion.enabled
+    SPECULATION_OFF = "speculation-off"  # promote while the canary does not speculate
+    SPEC_PAUSED = "spec-paused"  # resume while spec.paused is true
+
+
+class NoData(StrEnum):
+    """Why a canary that should speculate shows no drafts in a window: typed evidence of an
+    Inconclusive acceptance check. Never read as "speculation off"."""
+
+    # spec-decode series exist, every increment is zero: speculating, but no traffic
+    NO_TRAFFIC = "no-traffic"
+    # the series exist but the range holds fewer than two scrapes: increase() is empty
+    SPARSE_SCRAPES = "sparse-scrapes"
+    # no spec-decode series at all although speculation should run (rollout, wrong pods)
+    NO_SPEC_SERIES = "no-spec-series"
+    UNKNOWN = "unknown"  # no drafts; the source did not say why
 
 
 # ---------------------------------------------------------------- inputs
@@ -168,6 +197,15 @@ class PoolObservation:
     pods: int = 0
     error: str | None = None
     error_kind: SourceErrorKind | None = None  # how it failed (a bounded label); None: unknown
+    # do the pods export spec-decode series (speculation runs, even when idle)? None: unknown
+    spec_series: bool | None = None
+    # why `acceptance` is empty when the source can tell (None: there are drafts, or unknown)
+    no_data: NoData | None = None
+
+    @property
+    def speculating(self) -> bool:
+        """Speculation runs on these pods: drafts, or spec-decode series (idle or sparse)."""
+        return bool(self.acceptance) or self.spec_series is True
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +217,9 @@ class Observation:
     pools: tuple[PoolObservation, ...]
     source_error: str | None = None  # the whole read failed (e.g. Prometheus unreachable)
     source_error_kind: SourceErrorKind | None = None  # how it failed; None: unknown or no error
+    # seconds between the source's scrapes of the pods, when known (podScrape: the controller's
+    # own; Prometheus: measured or configured); core/coverage.py judges the window against it
+    scrape_interval_seconds: float | None = None
 
     def pool(self, slice_name: str, role: Role) -> PoolObservation | None:
         for p in self.pools:
@@ -276,15 +317,19 @@ class AcceptanceEvidence:
     enable_above: float
     min_drafts: int
     estimate: Estimate | None = None
+    no_data: NoData | None = None  # why there is no estimate (None: there is one, or an error)
 
     def flat(self) -> dict[str, float | str]:
         """Flat JSON-safe view for people (status details, CLI JSON); code reads the fields."""
-        return {
+        out: dict[str, float | str] = {
             "disable_below": self.disable_below,
             "enable_above": self.enable_above,
             "min_drafts": float(self.min_drafts),
             **_estimate_flat(self.estimate),
         }
+        if self.no_data is not None:
+            out["no_data"] = self.no_data.value
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +556,8 @@ class Transition(BaseModel):
     evidence: dict[str, float | str] = Field(default_factory=dict)  # a record for people
     cause: Cause = Cause.UNKNOWN  # what code branches on
     command: Command | None = None  # the person's command, for MANUAL and REFUSED
+    forced: bool = False  # a MANUAL command carried out with --force past `guards`
+    guards: tuple[Guard, ...] = ()  # what refused the command (REFUSED) or was forced past
 
 
 class Memory(BaseModel):
@@ -540,6 +587,9 @@ class Memory(BaseModel):
     history: tuple[Transition, ...] = ()
     last_flip_at: float | None = None  # last enable/disable: min dwell and warm-up start here
     paused_by: str | None = None  # "spec" or "manual": who must resume
+    # end of the last window with a conclusive verdict (PASS or FAIL, judged): the staleness
+    # guard counts from the later of it and entering the state (0: none yet)
+    last_conclusive_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,3 +611,6 @@ class Evaluation:
     # Throughput speed-up the policy predicts at the combined alpha (speedup.predicted: K and
     # the gate's break-even from the policy); None without a finite combined alpha.
     predicted_speedup: float | None = None
+    # Probing or On: seconds since the last conclusive verdict (or the enable, if later);
+    # None while nothing is judged (machine.verdict_age)
+    verdict_age_seconds: float | None = None
