@@ -607,9 +607,66 @@ class Promotion(_Model):
         return self
 
 
+class DraftLengthTuning(_Model):
+    """Opt-in: let the controller change num_speculative_tokens on the canary. Each change is a
+    restart, so it obeys the flip safeguards (timing.minDwellSeconds, timing.maxFlipsPerHour,
+    warm-up) and needs agreeing evidence; a change that regresses is reverted to the last good K
+    and further changes wait a cooldown."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Let the controller change num_speculative_tokens on the canary (opt-in).",
+    )
+    min_k: int = Field(
+        default=1, ge=1, le=32, description="The controller never sets K below this."
+    )
+    max_k: int | None = Field(
+        default=None,
+        ge=1,
+        le=32,
+        description=(
+            "The controller never sets K above this (default: the K in speculativeConfig). Above "
+            "the configured K a longer draft is tried one position at a time and reverted if it "
+            "does not pay."
+        ),
+    )
+    consecutive_windows: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description=(
+            "Disjoint judged windows that must agree on the same new K before it is applied, "
+            "and that confirm a new K as good."
+        ),
+    )
+    cooldown_seconds: PositiveSeconds = Field(
+        default=3600.0,
+        description=(
+            "After a K change is reverted, no further change for this many seconds (doubled on "
+            "each revert in a row, at most 8 times this)."
+        ),
+    )
+    min_speedup_drop: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=0.5,
+        description=(
+            "A new K regresses when its measured speed-up is confidently below the last good K's "
+            "by more than this fraction; it is then reverted."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> DraftLengthTuning:
+        if self.max_k is not None and self.max_k < self.min_k:
+            raise ValueError(f"maxK ({self.max_k}) must not be below minK ({self.min_k})")
+        return self
+
+
 class DraftLength(_Model):
-    """How the draft-length recommendation prices a draft position. The recommendation is
-    reported (status, metrics, `evaluate`); the controller does not change K on its own yet."""
+    """How the draft-length recommendation prices a draft position, and whether the controller
+    may act on it (`tuning`, opt-in). The recommendation is always reported (status, metrics,
+    `evaluate`)."""
 
     cost_per_position: float | None = Field(
         default=None,
@@ -617,6 +674,13 @@ class DraftLength(_Model):
         le=1.0,
         description="Cost of one draft position relative to a plain decode step at batch 1 "
         "(default: the method's; a cost measured from per-step latency wins).",
+    )
+    tuning: DraftLengthTuning = Field(
+        default=DraftLengthTuning(),
+        description=(
+            "Opt-in: the controller moves num_speculative_tokens on the canary within [minK, "
+            "maxK], with the flip safeguards, and reverts a K that regresses."
+        ),
     )
 
 
@@ -690,7 +754,10 @@ class SpeculativeCanarySpec(_Model):
     )
     draft_length: DraftLength = Field(
         default=DraftLength(),
-        description="The draft length that pays: reported in status, metrics and evaluate.",
+        description=(
+            "The draft length that pays: reported in status, metrics and evaluate; changed by "
+            "the controller only when tuning.enabled."
+        ),
     )
 
     @field_validator("speculative_config")
@@ -722,6 +789,28 @@ class SpeculativeCanarySpec(_Model):
                     f"aggregation perSlice needs a deployment on every slice; missing on: "
                     f"{', '.join(missing)}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _tuning_holds_k(self) -> SpeculativeCanarySpec:
+        t, k = self.draft_length.tuning, self.k
+        if t.min_k > k or (t.max_k is not None and t.max_k < k):
+            raise ValueError(
+                f"draftLength.tuning: num_speculative_tokens {k} must lie within minK "
+                f"{t.min_k} and maxK {t.max_k if t.max_k is not None else k}"
+            )
+        if t.enabled:
+            # Every K the controller may set must be a config vLLM accepts (synthetic rejection
+            # settings, for one, are sized by K).
+            for other in range(t.min_k, (t.max_k or k) + 1):
+                refused = specconfig.errors(
+                    {**self.speculative_config, "num_speculative_tokens": other}
+                )
+                if refused:
+                    raise ValueError(
+                        f"draftLength.tuning: with num_speculative_tokens {other} (within minK-"
+                        f"maxK) vLLM would refuse the config: {refused[0].message}"
+                    )
         return self
 
     def canary_deployments(self, slice_name: str | None = None) -> list[DeploymentRef]:

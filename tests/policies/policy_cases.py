@@ -163,6 +163,20 @@ CASES = [
         cross_field=True,
     ),
     Case(
+        "  mode: enforce\n",
+        "  mode: enforce\n  draftLength: {tuning: {enabled: true, minK: 2, maxK: 1}}\n",
+        "spec.draftLength.tuning",
+        "maxK (1) must not be below minK (2)",
+        cross_field=True,
+    ),
+    Case(
+        "  mode: enforce\n",
+        "  mode: enforce\n  draftLength: {tuning: {enabled: true, minK: 6, maxK: 8}}\n",
+        "spec",
+        "must lie within minK",
+        cross_field=True,
+    ),
+    Case(
         "    - name: code\n",
         "    - name: chat\n",
         "spec",

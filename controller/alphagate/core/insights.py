@@ -68,18 +68,20 @@ def analyse(
     output_lengths: Buckets | None = None,
     cost_per_position: float | None = None,
     ridge_tokens: float = DEFAULT_RIDGE_TOKENS,
+    k: int | None = None,
 ) -> Insights:
     """Draft-length report, diagnosis and short-output condition for `slices` (default: all).
 
     `cost_per_position` overrides the method's default draft cost (specconfig); a measured cost
-    from per-step latency wins over both when canary and baseline histograms carry sums."""
+    from per-step latency wins over both when canary and baseline histograms carry sums. `k` is
+    the K the canary runs (default: the spec's; the draft-length tuner may have moved it)."""
     names = list(slices) if slices is not None else [s.name for s in spec.slices]
     canaries = [observation.pool(n, Role.CANARY) for n in names]
     baselines = [observation.pool(n, Role.BASELINE) for n in names]
     good_c = [p for p in canaries if p is not None and p.error is None]
     good_b = [p for p in baselines if p is not None and p.error is None]
     samples: list[AcceptanceSample] = [s for p in good_c for s in p.acceptance]
-    k = spec.k
+    k = k if k is not None else spec.k
 
     draft: DraftLengthReport | None = None
     if samples and observation.source_error is None:

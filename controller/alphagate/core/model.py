@@ -560,6 +560,49 @@ class Transition(BaseModel):
     guards: tuple[Guard, ...] = ()  # what refused the command (REFUSED) or was forced past
 
 
+class DraftCause(StrEnum):
+    """Why the draft length K changed (or was confirmed): what Events and metrics branch on."""
+
+    SHORTEN = "shorten"  # the tail positions confidently cost more than they return
+    LENGTHEN = "lengthen"  # the last position clearly pays: one more position is tried
+    REVERT = "revert"  # the new K regressed (or speculation rolled back on it): last good K
+    CONFIRMED = "confirmed"  # the new K held for consecutiveWindows: it is the good K now
+    SPEC_CHANGED = "spec-changed"  # speculativeConfig's K changed: tuning starts from it
+
+
+class DraftChange(BaseModel):
+    """One K decision of the tuner, kept in DraftMemory.history (reason for people)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: float
+    from_k: int
+    to_k: int
+    cause: DraftCause
+    reason: str
+    evidence: dict[str, float | str] = Field(default_factory=dict)
+
+
+class DraftMemory(BaseModel):
+    """What the draft-length tuner remembers between evaluations (core/tuning.py)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    k: int | None = None  # the K the canary runs when speculating; None: the spec's
+    spec_k: int | None = None  # the spec's K when this memory began (an edit restarts tuning)
+    good_k: int | None = None  # the last K confirmed good (None: the spec's)
+    good_speedup: float | None = None  # measured speed-up (point) at good_k, when known
+    trial: bool = False  # K changed and is not yet confirmed: a regression reverts it
+    changed_at: float | None = None
+    target: int | None = None  # the K the current agreeing streak asks for
+    streak: int = 0  # disjoint judged windows asking for `target`
+    confirm_streak: int = 0  # disjoint passing windows at a trial K
+    streak_end: float = 0.0  # end of the last window counted in either streak
+    cooldown_until: float = 0.0  # no change (other than a revert) before this
+    cooldown_index: int = 0  # reverts in a row: the cooldown doubles with each
+    history: tuple[DraftChange, ...] = ()
+
+
 class Memory(BaseModel):
     """Everything the state machine must remember between evaluations.
 
@@ -590,6 +633,7 @@ class Memory(BaseModel):
     # end of the last window with a conclusive verdict (PASS or FAIL, judged): the staleness
     # guard counts from the later of it and entering the state (0: none yet)
     last_conclusive_at: float = 0.0
+    draft: DraftMemory = Field(default_factory=DraftMemory)  # draft-length tuning (opt-in)
 
 
 @dataclass(frozen=True, slots=True)

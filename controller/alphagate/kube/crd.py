@@ -69,6 +69,15 @@ VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
         # what vLLM itself would refuse (alphagate.specconfig, from vLLM's own code)
         *specconfig.cel_rules(),
         {
+            "rule": "!has(self.draftLength) || !has(self.draftLength.tuning)"
+            " || type(self.speculativeConfig.num_speculative_tokens) != int"
+            " || (self.draftLength.tuning.minK <= self.speculativeConfig.num_speculative_tokens"
+            " && (!has(self.draftLength.tuning.maxK)"
+            " || self.draftLength.tuning.maxK >= self.speculativeConfig.num_speculative_tokens))",
+            "message": "draftLength.tuning: num_speculative_tokens must lie within minK and maxK",
+            "fieldPath": ".draftLength",
+        },
+        {
             "rule": "self.slices.all(a, self.slices.exists_one(b, b.name == a.name))",
             "message": "slice names must be unique",
             "fieldPath": ".slices",
@@ -113,6 +122,13 @@ VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
             "rule": "self.kind != 'prometheus' || has(self.prometheus)",
             "message": "kind prometheus needs a `prometheus` block naming the endpoint to query",
             "fieldPath": ".prometheus",
+        }
+    ],
+    "spec.draftLength.tuning": [
+        {
+            "rule": "!has(self.maxK) || self.maxK >= self.minK",
+            "message": "draftLength.tuning: maxK must not be below minK",
+            "fieldPath": ".maxK",
         }
     ],
     "spec.promotion": [
