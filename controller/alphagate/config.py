@@ -101,21 +101,48 @@ class SourceKind(StrEnum):
     POD_SCRAPE = "podScrape"
 
 
-class DeploymentRef(_Model):
-    """A Deployment and the vLLM container in it."""
+class WorkloadKind(StrEnum):
+    """The kind of object whose pod template runs vLLM: a Deployment, or an Argo Rollout
+    (argoproj.io/v1alpha1) whose own canary steps roll the change out."""
+
+    DEPLOYMENT = "Deployment"
+    ROLLOUT = "Rollout"
+
+
+class WorkloadRef(_Model):
+    """A Deployment (or an Argo Rollout) and the vLLM container in its pod template."""
 
     name: str = Field(
         min_length=1,
         max_length=253,
-        description="Name of the Deployment, in the SpeculativeCanary's namespace.",
+        description="Name of the Deployment or Rollout, in the SpeculativeCanary's namespace.",
     )
     container: str = Field(
         default="vllm",
         min_length=1,
         description=(
-            "Name of the vLLM container in that Deployment whose args carry --speculative-config."
+            "Name of the vLLM container in that object's pod template whose args carry "
+            "--speculative-config."
         ),
     )
+    kind: WorkloadKind = Field(
+        default=WorkloadKind.DEPLOYMENT,
+        description=(
+            "Deployment (apps/v1, the default) or Rollout (argoproj.io/v1alpha1, an Argo Rollout "
+            "with its own spec.template; one that uses workloadRef is refused). The flag is "
+            "edited and recorded the same way on both; a Rollout counts as rolled out when Argo "
+            "reports it Healthy and fully promoted."
+        ),
+    )
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(kind, name): two objects of different kinds may share a name."""
+        return (self.kind.value, self.name)
+
+
+DeploymentRef = WorkloadRef
+"""The name this reference had when only Deployments could be targets."""
 
 
 class PodSelector(_Model):
@@ -151,7 +178,7 @@ class Slice(_Model):
     )
     # The canary Deployment serving this slice. perSlice: required, flipped alone. combined:
     # optional; every distinct slice Deployment (or spec.target when none) flips together.
-    deployment: DeploymentRef | None = Field(
+    deployment: WorkloadRef | None = Field(
         default=None,
         description=(
             "The canary Deployment serving this slice. Required on every slice with aggregation "
@@ -595,7 +622,7 @@ class Promotion(_Model):
     bake_seconds: PositiveSeconds = Field(
         default=24 * 3600.0, description="Seconds in On before promotion."
     )
-    stable: DeploymentRef | None = Field(
+    stable: WorkloadRef | None = Field(
         default=None,
         description="The stable Deployment to copy the config to; required when enabled.",
     )
@@ -687,13 +714,14 @@ class DraftLength(_Model):
 class SpeculativeCanarySpec(_Model):
     """What the canary is, how alpha and latency are judged, and where metrics come from."""
 
-    target: DeploymentRef = Field(
+    target: WorkloadRef = Field(
         description=(
-            "The canary Deployment whose --speculative-config alphagate turns on and off (per-"
-            "slice Deployments may override it)."
+            "The canary Deployment (or Argo Rollout, with kind: Rollout) whose "
+            "--speculative-config alphagate turns on and off (per-slice Deployments may override "
+            "it)."
         ),
     )
-    baseline: DeploymentRef = Field(
+    baseline: WorkloadRef = Field(
         description="The baseline Deployment (speculation off), the latency reference."
     )
     # The JSON object given to vLLM's --speculative-config when speculation is on.
@@ -813,17 +841,17 @@ class SpeculativeCanarySpec(_Model):
                     )
         return self
 
-    def canary_deployments(self, slice_name: str | None = None) -> list[DeploymentRef]:
+    def canary_deployments(self, slice_name: str | None = None) -> list[WorkloadRef]:
         """The Deployments one decision flips: a slice's own (perSlice) or all (combined)."""
         if slice_name is not None:
             for s in self.slices:
                 if s.name == slice_name:
                     return [s.deployment or self.target]
             raise KeyError(slice_name)
-        seen: dict[str, DeploymentRef] = {}
+        seen: dict[tuple[str, str], WorkloadRef] = {}
         for s in self.slices:
             ref = s.deployment or self.target
-            seen.setdefault(ref.name, ref)
+            seen.setdefault(ref.key, ref)
         return list(seen.values()) or [self.target]
 
     @property

@@ -16,7 +16,13 @@ import pytest
 import ship_support as ship
 
 from alphagate.config import API_VERSION, KIND
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
+from alphagate.sandbox.apiserver import (
+    DEFAULT_TYPES,
+    ApiServer,
+    DeploymentTemplate,
+    Rbac,
+    ResourceType,
+)
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
@@ -88,13 +94,39 @@ def _pod(name: str, labels: dict[str, str], port: int) -> dict[str, Any]:
     }
 
 
-def _canary() -> dict[str, Any]:
+ROLLOUT_TYPE = ResourceType(
+    "argoproj.io",
+    "v1alpha1",
+    "rollouts",
+    "Rollout",
+    subresources=frozenset({"status"}),
+    generation=True,
+)
+
+
+def _rollout(name: str) -> dict[str, Any]:
+    """An Argo Rollout carrying vLLM, for the second canary (its target kind is Rollout)."""
+    dep = DeploymentTemplate(name, WATCHED, replicas=1, labels={"slice": "chat"}).build()
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Rollout",
+        "metadata": dep["metadata"],
+        "spec": {**dep["spec"], "strategy": {"canary": {"steps": [{"setWeight": 50}]}}},
+        "status": {  # Argo's report of a fully promoted first generation
+            "observedGeneration": "1",
+            "phase": "Healthy",
+            **{k: 1 for k in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")},
+        },
+    }
+
+
+def _canary(name: str = "chat", target: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": "chat", "namespace": WATCHED},
+        "metadata": {"name": name, "namespace": WATCHED},
         "spec": {
-            "target": {"name": "chat-canary"},
+            "target": target or {"name": "chat-canary"},
             "baseline": {"name": "chat-baseline"},
             "speculativeConfig": {
                 "method": "ngram",
@@ -132,7 +164,7 @@ def test_rbac_covers_every_api_call_and_nothing_more(wait_for: WaitFor) -> None:
         for verb, group, resource in rules:
             rbac.allow(verb, group, resource)
     sim = SimServer(Fleet(parse_scenario(SCENARIO)), speed=20.0)
-    with ApiServer(rbac=rbac) as api, sim:
+    with ApiServer(rbac=rbac, types=(*DEFAULT_TYPES, ROLLOUT_TYPE)) as api, sim:
         for name, role in (("chat-canary", "canary"), ("chat-baseline", "baseline")):
             labels = {"slice": "chat", "role": role}
             api.put(DeploymentTemplate(name, WATCHED, replicas=1, labels=labels).build())
@@ -140,6 +172,9 @@ def test_rbac_covers_every_api_call_and_nothing_more(wait_for: WaitFor) -> None:
             role = "canary" if "canary" in pod_name else "baseline"
             api.put(_pod(pod_name, {"slice": "chat", "role": role}, port))
         api.put(_canary())
+        # a second canary whose target is an Argo Rollout (get and patch on rollouts)
+        api.put(_rollout("chat-rollout"))
+        api.put(_canary("chat-argo", {"name": "chat-rollout", "kind": "Rollout"}))
         api.clear_requests()  # seeding bypassed HTTP; only the controller's calls count
 
         controller = Controller(
@@ -167,8 +202,15 @@ def test_rbac_covers_every_api_call_and_nothing_more(wait_for: WaitFor) -> None:
                 return str((obj.get("status") or {}).get("state", ""))
 
             # a new canary is probed (patch), judged on scraped pods, and confirmed
+            def rollout_args() -> list[str]:
+                ro = api.get("rollouts", WATCHED, "chat-rollout", group="argoproj.io")
+                return list(ro["spec"]["template"]["spec"]["containers"][0].get("args") or [])
+
             wait_for(
                 lambda: any("speculative" in a for a in canary_args()), 60, "the probe's patch"
+            )
+            wait_for(
+                lambda: any("speculative" in a for a in rollout_args()), 60, "the Rollout's probe"
             )
             wait_for(lambda: state() == "On", 60, "state On")
             # the pods vanish: the source fails and the same SourceErrors Event repeats,

@@ -1,4 +1,4 @@
-"""The actuator: turns a decision into (at most) one patch of a canary Deployment.
+"""The actuator: turns a decision into (at most) one patch of a canary Deployment or Argo Rollout.
 
 It edits only the vLLM container's `--speculative-config` (via `kube.args`), and writes the
 controller's state into the Deployment's annotations *in the same patch*, so a controller
@@ -8,7 +8,8 @@ uses optimistic concurrency (the patch carries the resourceVersion it was comput
 re-reads and retries a bounded number of times, then ConflictError), and reports the
 Deployment's rollout as the core's `Rollout` so data from a rollout and its warm-up is never
 judged. Every failure is one of our KubeErrors, with a Warning Event when a recorder is given;
-nothing here crashes the controller. Dry-run never writes.
+nothing here crashes the controller. Dry-run never writes. An Argo Rollout target gets the same
+edit, record and safeguards; only how it is read and sent differs (`kube.workload`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from kubernetes import client
@@ -30,7 +31,7 @@ from tenacity import (
 )
 
 from alphagate import specconfig
-from alphagate.config import DeploymentRef
+from alphagate.config import WorkloadKind, WorkloadRef
 from alphagate.core.model import Memory, Rollout, State
 from alphagate.errors import (
     ConflictError,
@@ -43,79 +44,27 @@ from alphagate.kube import args as argsmod
 from alphagate.kube import ownership
 from alphagate.kube.client import call, translate
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
-from alphagate.kube.status import parse_time, rfc3339
+from alphagate.kube.status import rfc3339
+from alphagate.kube.workload import (
+    ANN_LAST_FLIP,
+    ANN_MEMORY,
+    ANN_STATE,
+    ROLLOUT_GROUP,
+    ROLLOUT_PLURAL,
+    ROLLOUT_VERSION,
+    WorkloadState,
+    json_patch,
+    merge_body,
+    workload_state,
+)
 
 ANNOTATION_PREFIX: Final = "alphagate.io/"
-ANN_STATE: Final = "alphagate.io/state"
-ANN_MEMORY: Final = "alphagate.io/memory"
-ANN_LAST_FLIP: Final = "alphagate.io/last-flip"
 ANN_SPECULATION: Final = "alphagate.io/speculation"
 ANN_OWNER: Final = "alphagate.io/owner"
 ANNOTATION_HISTORY: Final = 5  # transitions kept in the annotation copy of Memory
 
-
-@dataclass(frozen=True, slots=True)
-class DeploymentState:
-    """What the actuator read from one Deployment."""
-
-    namespace: str
-    name: str
-    container: str
-    resource_version: str
-    generation: int
-    observed_generation: int
-    replicas: int
-    updated_replicas: int
-    ready_replicas: int
-    available_replicas: int
-    args: tuple[str, ...]
-    args_field: str  # "args" or "command": where the flag lives (or will be added)
-    speculative_config: dict[str, Any] | None
-    annotations: dict[str, str] = field(default_factory=dict)
-    completed_at: float | None = None  # Progressing=NewReplicaSetAvailable lastUpdateTime
-    status_replicas: int | None = None  # all pods, old and new; None when the status has none
-    image: str = ""  # the vLLM container's image: its tag names the vLLM version, if any
-    labels: dict[str, str] = field(default_factory=dict)
-    owner_kinds: tuple[str, ...] = ()  # metadata.ownerReferences kinds (e.g. InferenceService)
-
-    @property
-    def speculation_on(self) -> bool:
-        return self.speculative_config is not None
-
-    @property
-    def rollout_complete(self) -> bool:
-        """The deployment controller's own definition (kubectl rollout status)."""
-        return (
-            self.observed_generation >= self.generation
-            and self.updated_replicas == self.replicas
-            and self.available_replicas == self.replicas
-            and self.ready_replicas == self.replicas
-            # during a surge old pods still run: kubectl waits for status.replicas too
-            and (self.status_replicas is None or self.status_replicas == self.updated_replicas)
-        )
-
-    @property
-    def memory(self) -> Memory | None:
-        """The Memory recorded with the last flip, if any (and readable)."""
-        raw = self.annotations.get(ANN_MEMORY)
-        if not raw:
-            return None
-        try:
-            return Memory.model_validate_json(raw)
-        except ValueError:
-            return None
-
-    @property
-    def state(self) -> str | None:
-        return self.annotations.get(ANN_STATE)
-
-    @property
-    def last_flip(self) -> float | None:
-        return parse_time(self.annotations.get(ANN_LAST_FLIP))
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
+DeploymentState = WorkloadState
+"""The name this had when only Deployments could be targets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +96,7 @@ def refuse_rejected(dep: DeploymentState, config: Mapping[str, Any] | None) -> N
     if found:
         said = "; ".join(p.message for p in found)
         raise RejectedConfigError(
-            f"Deployment {dep.ref}: not applying --speculative-config {argsmod.render(config)}: "
+            f"{dep.what}: not applying --speculative-config {argsmod.render(config)}: "
             f"vLLM ({dep.image or 'image without a version tag'}) would refuse it: {said}"
         )
 
@@ -158,67 +107,15 @@ class _Conflict(Exception):
         super().__init__(str(error))
 
 
-def _container(dep: Any, name: str, ref: str) -> Any:
-    containers = list(dep.spec.template.spec.containers or []) if dep.spec else []
-    for c in containers:
-        if c.name == name:
-            return c
-    have = ", ".join(c.name for c in containers) or "none"
-    raise argsmod.ArgsError(f"Deployment {ref} has no container {name!r} (containers: {have})")
-
-
-def _completed_at(dep: Any) -> float | None:
-    for cond in (dep.status.conditions or []) if dep.status else []:
-        if cond.type == "Progressing" and cond.reason == "NewReplicaSetAvailable":
-            stamp = cond.last_update_time or cond.last_transition_time
-            if stamp is not None:
-                return float(stamp.timestamp())
-    return None
-
-
-def deployment_state(dep: Any, container: str) -> DeploymentState:
-    """A typed V1Deployment -> DeploymentState (raises ArgsError on uneditable args)."""
-    meta = dep.metadata
-    ref = f"{meta.namespace}/{meta.name}"
-    c = _container(dep, container, ref)
-    args = tuple(c.args or ())
-    command = tuple(c.command or ())
-    argsmod.check_invocation(command, args)
-    config = argsmod.read(args)
-    where = "args"
-    if config is None:
-        command_config = argsmod.read(command)
-        if command_config is not None:
-            config, where = command_config, "command"
-    status = dep.status
-    replicas = int(dep.spec.replicas if dep.spec.replicas is not None else 1)
-    return DeploymentState(
-        namespace=str(meta.namespace),
-        name=str(meta.name),
-        container=container,
-        resource_version=str(meta.resource_version or ""),
-        generation=int(meta.generation or 0),
-        observed_generation=int((status.observed_generation if status else None) or 0),
-        replicas=replicas,
-        updated_replicas=int((status.updated_replicas if status else None) or 0),
-        ready_replicas=int((status.ready_replicas if status else None) or 0),
-        available_replicas=int((status.available_replicas if status else None) or 0),
-        args=args if where == "args" else command,
-        args_field=where,
-        speculative_config=config,
-        annotations=dict(meta.annotations or {}),
-        completed_at=_completed_at(dep),
-        status_replicas=(
-            int(status.replicas) if status is not None and status.replicas is not None else None
-        ),
-        image=str(c.image or ""),
-        labels=dict(meta.labels or {}),
-        owner_kinds=tuple(str(o.kind) for o in (meta.owner_references or [])),
-    )
+def deployment_state(dep: Any, container: str) -> WorkloadState:
+    """A typed V1Deployment (or its dict) -> WorkloadState (raises ArgsError on uneditable
+    args)."""
+    return workload_state(dep, container, WorkloadKind.DEPLOYMENT)
 
 
 class Actuator:
-    """Reads and patches canary Deployments. Thread-safe; holds no decision state."""
+    """Reads and patches canary Deployments and Argo Rollouts. Thread-safe; holds no decision
+    state."""
 
     def __init__(
         self,
@@ -230,7 +127,9 @@ class Actuator:
         wait_max: float = 1.0,
         field_manager: str = "alphagate",
     ) -> None:
+        self._api_client = api_client
         self._apps = client.AppsV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
         self.events = events
         self.max_attempts = max_attempts
         self.wait_initial = wait_initial
@@ -243,15 +142,25 @@ class Actuator:
 
     # ------------------------------------------------------------ reading
 
-    def read(self, namespace: str, ref: DeploymentRef) -> DeploymentState:
-        dep = call(
-            f"read Deployment {namespace}/{ref.name}",
-            lambda: self._apps.read_namespaced_deployment(ref.name, namespace),
-        )
-        return deployment_state(dep, ref.container)
+    def read(self, namespace: str, ref: WorkloadRef) -> WorkloadState:
+        what = f"read {ref.kind.value} {namespace}/{ref.name}"
+        if ref.kind is WorkloadKind.ROLLOUT:
+            obj = call(
+                what,
+                lambda: self._custom.get_namespaced_custom_object(
+                    ROLLOUT_GROUP, ROLLOUT_VERSION, namespace, ROLLOUT_PLURAL, ref.name
+                ),
+            )
+            return workload_state(obj, ref.container, ref.kind)
+        dep = call(what, lambda: self._apps.read_namespaced_deployment(ref.name, namespace))
+        return workload_state(self._as_dict(dep), ref.container, ref.kind)
+
+    def _as_dict(self, obj: Any) -> dict[str, Any]:
+        out = self._api_client.sanitize_for_serialization(obj)
+        return out if isinstance(out, dict) else {}
 
     def rollout(self, dep: DeploymentState, *, now: float) -> Rollout:
-        """The core's view of this Deployment's rollout."""
+        """The core's view of this object's rollout."""
         if not dep.rollout_complete:
             return Rollout(in_progress=True, completed_at=None, speculation_on=dep.speculation_on)
         completed = dep.completed_at
@@ -264,7 +173,7 @@ class Actuator:
     def wait_for_rollout(
         self,
         namespace: str,
-        ref: DeploymentRef,
+        ref: WorkloadRef,
         *,
         timeout: float,
         poll: float = 0.05,
@@ -278,10 +187,13 @@ class Actuator:
                 return dep
             if time.monotonic() >= deadline:
                 raise KubeError(
-                    f"Deployment {namespace}/{ref.name}: rollout not complete after {timeout:g} s "
+                    f"{dep.what}: rollout not complete after {timeout:g} s "
                     f"(generation {dep.generation}, observed {dep.observed_generation}, "
                     f"updated {dep.updated_replicas}/{dep.replicas}, available "
-                    f"{dep.available_replicas}/{dep.replicas})",
+                    f"{dep.available_replicas}/{dep.replicas}"
+                    + (f", phase {dep.phase}" if dep.phase else "")
+                    + ("" if dep.promoted else ", not promoted to stable")
+                    + ")",
                     reason="RolloutTimeout",
                 )
             sleep(poll)
@@ -291,7 +203,7 @@ class Actuator:
     def apply(
         self,
         namespace: str,
-        ref: DeploymentRef,
+        ref: WorkloadRef,
         *,
         speculative_config: Mapping[str, Any] | None,
         state: State | str,
@@ -309,7 +221,7 @@ class Actuator:
         ForbiddenError, NotFoundError, ArgsError or KubeError; each with a Warning Event on
         `involved` when a recorder was given.
         """
-        what = f"Deployment {namespace}/{ref.name}"
+        what = f"{ref.kind.value} {namespace}/{ref.name}"
         attempts = 0
         first: DeploymentState | None = None
         try:
@@ -370,7 +282,7 @@ class Actuator:
     def _apply_once(
         self,
         dep: DeploymentState,
-        ref: DeploymentRef,
+        ref: WorkloadRef,
         *,
         speculative_config: Mapping[str, Any] | None,
         state: str,
@@ -406,28 +318,45 @@ class Actuator:
                     ownership.conflict_message(dep, owner_name, self.field_manager),
                     reason="OwnerReverted",
                 )
-        body: dict[str, Any] = {
-            "metadata": {"resourceVersion": dep.resource_version, "annotations": annotations}
-        }
-        if args_changed:
-            body["spec"] = {
-                "template": {
-                    "spec": {"containers": [{"name": ref.container, dep.args_field: new_args}]}
-                }
-            }
         try:
-            patched = self._apps.patch_namespaced_deployment(
-                ref.name, dep.namespace, body, field_manager=self.field_manager
-            )
+            patched = self._send(dep, ref, annotations, new_args if args_changed else None)
         except client.ApiException as exc:
-            err = translate(exc, f"patch Deployment {dep.ref}")
+            err = translate(exc, f"patch {dep.what}")
             if isinstance(err, ConflictError):
                 raise _Conflict(err) from exc
             raise err from exc
         except Exception as exc:
-            raise translate(exc, f"patch Deployment {dep.ref}") from exc
-        after = deployment_state(patched, ref.container)
+            raise translate(exc, f"patch {dep.what}") from exc
+        after = workload_state(patched, ref.container, ref.kind)
         return ApplyResult(after, args_changed, True, False, attempts, first)
+
+    def _send(
+        self,
+        dep: WorkloadState,
+        ref: WorkloadRef,
+        annotations: Mapping[str, str],
+        new_args: list[str] | None,
+    ) -> dict[str, Any]:
+        """One PATCH, with the resourceVersion `dep` was read at as its precondition."""
+        if ref.kind is WorkloadKind.ROLLOUT:
+            out = self._custom.patch_namespaced_custom_object(
+                ROLLOUT_GROUP,
+                ROLLOUT_VERSION,
+                dep.namespace,
+                ROLLOUT_PLURAL,
+                ref.name,
+                json_patch(dep, annotations, new_args),
+                field_manager=self.field_manager,
+                _content_type="application/json-patch+json",
+            )
+            return out if isinstance(out, dict) else {}
+        patched = self._apps.patch_namespaced_deployment(
+            ref.name,
+            dep.namespace,
+            merge_body(dep, annotations, new_args),
+            field_manager=self.field_manager,
+        )
+        return self._as_dict(patched)
 
     @staticmethod
     def _annotations(

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from alphagate.kube.actuator import DeploymentState
+    from alphagate.kube.workload import WorkloadState as DeploymentState
 
 ANN_GITOPS_OWNER: Final = "alphagate.io/gitops-owner"
 ANN_ON_OWNER_CONFLICT: Final = "alphagate.io/on-owner-conflict"
@@ -81,8 +81,8 @@ def conflict_message(dep: DeploymentState, owner: str, field_manager: str) -> st
     running = "on" if dep.speculation_on else "off"
     wrote = dep.annotations.get(ANN_SPECULATION, "?")
     return (
-        f"Deployment {dep.ref}: {owner} changed --speculative-config (alphagate set {wrote}, "
+        f"{dep.what}: {owner} changed --speculative-config (alphagate set {wrote}, "
         f"it runs {running}); yielding instead of patching it back. Let {owner} ignore the field "
-        f"manager {field_manager!r} (deploy/README.md, GitOps), or annotate the Deployment "
+        f"manager {field_manager!r} (deploy/README.md, GitOps), or annotate the {dep.kind} "
         f"{ANN_ON_OWNER_CONFLICT}=correct to have alphagate correct it"
     )

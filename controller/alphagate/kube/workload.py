@@ -1,0 +1,256 @@
+"""The objects whose pod template runs vLLM: a Deployment, or an Argo Rollout.
+
+Both carry the vLLM container in a pod template (`spec.template`), so the actuator edits the
+flag and writes its record the same way on both. What differs is read here: where the rollout
+status lives and what "rolled out" means (a Deployment: the deployment controller's counts, as
+`kubectl rollout status`; a Rollout: Argo's `status.phase` Healthy, the current pod hash
+promoted to stable, not aborted, plus the same counts), and how a patch is sent (a Deployment
+takes a strategic merge patch, which merges `containers` by name; a custom resource takes no
+strategic merge and a merge patch would replace the whole `containers` list, so a Rollout gets a
+JSON patch that tests the container's name at its index). Both carry the resourceVersion the
+edit was computed from, so a concurrent change is a 409, never a lost update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from alphagate.config import WorkloadKind
+from alphagate.core.model import Memory
+from alphagate.kube import args as argsmod
+from alphagate.kube.client import to_dict
+from alphagate.kube.status import parse_time
+
+ANN_STATE: Final = "alphagate.io/state"
+ANN_MEMORY: Final = "alphagate.io/memory"
+ANN_LAST_FLIP: Final = "alphagate.io/last-flip"
+
+ROLLOUT_GROUP: Final = "argoproj.io"
+ROLLOUT_VERSION: Final = "v1alpha1"
+ROLLOUT_PLURAL: Final = "rollouts"
+ROLLOUT_HEALTHY: Final = "Healthy"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadState:
+    """What the actuator read from one Deployment or Rollout."""
+
+    namespace: str
+    name: str
+    container: str
+    resource_version: str
+    generation: int
+    observed_generation: int
+    replicas: int
+    updated_replicas: int
+    ready_replicas: int
+    available_replicas: int
+    args: tuple[str, ...]
+    args_field: str  # "args" or "command": where the flag lives (or will be added)
+    speculative_config: dict[str, Any] | None
+    annotations: dict[str, str] = field(default_factory=dict)
+    completed_at: float | None = None  # when the current generation finished rolling out
+    status_replicas: int | None = None  # all pods, old and new; None when the status has none
+    image: str = ""  # the vLLM container's image: its tag names the vLLM version, if any
+    labels: dict[str, str] = field(default_factory=dict)
+    owner_kinds: tuple[str, ...] = ()  # metadata.ownerReferences kinds (e.g. InferenceService)
+    kind: str = WorkloadKind.DEPLOYMENT.value
+    container_index: int = 0  # the vLLM container's place in the pod template's list
+    phase: str | None = None  # Argo Rollouts' status.phase (None: a Deployment, or no phase)
+    promoted: bool = True  # Rollout: the current pod hash is the stable one, and not aborted
+
+    @property
+    def speculation_on(self) -> bool:
+        return self.speculative_config is not None
+
+    @property
+    def rollout_complete(self) -> bool:
+        """Every pod runs the current template (kubectl rollout status; for a Rollout, also
+        Argo's own verdict: Healthy and fully promoted)."""
+        return (
+            self.observed_generation >= self.generation
+            and self.updated_replicas == self.replicas
+            and self.available_replicas == self.replicas
+            and self.ready_replicas == self.replicas
+            # during a surge old pods still run: kubectl waits for status.replicas too
+            and (self.status_replicas is None or self.status_replicas == self.updated_replicas)
+            and self.phase in (None, ROLLOUT_HEALTHY)
+            and self.promoted
+        )
+
+    @property
+    def memory(self) -> Memory | None:
+        """The Memory recorded with the last flip, if any (and readable)."""
+        raw = self.annotations.get(ANN_MEMORY)
+        if not raw:
+            return None
+        try:
+            return Memory.model_validate_json(raw)
+        except ValueError:
+            return None
+
+    @property
+    def state(self) -> str | None:
+        return self.annotations.get(ANN_STATE)
+
+    @property
+    def last_flip(self) -> float | None:
+        return parse_time(self.annotations.get(ANN_LAST_FLIP))
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def what(self) -> str:
+        """`Deployment ns/name` or `Rollout ns/name`, for messages."""
+        return f"{self.kind} {self.ref}"
+
+
+def _int(value: Any) -> int:
+    """A count from a status (Argo writes observedGeneration as a string); 0 if absent."""
+    try:
+        return int(value) if value not in (None, "") else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _completed_at(status: Mapping[str, Any]) -> float | None:
+    for cond in status.get("conditions") or []:
+        kind, reason = cond.get("type"), cond.get("reason")
+        if (kind == "Progressing" and reason == "NewReplicaSetAvailable") or (
+            kind == "Completed" and cond.get("status") == "True"
+        ):
+            stamp = cond.get("lastUpdateTime") or cond.get("lastTransitionTime")
+            if stamp:
+                return parse_time(str(stamp))
+    return None
+
+
+def _container(template: Mapping[str, Any], name: str, what: str) -> tuple[int, dict[str, Any]]:
+    containers = list(((template.get("spec") or {}).get("containers")) or [])
+    for i, c in enumerate(containers):
+        if c.get("name") == name:
+            return i, c
+    have = ", ".join(str(c.get("name")) for c in containers) or "none"
+    raise argsmod.ArgsError(f"{what} has no container {name!r} (containers: {have})")
+
+
+def workload_state(obj: Any, container: str, kind: str | WorkloadKind) -> WorkloadState:
+    """A Deployment (typed or a dict) or a Rollout (a dict) -> WorkloadState.
+
+    Raises ArgsError when the container is missing or its args cannot be edited safely, and for
+    a Rollout that takes its pod template from a Deployment (`spec.workloadRef`).
+    """
+    body = to_dict(obj)
+    kind = str(WorkloadKind(kind).value)
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    what = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
+    template = spec.get("template")
+    if template is None and spec.get("workloadRef"):
+        ref = spec["workloadRef"]
+        raise argsmod.ArgsError(
+            f"{what} takes its pod template from {ref.get('kind', 'Deployment')} "
+            f"{ref.get('name', '?')} (spec.workloadRef), which alphagate does not edit: inline "
+            "the template in the Rollout (spec.template)"
+        )
+    index, c = _container(template or {}, container, what)
+    args = tuple(str(a) for a in c.get("args") or ())
+    command = tuple(str(a) for a in c.get("command") or ())
+    argsmod.check_invocation(command, args)
+    config = argsmod.read(args)
+    where = "args"
+    if config is None:
+        command_config = argsmod.read(command)
+        if command_config is not None:
+            config, where = command_config, "command"
+    replicas = _int(spec["replicas"]) if spec.get("replicas") is not None else 1
+    phase: str | None = None
+    promoted = True
+    if kind == WorkloadKind.ROLLOUT.value:
+        phase = str(status["phase"]) if status.get("phase") else None
+        current, stable = status.get("currentPodHash"), status.get("stableRS")
+        promoted = not status.get("abort") and (not current or not stable or current == stable)
+    return WorkloadState(
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        container=container,
+        resource_version=str(meta.get("resourceVersion") or ""),
+        generation=_int(meta.get("generation")),
+        observed_generation=_int(status.get("observedGeneration")),
+        replicas=replicas,
+        updated_replicas=_int(status.get("updatedReplicas")),
+        ready_replicas=_int(status.get("readyReplicas")),
+        available_replicas=_int(status.get("availableReplicas")),
+        args=args if where == "args" else command,
+        args_field=where,
+        speculative_config=config,
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        completed_at=_completed_at(status),
+        status_replicas=_int(status["replicas"]) if status.get("replicas") is not None else None,
+        image=str(c.get("image") or ""),
+        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        owner_kinds=tuple(str(o.get("kind")) for o in meta.get("ownerReferences") or []),
+        kind=kind,
+        container_index=index,
+        phase=phase,
+        promoted=promoted,
+    )
+
+
+def _pointer(key: str) -> str:
+    """One JSON-pointer segment (RFC 6901): `alphagate.io/state` -> `alphagate.io~1state`."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def merge_body(
+    work: WorkloadState, annotations: Mapping[str, str], new_args: list[str] | None
+) -> dict[str, Any]:
+    """The strategic merge patch for a Deployment: the record, and the container's args when
+    they change, with the resourceVersion precondition."""
+    body: dict[str, Any] = {
+        "metadata": {"resourceVersion": work.resource_version, "annotations": dict(annotations)}
+    }
+    if new_args is not None:
+        container = {"name": work.container, work.args_field: new_args}
+        body["spec"] = {"template": {"spec": {"containers": [container]}}}
+    return body
+
+
+def json_patch(
+    work: WorkloadState, annotations: Mapping[str, str], new_args: list[str] | None
+) -> list[dict[str, Any]]:
+    """The same edit as `merge_body`, as RFC 6902 operations for a custom resource: the
+    resourceVersion it was computed from (a 409 if it moved), a test that the container is still
+    at its index (else the server refuses the patch), then the args and the record."""
+    ops: list[dict[str, Any]] = [
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": work.resource_version}
+    ]
+    if new_args is not None:
+        at = f"/spec/template/spec/containers/{work.container_index}"
+        ops.append({"op": "test", "path": f"{at}/name", "value": work.container})
+        ops.append({"op": "add", "path": f"{at}/{work.args_field}", "value": list(new_args)})
+    if work.annotations:
+        ops.extend(
+            {"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+            for k, v in annotations.items()
+        )
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(annotations)})
+    return ops
+
+
+__all__ = [
+    "ROLLOUT_GROUP",
+    "ROLLOUT_HEALTHY",
+    "ROLLOUT_PLURAL",
+    "ROLLOUT_VERSION",
+    "WorkloadState",
+    "json_patch",
+    "merge_body",
+    "workload_state",
+]
