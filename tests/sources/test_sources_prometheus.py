@@ -54,11 +54,15 @@ class FakeProm:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], httpx.Headers]] = []
+        self.targets_requests = 0
         self.override: Callable[[str, dict[str, str]], httpx.Response | None] = lambda q, f: None
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         form = {k: v[0] for k, v in urllib.parse.parse_qs(request.content.decode()).items()}
         path = request.url.path
+        if path.endswith("/api/v1/targets"):  # the scrape interval: tests/sources/test_*_idle
+            self.targets_requests += 1
+            return httpx.Response(404, json={"status": "error", "error": "not here"})
         self.requests.append((path, form, request.headers))
         q = form["query"]
         forced = self.override(q, form)

@@ -104,7 +104,7 @@ def mask_acceptance(observation: Observation, slices: Sequence[str]) -> Observat
     if not any(p.acceptance for p in observation.pools):
         return observation
     pools = tuple(
-        dataclasses.replace(p, acceptance=())
+        dataclasses.replace(p, acceptance=(), spec_series=False, no_data=None)
         if p.role is Role.CANARY and p.slice in slices and p.acceptance
         else p
         for p in observation.pools

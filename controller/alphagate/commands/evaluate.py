@@ -6,7 +6,8 @@ with ``--scrape-target slice:role=URL``), runs the same core the controller runs
 the decision it would take. Nothing is patched.
 
 The controller remembers its state between windows; a one-shot run cannot, so it assumes one:
-``--state auto`` (default) takes On when a canary pool shows spec-decode series, else Off. A
+``--state auto`` (default) takes On when a canary pool shows spec-decode series (even all at
+zero: an idle canary is speculating with no data, Inconclusive, never "off"), else Off. A
 fresh memory means streaks start at zero: a first Pass or Fail holds until the policy's
 consecutive-window count is met, and the reason says so.
 
@@ -150,7 +151,7 @@ def _scrape_observe(
 def _assumed(state: AssumedState, obs: Observation) -> State:
     if state is not AssumedState.AUTO:
         return State(state.value)
-    speculating = any(p.role is Role.CANARY and p.acceptance for p in obs.pools)
+    speculating = any(p.role is Role.CANARY and p.speculating for p in obs.pools)
     return State.ON if speculating else State.OFF
 
 
@@ -183,6 +184,9 @@ def _pool_json(pool: PoolObservation) -> dict[str, Any]:
         "draft_tokens": tokens,
         "accepted_tokens": accepted,
         "alpha": accepted / tokens if tokens > 0 else math.nan,
+        "speculating": pool.speculating,
+        "spec_series": pool.spec_series,
+        "no_data": pool.no_data,
         "generation_tokens": pool.generation_tokens,
         "itl_p99": quantile(0.99, pool.itl),
         "tpot_p99": quantile(0.99, pool.tpot),
@@ -232,6 +236,7 @@ def to_json(
             "at": obs.at,
             "window_seconds": obs.window_seconds,
             "source_error": obs.source_error,
+            "scrape_interval_seconds": obs.scrape_interval_seconds,
             "assumed_state": assumed.value,
             "pools": [_pool_json(p) for p in obs.pools],
             "estimates": {k: dataclasses.asdict(v) for k, v in ev.estimates.items()},
@@ -304,11 +309,13 @@ def render_text(
             if pool.error:
                 out.append(f"  {role.value:<8} error: {pool.error}")
                 continue
-            spec_part = (
-                f"alpha {p['alpha']:.3f} over {p['batches']} batches"
-                if pool.acceptance
-                else "no spec-decode series"
-            )
+            if pool.acceptance:
+                spec_part = f"alpha {p['alpha']:.3f} over {p['batches']} batches"
+            elif pool.speculating:
+                why = pool.no_data.value if pool.no_data is not None else "no drafts"
+                spec_part = f"speculating, no data ({why})"
+            else:
+                spec_part = "no spec-decode series"
             out.append(
                 f"  {role.value:<8} pods {pool.pods}  {spec_part}"
                 f"  tokens {pool.generation_tokens:.0f}"

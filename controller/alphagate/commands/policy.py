@@ -5,6 +5,12 @@ file, the document's index (1-based), the field path as written in YAML, its lin
 reason; exit status 1 if anything is wrong. Beyond the schema (`config.parse`), the check
 refuses what only shows across resources: the same name twice in a namespace, or two
 canaries that would flip the same Deployment.
+
+It also warns (exit status unchanged) where the timing cannot work (alphagate.core.timing, the
+same advice the controller gives): an interval or window spanning fewer than two scrape
+intervals, so `increase()` is empty at times, and a staleness.afterSeconds below window +
+warm-up. The scrape interval is `--scrape-interval` for Prometheus sources (default 15 s, the
+shipped PodMonitor's) and the policy's own intervalSeconds for podScrape.
 """
 
 from __future__ import annotations
@@ -19,7 +25,11 @@ import yaml
 from pydantic import ValidationError
 
 from alphagate import config, specconfig, yamlload, yamlpos
+from alphagate.core import timing
 from alphagate.errors import PolicyError
+
+DEFAULT_SCRAPE_INTERVAL = 15.0
+"""What `policy check` assumes Prometheus scrapes at: deploy/monitoring's PodMonitor interval."""
 
 policy_app = typer.Typer(
     name="policy",
@@ -230,20 +240,63 @@ def spec_config_check(docs: list[Document], vllm_version: str | None) -> dict[in
     return warnings
 
 
+def timing_check(
+    docs: list[Document], scrape_interval: float
+) -> dict[int, list[timing.TimingWarning]]:
+    """The timing advice per document (index into `docs`) for valid resources."""
+    out: dict[int, list[timing.TimingWarning]] = {}
+    for i, doc in enumerate(docs):
+        if doc.resource is not None:
+            found = timing.advise(doc.resource.spec, scrape_interval)
+            if found:
+                out[i] = list(found)
+    return out
+
+
+def _timing_json(w: timing.TimingWarning) -> dict[str, Any]:
+    return {
+        "problem": w.problem.value,
+        "field": w.field,
+        "seconds": w.seconds,
+        "needed_seconds": w.needed_seconds,
+        "scrape_interval_seconds": w.scrape_interval_seconds,
+    }
+
+
 @policy_app.command("check")
 def check(
     files: list[Path] = typer.Argument(..., help="YAML files with SpeculativeCanary resources."),
     vllm_version: str | None = typer.Option(
         None, "--vllm-version", help="Also apply the rules of this vLLM version (e.g. 0.13.0)."
     ),
+    scrape_interval: float = typer.Option(
+        DEFAULT_SCRAPE_INTERVAL,
+        "--scrape-interval",
+        min=0.1,
+        max=3600.0,
+        help=(
+            "Seconds between Prometheus scrapes of the vLLM pods (default 15, the shipped "
+            "PodMonitor's); podScrape policies use their own intervalSeconds."
+        ),
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for machines."),
 ) -> None:
     """Validate policy files: one line per resource, or every problem with file, field and line."""
     docs = _load_all(files)
     warnings = spec_config_check(docs, vllm_version)
+    advice = timing_check(docs, scrape_interval)
+    for i, found in advice.items():
+        warnings.setdefault(i, []).extend(f"{w.field}: {w.message}" for w in found)
     bad = [d for d in docs if not d.ok]
     if as_json:
-        out = [_doc_json(d) | {"warnings": warnings.get(i, [])} for i, d in enumerate(docs)]
+        out = [
+            _doc_json(d)
+            | {
+                "warnings": warnings.get(i, []),
+                "timing": [_timing_json(w) for w in advice.get(i, [])],
+            }
+            for i, d in enumerate(docs)
+        ]
         typer.echo(json.dumps(out, indent=2))
     else:
         for i, doc in enumerate(docs):

@@ -15,6 +15,11 @@ The file, YAML::
         bearerTokenFile: /var/run/secrets/prometheus/token   # optional
         caFile: /etc/alphagate/prometheus-ca.crt              # optional
         timeoutSeconds: 10
+        scrapeIntervalSeconds: 30   # optional: how often it scrapes vLLM (else measured)
+
+``scrapeIntervalSeconds`` tells the controller how often this Prometheus scrapes the vLLM
+pods; without it the controller measures it (samples per series over ten minutes) and warns
+when a policy's interval or window holds too few scrapes (alphagate.core.timing).
 """
 
 from __future__ import annotations
@@ -92,6 +97,10 @@ class PrometheusEndpoint(_Model):
     headers: dict[str, str] = {}
     timeout_seconds: TimeoutSeconds = 10.0
     max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    # how often this Prometheus scrapes the vLLM pods; None: measured from the samples
+    scrape_interval_seconds: float | None = Field(
+        default=None, ge=1.0, le=3600.0, allow_inf_nan=False
+    )
 
     @field_validator("url")
     @classmethod

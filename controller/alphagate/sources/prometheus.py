@@ -18,6 +18,15 @@ both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores,
       sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{M}[W]))
       sum (increase(vllm:inter_token_latency_seconds_sum{M}[W]))
       (and the same two for vllm:request_time_per_output_token_seconds)
+    spec-decode series present when the range queries came back empty, instant at end:
+      count (last_over_time(vllm:spec_decode_num_drafts_total{M}[W]))
+    scrape interval (unless the endpoint configures scrapeIntervalSeconds), at most every
+    SCRAPE_PROBE_SECONDS: the ``scrapeInterval`` of the active targets whose labels match the
+    pool (``GET /api/v1/targets?state=active``; unknown on backends without that API)
+
+A canary whose spec-decode counters exist but did not move is speculating with no traffic
+(``no_data`` NO_TRAFFIC); series that exist while every ``increase()`` came back empty mean
+the interval holds fewer than two scrapes (SPARSE_SCRAPES): neither reads as "speculation off".
 
 Each (pod, step) point of the range queries becomes one AcceptanceSample (a batch for batch
 means). `increase()` extrapolates to the range edges, so batch values are floats and their sum
@@ -38,6 +47,7 @@ import os
 import re
 import ssl
 import stat
+import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Self
@@ -52,6 +62,7 @@ from alphagate.core.model import (
     AcceptanceSample,
     Buckets,
     LatencySample,
+    NoData,
     Observation,
     PoolObservation,
 )
@@ -87,6 +98,26 @@ POOL_LEVEL: Final = frozenset(
 """Kinds that concern one query (one pool); every other kind means the server failed."""
 
 _LABEL_NAME_BAD: Final = re.compile(r"[^a-zA-Z0-9_]")
+SCRAPE_PROBE_SECONDS: Final = 600.0
+"""The targets' scrape intervals are read again at most this often (one request)."""
+_DURATION_PART: Final = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+_UNIT_SECONDS: Final = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "y": 31536000.0,
+}
+
+
+def parse_duration(text: str) -> float | None:
+    """A Prometheus duration (``1m30s``, ``500ms``) in seconds; None when it is not one."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
 # --------------------------------------------------------------------------- PromQL
@@ -141,6 +172,8 @@ class PoolQueries:
     # per pod per interval, for the latency guard's batches (exact sums)
     tpot_pod_buckets: str = ""
     tpot_pod_sum: str = ""
+    # are there spec-decode series at all over the window (when the batches came back empty)
+    spec_present: str = ""
 
 
 def pool_queries(
@@ -161,6 +194,9 @@ def pool_queries(
         tpot_sum=increase_by(vllm.TPOT + vllm.SUM, m, w, ""),
         tpot_pod_buckets=increase_by(vllm.TPOT + vllm.BUCKET, m, i, f"{pod}, {vllm.LE}"),
         tpot_pod_sum=increase_by(vllm.TPOT + vllm.SUM, m, i, pod),
+        spec_present=_either(
+            lambda n: f"count (last_over_time({n}{{{m}}}[{w}]))", vllm.SPEC_DRAFTS
+        ),
     )
 
 
@@ -281,6 +317,8 @@ class PrometheusSource:
         self.attempts = max(1, attempts)
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
+        # (read at, [(target labels, scrape interval seconds)]) from the targets API
+        self._targets: tuple[float, list[tuple[dict[str, str], float]]] | None = None
         token = (
             _WatchedFile(settings.bearer_token_file, "bearer token file")
             if settings.bearer_token_file
@@ -417,16 +455,66 @@ class PrometheusSource:
             return failed_observation(spec, err, at=end, window=max(window, 0.0))
         extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
         pools: list[PoolObservation] = []
+        scrapes: list[float] = []
         for ref in pools_of(spec):
             try:
                 pools.append(self._pool(ref, extra, start, end, interval_seconds))
+                measured = self._scrape_interval({**extra, **ref.match_labels})
+                if measured is not None:
+                    scrapes.append(measured)
             except SourceError as err:
                 if err.kind not in POOL_LEVEL:
                     return failed_observation(spec, err, at=end, window=window)
                 pools.append(
                     PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=err.kind)
                 )
-        return Observation(at=end, window_seconds=window, pools=tuple(pools))
+        return Observation(
+            at=end,
+            window_seconds=window,
+            pools=tuple(pools),
+            scrape_interval_seconds=max(scrapes) if scrapes else None,
+        )
+
+    def _scrape_interval(self, labels: Mapping[str, str]) -> float | None:
+        """How often the pool's pods are scraped: the endpoint's scrapeIntervalSeconds, else
+        the longest ``scrapeInterval`` of the active targets whose labels match the pool's
+        (a matcher key a target lacks may be a metric label: skipped; at least one must match).
+        None when unknown; a failed read never fails the observation."""
+        if self.endpoint.scrape_interval_seconds is not None:
+            return self.endpoint.scrape_interval_seconds
+        wanted = {label_name(k): v for k, v in labels.items()}
+        found = [
+            seconds
+            for target, seconds in self._active_targets()
+            if any(k in target for k in wanted)
+            and all(target[k] == v for k, v in wanted.items() if k in target)
+        ]
+        return max(found) if found else None
+
+    def _active_targets(self) -> list[tuple[dict[str, str], float]]:
+        now = time.monotonic()
+        if self._targets is not None and now - self._targets[0] < SCRAPE_PROBE_SECONDS:
+            return self._targets[1]
+        out: list[tuple[dict[str, str], float]] = []
+        try:
+            with (
+                http.deadline(self.timeout_seconds),
+                self._client.stream("GET", "api/v1/targets", params={"state": "active"}) as resp,
+            ):
+                body = http.read_body(
+                    resp, max_bytes=self.max_response_bytes, where="api/v1/targets"
+                )
+            if resp.status_code == 200:
+                data = json.loads(body).get("data", {})
+                for t in data.get("activeTargets", []) if isinstance(data, dict) else []:
+                    seconds = parse_duration(str(t.get("scrapeInterval", "")))
+                    target_labels = t.get("labels")
+                    if seconds and isinstance(target_labels, dict):
+                        out.append(({str(k): str(v) for k, v in target_labels.items()}, seconds))
+        except (SourceError, httpx.HTTPError, ValueError, AttributeError, RecursionError):
+            out = []  # unknown (Thanos, Mimir, an old Prometheus): no warning, no failure
+        self._targets = (now, out)
+        return out
 
     def _pool(
         self,
@@ -447,7 +535,7 @@ class PrometheusSource:
                 target=f"{ref.slice}/{ref.role}",
             )
         check_finite((p.value for p in gen), vllm.GENERATION_TOKENS, q.generation_tokens)
-        samples = self._acceptance(q, start, end, interval)
+        samples, spec_series, no_data = self._acceptance(q, start, end, interval)
         return PoolObservation(
             slice=ref.slice,
             role=ref.role,
@@ -457,11 +545,14 @@ class PrometheusSource:
             tpot=self._buckets(q.tpot_buckets, q.tpot_sum, end),
             tpot_samples=self._latency_samples(q, start, end, interval),
             pods=len({_pod(p.labels) for p in gen}),
+            spec_series=spec_series,
+            no_data=no_data,
         )
 
     def _acceptance(
         self, q: PoolQueries, start: float, end: float, interval: float
-    ) -> tuple[AcceptanceSample, ...]:
+    ) -> tuple[tuple[AcceptanceSample, ...], bool, NoData | None]:
+        """The batches, whether spec-decode series exist, and why there are no batches."""
         first = min(start + interval, end)
         series: dict[str, dict[tuple[str, float], float]] = {}
         for name, expr in (
@@ -473,7 +564,11 @@ class PrometheusSource:
             check_finite((p.value for p in points), name, expr)
             series[name] = {(_pod(p.labels), p.at): p.value for p in points}
         if not series["drafts"]:
-            return ()  # speculation off (no spec series): expected, not an error
+            # no series (speculation off: expected) or series with too few scrapes per interval
+            present = self.query(q.spec_present, at=end) if q.spec_present else []
+            if any(p.value > 0 for p in present):
+                return (), True, NoData.SPARSE_SCRAPES
+            return (), False, None
         per_pos: dict[tuple[str, float], dict[int, float]] = {}
         for p in self.query_range(q.per_position, start=first, end=end, step=interval):
             check_finite((p.value,), "per_position", q.per_position)
@@ -503,7 +598,7 @@ class PrometheusSource:
             )
             if has_drafts(sample):
                 out.append(sample)
-        return sorted_samples(out)
+        return sorted_samples(out), True, (None if out else NoData.NO_TRAFFIC)
 
     def _latency_samples(
         self, q: PoolQueries, start: float, end: float, interval: float

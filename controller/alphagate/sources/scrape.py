@@ -13,6 +13,11 @@ The first scrape of a pod gives no increment (there is nothing to subtract), unl
 ``since_start`` is set: then the counters since the pod started are the first increment. That
 is what one-shot reads (``alphagate evaluate``) use.
 
+A pool whose pods export spec-decode series is speculating (``spec_series``) even when its
+counters did not move (``no_data`` NO_TRAFFIC) or no increment falls in the window yet
+(SPARSE_SCRAPES): never "speculation off". The source scrapes once per evaluation, so its
+scrape interval is the evaluation interval (``Observation.scrape_interval_seconds``).
+
 A pod that refuses the connection (it vanished after listing: ``pod_gone``) is left out of the
 pool. Other failures (timeout, malformed or oversized page, HTTP status) are kept in
 :attr:`ScrapeSource.failures` and fail the pool only when more than ``max_failed_fraction`` of
@@ -39,6 +44,7 @@ from alphagate.core.model import (
     AcceptanceSample,
     Buckets,
     LatencySample,
+    NoData,
     Observation,
     PoolObservation,
     Role,
@@ -450,7 +456,9 @@ class ScrapeSource:
         self.failures = {}
         pools = [self._pool(ref, found[(ref.slice, ref.role)], scraped, start) for ref in refs]
         self._prune(now)
-        return Observation(at=end, window_seconds=window, pools=tuple(pools))
+        return Observation(
+            at=end, window_seconds=window, pools=tuple(pools), scrape_interval_seconds=interval
+        )
 
     def _pool(
         self,
@@ -511,9 +519,13 @@ class ScrapeSource:
         gen = 0.0
         hists = {h: HistSum() for h in Hist}
         pods = set(ok)
+        spec_series = False  # spec-decode series on a pod now, or in an increment of the window
+        spec_increments = 0
         for (slice_name, role, pod), state in self._states.items():
             if slice_name != ref.slice or role is not ref.role:
                 continue
+            if pod in ok and state.last is not None:
+                spec_series = spec_series or any(s.speculating for s in state.last.values())
             for inc in state.ring:
                 if (inc.start + inc.end) / 2 <= start:
                     continue
@@ -526,6 +538,8 @@ class ScrapeSource:
                     tpot_samples.append(tpot)
                 if not inc.speculating:
                     continue
+                spec_series = True
+                spec_increments += 1
                 sample = AcceptanceSample(
                     drafts=inc.drafts,
                     draft_tokens=inc.draft_tokens,
@@ -537,6 +551,9 @@ class ScrapeSource:
                 )
                 if has_drafts(sample):
                     samples.append(sample)
+        no_data: NoData | None = None
+        if spec_series and not samples:
+            no_data = NoData.NO_TRAFFIC if spec_increments else NoData.SPARSE_SCRAPES
         return PoolObservation(
             slice=ref.slice,
             role=ref.role,
@@ -546,6 +563,8 @@ class ScrapeSource:
             tpot=hists[Hist.TPOT].to_buckets(),
             tpot_samples=tuple(sorted(tpot_samples, key=lambda t: (t.pod, t.start))),
             pods=len(pods),
+            spec_series=spec_series,
+            no_data=no_data,
         )
 
     def _prune(self, now: float) -> None:
