@@ -6,6 +6,11 @@ command on its next evaluation, records it in status (`lastCommand`) and as a tr
 reason "manual: ...", and the same path works with plain `kubectl annotate`. `--wait` polls
 (bounded) until the controller has handled it.
 
+A manual enable obeys the policy's guards (the rollback cooldown, the minimum dwell, room in
+the flip budget) and a promote needs `promotion.enabled`: the controller refuses otherwise and
+says which guard. `--force` (annotation `alphagate.io/command-force: "true"`) is the escape
+hatch; the transition then records `forced` and the guards it overrode, and the Event says so.
+
 `status` reads what the controller wrote: without NAME a one-line-per-canary table, with NAME
 the evidence: per-slice alpha with its interval and sample size, latency P99s with their
 bucket bracket and exceedance test, conditions, the last decision, history and recent Events.
@@ -39,6 +44,7 @@ from alphagate.kube.events import list_events
 from alphagate.kube.status import (
     ANN_COMMAND,
     ANN_COMMAND_BY,
+    ANN_COMMAND_FORCE,
     ANN_COMMAND_ID,
     COMMANDS,
     CanaryStatus,
@@ -119,12 +125,23 @@ def _ago(text: str | None) -> str:
 # ---------------------------------------------------------------- commands
 
 
-def send_command(kube: Kube, namespace: str, name: str, command: str, *, by: str = "") -> str:
-    """Annotate the resource with `command` and a fresh id; return the id."""
+FORCIBLE = ("enable", "promote")
+"""Commands with guards `--force` may override."""
+
+
+def send_command(
+    kube: Kube, namespace: str, name: str, command: str, *, by: str = "", force: bool = False
+) -> str:
+    """Annotate the resource with `command`, a fresh id and the force flag; return the id."""
     if command not in COMMANDS:
         raise KubeError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
     ident = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
-    annotations = {ANN_COMMAND: command, ANN_COMMAND_ID: ident}
+    # merge patch: None removes a force flag an earlier command left
+    annotations: dict[str, str | None] = {
+        ANN_COMMAND: command,
+        ANN_COMMAND_ID: ident,
+        ANN_COMMAND_FORCE: "true" if force else None,
+    }
     if by:
         annotations[ANN_COMMAND_BY] = by
     call(
@@ -150,6 +167,12 @@ def _read(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
+_FORCE_HELP = {
+    "enable": "Go past the cooldown, the minimum dwell and the flip budget (recorded as forced).",
+    "promote": "Promote even though the policy does not enable promotion (recorded as forced).",
+}
+
+
 def _make_command(command: str, verb: str) -> Any:
     def run(
         name: str = typer.Argument(..., help="SpeculativeCanary name."),
@@ -157,18 +180,30 @@ def _make_command(command: str, verb: str) -> Any:
         wait: float = typer.Option(
             0.0, "--wait", help="Seconds to wait for the controller to handle it (0: don't)."
         ),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            hidden=command not in FORCIBLE,
+            help=_FORCE_HELP.get(command, "Has no guards to override."),
+        ),
         server: str | None = SERVER,
         kubeconfig: str | None = KUBECONFIG,
         context: str | None = CONTEXT,
     ) -> None:
+        if force and command not in FORCIBLE:
+            raise typer.BadParameter(
+                f"{command} has no guards to override; --force applies to {' and '.join(FORCIBLE)}",
+                param_hint="--force",
+            )
         namespace = resolve_namespace(namespace, server, kubeconfig, context)
         kube = connect(server, kubeconfig, context)
         try:
             by = f"{getpass.getuser()}@{socket.gethostname()}"
-            ident = send_command(kube, namespace, name, command, by=by)
+            ident = send_command(kube, namespace, name, command, by=by, force=force)
+            forced = " with --force" if force else ""
             typer.echo(
-                f"{namespace}/{name}: {command} requested (id {ident}); the controller applies it "
-                "on its next evaluation"
+                f"{namespace}/{name}: {command} requested{forced} (id {ident}); the controller "
+                "applies it on its next evaluation"
             )
             if wait > 0:
                 deadline = time.monotonic() + wait
@@ -192,9 +227,15 @@ def _make_command(command: str, verb: str) -> Any:
 _VERBS = {
     "pause": "Hold the canary in its current state until resumed",
     "resume": "Resume automatic control after a pause",
-    "enable": "Turn speculation on now (a probe, judged like any other)",
+    "enable": (
+        "Turn speculation on now (a probe, judged like any other); obeys cooldown, dwell and "
+        "flip budget unless --force"
+    ),
     "disable": "Turn speculation off now (cooldown before the next probe)",
-    "promote": "Copy the speculative config to the stable Deployment",
+    "promote": (
+        "Copy the speculative config to the stable Deployment; needs promotion in the policy "
+        "unless --force"
+    ),
 }
 
 

@@ -42,6 +42,9 @@ HISTORY_LIMIT: Final = 20
 ANN_COMMAND: Final = "alphagate.io/command"
 ANN_COMMAND_ID: Final = "alphagate.io/command-id"
 ANN_COMMAND_BY: Final = "alphagate.io/command-by"
+# "true": carry the command past the guards it would obey (cooldown, minimum dwell, flip
+# budget for enable; promotion not configured for promote): `alphagate enable --force`
+ANN_COMMAND_FORCE: Final = "alphagate.io/command-force"
 COMMANDS: Final = ("pause", "resume", "enable", "disable", "promote")
 Time = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
@@ -83,13 +86,21 @@ class ConditionType(StrEnum):
     SOURCE_HEALTHY = "SourceHealthy"
     SPEC_VALID = "SpecValid"
     ROLLOUT_COMPLETE = "RolloutComplete"
+    # False (reason VerdictStale) while Probing or On without a conclusive verdict for
+    # staleness.afterSeconds; True otherwise
+    VERDICT_FRESH = "VerdictFresh"
+    # False when the interval or window spans fewer than two scrape intervals (core/timing)
+    TIMING_FITS = "TimingFits"
 
 
 class Condition(_Status):
     """A Kubernetes-style condition (metav1.Condition shape)."""
 
     type: str = Field(
-        description=("Condition type: Ready, SourceHealthy, SpecValid or RolloutComplete.")
+        description=(
+            "Condition type: Ready, SourceHealthy, SpecValid, RolloutComplete, VerdictFresh or "
+            "TimingFits."
+        )
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(
@@ -257,7 +268,7 @@ class Decision(_Status):
         default=[],
         description=(
             "Alert conditions raised with it (flip-budget, probe-stalled,"
-            " rollout-timeout, source-errors)."
+            " rollout-timeout, source-errors, verdict-stale)."
         ),
     )
 
@@ -274,6 +285,16 @@ class HistoryEntry(_Status):
     evidence: dict[str, str] = Field(
         default={}, description=("The numbers behind it (alpha, interval, samples, P99s), as text.")
     )
+    forced: bool = Field(
+        default=False, description="A manual command carried out with --force past its guards."
+    )
+    guards: list[str] = Field(
+        default=[],
+        description=(
+            "The guards that refused the command (cause refused) or that --force overrode: "
+            "cooldown, min-dwell, flip-budget, promotion-disabled, ..."
+        ),
+    )
 
 
 class CommandRecord(_Status):
@@ -285,6 +306,9 @@ class CommandRecord(_Status):
     id: str = Field(description="The command id from the alphagate.io/command-id annotation.")
     handled_at: Time = Field(description="When the controller handled it (RFC 3339).")
     result: str = Field(default="", description="What came of it.")
+    forced: bool = Field(
+        default=False, description="Sent with --force (alphagate.io/command-force: true)."
+    )
 
 
 class UnitStatus(_Status):
@@ -400,6 +424,12 @@ def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, 
     if status.last_command is not None and status.last_command.id == ident:
         return None
     return command, ident
+
+
+def command_forced(obj: Mapping[str, Any]) -> bool:
+    """Whether the pending command asks to go past its guards (`--force`)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ANN_COMMAND_FORCE, "")).strip().lower() == "true"
 
 
 def decode_memories(text: str | None) -> dict[str, Memory]:
@@ -604,6 +634,8 @@ def history_entries(
             at=rfc3339(t.at),
             cause=t.cause.value,
             evidence={k: _fmt(v) for k, v in sorted(t.evidence.items())},
+            forced=t.forced,
+            guards=[g.value for g in t.guards],
         )
         for t in transitions
     ]
@@ -693,6 +725,7 @@ class StatusWriter:
 __all__ = [
     "ANN_COMMAND",
     "ANN_COMMAND_BY",
+    "ANN_COMMAND_FORCE",
     "ANN_COMMAND_ID",
     "COMMANDS",
     "HISTORY_LIMIT",
@@ -706,6 +739,7 @@ __all__ = [
     "SliceEvidence",
     "StatusWriter",
     "UnitStatus",
+    "command_forced",
     "decode_memories",
     "encode_memories",
     "history_entries",
