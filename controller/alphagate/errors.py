@@ -9,7 +9,9 @@
     ├── KubeError                   the Kubernetes API refused or failed; `status` is the HTTP code
     │   ├── ConflictError           409 after bounded retries
     │   ├── ForbiddenError          403: RBAC is missing a permission
-    │   └── NotFoundError           404: the object is gone
+    │   ├── NotFoundError           404: the object is gone
+    │   ├── RecordChangedError      the Deployment's record moved since the decision was made
+    │   └── ClaimedError            the Deployment belongs to another SpeculativeCanary
     └── SandboxError                the local demo sandbox could not start a part (port in use ...)
 
 Causes are chained (`raise ... from exc`). Messages name what is wrong and where.
@@ -122,6 +124,17 @@ class ForbiddenError(KubeError):
 
 class NotFoundError(KubeError):
     """404 Not Found: the object does not exist (any more)."""
+
+
+class RecordChangedError(KubeError):
+    """The Deployment's record (its `alphagate.io/record` generation) is newer than the one a
+    decision was made from: someone (a lost reply of ours, another replica) wrote it since.
+    Nothing is patched; the next evaluation resumes from the record."""
+
+
+class ClaimedError(KubeError):
+    """The Deployment is claimed by another SpeculativeCanary (`alphagate.io/owner`): one canary
+    per Deployment, or two would flip it back and forth."""
 
 
 class SandboxError(AlphagateError):

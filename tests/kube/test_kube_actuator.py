@@ -76,7 +76,8 @@ def test_enable_patches_args_and_annotations_in_one_request(
     dep = act.read("ns", REF)
     assert dep.speculation_on and dep.speculative_config == CFG
     assert dep.state == "Probing"
-    assert dep.memory == memory
+    assert dep.memory == memory.model_copy(update={"record": 1})  # the record's first write
+    assert dep.record == result.record == 1
     assert dep.last_flip == NOW
     assert dep.generation == 2
 

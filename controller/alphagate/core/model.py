@@ -634,6 +634,9 @@ class Memory(BaseModel):
     # guard counts from the later of it and entering the state (0: none yet)
     last_conclusive_at: float = 0.0
     draft: DraftMemory = Field(default_factory=DraftMemory)  # draft-length tuning (opt-in)
+    # Which write of the canary Deployment's record (`alphagate.io/record`) this memory
+    # continues. Set by the shell when it writes the record; the core carries it unchanged.
+    record: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,12 @@
 It edits only the vLLM container's `--speculative-config` (via `kube.args`), and writes the
 controller's state into the Deployment's annotations *in the same patch*, so a controller
 killed between this patch and its status write finds the flip already recorded on the
-Deployment and does not flip again. It is idempotent (no request when nothing would change),
+Deployment and does not flip again. Every write of that record bumps its generation
+(`alphagate.io/record`), and a write is refused (RecordChangedError, nothing patched) when the
+record is newer than the one the decision was made from: a lost reply, a crash or another
+replica can never make one decision flip twice. One SpeculativeCanary owns a Deployment
+(`alphagate.io/owner`, written by `claim` before any flip); the actuator never patches one
+another canary owns (ClaimedError). It is idempotent (no request when nothing would change),
 uses optimistic concurrency (the patch carries the resourceVersion it was computed from; a 409
 re-reads and retries a bounded number of times, then ConflictError), and reports the
 Deployment's rollout as the core's `Rollout` so data from a rollout and its warm-up is never
@@ -34,11 +39,13 @@ from alphagate import specconfig
 from alphagate.config import WorkloadKind, WorkloadRef
 from alphagate.core.model import Memory, Rollout, State
 from alphagate.errors import (
+    ClaimedError,
     ConflictError,
     ForbiddenError,
     KubeError,
     NotFoundError,
     OwnerConflictError,
+    RecordChangedError,
 )
 from alphagate.kube import args as argsmod
 from alphagate.kube import ownership
@@ -48,6 +55,8 @@ from alphagate.kube.status import rfc3339
 from alphagate.kube.workload import (
     ANN_LAST_FLIP,
     ANN_MEMORY,
+    ANN_OWNER,
+    ANN_RECORD,
     ANN_STATE,
     ROLLOUT_GROUP,
     ROLLOUT_PLURAL,
@@ -60,7 +69,6 @@ from alphagate.kube.workload import (
 
 ANNOTATION_PREFIX: Final = "alphagate.io/"
 ANN_SPECULATION: Final = "alphagate.io/speculation"
-ANN_OWNER: Final = "alphagate.io/owner"
 ANNOTATION_HISTORY: Final = 5  # transitions kept in the annotation copy of Memory
 
 DeploymentState = WorkloadState
@@ -77,6 +85,7 @@ class ApplyResult:
     dry_run: bool
     attempts: int
     before: DeploymentState
+    record: int = 0  # the record's generation after this apply (written or already there)
 
 
 class RejectedConfigError(argsmod.ArgsError):
@@ -213,13 +222,16 @@ class Actuator:
         owner: str = "",
         involved: ObjectRef | None = None,
         record_state: bool = True,
+        expect_record: int | None = None,
     ) -> ApplyResult:
         """Make the container run `speculative_config` (None: off) and record `state`/`memory`.
 
         No request is sent when the args already match and the recorded state is current (or
-        `record_state` is False). Raises ConflictError after `max_attempts` 409s,
-        ForbiddenError, NotFoundError, ArgsError or KubeError; each with a Warning Event on
-        `involved` when a recorder was given.
+        `record_state` is False). With `expect_record` (the record generation the decision was
+        made from), an object whose record is newer is not touched: RecordChangedError.
+        Raises ConflictError after `max_attempts` 409s, ClaimedError, ForbiddenError,
+        NotFoundError, ArgsError or KubeError; each with a Warning Event on `involved` when a
+        recorder was given (RecordChangedError is not a failure to warn about).
         """
         what = f"{ref.kind.value} {namespace}/{ref.name}"
         attempts = 0
@@ -250,6 +262,7 @@ class Actuator:
                         record_state=record_state,
                         attempts=attempts,
                         first=first,
+                        expect_record=expect_record,
                     )
             return result
         except _Conflict as exc:
@@ -263,6 +276,11 @@ class Actuator:
             raise err from exc
         except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
             raise KubeError(f"{what}: {exc}") from exc
+        except RecordChangedError:
+            raise
+        except ClaimedError as err:
+            self._warn(involved, Reason.TARGET_CLAIMED, str(err))
+            raise
         except ForbiddenError as err:
             self._warn(involved, Reason.FORBIDDEN, str(err))
             raise
@@ -293,7 +311,18 @@ class Actuator:
         record_state: bool,
         attempts: int,
         first: DeploymentState,
+        expect_record: int | None = None,
     ) -> ApplyResult:
+        if expect_record is not None and dep.record > expect_record:
+            raise RecordChangedError(
+                f"{dep.what}: its record is at generation {dep.record}, newer than the "
+                f"{expect_record} this decision was made from (written since by a reply that "
+                "was lost or by another replica): not patched; the next evaluation resumes "
+                "from the record",
+                reason="RecordChanged",
+            )
+        if owner and dep.owner and dep.owner != owner:
+            raise ClaimedError(claimed_message(dep, owner), reason="TargetClaimed")
         refuse_rejected(dep, speculative_config)
         new_args = argsmod.edit(dep.args, speculative_config)
         args_changed = new_args != list(dep.args)
@@ -307,10 +336,18 @@ class Actuator:
             speculation_on=speculative_config is not None,
         )
         stale_state = record_state and any(
-            dep.annotations.get(k) != v for k, v in annotations.items() if k != ANN_MEMORY
+            dep.annotations.get(k) != v
+            for k, v in annotations.items()
+            if k not in (ANN_MEMORY, ANN_RECORD)
         )
         if dry_run or not (args_changed or stale_state):
-            return ApplyResult(dep, args_changed, False, dry_run, attempts, first)
+            return ApplyResult(dep, args_changed, False, dry_run, attempts, first, dep.record)
+        record = max(dep.record, expect_record or 0) + 1
+        annotations[ANN_RECORD] = str(record)
+        if memory is not None:
+            annotations[ANN_MEMORY] = self._memory_text(
+                memory.model_copy(update={"record": record})
+            )
         if args_changed:
             owner_name = ownership.yields_to(dep)
             if owner_name is not None:
@@ -328,7 +365,7 @@ class Actuator:
         except Exception as exc:
             raise translate(exc, f"patch {dep.what}") from exc
         after = workload_state(patched, ref.container, ref.kind)
-        return ApplyResult(after, args_changed, True, False, attempts, first)
+        return ApplyResult(after, args_changed, True, False, attempts, first, record)
 
     def _send(
         self,
@@ -373,17 +410,97 @@ class Actuator:
         if owner:
             out[ANN_OWNER] = owner
         if memory is not None:
-            trimmed = memory.model_copy(update={"history": memory.history[-ANNOTATION_HISTORY:]})
-            out[ANN_MEMORY] = trimmed.model_dump_json()
+            out[ANN_MEMORY] = Actuator._memory_text(memory)
         if flip:
             out[ANN_LAST_FLIP] = rfc3339(now)
         elif ANN_LAST_FLIP in dep.annotations:
             out[ANN_LAST_FLIP] = dep.annotations[ANN_LAST_FLIP]
         return out
 
+    @staticmethod
+    def _memory_text(memory: Memory) -> str:
+        trimmed = memory.model_copy(update={"history": memory.history[-ANNOTATION_HISTORY:]})
+        return trimmed.model_dump_json()
+
+    # ------------------------------------------------------------ claiming
+
+    def claim(
+        self,
+        namespace: str,
+        ref: WorkloadRef,
+        *,
+        owner: str,
+        owner_exists: Callable[[str], bool],
+        involved: ObjectRef | None = None,
+    ) -> tuple[WorkloadState, str]:
+        """Make `owner` (`namespace/name` of a SpeculativeCanary) the object's one canary.
+
+        Returns the object and the stale owner it took over from ("" if none). A claim by
+        another canary that still exists (`owner_exists`) is refused with ClaimedError and a
+        Warning Event; a claim by one that is gone is taken over. The claim is written with
+        the resourceVersion it was read at, so of two canaries claiming at once one wins and
+        the other re-reads and is refused. Raises KubeError subclasses like `apply`.
+        """
+        what = f"{ref.kind.value} {namespace}/{ref.name}"
+        try:
+            for attempt in Retrying(
+                stop=stop_after_attempt(self.max_attempts),
+                wait=wait_exponential(multiplier=self.wait_initial, max=self.wait_max)
+                + wait_random(0, self.wait_initial),
+                retry=retry_if_exception_type(_Conflict),
+                reraise=True,
+            ):
+                with attempt:
+                    dep = self.read(namespace, ref)
+                    if dep.owner == owner:
+                        return dep, ""
+                    stale = dep.owner
+                    if stale and owner_exists(stale):
+                        raise ClaimedError(claimed_message(dep, owner), reason="TargetClaimed")
+                    try:
+                        patched = self._send(dep, ref, {ANN_OWNER: owner}, None)
+                    except client.ApiException as exc:
+                        err = translate(exc, f"claim {dep.what}")
+                        if isinstance(err, ConflictError):
+                            raise _Conflict(err) from exc
+                        raise err from exc
+                    except Exception as exc:
+                        raise translate(exc, f"claim {dep.what}") from exc
+                    return workload_state(patched, ref.container, ref.kind), stale
+        except _Conflict as exc:
+            err = ConflictError(
+                f"{what}: claim still conflicting after {self.max_attempts} attempts: {exc.error}",
+                status=409,
+                reason="Conflict",
+            )
+            self._warn(involved, Reason.CONFLICT_RETRIES_EXHAUSTED, str(err))
+            raise err from exc
+        except ClaimedError as err:
+            self._warn(involved, Reason.TARGET_CLAIMED, str(err))
+            raise
+        except ForbiddenError as err:
+            self._warn(involved, Reason.FORBIDDEN, str(err))
+            raise
+        except NotFoundError as err:
+            self._warn(involved, Reason.NOT_FOUND, str(err))
+            raise
+        except KubeError as err:
+            self._warn(involved, Reason.PATCH_FAILED, str(err))
+            raise
+        raise KubeError(f"{what}: claim not attempted")  # pragma: no cover - reraise=True
+
     def _warn(self, involved: ObjectRef | None, reason: Reason, message: str) -> None:
         if self.events is not None and involved is not None:
             self.events.warning(involved, reason, message)
+
+
+def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
+    """Why `wanted_by` may not flip `dep`: one canary per Deployment."""
+    return (
+        f"{dep.what} belongs to SpeculativeCanary {dep.owner} (annotation {ANN_OWNER}); "
+        f"{wanted_by} will not flip it: two canaries on one Deployment would flip it back and "
+        "forth. Point this canary at its own Deployment, or delete the other canary"
+    )
 
 
 def config_text(config: Mapping[str, Any] | None) -> str:
@@ -396,11 +513,13 @@ __all__ = [
     "ANN_LAST_FLIP",
     "ANN_MEMORY",
     "ANN_OWNER",
+    "ANN_RECORD",
     "ANN_SPECULATION",
     "ANN_STATE",
     "Actuator",
     "ApplyResult",
     "DeploymentState",
+    "claimed_message",
     "config_text",
     "deployment_state",
 ]

@@ -56,6 +56,9 @@ class Reason(StrEnum):
     ARGS_UNEDITABLE = "ArgsUneditable"
     DRIFT_CORRECTED = "DriftCorrected"
     OWNER_REVERTED = "OwnerReverted"
+    TARGET_CLAIMED = "TargetClaimed"
+    CLAIM_TAKEN_OVER = "ClaimTakenOver"
+    RESUMED_FROM_RECORD = "ResumedFromRecord"
     ALERT = "Alert"
 
 

@@ -26,6 +26,8 @@ from alphagate.kube.status import parse_time
 ANN_STATE: Final = "alphagate.io/state"
 ANN_MEMORY: Final = "alphagate.io/memory"
 ANN_LAST_FLIP: Final = "alphagate.io/last-flip"
+ANN_OWNER: Final = "alphagate.io/owner"  # the SpeculativeCanary (namespace/name) it belongs to
+ANN_RECORD: Final = "alphagate.io/record"  # generation of the record: +1 on every write of it
 
 ROLLOUT_GROUP: Final = "argoproj.io"
 ROLLOUT_VERSION: Final = "v1alpha1"
@@ -94,6 +96,17 @@ class WorkloadState:
     @property
     def state(self) -> str | None:
         return self.annotations.get(ANN_STATE)
+
+    @property
+    def record(self) -> int:
+        """The generation of alphagate's record on this object (0: none yet, or unreadable)."""
+        raw = self.annotations.get(ANN_RECORD, "")
+        return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else 0
+
+    @property
+    def owner(self) -> str:
+        """The SpeculativeCanary (`namespace/name`) that claimed this object, or ""."""
+        return self.annotations.get(ANN_OWNER, "")
 
     @property
     def last_flip(self) -> float | None:

@@ -148,6 +148,7 @@ WATCHED_WARNINGS: Final = (
     "TargetNotFound",
     "ArgsUneditable",
     "OwnerReverted",
+    "TargetClaimed",
     "InvalidSpec",
 )
 
