@@ -5,7 +5,8 @@
     ├── ConfigError                 the controller's own configuration (admin-owned) is invalid
     ├── ScenarioError               a simulator scenario file is invalid
     ├── SourceError                 a metrics source failed; `kind` classifies it
-    │   └── ExpositionError         a /metrics page is malformed (names the line)
+    │   ├── ExpositionError         a /metrics page is malformed (names the line)
+    │   └── EndpointError           a policy names a Prometheus endpoint nobody configured
     ├── KubeError                   the Kubernetes API refused or failed; `status` is the HTTP code
     │   ├── ConflictError           409 after bounded retries
     │   ├── ForbiddenError          403: RBAC is missing a permission
@@ -103,6 +104,14 @@ class ExpositionError(SourceError):
         self.line = line
         where = f"line {line}: {message}" if line else message
         super().__init__(SourceErrorKind.PARSE, where, target=target)
+
+
+class EndpointError(SourceError):
+    """A policy names a Prometheus endpoint the admin did not configure: the spec is wrong
+    (SpecValid=False), not the source; no request is sent."""
+
+    def __init__(self, message: str, *, target: str = "") -> None:
+        super().__init__(SourceErrorKind.UNREACHABLE, message, target=target)
 
 
 class KubeError(AlphagateError):

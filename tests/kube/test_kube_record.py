@@ -12,10 +12,11 @@ from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, State
 from alphagate.errors import ClaimedError, RecordChangedError
 from alphagate.kube import args as argsmod
-from alphagate.kube.actuator import ANN_OWNER, ANN_RECORD, Actuator
+from alphagate.kube.actuator import ANN_MEMORY, ANN_OWNER, ANN_RECORD, Actuator, DeploymentState
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate.shell.record import Origin, resume, written
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 REF = DeploymentRef(name="canary", container="vllm")
@@ -137,3 +138,70 @@ def test_a_claim_by_a_canary_that_is_gone_is_taken_over(
     apiserver.put(obj)
     dep, took_over = actuator(kube).claim("ns", REF, owner=A, owner_exists=lambda o: False)
     assert dep.owner == A and took_over == "ns/deleted"
+
+
+# ---------------------------------------------------------------- resuming from the record
+
+
+def recorded(name: str, memory: Memory | None, record: int) -> DeploymentState:
+    annotations = {ANN_RECORD: str(record)} if record else {}
+    if memory is not None:
+        annotations[ANN_MEMORY] = memory.model_dump_json()
+    return DeploymentState(
+        namespace="ns",
+        name=name,
+        container="vllm",
+        resource_version="1",
+        generation=1,
+        observed_generation=1,
+        replicas=1,
+        updated_replicas=1,
+        ready_replicas=1,
+        available_replicas=1,
+        args=(),
+        args_field="args",
+        speculative_config=None,
+        annotations=annotations,
+    )
+
+
+ON = Memory(state=State.ON, since=NOW, record=3)
+BACK = Memory(state=State.ROLLED_BACK, since=NOW + 30, record=4)
+
+
+def test_a_newer_record_wins_over_this_process_and_the_status() -> None:
+    # a lost reply: this process still holds record 3, the Deployment was written at 4
+    got = resume(ON, ON, [recorded("canary", BACK, 4)])
+    assert got.origin is Origin.RECORD and got.deployment == "canary"
+    assert got.memory.state is State.ROLLED_BACK and got.memory.record == 4
+    # a crash before the status write: a new process, the status at 3
+    got = resume(None, ON, [recorded("canary", BACK, 4)])
+    assert got.origin is Origin.RECORD and got.memory == BACK
+
+
+def test_the_record_this_memory_continues_does_not_replace_it() -> None:
+    later = ON.model_copy(update={"pass_streak": 5})  # evaluations since the write
+    got = resume(later, None, [recorded("canary", ON, 3)])
+    assert got.origin is Origin.PROCESS and got.memory == later
+    got = resume(None, later, [recorded("canary", ON, 3)])
+    assert got.origin is Origin.STATUS and got.memory == later
+
+
+def test_the_newest_of_several_deployments_wins() -> None:
+    deps = [recorded("a", ON, 3), recorded("b", BACK, 4)]
+    got = resume(ON, None, deps)
+    assert got.deployment == "b" and got.memory.record == 4
+
+
+def test_a_newer_record_that_cannot_be_read_keeps_the_memory_at_its_generation() -> None:
+    got = resume(ON, None, [recorded("canary", None, 7)])
+    assert got.origin is Origin.PROCESS and got.unreadable == "canary"
+    assert got.memory.state is State.ON and got.memory.record == 7
+    assert resume(None, None, []).origin is Origin.NEW
+    fresh = resume(None, None, [recorded("canary", None, 0)])
+    assert fresh.origin is Origin.NEW and fresh.unreadable == ""
+
+
+def test_written_moves_the_memory_to_the_newest_write() -> None:
+    assert written(ON, [5, 4]).record == 5
+    assert written(ON, []) == ON and written(ON, [2]) == ON

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from alphagate.config import SourceKind, SpeculativeCanarySpec
 from alphagate.core.model import Observation
-from alphagate.errors import SourceError
+from alphagate.errors import EndpointError, SourceError
 from alphagate.sources.common import failed_observation
 from alphagate.sources.endpoints import SourcesConfig
 
@@ -39,6 +39,12 @@ class FailedSource:
 
     def __init__(self, error: SourceError) -> None:
         self.error = error
+
+    @property
+    def spec_invalid(self) -> bool:
+        """The policy itself is wrong (it names an endpoint nobody configured): SpecValid=False
+        rather than a source that failed."""
+        return isinstance(self.error, EndpointError)
 
     def observe(
         self,

@@ -41,7 +41,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from alphagate import yamlload
-from alphagate.errors import ConfigError, SourceError, SourceErrorKind
+from alphagate.errors import ConfigError, EndpointError
 from alphagate.sources.common import redact_url
 
 DEFAULT_ENDPOINT: Final = "default"
@@ -143,13 +143,12 @@ class SourcesConfig(_Model):
             raise ConfigError(_first_error(exc), where="--prometheus-url") from None
 
     def prometheus_endpoint(self, name: str) -> PrometheusEndpoint:
-        """The endpoint a policy names; SourceError when the admin configured none by that name."""
+        """The endpoint a policy names; EndpointError when the admin configured none by it."""
         for endpoint in self.prometheus:
             if endpoint.name == name:
                 return endpoint
         have = ", ".join(e.name for e in self.prometheus) or "none"
-        raise SourceError(
-            SourceErrorKind.UNREACHABLE,
+        raise EndpointError(
             f"no Prometheus endpoint named {name!r} is configured for the controller "
             f"(configured: {have}; the admin sets them with `alphagate run --config` or "
             "--prometheus-url)",

@@ -401,16 +401,35 @@ class PrometheusSource:
             reraise=True,
         )
         # One deadline for the query, its retries included: a slow server costs one timeout.
+        last: list[SourceError] = []  # the last transient failure, if the deadline cuts retries
         with http.deadline(self.timeout_seconds):
             for attempt in retrying:
                 with attempt:
-                    return self._once(path, params, result_type, expr)
+                    try:
+                        return self._once(path, params, result_type, expr, last)
+                    except SourceError as err:
+                        if _transient(err):
+                            last[:] = [err]
+                        raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _once(self, path: str, params: dict[str, str], result_type: str, expr: str) -> list[Point]:
+    def _once(
+        self,
+        path: str,
+        params: dict[str, str],
+        result_type: str,
+        expr: str,
+        last: list[SourceError] | None = None,
+    ) -> list[Point]:
         target = f"{self.display_url}{path} query={expr}"
         left = http.remaining()
         if left is not None and left <= 0:
+            if last:  # retries ran out of time: say what kept failing (refused, 503, ...)
+                raise SourceError(
+                    last[0].kind,
+                    f"retried until the {self.timeout_seconds}s deadline; last: {last[0]}",
+                    target=target,
+                )
             raise SourceError(
                 SourceErrorKind.TIMEOUT,
                 f"no answer within {self.timeout_seconds}s",
