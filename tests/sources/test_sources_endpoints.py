@@ -11,7 +11,7 @@ import pytest
 from hostile import serving
 
 from alphagate.config import SpeculativeCanarySpec, parse
-from alphagate.errors import ConfigError, PolicyError
+from alphagate.errors import ConfigError, EndpointError, PolicyError, SourceErrorKind
 from alphagate.sources import FailedSource, make_source
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig, load
 from alphagate.sources.prometheus import PrometheusSource
@@ -89,6 +89,10 @@ def test_an_unknown_endpoint_fails_every_read_without_a_request() -> None:
         s = SpeculativeCanarySpec.model_validate(spec({"endpoint": "elsewhere"}))
         src = make_source(s, endpoints=endpoints)
         assert isinstance(src, FailedSource)
+        assert src.spec_invalid  # the policy is wrong, not the source: SpecValid=False
+        assert (
+            isinstance(src.error, EndpointError) and src.error.kind is SourceErrorKind.UNREACHABLE
+        )
         obs = src.observe(s, start=0.0, end=60.0, interval_seconds=30.0)
         assert server.requests == 0
     assert obs.source_error is not None and "elsewhere" in obs.source_error
