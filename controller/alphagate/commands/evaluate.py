@@ -417,11 +417,11 @@ def evaluate_command(
     else:
         from kubernetes import client
 
-        from alphagate.kube.client import load_configuration
+        from alphagate.kube.client import api_client, load_configuration
 
         cfg = load_configuration(server=server, kubeconfig=kubeconfig)
         ns = namespace or resource.metadata.namespace
-        core = client.CoreV1Api(client.ApiClient(cfg))
+        core = client.CoreV1Api(api_client(cfg))
         src = ScrapeSource(KubeDiscovery(core, ns), since_start=scrape_seconds <= 0)
         label = f"pod scrape via Kubernetes ({ns})"
 

@@ -2,7 +2,10 @@
 
 One place decides where the API is (an explicit URL, a kubeconfig, or the in-cluster service
 account) and builds a private `ApiClient` — never the library's global default, so tests can run
-several controllers against several API servers in one process. `call()` wraps every request:
+several controllers against several API servers in one process. Every request it sends has a
+deadline (`REQUEST_TIMEOUT_SECONDS` unless the caller gives one, as the watch does): an API
+server that accepts a connection and never answers costs one failed request, never a stuck
+control loop. `call()` wraps every request:
 403 -> ForbiddenError, 404 -> NotFoundError, 409 -> ConflictError, anything else (422, 500,
 connection refused) -> KubeError, each naming what was being done and the server's message.
 """
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.config.config_exception import ConfigException
 
 from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
@@ -24,6 +28,44 @@ from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundE
 T = TypeVar("T")
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+REQUEST_TIMEOUT_SECONDS = 10.0
+"""The deadline of one API request (connect, send, answer) when its caller sets none."""
+
+
+class _TimedRest(rest.RESTClientObject):
+    """The client's REST layer with a default deadline on every request."""
+
+    def __init__(self, configuration: client.Configuration, timeout: float) -> None:
+        super().__init__(configuration)
+        self.timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        headers: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        return super().request(  # type: ignore[no-untyped-call]
+            method,
+            url,
+            headers=headers,
+            body=body,
+            post_params=post_params,
+            _request_timeout=self.timeout if _request_timeout is None else _request_timeout,
+        )
+
+
+def api_client(
+    cfg: client.Configuration, *, timeout: float = REQUEST_TIMEOUT_SECONDS
+) -> client.ApiClient:
+    """A private ApiClient whose requests time out after `timeout` seconds by default."""
+    api = client.ApiClient(cfg)
+    api.rest_client.close()
+    api.rest_client = _TimedRest(cfg, timeout)
+    return api
 
 
 def load_configuration(
@@ -125,8 +167,10 @@ class Kube:
     coordination: client.CoordinationV1Api
 
     @classmethod
-    def from_configuration(cls, cfg: client.Configuration) -> Kube:
-        api = client.ApiClient(cfg)
+    def from_configuration(
+        cls, cfg: client.Configuration, *, timeout: float = REQUEST_TIMEOUT_SECONDS
+    ) -> Kube:
+        api = api_client(cfg, timeout=timeout)
         return cls(
             api_client=api,
             apps=client.AppsV1Api(api),

@@ -81,9 +81,9 @@ def make_source(
     if core_api is None:  # a private ApiClient from kubeconfig or the service account
         from kubernetes import client
 
-        from alphagate.kube.client import load_configuration
+        from alphagate.kube.client import api_client, load_configuration
 
-        core_api = client.CoreV1Api(client.ApiClient(load_configuration()))
+        core_api = client.CoreV1Api(api_client(load_configuration()))
     return ScrapeSource(KubeDiscovery(core_api, namespace))
 
 
