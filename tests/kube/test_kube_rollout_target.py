@@ -139,7 +139,8 @@ def test_enable_edits_the_rollouts_template_with_one_json_patch(
     assert ann[ANN_STATE] == "Probing" and ann[ANN_SPECULATION] == "on" and ANN_LAST_FLIP in ann
     assert result.patched and result.args_changed
     after = act.read("ns", REF)
-    assert after.speculative_config == CFG and after.memory == memory and after.last_flip == NOW
+    assert after.speculative_config == CFG and after.last_flip == NOW
+    assert after.memory == memory.model_copy(update={"record": 1}) and after.record == 1
     # the template changed: Argo has a new generation to roll out, not judged until it has
     assert after.generation == 2 and not after.rollout_complete
     assert act.rollout(after, now=NOW).in_progress
