@@ -83,7 +83,8 @@ def test_prod_and_dev_images() -> None:
 
 def test_readme_registry_kustomization_sets_the_image(tmp_path: Path) -> None:
     """The install text's registry step, the kustomization it shows (what `kustomize edit set
-    image alphagate=REGISTRY/alphagate:TAG` writes), built next to a copy of the checkout."""
+    image alphagate=REGISTRY/alphagate@DIGEST` writes), built next to a copy of the checkout:
+    the controller's image is the pushed one, by digest."""
     text = (ship.DEPLOY / "README.md").read_text()
     (example,) = [
         textwrap.dedent(b)
@@ -101,7 +102,8 @@ def test_readme_registry_kustomization_sets_the_image(tmp_path: Path) -> None:
     objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     (dep,) = [d for d in objs if d["kind"] == "Deployment"]
     image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == f"registry.example.com/team/alphagate:{_version()}"
+    (digest,) = re.findall(r"digest: (sha256:\S+)", example)
+    assert image == f"registry.example.com/team/alphagate@{digest}"
     assert {o["kind"] for o in objs} >= {"CustomResourceDefinition", "Role", "Namespace"}
 
 

@@ -144,7 +144,7 @@ def load_file(path: Path) -> list[Document]:
 def cross_check(docs: list[Document]) -> None:
     """Problems that only show across resources; appended to the later document."""
     names: dict[tuple[str, str], Document] = {}
-    flips: dict[tuple[str, str], Document] = {}
+    flips: dict[tuple[str, str, str], Document] = {}
     for doc in docs:
         res = doc.resource
         if res is None:
@@ -160,13 +160,13 @@ def cross_check(docs: list[Document]) -> None:
         else:
             names[key] = doc
         for ref in res.spec.canary_deployments():
-            dkey = (res.metadata.namespace, ref.name)
+            dkey = (res.metadata.namespace, ref.kind.value, ref.name)
             other = flips.get(dkey)
             if other is not None and other is not doc:
                 doc.problems.append(
                     Problem(
                         "spec.target",
-                        f"Deployment {dkey[0]}/{dkey[1]} is already flipped by {other.where}; "
+                        f"{dkey[1]} {dkey[0]}/{dkey[2]} is already flipped by {other.where}; "
                         "two canaries would fight over it",
                     )
                 )
@@ -188,7 +188,10 @@ def summary(res: config.SpeculativeCanary) -> str:
         if lat.enabled
         else "latency guard off"
     )
-    flips = ", ".join(d.name for d in s.canary_deployments())
+    flips = ", ".join(
+        d.name if d.kind is config.WorkloadKind.DEPLOYMENT else f"{d.kind} {d.name}"
+        for d in s.canary_deployments()
+    )
     return (
         f"{res.metadata.namespace}/{res.metadata.name}: {s.mode} {s.aggregation}, "
         f"flips {flips}, K={s.k} {method}, slices {slices}, "

@@ -35,6 +35,8 @@ from alphagate.core.model import (
 from alphagate.kube.insights_status import InsightsStatus
 
 HISTORY_LIMIT: Final = 20
+FIELD_MANAGER: Final = "alphagate"
+"""The name every write of the controller is recorded under in managedFields."""
 
 # Manual commands reach the controller as annotations on the SpeculativeCanary (what
 # `alphagate pause NAME` writes, and what `kubectl annotate` can write too). The id makes a
@@ -716,6 +718,7 @@ class StatusWriter:
                 PLURAL,
                 name,
                 body,
+                field_manager=FIELD_MANAGER,
                 _content_type="application/json-patch+json",
             ),
         )
