@@ -8,8 +8,8 @@ Grafana 10.1 variant. This file targets Grafana 11.6:
 
 The JSON is committed (Grafana's sidecar loads it from the ConfigMap dashboards/kustomization.yaml
 makes); tests/ship fail when it differs from what this script builds, when a query is not valid
-PromQL, or when it names a metric that neither the controller (alphagate.shell.exporter) nor vLLM
-(alphagate.vllm, the recording rules) exports. Rerun after an edit:
+PromQL, or when it names a metric that neither the controller (alphagate.shell.metric_names) nor
+vLLM (alphagate.vllm, the recording rules) exports. Rerun after an edit:
 
     python dashboards/generate.py
 """

@@ -88,7 +88,7 @@ def verdict_document(obj: dict[str, Any], *, now: float) -> dict[str, Any]:
 
 
 class VerdictApi:
-    """The WSGI app behind /api/v1/ (mounted next to /metrics by `exporter.serve`)."""
+    """The WSGI app behind /api/v1/ (mounted next to /metrics by `shell.server.serve`)."""
 
     def __init__(
         self,

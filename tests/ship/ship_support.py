@@ -158,10 +158,10 @@ def recorded_names() -> set[str]:
 
 def known_names() -> set[str]:
     """Every series name a query in rules or dashboards may use."""
-    from alphagate.shell import exporter
+    from alphagate.shell import metric_names
 
     return (
-        set(exporter.METRIC_NAMES)
+        set(metric_names.METRIC_NAMES)
         | process_names()
         | vllm_series_names()
         | recorded_names()

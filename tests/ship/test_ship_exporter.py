@@ -29,7 +29,8 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.errors import SourceErrorKind
-from alphagate.shell import exporter
+from alphagate.shell import exporter, metric_names
+from alphagate.shell import server as metrics_server
 
 
 def _estimate(value: float, lower: float, upper: float, drafts: float = 400.0) -> Estimate:
@@ -203,8 +204,8 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     assert value(s, "alphagate_transitions_total", **c, from_state="Off", to_state="Probing") == 0
     names = {name for name, _ in s}
     only_on_demand = {"alphagate_predicted_speedup_ratio", "alphagate_spec_invalid"}
-    only_on_demand |= exporter.INSIGHT_NAMES  # given with insights (core.insights)
-    missing = {n for n in exporter.METRIC_NAMES if n not in only_on_demand} - names
+    only_on_demand |= metric_names.INSIGHT_NAMES  # given with insights (core.insights)
+    missing = {n for n in metric_names.METRIC_NAMES if n not in only_on_demand} - names
     assert not missing
     # Warning Event counters start at 0 too
     assert value(s, "alphagate_warnings_total", **c, reason="PatchFailed") == 0
@@ -323,7 +324,7 @@ def test_reason_label_is_a_bounded_kind_not_the_sentence(recorder: exporter.Reco
     )
     s = scrape(recorder.registry)
     reasons = {dict(lb)["reason"] for n, lb in s if n == "alphagate_decisions_total"}
-    assert reasons <= set(exporter.REASON_KINDS)
+    assert reasons <= set(metric_names.REASON_KINDS)
     assert reasons == {"pass", "fail_acceptance", "inconclusive", "error", "paused"}
 
 
@@ -382,8 +383,8 @@ def _get(url: str) -> tuple[int, str]:
 
 def test_http_server_serves_metrics_and_probes(recorder: exporter.Recorder) -> None:
     now = [0.0]
-    health = exporter.Health(stale_after_seconds=60, clock=lambda: now[0])
-    with exporter.serve(0, recorder.registry, health=health) as server:
+    health = metrics_server.Health(stale_after_seconds=60, clock=lambda: now[0])
+    with metrics_server.serve(0, recorder.registry, health=health) as server:
         assert server.host == "127.0.0.1"
         status, body = _get(server.url + "/metrics")
         assert status == 200 and "alphagate_leader 1.0" in body
@@ -403,19 +404,20 @@ def test_http_server_serves_metrics_and_probes(recorder: exporter.Recorder) -> N
 
 def test_reason_kinds_for_manual_budget_and_pause() -> None:
     ev = evaluation(transition=False, verdict=Verdict.FAIL, alerts=(Alert.FLIP_BUDGET,))
-    assert exporter.reason_kind(ev) == "flip_budget"
+    assert metric_names.reason_kind(ev) == "flip_budget"
 
     def with_transition(cause: Cause, reason: str) -> Evaluation:
         t = Transition(from_state=State.ON, to_state=State.OFF, reason=reason, at=1.0, cause=cause)
         return Evaluation(**{**{f: getattr(ev, f) for f in ev.__slots__}, "transition": t})
 
     # the cause decides, whatever the sentence says
-    assert exporter.reason_kind(with_transition(Cause.MANUAL, "by alice")) == "manual"
-    assert exporter.reason_kind(with_transition(Cause.REFUSED, "no")) == "manual"
+    assert metric_names.reason_kind(with_transition(Cause.MANUAL, "by alice")) == "manual"
+    assert metric_names.reason_kind(with_transition(Cause.REFUSED, "no")) == "manual"
     assert (
-        exporter.reason_kind(with_transition(Cause.POLICY_FAIL, "manual: x")) == "fail_acceptance"
+        metric_names.reason_kind(with_transition(Cause.POLICY_FAIL, "manual: x"))
+        == "fail_acceptance"
     )
-    assert exporter.reason_kind(evaluation(transition=False, state=State.PAUSED)) == "paused"
+    assert metric_names.reason_kind(evaluation(transition=False, state=State.PAUSED)) == "paused"
 
 
 @pytest.mark.parametrize(
@@ -427,7 +429,7 @@ def test_reason_kinds_for_manual_budget_and_pause() -> None:
     ],
 )
 def test_latency_metric_label(metric: LatencyMetric, label: str) -> None:
-    assert exporter.latency_metric_label(metric) == label
+    assert metric_names.latency_metric_label(metric) == label
 
 
 def test_single_slice_checks_without_suffix_are_labelled_with_the_slice(

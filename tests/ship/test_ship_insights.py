@@ -23,7 +23,7 @@ from alphagate.core.model import (
 )
 from alphagate.kube.insights_status import insights_status
 from alphagate.kube.status import CanaryStatus
-from alphagate.shell import exporter
+from alphagate.shell import exporter, metric_names
 
 INF = math.inf
 BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, INF)
@@ -97,15 +97,15 @@ def test_insights_are_exported_and_vanish_when_absent() -> None:
     def v(name: str, **labels: str) -> float:
         return s[(name, frozenset((c | labels).items()))]
 
-    assert v(exporter.DRAFT_CONFIGURED_K) == 5 and v(exporter.DRAFT_RECOMMENDED_K) == 2
-    assert v(exporter.DRAFT_ADVICE, advice="shorten") == 1
-    assert v(exporter.DRAFT_ADVICE, advice="keep") == 0
-    assert 0.8 < v(exporter.DRAFT_POSITION_RATE, position="0") < 0.9
-    assert v(exporter.LATENCY_SHAPE, shape="meanBetterTailWorse") == 1
-    assert (exporter.SHORT_OUTPUTS, frozenset(c.items())) not in s  # unknown: not exported
+    assert v(metric_names.DRAFT_CONFIGURED_K) == 5 and v(metric_names.DRAFT_RECOMMENDED_K) == 2
+    assert v(metric_names.DRAFT_ADVICE, advice="shorten") == 1
+    assert v(metric_names.DRAFT_ADVICE, advice="keep") == 0
+    assert 0.8 < v(metric_names.DRAFT_POSITION_RATE, position="0") < 0.9
+    assert v(metric_names.LATENCY_SHAPE, shape="meanBetterTailWorse") == 1
+    assert (metric_names.SHORT_OUTPUTS, frozenset(c.items())) not in s  # unknown: not exported
     rec.record(ev, **c, duration_seconds=0.1, speculation_on=True, spec=spec)
     after = {name for name, _ in _scrape(rec.registry)}
-    assert not (after & exporter.INSIGHT_NAMES)
+    assert not (after & metric_names.INSIGHT_NAMES)
 
 
 def test_insights_in_the_status_round_trip() -> None:

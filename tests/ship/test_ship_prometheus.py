@@ -24,6 +24,7 @@ from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import Command, Memory, Rollout, State
 from alphagate.shell import exporter
+from alphagate.shell import server as metrics_server
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
 from alphagate.sim.server import SimServer
@@ -111,7 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     recorder.set_leader(True)
     recorder.track(namespace=NAMESPACE, canary=CANARY)
     sim = SimServer(Fleet(parse_scenario(SCENARIO)), speed=SPEED)
-    with sim, exporter.serve(0, recorder.registry) as metrics:
+    with sim, metrics_server.serve(0, recorder.registry) as metrics:
         # What the PodMonitor's labelmap gives in a cluster: pod labels on every series.
         targets = []
         for group in sim.targets():

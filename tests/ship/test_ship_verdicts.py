@@ -21,7 +21,7 @@ from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.status import CanaryStatus, Decision, rfc3339
 from alphagate.sandbox.apiserver import ApiServer
-from alphagate.shell import exporter
+from alphagate.shell import server as metrics_server
 from alphagate.verdicts import VerdictApi
 
 NOW = 1_800_000_000.0
@@ -62,7 +62,7 @@ def api() -> Iterator[str]:
         apiserver.put(_canary("unsure", "Inconclusive", NOW - 10))
         kube = Kube.from_configuration(apiserver.configuration())
         verdicts = VerdictApi(kube, namespace=NS, clock=lambda: NOW)
-        with exporter.serve(0, CollectorRegistry(), api=verdicts) as server:
+        with metrics_server.serve(0, CollectorRegistry(), api=verdicts) as server:
             yield server.url
         kube.close()
 

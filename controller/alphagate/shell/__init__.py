@@ -1,9 +1,14 @@
 """The shell: everything that does I/O around the decision core, by job.
 
-    reconciler  one evaluation of one SpeculativeCanary: read, observe, evaluate, act, report
-    exporter    the controller's own metrics (Recorder) and its /metrics, /healthz server
-    controller  one running replica: reconciler loops, leader election, metrics server
+    watch         the list+watch cache and the schedule: when to evaluate what (WatchLoop)
+    reconciler    one evaluation of one SpeculativeCanary: read, observe, evaluate, act
+    outcome       what one evaluation did (Outcome), and its small steps
+    reporting     the Recorder seam (metrics) and the structured decision log line
+    exporter      the controller's own metrics (the real Recorder)
+    metric_names  the metrics' names and bounded label vocabularies
+    server        /metrics, /healthz and /readyz over HTTP
+    controller    one running replica: reconciler loops, leader election, metrics server
 
-Below it: the core (decisions), sources (metrics) and kube (API calls, status, Events).
-Above it: the commands. Nothing here parses command-line flags.
+Below it: the core (decisions), sources (metrics) and kube (API calls, status building,
+Events). Above it: the commands. Nothing here parses command-line flags.
 """

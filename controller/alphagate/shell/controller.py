@@ -22,8 +22,9 @@ from alphagate.kube.client import Kube, load_configuration
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
 from alphagate.kube.shards import ShardLeases, shard_of
-from alphagate.shell.exporter import Health, Recorder, new_registry, serve
+from alphagate.shell.exporter import Recorder, new_registry
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
+from alphagate.shell.server import Health, serve
 from alphagate.sources import factory
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdicts import VerdictApi

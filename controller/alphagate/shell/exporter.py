@@ -1,14 +1,14 @@
-"""The controller's own Prometheus metrics and the HTTP endpoints a kubelet and Prometheus call.
+"""The controller's own Prometheus metrics: the `Recorder` the reconciler reports to.
 
 Role: the reconciler hands every `Evaluation` to a `Recorder`, which turns it into gauges and
 counters under the ``alphagate_`` prefix (labels ``namespace``, ``canary``, and ``slice`` where a
-value is per slice). `make_app` / `serve` expose ``/metrics``, ``/healthz`` and ``/readyz``.
+value is per slice). The names and label vocabularies are in `shell.metric_names`; the HTTP
+endpoints that expose them in `shell.server`.
 
 This module decides nothing: it reads the core's results and never changes them; times and
-durations come from the caller (only `Health` reads a monotonic clock, to notice a stuck
-control loop). Label values stay bounded:
-slices come from the policy, states/verdicts/actions from the core's enums, and a decision's
-``reason`` label is a short machine kind (`reason_kind`), never the sentence.
+durations come from the caller. Label values stay bounded: slices come from the policy,
+states/verdicts/actions from the core's enums, and a decision's ``reason`` label is a short
+machine kind (`reason_kind`), never the sentence.
 
 Only the leader exports per-canary gauges: `Recorder.set_leader(False)` drops them, so a
 standby replica never shows a stale state next to the leader's live one.
@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,19 +30,15 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    make_wsgi_app,
 )
 
 from alphagate import __version__
-from alphagate.config import LatencyMetric, SpeculativeCanarySpec
+from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.diagnosis import Shape
 from alphagate.core.draft_length import DraftAdvice
 from alphagate.core.insights import Insights
 from alphagate.core.model import (
     AcceptanceEvidence,
-    Alert,
-    Cause,
-    CheckKind,
     CheckResult,
     Evaluation,
     LatencyEvidence,
@@ -53,184 +47,49 @@ from alphagate.core.model import (
 )
 from alphagate.core.suitability import Finding
 from alphagate.errors import SourceErrorKind
-
-PREFIX: Final = "alphagate_"
-
-# ---------------------------------------------------------------- metric names (one place)
-# Tests check that every name a dashboard or rule uses is listed here or in alphagate.vllm.
-
-ALPHA: Final = "alphagate_alpha_ratio"
-ALPHA_LOWER: Final = "alphagate_alpha_lower_ratio"
-ALPHA_UPPER: Final = "alphagate_alpha_upper_ratio"
-COMBINED_ALPHA: Final = "alphagate_combined_alpha_ratio"
-COMBINED_ALPHA_LOWER: Final = "alphagate_combined_alpha_lower_ratio"
-COMBINED_ALPHA_UPPER: Final = "alphagate_combined_alpha_upper_ratio"
-ALPHA_GATE: Final = "alphagate_alpha_gate_ratio"
-ALERT: Final = "alphagate_alert"
-WINDOW_DRAFTS: Final = "alphagate_window_drafts"
-SLICE_WEIGHT: Final = "alphagate_slice_weight_ratio"
-ITL_QUANTILE: Final = "alphagate_itl_quantile_seconds"
-LATENCY_RATIO: Final = "alphagate_latency_ratio"
-MEASURED_SPEEDUP: Final = "alphagate_measured_speedup_ratio"
-MEASURED_SPEEDUP_LOWER: Final = "alphagate_measured_speedup_lower_ratio"
-MEASURED_SPEEDUP_UPPER: Final = "alphagate_measured_speedup_upper_ratio"
-STATE: Final = "alphagate_state"
-SPECULATION_ENABLED: Final = "alphagate_speculation_enabled"
-CHECK_VERDICT: Final = "alphagate_check_verdict"
-DECISIONS: Final = "alphagate_decisions_total"
-TRANSITIONS: Final = "alphagate_transitions_total"
-SOURCE_ERRORS: Final = "alphagate_source_errors_total"
-EVALUATION_DURATION: Final = "alphagate_evaluation_duration_seconds"
-LAST_EVALUATION: Final = "alphagate_last_evaluation_timestamp_seconds"
-LAST_SUCCESS: Final = "alphagate_last_success_timestamp_seconds"
-PREDICTED_SPEEDUP: Final = "alphagate_predicted_speedup_ratio"
-ERROR_STREAK: Final = "alphagate_error_streak"
-LEADER: Final = "alphagate_leader"
-BUILD_INFO: Final = "alphagate_build_info"
-WARNINGS: Final = "alphagate_warnings_total"
-SPEC_INVALID: Final = "alphagate_spec_invalid"
-DRAFT_CONFIGURED_K: Final = "alphagate_draft_length_configured"
-DRAFT_RECOMMENDED_K: Final = "alphagate_draft_length_recommended"
-DRAFT_ADVICE: Final = "alphagate_draft_length_advice"
-DRAFT_POSITION_RATE: Final = "alphagate_draft_position_acceptance_ratio"
-LATENCY_SHAPE: Final = "alphagate_latency_shape"
-SHORT_OUTPUTS: Final = "alphagate_short_outputs"
-INSIGHT_NAMES: Final = frozenset(
-    {DRAFT_CONFIGURED_K, DRAFT_RECOMMENDED_K, DRAFT_ADVICE, DRAFT_POSITION_RATE, LATENCY_SHAPE,
-     SHORT_OUTPUTS}
-)  # fmt: skip
-
-# Every series name a scrape can show (histograms and counters with their sample suffixes).
-METRIC_NAMES: Final[frozenset[str]] = frozenset(
-    {
-        ALPHA,
-        ALPHA_LOWER,
-        ALPHA_UPPER,
-        COMBINED_ALPHA,
-        COMBINED_ALPHA_LOWER,
-        COMBINED_ALPHA_UPPER,
-        ALPHA_GATE,
-        ALERT,
-        WINDOW_DRAFTS,
-        SLICE_WEIGHT,
-        ITL_QUANTILE,
-        LATENCY_RATIO,
-        MEASURED_SPEEDUP,
-        MEASURED_SPEEDUP_LOWER,
-        MEASURED_SPEEDUP_UPPER,
-        STATE,
-        SPECULATION_ENABLED,
-        CHECK_VERDICT,
-        DECISIONS,
-        TRANSITIONS,
-        SOURCE_ERRORS,
-        EVALUATION_DURATION + "_bucket",
-        EVALUATION_DURATION + "_count",
-        EVALUATION_DURATION + "_sum",
-        LAST_EVALUATION,
-        LAST_SUCCESS,
-        PREDICTED_SPEEDUP,
-        ERROR_STREAK,
-        LEADER,
-        BUILD_INFO,
-        WARNINGS,
-        SPEC_INVALID,
-        *INSIGHT_NAMES,
-    }
+from alphagate.shell.metric_names import (
+    ALERT,
+    ALPHA,
+    ALPHA_GATE,
+    ALPHA_LOWER,
+    ALPHA_UPPER,
+    BUILD_INFO,
+    CHECK_VERDICT,
+    COMBINED_ALPHA,
+    COMBINED_ALPHA_LOWER,
+    COMBINED_ALPHA_UPPER,
+    DRAFT_ADVICE,
+    DRAFT_CONFIGURED_K,
+    DRAFT_POSITION_RATE,
+    DRAFT_RECOMMENDED_K,
+    DURATION_BUCKETS,
+    ERROR_STREAK,
+    EVALUATION_DURATION,
+    ITL_QUANTILE,
+    LAST_EVALUATION,
+    LAST_SUCCESS,
+    LATENCY_RATIO,
+    LATENCY_SHAPE,
+    LEADER,
+    MEASURED_SPEEDUP,
+    MEASURED_SPEEDUP_LOWER,
+    MEASURED_SPEEDUP_UPPER,
+    PREDICTED_SPEEDUP,
+    SHORT_OUTPUTS,
+    SLICE_WEIGHT,
+    SPEC_INVALID,
+    SPECULATION_ENABLED,
+    STATE,
+    UNKNOWN_ERROR_KIND,
+    WARNINGS,
+    WATCHED_WARNINGS,
+    WINDOW_DRAFTS,
+    latency_metric_label,
+    reason_kind,
 )
-
-# Warning Event reasons (kube.events.Reason values) whose counters start at 0 for every
-# tracked canary, so the first one is visible to increase() and its alert.
-WATCHED_WARNINGS: Final = (
-    "PatchFailed",
-    "Forbidden",
-    "ConflictRetriesExhausted",
-    "TargetNotFound",
-    "ArgsUneditable",
-    "OwnerReverted",
-    "TargetClaimed",
-    "InvalidSpec",
-)
-
-# The `kind` label of a failed read whose kind the source did not say (an unexpected raise).
-UNKNOWN_ERROR_KIND: Final = "unknown"
-
-DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-# Label values of `alphagate_itl_quantile_seconds{metric}`: which vLLM histogram the P99 is of.
-METRIC_PER_TOKEN: Final = "per_token"  # vllm:request_time_per_output_token_seconds
-METRIC_PER_STEP_SCALED: Final = "per_step_scaled"  # ITL divided by measured tokens per step
-METRIC_PER_STEP: Final = "per_step"  # vllm:inter_token_latency_seconds, absolute
-
-# Bounded vocabulary of the `reason` label on alphagate_decisions_total.
-REASON_KINDS: Final = (
-    "pass",
-    "fail_acceptance",
-    "fail_latency",
-    "fail_other",
-    "inconclusive",
-    "error",
-    "paused",
-    "manual",
-    "flip_budget",
-    "probe_stalled",
-    "rollout_timeout",
-)
-
-# Alerts that say why a decision held (most specific first).
-_ALERT_REASONS: Final = (
-    (Alert.ROLLOUT_TIMEOUT, "rollout_timeout"),
-    (Alert.PROBE_STALLED, "probe_stalled"),
-    (Alert.FLIP_BUDGET, "flip_budget"),
-)
-
-# Label of `alphagate_itl_quantile_seconds{metric}` for each latency metric of the policy.
-_METRIC_LABELS: Final[Mapping[LatencyMetric, str]] = {
-    LatencyMetric.PER_TOKEN: METRIC_PER_TOKEN,
-    LatencyMetric.PER_STEP_SCALED: METRIC_PER_STEP_SCALED,
-    LatencyMetric.PER_STEP_ABSOLUTE: METRIC_PER_STEP,
-}
 
 _CANARY: Final = ("namespace", "canary")
 _SLICE: Final = ("namespace", "canary", "slice")
-
-
-def latency_metric_label(metric: LatencyMetric) -> str:
-    """The policy's latency metric (perToken, perStepScaled, perStepAbsolute) as a label."""
-    return _METRIC_LABELS[metric]
-
-
-def reason_kind(evaluation: Evaluation) -> str:
-    """A short, bounded reason for the decisions counter, derived from typed fields.
-
-    The sentence in `evaluation.reason` is for people (status, Events, logs); a label needs a
-    small closed set, so this looks at the transition's cause, the alerts, the verdict and the
-    kinds of the failing checks.
-    """
-    transition = evaluation.transition
-    if transition is not None and (
-        transition.cause in (Cause.MANUAL, Cause.REFUSED) or transition.from_state is State.PAUSED
-    ):
-        return "manual"
-    if evaluation.memory.state is State.PAUSED:
-        return "paused"
-    if evaluation.transition is None:
-        for alert, kind in _ALERT_REASONS:
-            if alert in evaluation.alerts:
-                return kind
-    verdict = evaluation.verdict
-    if verdict is Verdict.FAIL:
-        kinds = {c.kind for c in evaluation.checks if c.verdict is Verdict.FAIL}
-        if CheckKind.ACCEPTANCE in kinds:
-            return "fail_acceptance"
-        if CheckKind.LATENCY in kinds:
-            return "fail_latency"
-        return "fail_other"
-    if verdict is Verdict.ERROR:
-        return "error"
-    if verdict is Verdict.INCONCLUSIVE:
-        return "inconclusive"
-    return "pass"
 
 
 # ---------------------------------------------------------------- the recorder
@@ -724,181 +583,3 @@ def new_registry(*, process: bool = True) -> CollectorRegistry:
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
     return registry
-
-
-# ---------------------------------------------------------------- health and HTTP
-
-
-class Health:
-    """What /healthz and /readyz answer.
-
-    Live: the control loop has beaten within `stale_after_seconds` (None: always live once
-    started). Ready: the shell said so (caches synced, leader election running). A standby
-    replica is ready: it serves metrics and can take over.
-    """
-
-    def __init__(
-        self,
-        *,
-        stale_after_seconds: float | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self._clock = clock or time.monotonic
-        self._stale_after = stale_after_seconds
-        self._last_beat = self._clock()
-        self._ready = False
-        self._why_not_ready = "starting"
-        self._lock = threading.Lock()
-
-    def beat(self) -> None:
-        with self._lock:
-            self._last_beat = self._clock()
-
-    def set_ready(self, ready: bool, reason: str = "") -> None:
-        with self._lock:
-            self._ready = ready
-            self._why_not_ready = "" if ready else (reason or "not ready")
-
-    def live(self) -> tuple[bool, str]:
-        with self._lock:
-            if self._stale_after is None:
-                return True, "ok"
-            silent = self._clock() - self._last_beat
-            if silent > self._stale_after:
-                return False, f"control loop silent for {silent:.0f}s (> {self._stale_after:g}s)"
-            return True, "ok"
-
-    def ready(self) -> tuple[bool, str]:
-        alive, why = self.live()
-        if not alive:
-            return False, why
-        with self._lock:
-            return (True, "ok") if self._ready else (False, self._why_not_ready)
-
-
-Environ = dict[str, Any]
-StartResponse = Callable[..., Any]
-WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
-
-
-def make_app(
-    registry: CollectorRegistry, health: Health | None = None, api: WSGIApp | None = None
-) -> WSGIApp:
-    """A WSGI app: /metrics (prometheus_client, content negotiation included), /healthz,
-    /readyz, and `api` (the verdict API, `alphagate.verdicts`) under /api/. Without `health`,
-    both probes answer ok."""
-    metrics_app = make_wsgi_app(registry)
-
-    def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
-        if api is not None and path.startswith("/api/"):
-            return api(environ, start_response)
-        if path in ("/healthz", "/livez", "/readyz"):
-            if health is None:
-                ok, why = True, "ok"
-            elif path == "/readyz":
-                ok, why = health.ready()
-            else:
-                ok, why = health.live()
-            body = (why + "\n").encode()
-            status = "200 OK" if ok else "503 Service Unavailable"
-            start_response(
-                status,
-                [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
-            )
-            return [body]
-        if path in ("/metrics", "/"):
-            result: Iterable[bytes] = metrics_app(environ, start_response)
-            return result
-        body = b"not found\n"
-        start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "10")])
-        return [body]
-
-    return app
-
-
-class _ThreadingServer(WSGIServer):
-    """One thread per request, daemon threads: a slow scrape never blocks a probe."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(target=self._handle, args=(request, client_address), daemon=True)
-        thread.start()
-
-    def _handle(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Probes every few seconds would flood the log; the structured log says what matters."""
-
-
-@dataclass
-class Server:
-    """A running metrics/health server; `close()` stops it and joins its thread."""
-
-    host: str
-    port: int
-    _server: WSGIServer
-    _thread: threading.Thread
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def serve(
-    port: int,
-    registry: CollectorRegistry,
-    host: str = "127.0.0.1",
-    *,
-    health: Health | None = None,
-    api: WSGIApp | None = None,
-) -> Server:
-    """Serve `make_app` on host:port in a daemon thread (port 0 picks a free one).
-
-    The default host is loopback; in a cluster the run command passes 0.0.0.0 so the kubelet
-    and Prometheus can reach the pod.
-    """
-    server = make_server(
-        host,
-        port,
-        make_app(registry, health, api),
-        server_class=_ThreadingServer,
-        handler_class=_QuietHandler,
-    )
-    thread = threading.Thread(
-        target=server.serve_forever,
-        kwargs={"poll_interval": 0.2},
-        daemon=True,
-        name=f"alphagate-metrics-{server.server_port}",
-    )
-    thread.start()
-    return Server(host=host, port=server.server_port, _server=server, _thread=thread)
-
-
-def series(registry: CollectorRegistry) -> Iterator[tuple[str, dict[str, str], float]]:
-    """Every sample in `registry` as (name, labels, value): a small helper for tests and
-    the status command."""
-    for family in registry.collect():
-        for sample in family.samples:
-            yield sample.name, dict(sample.labels), sample.value

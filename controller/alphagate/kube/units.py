@@ -1,0 +1,129 @@
+"""A decision unit (slices flipped together, with their Deployments) and what one evaluation
+did to it.
+
+Combined aggregation makes one unit of every slice and every canary Deployment; perSlice makes
+one unit per slice. The reconciler fills a `UnitOutcome` per unit; the status builder
+(`kube.status_builder`), Events and logs read it. `failure_reason` names why a unit's decision
+was not applied, from the typed error (the Ready condition's reason and the Event's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from alphagate.config import Aggregation, DeploymentRef, SpeculativeCanarySpec
+from alphagate.core.insights import Insights
+from alphagate.core.model import Evaluation, Memory, Rollout
+from alphagate.errors import (
+    AlphagateError,
+    ConflictError,
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+)
+from alphagate.kube.actuator import Actuator, DeploymentState
+from alphagate.kube.args import ArgsError
+from alphagate.kube.events import Reason
+
+COMBINED_UNIT: Final = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Slices flipped together, with the Deployments they flip (one for perSlice)."""
+
+    name: str  # "" for combined aggregation, the slice name for perSlice
+    slices: tuple[str, ...] | None  # None: every slice (combined)
+    deployments: tuple[DeploymentRef, ...]
+
+
+def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
+    """The policy's decision units: one per slice for perSlice, else one for all."""
+    if spec.aggregation is Aggregation.PER_SLICE:
+        return [
+            Unit(s.name, (s.name,), tuple(spec.canary_deployments(s.name))) for s in spec.slices
+        ]
+    return [Unit(COMBINED_UNIT, None, tuple(spec.canary_deployments()))]
+
+
+def resume_memory(
+    cached: Memory | None, status_memory: Memory | None, deployments: Sequence[DeploymentState]
+) -> tuple[Memory, str]:
+    """Pick the Memory to continue from, and say where it came from.
+
+    This process's own last Memory wins. Otherwise the status; but a Deployment annotation whose
+    recorded flip is newer than the status's means the status write after that flip was lost.
+    """
+    if cached is not None:
+        return cached, "process"
+    best, origin = status_memory, "status"
+    best_flip = (status_memory.last_flip_at or -math.inf) if status_memory else -math.inf
+    for dep in deployments:
+        ann = dep.memory
+        if ann is None:
+            continue
+        flip = ann.last_flip_at if ann.last_flip_at is not None else -math.inf
+        if best is None or flip > best_flip:
+            best, best_flip, origin = ann, flip, f"annotation on {dep.name}"
+    return (best or Memory()), (origin if best is not None else "new")
+
+
+def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:
+    """One Rollout for Deployments flipped together: in progress if any is, done when all are."""
+    rollouts = [actuator.rollout(d, now=now) for d in deps]
+    if not rollouts:
+        return Rollout()
+    in_progress = any(r.in_progress for r in rollouts)
+    done = [r.completed_at for r in rollouts if r.completed_at is not None]
+    return Rollout(
+        in_progress=in_progress,
+        completed_at=None if in_progress or not done else max(done),
+        speculation_on=all(r.speculation_on for r in rollouts),
+    )
+
+
+@dataclass(slots=True)
+class UnitOutcome:
+    """What one evaluation did to one unit: the decision, what was persisted and applied."""
+
+    unit: Unit
+    evaluation: Evaluation | None = None
+    insights: Insights | None = None  # draft length, diagnosis, short outputs (core.insights)
+    memory: Memory | None = None  # what was persisted
+    memory_origin: str = ""
+    applied: bool = False  # a patch changed the Deployment(s)
+    args_changed: bool = False
+    speculation_on: bool | None = None
+    rollout_complete: bool | None = None
+    error: KubeError | None = None
+    error_reason: str = ""
+
+
+def failure_reason(exc: AlphagateError) -> str:
+    """Why a unit's decision was not applied: the Ready condition's reason."""
+    if isinstance(exc, KubeError) and exc.reason == "NotLeader":
+        return "NotLeader"
+    if isinstance(exc, ConflictError):
+        return "ConflictRetriesExhausted"
+    if isinstance(exc, ForbiddenError):
+        return "Forbidden"
+    if isinstance(exc, NotFoundError):
+        return "TargetNotFound"
+    if isinstance(exc, ArgsError):
+        return "ArgsUneditable"
+    return "PatchFailed"
+
+
+def event_reason(exc: AlphagateError) -> Reason:
+    """The Warning Event reason for the same failure."""
+    return Reason(
+        {
+            "ConflictRetriesExhausted": Reason.CONFLICT_RETRIES_EXHAUSTED,
+            "Forbidden": Reason.FORBIDDEN,
+            "TargetNotFound": Reason.NOT_FOUND,
+            "ArgsUneditable": Reason.ARGS_UNEDITABLE,
+        }.get(failure_reason(exc), Reason.PATCH_FAILED)
+    )

@@ -1,0 +1,78 @@
+"""What one reconcile of one SpeculativeCanary did (`Outcome`), and the steps' small parts:
+the source's failures with their kinds, a unit once its Deployments were read (`Prepared`), and
+where the one observation for all units starts (the core's window rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core import machine
+from alphagate.core.model import Evaluation, Memory, Observation, Rollout
+from alphagate.errors import SourceErrorKind
+from alphagate.kube.actuator import DeploymentState
+from alphagate.kube.status import CanaryStatus
+from alphagate.kube.units import UnitOutcome
+
+# ---------------------------------------------------------------- small helpers
+
+
+def source_failures(observation: Observation) -> list[tuple[SourceErrorKind | None, str]]:
+    """Every failure the source reported, whole-read first, with its kind (None: unknown)."""
+    out: list[tuple[SourceErrorKind | None, str]] = []
+    if observation.source_error:
+        out.append((observation.source_error_kind, observation.source_error))
+    out += [
+        (p.error_kind, f"{p.slice}/{p.role.value}: {p.error}") for p in observation.pools if p.error
+    ]
+    return out
+
+
+def source_errors(observation: Observation) -> list[str]:
+    """Every failure the source reported, whole-read first (sentences for people)."""
+    return [text for _, text in source_failures(observation)]
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A unit after its Deployments were read: what runs, its memory and its rollout."""
+
+    outcome: UnitOutcome
+    log: Any
+    deps: list[DeploymentState] = field(default_factory=list)
+    memory: Memory | None = None
+    rollout: Rollout | None = None
+
+
+def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now: float) -> float:
+    """Where the one query for all units starts: the core's window rule
+    (`machine.shared_window`), the same the backtest follows."""
+    units = [
+        (p.memory, p.rollout) for p in prepared if p.memory is not None and p.rollout is not None
+    ]
+    return machine.shared_window(spec, units, now)[0]
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one reconcile of one resource did (for tests, logs and `alphagate run`)."""
+
+    namespace: str
+    name: str
+    units: list[UnitOutcome] = field(default_factory=list)
+    status: CanaryStatus | None = None
+    status_written: bool = False
+    spec_error: str | None = None
+    spec_invalid: bool = False  # the policy itself is wrong (not a transient API failure)
+    gone: bool = False
+    duration_seconds: float = 0.0
+
+    @property
+    def evaluation(self) -> Evaluation | None:
+        return self.units[0].evaluation if self.units else None

@@ -1,0 +1,307 @@
+"""The watch loop: a list+watch cache of SpeculativeCanaries and the schedule that evaluates
+each on its own interval.
+
+A list+watch thread keeps the cache and wakes the schedule on changes (a new generation or a
+manual command is evaluated at once); the schedule evaluates every cached resource when its
+interval has passed, only while this replica leads. What one evaluation does is the
+`Reconciler`'s (`shell.reconciler`), which extends this class with `reconcile`.
+
+Sharding: a canary first seen here waits until one interval after its last evaluation by any
+replica (`resume_schedule`), and `take_over` resumes it from the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes import client, watch
+
+from alphagate.config import GROUP, PLURAL, VERSION
+from alphagate.errors import KubeError
+from alphagate.kube.client import Kube, call
+from alphagate.kube.status import ANN_COMMAND_ID, parse_time
+from alphagate.logs import get as get_logger
+
+
+class Beat(Protocol):
+    """The control loop's liveness signal (`shell.server.Health` is the real one)."""
+
+    def beat(self) -> None: ...
+
+
+class Evaluated(Protocol):
+    """What the schedule needs to know of one evaluation."""
+
+    spec_invalid: bool
+
+
+@dataclass(slots=True)
+class _Entry:
+    obj: dict[str, Any]
+    next_due: float = 0.0
+    generation: int = 0
+    command_id: str = ""
+
+
+class WatchLoop:
+    """The cache of resources in scope and the loops that keep it and evaluate from it.
+    Subclasses say what one evaluation is (`reconcile`) and what to drop when a resource
+    leaves (`forget`, `hand_over`, `close`)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        namespace: str | None,
+        label_selector: str | None,
+        clock: Callable[[], float],
+        watch_timeout_seconds: float,
+        health: Beat | None,
+        owns: Callable[[str, str], bool] | None,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.clock = clock
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.health = health
+        # Sharding: is this canary (namespace, name) this replica's to evaluate and act on now?
+        # Checked when picking what is due and again right before every Deployment write.
+        self.owns = owns or (lambda namespace, name: True)
+        # Sharding: a canary first seen here waits until one interval after its last
+        # evaluation (another replica may have made it moments ago).
+        self.resume_schedule = owns is not None
+        self._cache: dict[tuple[str, str], _Entry] = {}
+        self._lock = threading.Lock()
+        self._kick = threading.Event()
+        self._watch: Any = None
+        self.synced = threading.Event()
+        self.leading = threading.Event()
+        self.leading.set()  # `alphagate run` clears it until the Lease is won
+        self._log = get_logger("reconciler")
+
+    # ------------------------------------------------------------ what subclasses define
+
+    def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Evaluated:
+        """Evaluate one resource once and act."""
+        raise NotImplementedError
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The resource is gone: drop it from the cache."""
+        with self._lock:
+            self._cache.pop((namespace, name), None)
+
+    def hand_over(self, namespace: str, name: str) -> None:
+        """Another replica owns this canary now (nothing to drop here)."""
+
+    def close(self) -> None:
+        """The loops stopped: release what evaluations held (nothing here)."""
+
+    # ------------------------------------------------------------ watching and scheduling
+
+    def _list_fn(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        if self.namespace:
+            return self.kube.custom.list_namespaced_custom_object, (
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURAL,
+            )
+        return self.kube.custom.list_cluster_custom_object, (GROUP, VERSION, PLURAL)
+
+    def relist(self) -> int:
+        """List every resource in scope into the cache; returns the list's resourceVersion."""
+        fn, args = self._list_fn()
+        kwargs: dict[str, Any] = {}
+        if self.label_selector:
+            kwargs["label_selector"] = self.label_selector
+        listing = call(f"list {PLURAL}.{GROUP}", lambda: fn(*args, **kwargs))
+        items = listing.get("items", []) if isinstance(listing, dict) else []
+        seen = set()
+        for item in items:
+            self._observe_object("ADDED", item)
+            meta = item.get("metadata") or {}
+            seen.add((meta.get("namespace", ""), meta.get("name", "")))
+        with self._lock:
+            gone = [k for k in self._cache if k not in seen]
+        for ns, name in gone:
+            self.forget(ns, name)
+        rv = (
+            (listing.get("metadata") or {}).get("resourceVersion", "0")
+            if isinstance(listing, dict)
+            else "0"
+        )
+        self.synced.set()
+        return int(rv or 0)
+
+    def _observe_object(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if kind == "DELETED":
+            self.forget(*key)
+            self._kick.set()
+            return
+        generation = int(meta.get("generation") or 0)
+        annotations = meta.get("annotations") or {}
+        command_id = str(annotations.get(ANN_COMMAND_ID, ""))
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None:
+                last = _last_evaluated(obj) if self.resume_schedule else None
+                due = 0.0 if last is None else last + _interval(obj)
+                self._cache[key] = _Entry(obj, due, generation, command_id)
+                urgent = True
+            else:
+                urgent = generation != entry.generation or command_id != entry.command_id
+                entry.obj, entry.generation, entry.command_id = obj, generation, command_id
+                if urgent:
+                    entry.next_due = 0.0
+                elif self.resume_schedule:  # another replica may have evaluated it just now
+                    last = _last_evaluated(obj)
+                    if last is not None:
+                        entry.next_due = max(entry.next_due, last + _interval(obj))
+        if urgent:
+            self._kick.set()
+
+    def watch_loop(self, stop: threading.Event) -> None:
+        """List, then watch from the list's resourceVersion; relist on 410 or errors."""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                rv = self.relist()
+                backoff = 0.5
+                fn, args = self._list_fn()
+                kwargs: dict[str, Any] = {
+                    "resource_version": str(rv),
+                    "timeout_seconds": max(1, int(self.watch_timeout_seconds)),
+                    "_request_timeout": self.watch_timeout_seconds + 10,
+                }
+                if self.label_selector:
+                    kwargs["label_selector"] = self.label_selector
+                w = watch.Watch()  # type: ignore[no-untyped-call]
+                self._watch = w
+                if stop.is_set():
+                    break
+                for ev in w.stream(fn, *args, **kwargs):  # type: ignore[no-untyped-call]
+                    if stop.is_set():
+                        w.stop()  # type: ignore[no-untyped-call]
+                        break
+                    obj = ev.get("raw_object") or ev.get("object")
+                    if isinstance(obj, dict):
+                        self._observe_object(str(ev.get("type")), obj)
+            except (KubeError, client.ApiException, Exception) as exc:  # relist after a pause
+                if stop.is_set():
+                    break
+                self._log.warning("watch_failed", error=str(exc)[:300])
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def due(self, now: float) -> list[tuple[str, str]]:
+        with self._lock:
+            keys = sorted(k for k, e in self._cache.items() if e.next_due <= now)
+        return [k for k in keys if self.owns(*k)]
+
+    def cached(self) -> list[tuple[str, str]]:
+        """Every resource in the cache, owned by this replica or not."""
+        with self._lock:
+            return list(self._cache)
+
+    def take_over(self, namespace: str, name: str) -> None:
+        """This replica owns the canary now: resume from the cluster (what this process
+        remembers of an earlier ownership is stale), and evaluate it one interval after its
+        last evaluation (by whichever replica), as the status records it."""
+        self.hand_over(namespace, name)
+        try:  # the status as written now: the watch may not have brought the last one yet
+            fresh = self.kube.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except Exception:
+            fresh = None
+        with self._lock:
+            entry = self._cache.get((namespace, name))
+            if entry is None:
+                return
+            obj = fresh if isinstance(fresh, dict) else entry.obj
+            last = _last_evaluated(obj)
+            entry.next_due = last + _interval(obj) if last is not None else 0.0
+        self._kick.set()
+
+    def schedule_loop(self, stop: threading.Event, *, tick: float = 0.5) -> None:
+        """Evaluate each cached resource when due (its interval after the last evaluation)."""
+        while not stop.is_set():
+            if self.health is not None:
+                with contextlib.suppress(Exception):
+                    self.health.beat()
+            if not self.leading.is_set() or not self.synced.is_set():
+                self._kick.wait(tick)
+                self._kick.clear()
+                continue
+            now = self.clock()
+            for ns, name in self.due(now):
+                if stop.is_set() or not self.leading.is_set():
+                    break
+                out = self.reconcile(ns, name)
+                interval = self._interval_of(ns, name)
+                with self._lock:
+                    entry = self._cache.get((ns, name))
+                    if entry is not None:
+                        entry.next_due = self.clock() + (
+                            # an invalid spec waits for an edit; API trouble retries on time
+                            interval if not out.spec_invalid else max(interval, 30.0)
+                        )
+            with self._lock:
+                upcoming = [e.next_due for e in self._cache.values()]
+            wait = (
+                min([tick, *[max(0.0, d - self.clock()) for d in upcoming]]) if upcoming else tick
+            )
+            self._kick.wait(max(wait, 0.01))
+            self._kick.clear()
+
+    def _interval_of(self, namespace: str, name: str) -> float:
+        with self._lock:
+            entry = self._cache.get((namespace, name))
+        return 30.0 if entry is None else _interval(entry.obj)
+
+    def run(self, stop: threading.Event) -> None:
+        """Watch in a thread and evaluate in this one until `stop` is set."""
+        watcher = threading.Thread(
+            target=self.watch_loop, args=(stop,), daemon=True, name="alphagate-watch"
+        )
+        watcher.start()
+        try:
+            self.schedule_loop(stop)
+        finally:
+            stop.set()
+            self._kick.set()
+            current = self._watch
+            if current is not None:
+                with contextlib.suppress(Exception):
+                    current.stop()  # shuts the streaming socket down: no wait for the timeout
+            watcher.join(timeout=self.watch_timeout_seconds + 15)
+            self.close()
+
+    def wake(self) -> None:
+        self._kick.set()
+
+
+def _interval(obj: dict[str, Any]) -> float:
+    """spec.timing.intervalSeconds of a raw resource (30 s when absent or bad)."""
+    try:
+        timing = ((obj.get("spec") or {}).get("timing")) or {}
+        value = float(timing.get("intervalSeconds", 30.0))
+        return value if value > 0 else 30.0
+    except (TypeError, ValueError, AttributeError):
+        return 30.0
+
+
+def _last_evaluated(obj: dict[str, Any]) -> float | None:
+    """When the canary was last evaluated, by any replica: status.lastEvaluated rounded up
+    (it is kept to the second), None when absent or unreadable."""
+    raw = (obj.get("status") or {}).get("lastEvaluated")
+    at = parse_time(raw) if isinstance(raw, str) else None
+    return None if at is None else math.floor(at) + 1.0
