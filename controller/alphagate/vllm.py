@@ -28,6 +28,8 @@ TTFT: Final = "vllm:time_to_first_token_seconds"
 E2E: Final = "vllm:e2e_request_latency_seconds"
 DECODE_TIME: Final = "vllm:request_decode_time_seconds"
 QUEUE_TIME: Final = "vllm:request_queue_time_seconds"
+# output length of each finished request (tokens, not seconds)
+REQUEST_GENERATION_TOKENS: Final = "vllm:request_generation_tokens"
 
 # --- request/token counters and gauges -------------------------------------------------------
 GENERATION_TOKENS: Final = "vllm:generation_tokens_total"
@@ -64,6 +66,7 @@ HELP: Final[dict[str, str]] = {
     E2E: "Histogram of e2e request latency in seconds.",
     DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
     QUEUE_TIME: "Histogram of time spent in WAITING phase for request.",
+    REQUEST_GENERATION_TOKENS: "Number of generation tokens processed.",
     GENERATION_TOKENS: "Number of generation tokens processed.",
     PROMPT_TOKENS: "Number of prefill tokens processed.",
     REQUEST_SUCCESS: "Count of successfully processed requests.",
@@ -89,6 +92,23 @@ E2E_BUCKETS: Final[tuple[float, ...]] = REQUEST_LATENCY_BUCKETS
 DECODE_TIME_BUCKETS: Final[tuple[float, ...]] = REQUEST_LATENCY_BUCKETS
 QUEUE_TIME_BUCKETS: Final[tuple[float, ...]] = REQUEST_LATENCY_BUCKETS
 
+
+def one_two_five_buckets(limit: float) -> tuple[float, ...]:
+    """vLLM's ``build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, ... up to ``limit`` (the model's
+    max_model_len for the token-count histograms; 512 gives the capture's 1 ... 500)."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = float(m * 10**exponent)
+            if value > limit:
+                return tuple(out)
+            out.append(value)
+        exponent += 1
+
+
+GENERATION_LENGTH_BUCKETS: Final[tuple[float, ...]] = one_two_five_buckets(8192)
+
 HISTOGRAM_BUCKETS: Final[dict[str, tuple[float, ...]]] = {
     ITL: ITL_BUCKETS,
     TPOT: TPOT_BUCKETS,
@@ -96,6 +116,7 @@ HISTOGRAM_BUCKETS: Final[dict[str, tuple[float, ...]]] = {
     E2E: E2E_BUCKETS,
     DECODE_TIME: DECODE_TIME_BUCKETS,
     QUEUE_TIME: QUEUE_TIME_BUCKETS,
+    REQUEST_GENERATION_TOKENS: GENERATION_LENGTH_BUCKETS,
 }
 
 

@@ -107,3 +107,45 @@ def test_speculation_off_has_no_draft_report() -> None:
     assert out.draft is None and out.diagnosis is None
     failed = Observation(1000.0, 300.0, (canary, baseline), source_error="down")
     assert analyse(spec, failed).draft is None
+
+
+def test_live_running_and_output_lengths_come_from_the_observation() -> None:
+    """The pools' vllm:num_requests_running (mean per pod) prices a draft position and flags a
+    saturated batch; vllm:request_generation_tokens on either pool judges short outputs."""
+    spec = _spec()
+    cond = (0.85, 0.7, 0.1, 0.1, 0.1)
+    tpot_c = Buckets(BOUNDS, (300.0, 700.0, 940.0, 980.0, 1000.0, 1000.0), 24.0)
+    tpot_b = Buckets(BOUNDS, (0.0, 100.0, 980.0, 1000.0, 1000.0, 1000.0), 32.0)
+    short = Buckets((10.0, 20.0, 50.0, 100.0, INF), (5.0, 20.0, 38.0, 40.0, 40.0), 1200.0)
+
+    def obs(running: float | None) -> Observation:
+        canary = PoolObservation(
+            "chat", Role.CANARY, acceptance=_samples(cond), tpot=tpot_c, pods=2, running=running
+        )
+        base = PoolObservation(
+            "chat", Role.BASELINE, tpot=tpot_b, pods=2, output_lengths=short, running=3.0
+        )
+        return _obs(canary, base)
+
+    idle, busy = analyse(spec, obs(1.0)), analyse(spec, obs(200.0))
+    assert idle.draft is not None and busy.draft is not None
+    assert busy.draft.cost.per_position > 2 * idle.draft.cost.per_position
+    assert busy.draft.recommended_k < idle.draft.recommended_k or (
+        busy.draft.best_k < idle.draft.best_k
+    )
+    assert busy.diagnosis is not None and idle.diagnosis is not None
+    cap_busy = next(
+        m for m in busy.diagnosis.mitigations if m.mitigation is Mitigation.CAP_CONCURRENCY
+    )
+    cap_idle = next(
+        m for m in idle.diagnosis.mitigations if m.mitigation is Mitigation.CAP_CONCURRENCY
+    )
+    assert cap_busy.support > cap_idle.support and cap_busy.evidence["running_per_pod"] == 200.0
+    assert busy.outputs.finding is Finding.HOLDS  # 30 tokens per request on average
+    assert busy.outputs.evidence["mean_output_tokens"] == 30.0
+    # an explicit value still wins over the observation's
+    assert analyse(spec, obs(200.0), running_per_pod=1.0).draft == idle.draft
+    # no gauge, no histogram: unknown, never a guess
+    bare = analyse(spec, _obs(PoolObservation("chat", Role.CANARY, acceptance=_samples(cond)),
+                              PoolObservation("chat", Role.BASELINE)))  # fmt: skip
+    assert bare.outputs.finding is Finding.UNKNOWN

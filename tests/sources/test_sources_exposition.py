@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from alphagate import vllm
 from alphagate.errors import ExpositionError, SourceErrorKind
 from alphagate.sources.exposition import Counter as C
+from alphagate.sources.exposition import Gauge as G
 from alphagate.sources.exposition import Hist, Page, decode, parse, parse_number, parse_with_client
 
 REAL = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"
@@ -52,6 +53,21 @@ def test_real_capture_numbers() -> None:
     # `_created` gauges are read as created stamps, never as counter values
     assert s.created[C.DRAFTS] == pytest.approx(1.7959978828351934e09)
     assert s.histograms[Hist.TPOT].count == 31
+
+
+def test_real_capture_output_lengths_and_running_gauge() -> None:
+    """vllm:request_generation_tokens (one observation per finished request) and the
+    vllm:num_requests_running gauge, as the real capture spells them."""
+    s = tiny(parse(real_capture()))
+    lengths = s.histograms[Hist.OUTPUT_LENGTH]
+    assert lengths.count == 31 and lengths.sum == 1305  # = generation_tokens_total
+    assert lengths.buckets[50.0] == 13 and lengths.buckets[100.0] == 31
+    assert lengths.created == pytest.approx(1.7959978828362174e09)
+    assert s.gauges[G.RUNNING] == 0.0
+    # a gauge is never read as a counter, and its absence is not a zero
+    page = parse("vllm:generation_tokens_total 5\n")
+    (only,) = page.series.values()
+    assert G.RUNNING not in only.gauges
 
 
 def test_fast_parser_equals_prometheus_client_on_real_capture() -> None:

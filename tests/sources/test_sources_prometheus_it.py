@@ -253,6 +253,15 @@ def test_prometheus_matches_pod_scrape_and_scenario(
     assert q_scrape == pytest.approx(q_truth, rel=0.10)
     assert bracket(0.99, pc.itl) == bracket(0.99, sc.itl) == bracket(0.99, truth_itl)
     assert pc.generation_tokens == pytest.approx(sc.generation_tokens, rel=0.15)
+    # output lengths (vllm:request_generation_tokens) and the live batch
+    # (vllm:num_requests_running) read alike by both sources
+    assert pc.output_lengths is not None and sc.output_lengths is not None
+    assert pc.output_lengths.total > 0 and sc.output_lengths.total > 0
+    mean_p = pc.output_lengths.sum / pc.output_lengths.total
+    mean_s = sc.output_lengths.sum / sc.output_lengths.total
+    assert mean_p == pytest.approx(mean_s, rel=0.15)
+    assert pc.running is not None and sc.running is not None and sc.running > 0
+    assert pc.running == pytest.approx(sc.running, rel=0.35)
 
     pb, sb = obs_prom.pool("chat", Role.BASELINE), obs_scrape.pool("chat", Role.BASELINE)
     assert pb is not None and sb is not None and pb.error is None and sb.error is None

@@ -28,7 +28,7 @@ from alphagate.errors import PolicyError
 from alphagate.sim.pod import PodSnapshot
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
 from alphagate.sources.discovery import Target
-from alphagate.sources.exposition import Counter, Hist, Histogram, Page, Series
+from alphagate.sources.exposition import Counter, Gauge, Hist, Histogram, Page, Series
 from alphagate.sources.scrape import Scraped, ScrapeSource
 
 URL_SCHEME = "recording://"
@@ -63,6 +63,10 @@ def page_of(snap: PodSnapshot) -> Page:
             sum=float(hist.sum),
             created=created,
         )
+    for g in Gauge:
+        value = snap.gauges.get(g.value)
+        if value is not None:
+            series.gauges[g] = float(value)
     return Page({key: series})
 
 

@@ -3,7 +3,8 @@ whether outputs are too short to speculate at all.
 
 The shell calls `analyse` after `evaluate` with the same observation: it reads the canary's
 per-position counters, the canary and baseline per-step and per-token histograms, and (when the
-source has them) the running-request gauge and the output-length histogram. Nothing here
+source has them) the running-request gauge (the live batch: what a draft position costs, whether
+the batch is past break-even) and the output-length histogram (short outputs). Nothing here
 changes a decision by itself; the state machine and the opt-in draft-length tuning consume it.
 Pure: no I/O, no clock.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from alphagate import specconfig
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import histogram
+from alphagate.core import acceptance, histogram
 from alphagate.core.diagnosis import Context, Diagnosis, compare, diagnose
 from alphagate.core.draft_length import (
     DraftCost,
@@ -25,7 +26,14 @@ from alphagate.core.draft_length import (
     policy_cost,
     recommend,
 )
-from alphagate.core.model import AcceptanceSample, Buckets, Estimate, Observation, Role
+from alphagate.core.model import (
+    AcceptanceSample,
+    Buckets,
+    Estimate,
+    Observation,
+    PoolObservation,
+    Role,
+)
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
 from alphagate.core.suitability import Suitability, output_length
 
@@ -57,6 +65,16 @@ def _merge(hists: Sequence[Buckets | None]) -> Buckets | None:
         return None
 
 
+def live_running(pools: Sequence[PoolObservation]) -> float | None:
+    """Requests running per canary pod over the window (vllm:num_requests_running), weighted
+    by each pool's pods; None when no pool exported the gauge."""
+    got = [(p.running, max(p.pods, 1)) for p in pools if p.running is not None]
+    if not got:
+        return None
+    total = math.fsum(w for _, w in got)
+    return math.fsum(r * w for r, w in got) / total
+
+
 def analyse(
     spec: SpeculativeCanarySpec,
     observation: Observation,
@@ -81,6 +99,12 @@ def analyse(
     good_c = [p for p in canaries if p is not None and p.error is None]
     good_b = [p for p in baselines if p is not None and p.error is None]
     samples: list[AcceptanceSample] = [s for p in good_c for s in p.acceptance]
+    if running_per_pod is None:
+        running_per_pod = live_running(good_c)
+    if combined is None and samples and acceptance.problem(samples) is None:
+        combined = acceptance.estimate(samples, confidence=spec.acceptance.confidence)
+    if output_lengths is None:
+        output_lengths = _merge([p.output_lengths for p in (*good_c, *good_b)])
     k = k if k is not None else spec.k
 
     draft: DraftLengthReport | None = None

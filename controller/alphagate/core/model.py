@@ -197,6 +197,10 @@ class PoolObservation:
     pods: int = 0
     error: str | None = None
     error_kind: SourceErrorKind | None = None  # how it failed (a bounded label); None: unknown
+    # vllm:request_generation_tokens over the window: output length per finished request
+    output_lengths: Buckets | None = None
+    # vllm:num_requests_running, mean per pod over the window (None: not read)
+    running: float | None = None
     # do the pods export spec-decode series (speculation runs, even when idle)? None: unknown
     spec_series: bool | None = None
     # why `acceptance` is empty when the source can tell (None: there are drafts, or unknown)

@@ -99,6 +99,7 @@ def _histograms() -> Histograms:
             vllm.E2E: vllm.E2E_BUCKETS,
             vllm.QUEUE_TIME: vllm.QUEUE_TIME_BUCKETS,
             vllm.DECODE_TIME: vllm.DECODE_TIME_BUCKETS,
+            vllm.REQUEST_GENERATION_TOKENS: vllm.GENERATION_LENGTH_BUCKETS,
         }
     )
 

@@ -38,6 +38,7 @@ _HISTOGRAM_ORDER = (
     vllm.E2E,
     vllm.QUEUE_TIME,
     vllm.DECODE_TIME,
+    vllm.REQUEST_GENERATION_TOKENS,
 )
 
 

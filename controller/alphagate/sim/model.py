@@ -516,6 +516,7 @@ class Engine:
             hist.observe(vllm.TPOT, picked[0], w)
             hist.observe(vllm.DECODE_TIME, picked[1], w)
             hist.observe(vllm.E2E, picked[2], w)
+            hist.observe(vllm.REQUEST_GENERATION_TOKENS, length)  # every one: no draw
             n_length = int((length >= load.max_output_tokens).sum())
             c.success["length"] += n_length
             c.success["stop"] += n_fin - n_length

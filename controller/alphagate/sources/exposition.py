@@ -50,6 +50,15 @@ class Hist(Enum):
 
     ITL = vllm.ITL
     TPOT = vllm.TPOT
+    OUTPUT_LENGTH = vllm.REQUEST_GENERATION_TOKENS  # tokens per finished request
+
+    __hash__ = object.__hash__  # as for Counter
+
+
+class Gauge(Enum):
+    """The gauges alphagate reads (a value now, not an increment)."""
+
+    RUNNING = vllm.RUNNING
 
     __hash__ = object.__hash__  # as for Counter
 
@@ -84,6 +93,7 @@ class Series:
     per_position: dict[int, float] = field(default_factory=dict)
     per_position_created: dict[int, float] = field(default_factory=dict)
     histograms: dict[Hist, Histogram] = field(default_factory=dict)
+    gauges: dict[Gauge, float] = field(default_factory=dict)
 
     @property
     def label_map(self) -> dict[str, str]:
@@ -121,8 +131,9 @@ class Page:
 class _Want(NamedTuple):
     """What one sample name carries: its kind, its family, and its ``vllm:`` spelling."""
 
-    kind: str  # bucket, count, sum, hist_created, counter, counter_created, pos, pos_created
-    family: Counter | Hist | None
+    kind: str  # bucket, count, sum, hist_created, counter, counter_created, pos, pos_created,
+    # gauge
+    family: Counter | Hist | Gauge | None
     name: str
 
 
@@ -143,6 +154,8 @@ def _table() -> dict[str, _Want]:
             ("hist_created", vllm.CREATED),
         ):
             out[h.value + suffix] = _Want(kind, h, h.value + suffix)
+    for g in Gauge:
+        out[g.value] = _Want("gauge", g, g.value)
     for name in list(out):
         out[vllm.escaped(name)] = out[name]
     return out
@@ -187,6 +200,8 @@ def _family_prefixes() -> str:
     stems = {n[5:] for n in WANTED}
     prefixes = {"spec_decode_num_", "generation_tokens_", vllm.base(vllm.ITL)[5:] + "_"}
     prefixes.add(vllm.base(vllm.TPOT)[5:] + "_")
+    prefixes.add(vllm.REQUEST_GENERATION_TOKENS[5:] + "_")
+    prefixes |= {g.value[5:] for g in Gauge}
     assert all(any(s.startswith(p) for p in prefixes) for s in stems)  # import-time self-check
     return "|".join(sorted(prefixes))
 
@@ -469,6 +484,8 @@ class _Builder:
                 hist.sum = value
             else:
                 hist.created = value
+        elif isinstance(fam, Gauge):
+            series.gauges[fam] = value
         elif fam is not None:
             if kind == "counter":
                 series.counters[fam] = value

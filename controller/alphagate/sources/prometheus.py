@@ -174,6 +174,10 @@ class PoolQueries:
     tpot_pod_sum: str = ""
     # are there spec-decode series at all over the window (when the batches came back empty)
     spec_present: str = ""
+    # output lengths (finished requests) and requests running per pod, over the window
+    output_length_buckets: str = ""
+    output_length_sum: str = ""
+    running: str = ""
 
 
 def pool_queries(
@@ -196,6 +200,14 @@ def pool_queries(
         tpot_pod_sum=increase_by(vllm.TPOT + vllm.SUM, m, i, pod),
         spec_present=_either(
             lambda n: f"count (last_over_time({n}{{{m}}}[{w}]))", vllm.SPEC_DRAFTS
+        ),
+        output_length_buckets=increase_by(
+            vllm.REQUEST_GENERATION_TOKENS + vllm.BUCKET, m, w, vllm.LE
+        ),
+        output_length_sum=increase_by(vllm.REQUEST_GENERATION_TOKENS + vllm.SUM, m, w, ""),
+        # mean over the window per pod (engines of a pod add up), then the mean over pods
+        running=_either(
+            lambda n: f"avg (sum by ({pod}) (avg_over_time({n}{{{m}}}[{w}])))", vllm.RUNNING
         ),
     )
 
@@ -566,7 +578,17 @@ class PrometheusSource:
             pods=len({_pod(p.labels) for p in gen}),
             spec_series=spec_series,
             no_data=no_data,
+            output_lengths=self._buckets(q.output_length_buckets, q.output_length_sum, end),
+            running=self._running(q.running, end),
         )
+
+    def _running(self, expr: str, at: float) -> float | None:
+        """Requests running per pod, averaged over the window; None when not exported."""
+        points = self.query(expr, at=at)
+        if not points:
+            return None
+        check_finite((p.value for p in points), vllm.RUNNING, expr)
+        return points[0].value
 
     def _acceptance(
         self, q: PoolQueries, start: float, end: float, interval: float

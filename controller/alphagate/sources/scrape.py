@@ -63,7 +63,7 @@ from alphagate.sources.common import (
     sorted_samples,
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
-from alphagate.sources.exposition import Counter, Hist, LabelKey, Page, Series
+from alphagate.sources.exposition import Counter, Gauge, Hist, LabelKey, Page, Series
 
 ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 """Ask for the classic text format: no OpenMetrics name escaping (vllm-metrics.md §5)."""
@@ -90,6 +90,7 @@ class Increment:
     generation_tokens: float = 0.0
     histograms: Mapping[Hist, tuple[Mapping[float, float], float]] = field(default_factory=dict)
     resets: int = 0  # series found reset (restart) in this increment
+    running: float | None = None  # vllm:num_requests_running at the end (None: not exported)
 
 
 def _delta(cur: float, prev: float | None, reset: bool) -> tuple[float, bool]:
@@ -144,7 +145,11 @@ def increment(
     hists: dict[Hist, HistSum] = {}
     resets = 0
     speculating = False
+    running: float | None = None
     for key, s in cur.items():
+        r = s.gauges.get(Gauge.RUNNING)
+        if r is not None:
+            running = (running or 0.0) + r
         p = prev.get(key) if prev is not None else None
         speculating = speculating or s.speculating
         for c, value in s.counters.items():
@@ -175,6 +180,7 @@ def increment(
         generation_tokens=totals[Counter.GENERATION_TOKENS],
         histograms={h: (acc.counts, acc.sum) for h, acc in hists.items()},
         resets=resets,
+        running=running,
     )
 
 
@@ -204,7 +210,7 @@ def latency_sample(inc: Increment, hist: Hist) -> LatencySample | None:
 def _check_page(series: Iterable[Series], target: str) -> None:
     """Values must be finite and draft positions plausible (a position label sizes a list)."""
     for s in series:
-        values = list(s.counters.values()) + list(s.per_position.values())
+        values = [*s.counters.values(), *s.per_position.values(), *s.gauges.values()]
         for h in s.histograms.values():
             values.extend(h.buckets.values())
         for v in values:
@@ -518,6 +524,7 @@ class ScrapeSource:
         tpot_samples: list[LatencySample] = []
         gen = 0.0
         hists = {h: HistSum() for h in Hist}
+        running: dict[str, list[float]] = {}
         pods = set(ok)
         spec_series = False  # spec-decode series on a pod now, or in an increment of the window
         spec_increments = 0
@@ -531,6 +538,8 @@ class ScrapeSource:
                     continue
                 pods.add(pod)
                 gen += inc.generation_tokens
+                if inc.running is not None:
+                    running.setdefault(pod, []).append(inc.running)
                 for h, (buckets, total) in inc.histograms.items():
                     hists[h].add(buckets, total)
                 tpot = latency_sample(inc, Hist.TPOT)
@@ -565,6 +574,12 @@ class ScrapeSource:
             pods=len(pods),
             spec_series=spec_series,
             no_data=no_data,
+            output_lengths=hists[Hist.OUTPUT_LENGTH].to_buckets(),
+            running=(
+                math.fsum(math.fsum(v) / len(v) for v in running.values()) / len(running)
+                if running
+                else None
+            ),
         )
 
     def _prune(self, now: float) -> None:
