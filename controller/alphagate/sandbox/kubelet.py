@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
 from alphagate.errors import AlphagateError, SandboxError
-from alphagate.sandbox.apiserver import ApiError, ApiServer, now_rfc3339
+from alphagate.sandbox.apiserver import ApiError, ApiServer, deployment_status, now_rfc3339
 
 HOST: Final = "127.0.0.1"
 PORT_ANNOTATION: Final = "prometheus.io/port"
@@ -674,39 +674,19 @@ class KubeletRunner:
                 f"{name}: rollout of generation {rollout.generation} complete "
                 f"({replicas}/{replicas} ready)",
             )
-        available = ready >= min_available
-        stamp = rollout.complete_stamp or rollout.progress_stamp or now_rfc3339()
-        progressing = {
-            "type": "Progressing",
-            "status": "True",
-            "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
-            "message": (
-                f'ReplicaSet "{name}-{thash[:9]}" has successfully progressed.'
-                if done
-                else f'ReplicaSet "{name}-{thash[:9]}" is progressing.'
-            ),
-            "lastUpdateTime": stamp,
-            "lastTransitionTime": rollout.progress_stamp or stamp,
-        }
-        available_cond = {
-            "type": "Available",
-            "status": "True" if available else "False",
-            "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
-            "message": "Deployment has minimum availability."
-            if available
-            else "Deployment does not have minimum availability.",
-            "lastUpdateTime": stamp,
-            "lastTransitionTime": stamp,
-        }
-        status = {
-            "observedGeneration": rollout.generation,
-            "replicas": len(mine),
-            "updatedReplicas": len(new),
-            "readyReplicas": ready,
-            "availableReplicas": ready,
-            "unavailableReplicas": max(replicas - ready, 0),
-            "conditions": [available_cond, progressing],
-        }
+        status = deployment_status(
+            name=name,
+            generation=rollout.generation,
+            replicas=len(mine),
+            updated=len(new),
+            ready=ready,
+            complete=done,
+            stamp=rollout.complete_stamp or rollout.progress_stamp or now_rfc3339(),
+            progress_stamp=rollout.progress_stamp or None,
+            replica_set=f"{name}-{thash[:9]}",
+            min_available=min_available,
+            desired=replicas,
+        )
         current = dep.get("status") or {}
         if all(current.get(k) == v for k, v in status.items()):
             return
