@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from alphagate import specconfig
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import acceptance, histogram
-from alphagate.core.diagnosis import Context, Diagnosis, compare, diagnose
+from alphagate.core.diagnosis import Cause, Context, Diagnosis, compare, diagnose
 from alphagate.core.draft_length import (
+    DraftAdvice,
     DraftCost,
     DraftLengthReport,
     measured_cost,
@@ -45,6 +46,24 @@ class Insights:
     draft: DraftLengthReport | None  # needs speculation on and per-position counters
     diagnosis: Diagnosis | None  # needs per-token histograms on both pools
     outputs: Suitability  # short outputs (UNKNOWN without the output-length histogram)
+
+    def findings(self) -> tuple[Cause, ...]:
+        """The typed causes this window points at, for the diagnosis Event: the diagnosis's
+        (mean and tail moved apart) and DRAFT_TOO_LONG when the tail positions confidently cost
+        more than they return. Empty when nothing is wrong or nothing can be told."""
+        out = list(self.diagnosis.causes) if self.diagnosis is not None else []
+        if self.draft is not None and self.draft.advice is DraftAdvice.SHORTEN:
+            out.append(Cause.DRAFT_TOO_LONG)
+        return tuple(dict.fromkeys(out))
+
+    def explain(self) -> str:
+        """The sentence behind `findings` (for people)."""
+        parts = []
+        if self.diagnosis is not None and self.diagnosis.causes:
+            parts.append(self.diagnosis.reason)
+        if self.draft is not None and self.draft.advice is DraftAdvice.SHORTEN:
+            parts.append(self.draft.reason)
+        return "; ".join(parts)
 
     def evidence(self) -> dict[str, float | str]:
         out: dict[str, float | str] = {"short_outputs": self.outputs.finding.value}

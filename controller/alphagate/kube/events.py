@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -24,7 +24,16 @@ from typing import Any, Final
 from kubernetes import client
 
 from alphagate.config import API_VERSION, KIND, SpeculativeCanarySpec
-from alphagate.core.model import Action, Alert, Cause, Evaluation, State, Verdict
+from alphagate.core.model import (
+    Action,
+    Alert,
+    Cause,
+    DraftCause,
+    DraftChange,
+    Evaluation,
+    State,
+    Verdict,
+)
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import call
 from alphagate.logs import get as get_logger
@@ -60,6 +69,10 @@ class Reason(StrEnum):
     CLAIM_TAKEN_OVER = "ClaimTakenOver"
     RESUMED_FROM_RECORD = "ResumedFromRecord"
     ALERT = "Alert"
+    DRAFT_LENGTH_CHANGED = "DraftLengthChanged"
+    DRAFT_LENGTH_REVERTED = "DraftLengthReverted"
+    DRAFT_LENGTH_CONFIRMED = "DraftLengthConfirmed"
+    DIAGNOSIS = "LatencyDiagnosis"
 
 
 class EventType(StrEnum):
@@ -221,6 +234,7 @@ def decision_events(
     dry_run: bool,
     unit: str,
     errors: Sequence[str],
+    speculative_config: Mapping[str, Any] | None = None,
 ) -> None:
     """The Events one applied decision tells `kubectl describe`: a flip, promotion or other
     transition (its reason chosen by the transition's typed cause), and the alerts it raised.
@@ -234,7 +248,9 @@ def decision_events(
             f" (alpha {e.combined.value:.3f} [{e.combined.lower:.3f}, {e.combined.upper:.3f}],"
             f" {e.combined.drafts:.0f} drafts)"
         )
-    config = argsmod.render(spec.speculative_config)
+    config = argsmod.render(
+        dict(speculative_config) if speculative_config is not None else spec.speculative_config
+    )
     if e.action in (Action.ENABLE, Action.DISABLE) and dry_run:
         events.normal(
             ref, Reason.WOULD_FLIP, f"dry-run: would {e.action.value}{where}: {e.reason}{alpha}"
@@ -321,3 +337,44 @@ def list_events(
         )
     out.sort(key=lambda e: str(e["time"]))
     return out
+
+
+def draft_length_event(
+    events: EventRecorder, ref: ObjectRef, change: DraftChange, *, dry_run: bool, unit: str
+) -> None:
+    """One Event per K decision of the tuner (core/tuning.py), its reason from the typed cause:
+    DraftLengthChanged (shorten, lengthen, a new spec K), DraftLengthReverted (a Warning: the new
+    K regressed), DraftLengthConfirmed."""
+    where = f" [slice {unit}]" if unit else ""
+    move = f"num_speculative_tokens {change.from_k} -> {change.to_k}{where}"
+    if change.cause is DraftCause.CONFIRMED:
+        events.normal(
+            ref,
+            Reason.DRAFT_LENGTH_CONFIRMED,
+            f"num_speculative_tokens {change.to_k}{where}: {change.reason}",
+        )
+    elif dry_run:
+        events.normal(ref, Reason.WOULD_FLIP, f"dry-run: would set {move}: {change.reason}")
+    elif change.cause is DraftCause.REVERT:
+        events.warning(ref, Reason.DRAFT_LENGTH_REVERTED, f"{move}: {change.reason}")
+    else:
+        events.normal(ref, Reason.DRAFT_LENGTH_CHANGED, f"{move}: {change.reason}")
+
+
+def diagnosis_event(
+    events: EventRecorder,
+    ref: ObjectRef,
+    findings: Sequence[str],
+    previous: Sequence[str],
+    text: str,
+    *,
+    unit: str,
+) -> bool:
+    """A Warning naming the typed causes the diagnosis found (core.insights.findings), once per
+    change of the set: not again while the previous status already reported the same causes.
+    Returns whether an Event was emitted."""
+    if not findings or set(findings) == set(previous):
+        return False
+    where = f" [slice {unit}]" if unit else ""
+    events.warning(ref, Reason.DIAGNOSIS, f"{', '.join(findings)}{where}: {text}")
+    return True

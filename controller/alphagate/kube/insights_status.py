@@ -8,11 +8,13 @@ for people. Kept apart from kube/status.py so the block evolves with core/insigh
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from alphagate.core.insights import Insights
+from alphagate.core.model import DraftMemory
 
 
 class _Block(BaseModel):
@@ -73,6 +75,23 @@ class OutputsStatus(_Block):
     reason: str = Field(default="", description="Why, with the numbers.")
 
 
+class DraftTuningStatus(_Block):
+    """The opt-in draft-length tuner (spec.draftLength.tuning): the K it runs and why."""
+
+    k: int = Field(description="num_speculative_tokens the canary runs when speculating.")
+    good_k: int = Field(description="The last K confirmed good; a regressing K returns to it.")
+    trial: bool = Field(default=False, description="The K changed and is not yet confirmed.")
+    last_change: str = Field(
+        default="",
+        description="Cause of the last K decision: shorten, lengthen, revert, confirmed or "
+        "spec-changed (core.model.DraftCause).",
+    )
+    last_change_reason: str = Field(default="", description="Why, with the numbers.")
+    cooldown_until: str | None = Field(
+        default=None, description="No K change before this time (RFC 3339; after a revert)."
+    )
+
+
 class InsightsStatus(_Block):
     """Beyond on and off: draft length, diagnosis and output length of the last window."""
 
@@ -83,9 +102,33 @@ class InsightsStatus(_Block):
         default=None, description="Mean against tail latency, canary against baseline."
     )
     outputs: OutputsStatus | None = Field(default=None, description="Short outputs.")
+    findings: list[str] = Field(
+        default=[],
+        description="Causes the last window points at (core.diagnosis.Cause); a change of this "
+        "set emits one LatencyDiagnosis Event.",
+    )
+    tuning: DraftTuningStatus | None = Field(
+        default=None, description="The draft-length tuner, when spec.draftLength.tuning is on."
+    )
 
 
-def insights_status(ins: Insights) -> InsightsStatus:
+def tuning_status(d: DraftMemory, k: int, spec_k: int) -> DraftTuningStatus:
+    last = d.history[-1] if d.history else None
+    return DraftTuningStatus(
+        k=k,
+        good_k=d.good_k if d.good_k is not None else spec_k,
+        trial=d.trial,
+        last_change=last.cause.value if last is not None else "",
+        last_change_reason=last.reason if last is not None else "",
+        cooldown_until=(
+            datetime.fromtimestamp(d.cooldown_until, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if d.cooldown_until > 0
+            else None
+        ),
+    )
+
+
+def insights_status(ins: Insights, tuning: DraftTuningStatus | None = None) -> InsightsStatus:
     d = ins.draft
     draft = None
     if d is not None:
@@ -118,4 +161,10 @@ def insights_status(ins: Insights) -> InsightsStatus:
         mean_output_tokens=_r(mean) if isinstance(mean, float) else None,
         reason=o.reason,
     )
-    return InsightsStatus(draft_length=draft, diagnosis=diag, outputs=outputs)
+    return InsightsStatus(
+        draft_length=draft,
+        diagnosis=diag,
+        outputs=outputs,
+        findings=[c.value for c in ins.findings()],
+        tuning=tuning,
+    )

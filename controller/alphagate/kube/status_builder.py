@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from alphagate.config import Aggregation, Mode, SpeculativeCanarySpec
+from alphagate.core import tuning
 from alphagate.core.model import Memory
 from alphagate.kube.args import ArgsError
-from alphagate.kube.insights_status import insights_status
+from alphagate.kube.insights_status import DraftTuningStatus, insights_status, tuning_status
 from alphagate.kube.status import (
     CanaryStatus,
     CommandRecord,
@@ -179,12 +180,19 @@ def build_status(
         units=unit_status,
         last_command=command_record,
         insights=(
-            insights_status(first.insights)
+            insights_status(first.insights, _tuning(spec, first))
             if first is not None and first.insights is not None
             else previous.insights
         ),
         memory=encode_memories(memories) if memories else previous.memory,
     )
+
+
+def _tuning(spec: SpeculativeCanarySpec, u: UnitOutcome) -> DraftTuningStatus | None:
+    """The tuner's block (spec.draftLength.tuning on and a memory persisted)."""
+    if not spec.draft_length.tuning.enabled or u.memory is None:
+        return None
+    return tuning_status(u.memory.draft, tuning.current_k(spec, u.memory), spec.k)
 
 
 def decision_record(u: UnitOutcome, now: float, dry_run: bool) -> Decision:

@@ -17,6 +17,7 @@ from typing import Final
 from alphagate.config import Aggregation, DeploymentRef, SpeculativeCanarySpec
 from alphagate.core.insights import Insights
 from alphagate.core.model import Evaluation, Memory, Rollout
+from alphagate.core.tuning import Tuned
 from alphagate.errors import (
     AlphagateError,
     ConflictError,
@@ -92,6 +93,7 @@ class UnitOutcome:
     unit: Unit
     evaluation: Evaluation | None = None
     insights: Insights | None = None  # draft length, diagnosis, short outputs (core.insights)
+    tuned: Tuned | None = None  # the draft-length tuner's decision (core.tuning)
     memory: Memory | None = None  # what was persisted
     memory_origin: str = ""
     applied: bool = False  # a patch changed the Deployment(s)

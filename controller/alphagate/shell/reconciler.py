@@ -18,6 +18,7 @@ nor half-apply a flip.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,13 +32,21 @@ from alphagate.config import (
     SpeculativeCanarySpec,
     parse,
 )
+from alphagate.core import tuning
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import Action, Command, Memory, Observation, State
 from alphagate.errors import ForbiddenError, KubeError, NotFoundError, PolicyError
 from alphagate.kube.actuator import Actuator, DeploymentState, config_text
 from alphagate.kube.client import Kube, call
-from alphagate.kube.events import EventRecorder, ObjectRef, Reason, decision_events
+from alphagate.kube.events import (
+    EventRecorder,
+    ObjectRef,
+    Reason,
+    decision_events,
+    diagnosis_event,
+    draft_length_event,
+)
 from alphagate.kube.status import (
     COMMANDS,
     CanaryStatus,
@@ -409,7 +418,6 @@ class Reconciler(WatchLoop):
         evaluation = evaluate(
             spec, observation, memory, rollout, now=now, command=command, slices=unit.slices
         )
-        uo.evaluation = evaluation
         uo.insights = analyse(
             spec,
             observation,
@@ -417,8 +425,22 @@ class Reconciler(WatchLoop):
             combined=evaluation.combined,
             slices=unit.slices,
             cost_per_position=spec.draft_length.cost_per_position,
+            k=tuning.current_k(spec, memory),  # the K that ran in this window
         )
-        want = dict(spec.speculative_config) if evaluation.target_speculation_on else None
+        # the opt-in draft-length tuner, after the state machine (core/tuning.py)
+        tuned = tuning.retune(
+            spec,
+            evaluation,
+            uo.insights.draft,
+            now=now,
+            rollout=rollout,
+            window_start=observation.at - observation.window_seconds,
+        )
+        if tuned.memory is not evaluation.memory:
+            evaluation = dataclasses.replace(evaluation, memory=tuned.memory)
+        uo.evaluation, uo.tuned = evaluation, tuned
+        config = tuning.speculative_config(spec, evaluation.memory)
+        want = config if evaluation.target_speculation_on else None
 
         # ---- act
         changed = False
@@ -449,7 +471,7 @@ class Reconciler(WatchLoop):
                     involved=ref,
                 )
                 changed = changed or result.args_changed
-                flip = evaluation.action in (Action.ENABLE, Action.DISABLE)
+                flip = evaluation.action in (Action.ENABLE, Action.DISABLE) or tuned.restarts
                 if result.args_changed and not flip and not dry_run:
                     # Someone else changed the flag (or spec.speculativeConfig changed): the
                     # Deployment is brought back to what the current state needs.
@@ -501,7 +523,27 @@ class Reconciler(WatchLoop):
             dry_run=dry_run,
             unit=unit.name,
             errors=source_errors(observation),
+            speculative_config=config,
         )
+        if tuned.change is not None:
+            draft_length_event(self.events, ref, tuned.change, dry_run=dry_run, unit=unit.name)
+            ulog.info(
+                "draft_length",
+                cause=tuned.change.cause.value,
+                from_k=tuned.change.from_k,
+                to_k=tuned.change.to_k,
+                reason=tuned.change.reason,
+            )
+        if unit.name == units_of(spec)[0].name:  # one diagnosis per resource, as in status
+            previous_findings = previous.insights.findings if previous.insights else []
+            diagnosis_event(
+                self.events,
+                ref,
+                [c.value for c in uo.insights.findings()],
+                previous_findings,
+                uo.insights.explain(),
+                unit=unit.name,
+            )
         decision_log(ulog, evaluation, uo, dry_run)
         return uo
 
