@@ -4,6 +4,7 @@ run whose table has the promised shape (no speed is asserted)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from alphagate.bench import __main__ as bench_main
 from alphagate.bench.decisions import cli, kayenta, loop, score, suite
 from alphagate.bench.decisions.loop import RunResult
+from alphagate.sim.fleet import Fleet
 
 # ---------------------------------------------------------------- closed loop
 
@@ -108,6 +110,61 @@ def test_detection_delay_and_misses_follow_the_truth() -> None:
     assert s.delay_drafts == [40.0]
     never = score.score_run(_run(truth, [1.0] * 40, []))
     assert (never.onsets, never.missed, never.delays) == (1, 1, [])
+
+
+def test_coverage_counts_every_honest_interval_not_only_the_decisive_ones() -> None:
+    # Three intervals the core stood behind (two in the band: Inconclusive, one decisive that
+    # missed) and one window with a single batch ([0, 1], no interval). Counting only the
+    # decisive one reads 0%; the target counts all three with two batches or more: 2 of 3.
+    r = _run([True] * 20, [1.0] * 20, [])
+    r.intervals = [
+        (300.0, 0.65, 0.75, 0.0, 2, True, False),
+        (330.0, 0.66, 0.74, 30.0, 2, True, False),
+        (360.0, 0.71, 0.72, 60.0, 2, True, True),
+        (390.0, 0.0, 1.0, 90.0, 1, False, False),
+    ]
+    s = score.score_run(r)
+    assert (s.intervals, s.covered) == (3, 2)
+    assert (s.decisive, s.covered_decisive, s.insufficient) == (1, 0, 1)
+    agg = score.aggregate([("c", 1, "alphagate", s)])
+    cell = agg["cells"][0]
+    assert cell["coverage"] == pytest.approx(2 / 3)
+    assert cell["decisive_coverage"] == 0.0
+    assert cell["insufficient_windows"] == 1
+
+
+def test_the_window_truth_is_the_expected_alpha_of_the_drafts_inside_it() -> None:
+    # Window (60, 120]: steps at 90 and 120 (the step at 60 covers the tick before the
+    # window). Set alpha 0.4 then 0.7, with 30 and 10 draft tokens: the pooled ratio the
+    # counters converge to is (0.4 * 30 + 0.7 * 10) / 40 = 0.475, not the time mean 0.55.
+    r = _run([True] * 5, [1.0] * 5, [])
+    r.alpha = [0.9, 0.9, 0.9, 0.4, 0.7]
+    r.drafts = [5.0, 5.0, 5.0, 30.0, 10.0]
+    assert score.window_truth(r, 60.0, 120.0) == pytest.approx(0.475)
+    # What the drafts were drawn to have, when the run recorded it, wins over the set alpha:
+    # requests admitted before a change keep their acceptance (the counters lag the change).
+    r.drafted_alpha = [0.9, 0.9, 0.9, 0.8, 0.7]
+    assert score.window_truth(r, 60.0, 120.0) == pytest.approx((0.8 * 30 + 0.7 * 10) / 40)
+    r.drafts = [0.0] * 5  # nothing drafted: the plain mean of the set alpha
+    r.drafted_alpha = [math.nan] * 5
+    assert score.window_truth(r, 60.0, 120.0) == pytest.approx(0.55)
+    assert math.isnan(score.window_truth(r, 200.0, 300.0))
+
+
+def test_after_a_step_the_drafts_lag_the_set_alpha() -> None:
+    # The simulator's expected acceptance of the drafts (the coverage score's truth): the set
+    # alpha in steady state; just after alpha steps down, requests in flight keep the old one.
+    hours = 0.5
+    fleet = Fleet(suite.BY_NAME["step-0.70-0.40"].scenario(hours), seed=3, tick=loop.TICK)
+    step = 0.25 * hours * 3600
+    seen: dict[float, list[float]] = {}
+    while fleet.now + loop.TICK <= step + 600:
+        fleet.step()
+        canaries = [p for p in fleet.pods.values() if p.spec.role == "canary"]
+        seen[fleet.now] = [p.truth.drafted_alpha for p in canaries if p.truth is not None]
+    assert seen[step - 60] == pytest.approx([0.70, 0.70], abs=1e-9)
+    assert all(0.40 + 0.02 < d < 0.70 for d in seen[step + 30])
+    assert seen[step + 600] == pytest.approx([0.40, 0.40], abs=1e-3)
 
 
 def test_regret_is_the_oracles_tokens_minus_the_policys() -> None:

@@ -5,6 +5,7 @@ false-alarm rate and power."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -20,10 +21,12 @@ from alphagate.core.model import (
     CheckKind,
     CheckResult,
     Estimate,
+    EstimateMethod,
     FloorEvidence,
     LatencyEvidence,
     PoolObservation,
     Role,
+    Undecided,
     Verdict,
 )
 
@@ -47,26 +50,41 @@ def est(value: float, lower: float, upper: float, drafts: float = 1000) -> Estim
     )
 
 
+def insufficient(value: float, drafts: float = 50_000) -> Estimate:
+    """One batch (one pod, one snapshot): reported as [0, 1], however many drafts."""
+    e = est(value, 0.0, 1.0, drafts=drafts)
+    return dataclasses.replace(e, batches=1, method=EstimateMethod.INSUFFICIENT)
+
+
+U = Undecided
 ACCEPTANCE = [
-    ("clearly-good", est(0.7, 0.65, 0.75), None, P, "lower bound above enableAbove"),
-    ("clearly-bad", est(0.4, 0.35, 0.45), None, F, "upper bound below disableBelow"),
-    ("in-band", est(0.58, 0.56, 0.60), None, INC, "overlaps the band"),
-    ("straddles-disable", est(0.55, 0.50, 0.60), None, INC, "overlaps the band"),
-    ("point-above-gate-but-wide", est(0.62, 0.58, 0.66), None, INC, "overlaps the band"),
-    ("too-few-drafts", est(0.2, 0.1, 0.3, drafts=150), None, INC, "too few drafts"),
-    ("no-estimate", None, None, INC, "no drafts"),
-    ("source-error", est(0.7, 0.65, 0.75), "connection refused", E, "connection refused"),
-    ("nan-estimate", est(math.nan, math.nan, math.nan), None, INC, "not a number"),
-]
+    ("clearly-good", est(0.7, 0.65, 0.75), None, P, "lower bound above enableAbove", None),
+    ("clearly-bad", est(0.4, 0.35, 0.45), None, F, "upper bound below disableBelow", None),
+    ("in-band", est(0.58, 0.56, 0.60), None, INC, "overlaps the band", U.IN_BAND),
+    ("straddles-disable", est(0.55, 0.50, 0.60), None, INC, "overlaps the band", U.IN_BAND),
+    ("point-above-gate-but-wide", est(0.62, 0.58, 0.66), None, INC, "overlaps the band",
+     U.IN_BAND),
+    ("too-few-drafts", est(0.2, 0.1, 0.3, drafts=150), None, INC, "too few drafts",
+     U.FEW_DRAFTS),
+    ("one-batch", insufficient(0.3), None, INC, "no honest interval", U.FEW_BATCHES),
+    ("no-estimate", None, None, INC, "no drafts", U.NO_DRAFTS),
+    ("source-error", est(0.7, 0.65, 0.75), "connection refused", E, "connection refused", None),
+    ("nan-estimate", est(math.nan, math.nan, math.nan), None, INC, "not a number",
+     U.NOT_A_NUMBER),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("estimate", "error", "verdict", "needle"),
+    ("estimate", "error", "verdict", "needle", "undecided"),
     [c[1:] for c in ACCEPTANCE],
     ids=[c[0] for c in ACCEPTANCE],
 )
 def test_check_acceptance(
-    estimate: Estimate | None, error: str | None, verdict: Verdict, needle: str
+    estimate: Estimate | None,
+    error: str | None,
+    verdict: Verdict,
+    needle: str,
+    undecided: Undecided | None,
 ) -> None:
     r = checks.check_acceptance(estimate, gate=GATE, error=error)
     assert r.verdict is verdict
@@ -76,6 +94,11 @@ def test_check_acceptance(
     assert r.evidence.disable_below == 0.55 and r.evidence.enable_above == 0.60
     # the estimate judged travels with the verdict; a failed source judged none
     assert r.evidence.estimate == (estimate if error is None else None)
+    # why it could not decide is typed, for code (Inconclusive always has a cause)
+    assert r.evidence.undecided is undecided
+    assert (undecided is not None) == (verdict is INC)
+    flat = r.flat_evidence()
+    assert flat.get("undecided") == (None if undecided is None else str(undecided))
 
 
 def test_check_acceptance_names_the_slice() -> None:

@@ -147,6 +147,39 @@ def test_evaluate_reports_the_draft_length_and_outputs(
     assert f"draft length K={k}:" in text.output
 
 
+def one_canary_pod(alpha: float) -> Scenario:
+    """Realistic traffic (each request its own acceptance, long-tailed outputs) on one
+    canary pod: its counters are one batch, however many drafts they hold."""
+    raw = scenario(alpha).model_dump()
+    raw["slices"]["chat"] = {"alpha": alpha, "output_tokens": 256}
+    raw["pools"][0]["replicas"] = 1
+    return Scenario.model_validate(raw)
+
+
+@pytest.mark.parametrize("sample_seconds", [0, 1])
+def test_one_shot_of_one_canary_pod_is_inconclusive_with_a_typed_cause(
+    policy: Path, sample_seconds: int
+) -> None:
+    # Since pod start (one snapshot) or over a live sample (two): one pod is one batch, so
+    # no interval is honest; the check says so in its evidence, never a tight interval.
+    fleet = Fleet(one_canary_pod(0.3))
+    fleet.advance_to(120.0)
+    with SimServer(fleet, speed=30.0) as sim:
+        args = ["evaluate", "--policy", str(policy), *targets(sim), "--json"]
+        result = runner.invoke(app, [*args, "--scrape-seconds", str(sample_seconds)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    canary = next(p for p in data["pools"] if p["role"] == "canary")
+    assert canary["pods"] == 1 and canary["batches"] == 1
+    (acc,) = [c for c in data["checks"] if c["check"] == "acceptance"]
+    assert acc["verdict"] == "Inconclusive"
+    evidence = acc["evidence"]
+    assert evidence["undecided"] == "few-batches" and evidence["method"] == "insufficient-batches"
+    assert (evidence["lower"], evidence["upper"]) == (0.0, 1.0)
+    assert evidence["drafts"] >= 50  # plenty of drafts: the cause is the batches, not the count
+    assert data["action"] == "hold"
+
+
 def test_evaluate_against_dead_prometheus_is_an_error_verdict(policy: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Final
 
 from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
@@ -27,6 +28,7 @@ from alphagate.core.model import (
     NoData,
     PoolLatency,
     PoolObservation,
+    Undecided,
     Verdict,
 )
 from alphagate.core.stats import binomial_sf
@@ -100,8 +102,9 @@ def check_acceptance(
         no_data=(no_data or NoData.UNKNOWN) if missing else None,
     )
 
-    def result(verdict: Verdict, reason: str) -> CheckResult:
-        return CheckResult(CheckKind.ACCEPTANCE, verdict, reason, evidence, slice)
+    def result(verdict: Verdict, reason: str, undecided: Undecided | None = None) -> CheckResult:
+        typed = evidence if undecided is None else replace(evidence, undecided=undecided)
+        return CheckResult(CheckKind.ACCEPTANCE, verdict, reason, typed, slice)
 
     where = f" on slice {slice}" if slice else ""
     if error is not None:
@@ -110,21 +113,26 @@ def check_acceptance(
         return result(
             Verdict.INCONCLUSIVE,
             f"no drafts{where} in the window: {_NO_DATA[evidence.no_data or NoData.UNKNOWN]}",
+            Undecided.NO_DRAFTS,
         )
     if any(math.isnan(x) for x in (estimate.value, estimate.lower, estimate.upper)):
-        return result(Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)")
+        return result(
+            Verdict.INCONCLUSIVE, f"alpha{where} is not a number (bad data)", Undecided.NOT_A_NUMBER
+        )
     if not estimate.conclusive:
         return result(
             Verdict.INCONCLUSIVE,
             f"alpha{where} {_fmt(estimate.value)} from {estimate.batches} independent batch(es): "
             f"fewer than 2 pods or pod blocks of batchSeconds {_fmt(gate.batch_seconds)} s, so "
             f"no honest interval (more pods or a longer window)",
+            Undecided.FEW_BATCHES,
         )
     if estimate.drafts < gate.min_drafts:
         return result(
             Verdict.INCONCLUSIVE,
             f"too few drafts{where}: {estimate.drafts:.0f} < minDrafts {gate.min_drafts} "
             f"({_interval(estimate)})",
+            Undecided.FEW_DRAFTS,
         )
     if estimate.upper < gate.disable_below:
         return result(
@@ -142,6 +150,7 @@ def check_acceptance(
         Verdict.INCONCLUSIVE,
         f"{_interval(estimate)}{where}: interval overlaps the band "
         f"[{_fmt(gate.disable_below)}, {_fmt(gate.enable_above)}]",
+        Undecided.IN_BAND,
     )
 
 

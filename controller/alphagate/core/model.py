@@ -313,6 +313,22 @@ def _estimate_flat(e: Estimate | None) -> dict[str, float | str]:
     }
 
 
+class Undecided(StrEnum):
+    """Why an acceptance check could not decide (its verdict is Inconclusive)."""
+
+    # No drafts in the window: alpha unknown (`AcceptanceEvidence.no_data` says why).
+    NO_DRAFTS = "no-drafts"
+    # The estimate is not a number.
+    NOT_A_NUMBER = "not-a-number"
+    # Fewer than two independent batches (one pod, or one snapshot of one pod): nothing
+    # measures how much requests differ, so no honest interval exists.
+    FEW_BATCHES = "few-batches"
+    # Fewer drafts than acceptance.minDrafts.
+    FEW_DRAFTS = "few-drafts"
+    # An honest interval that overlaps the hysteresis band.
+    IN_BAND = "in-band"
+
+
 @dataclass(frozen=True, slots=True)
 class AcceptanceEvidence:
     """The gate an acceptance check applied and the estimate it judged (None: no drafts)."""
@@ -322,6 +338,8 @@ class AcceptanceEvidence:
     min_drafts: int
     estimate: Estimate | None = None
     no_data: NoData | None = None  # why there is no estimate (None: there is one, or an error)
+    # why the check could not decide (None when it passed, failed or errored)
+    undecided: Undecided | None = None
 
     def flat(self) -> dict[str, float | str]:
         """Flat JSON-safe view for people (status details, CLI JSON); code reads the fields."""
@@ -333,6 +351,8 @@ class AcceptanceEvidence:
         }
         if self.no_data is not None:
             out["no_data"] = self.no_data.value
+        if self.undecided is not None:
+            out["undecided"] = self.undecided.value
         return out
 
 

@@ -165,9 +165,12 @@ class TickTruth:
 
     ``alpha`` is what the pod is set to converge to now (slice alpha, pod offset, wander);
     ``batch_alpha`` is the drafts-weighted acceptance of the requests that were in flight
-    (what this tick's counters show, up to sampling noise). ``time_per_token`` and
-    ``tpot_p99`` are the mean and 99th percentile of the per-token latency the running
-    requests got; ``generated`` counts the tokens of the tick.
+    (what this tick's counters show, up to sampling noise). ``drafted_alpha`` is what they show
+    in expectation over the requests' own draws: the set alpha each in-flight request was
+    drawn around at its admission, weighted by its drafts in the tick. In steady state it is
+    the set alpha; after a change it lags it by a request's life (requests keep theirs).
+    ``time_per_token`` and ``tpot_p99`` are the mean and 99th percentile of the per-token
+    latency the running requests got; ``generated`` counts the tokens of the tick.
     """
 
     alpha: float
@@ -178,6 +181,7 @@ class TickTruth:
     tokens_per_step: float
     time_per_token: float
     batch_alpha: float = 0.0
+    drafted_alpha: float = 0.0
     tpot_p99: float = 0.0
     generated: int = 0
     finished: int = 0
@@ -185,14 +189,16 @@ class TickTruth:
 
 
 #: Rows of the in-flight request array: decode tokens left, output length, own acceptance,
-#: arrival time, first-token time (engine time), decode steps so far.
-REM, LEN, ACC, ARR, FIRST, STEPS = range(6)
+#: arrival time, first-token time (engine time), decode steps so far, and the set alpha it was
+#: drawn around (slice alpha + pod offset at admission, without the wander).
+REM, LEN, ACC, ARR, FIRST, STEPS, SET = range(7)
+ROWS = 7
 #: Rows of a tick's segment array: local start, steps used, local end, finished (0/1).
 S_START, S_USED, S_END, S_DONE = range(4)
 
 
 def _empty() -> FloatArray:
-    return np.zeros((6, 0))
+    return np.zeros((ROWS, 0))
 
 
 class Engine:
@@ -393,7 +399,7 @@ class Engine:
         n = at.size
         sigma = self.params.jitter
         z = rng.standard_normal(2 * n)
-        out = np.empty((6, n))
+        out = np.empty((ROWS, n))
         out[LEN] = output_lengths(z[:n], load)
         out[REM] = out[LEN] - 1.0
         if self.k:
@@ -405,6 +411,7 @@ class Engine:
         out[ARR] = arrived + t0
         out[FIRST] = first + t0
         out[STEPS] = 0.0
+        out[SET] = min(max(load.alpha + self.alpha_offset, 0.0), 1.0)
         waits = np.empty((2, n))
         waits[0] = at - arrived
         waits[1] = first - arrived
@@ -462,7 +469,8 @@ class Engine:
             self.req = _empty()
             self.mean_batch = 0.0
             return TickTruth(alpha, 0.0, 0, 0, 0.0, tps_set, 0.0, batch_alpha=alpha,
-                             generated=admitted, stalled=stalled / dt)  # fmt: skip
+                             drafted_alpha=alpha, generated=admitted,
+                             stalled=stalled / dt)  # fmt: skip
 
         req = cohorts[0] if len(cohorts) == 1 else np.concatenate(cohorts, axis=1)
         seg = segs[0] if len(segs) == 1 else np.concatenate(segs, axis=1)
@@ -527,6 +535,7 @@ class Engine:
         batch = busy_sum / dt
         if total_steps > 0:
             batch_alpha = float(acc @ d) / total_steps if k else alpha
+            drafted_alpha = float(req[SET] @ d) / total_steps
             tps = (total_steps + accepted) / total_steps
             time_per_token = busy_sum / (total_steps + accepted)
             ok = used > 0
@@ -535,6 +544,7 @@ class Engine:
             p99 = float(np.sort(per_token)[i])
         else:
             batch_alpha, tps, time_per_token, p99 = alpha, tps_set, mean_step / tps_set, 0.0
+            drafted_alpha = alpha
         self.req = req[:, ~fin]
         self.mean_batch = batch
         c.running, c.waiting = self.running, self.waiting
@@ -547,6 +557,7 @@ class Engine:
             tokens_per_step=tps,
             time_per_token=time_per_token,
             batch_alpha=batch_alpha,
+            drafted_alpha=drafted_alpha,
             tpot_p99=p99,
             generated=generated,
             finished=n_fin,

@@ -7,9 +7,11 @@ run ``WARMUP_SLOWDOWN`` times slower), and the restarted pods serve with or with
 The rollout status the policy sees is the pods' own (in progress while any canary pod loads).
 
 What a run records, every ``STEP``: the true alpha, whether the oracle would speculate, the
-share of canary pods speculating, and the canary pods' generated and drafted tokens (from the
-simulator's counters, restarts included). Stall episodes and injected latency regressions
-are drawn from the seed alone, so every policy meets the same ones.
+share of canary pods speculating, the canary pods' generated and drafted tokens (from the
+simulator's counters, restarts included) and the alpha those drafts have in expectation (the
+simulator's ``drafted_alpha``: after a change it lags the set alpha by a request's life).
+Stall episodes and injected latency regressions are drawn from the seed alone, so every
+policy meets the same ones.
 """
 
 from __future__ import annotations
@@ -98,9 +100,15 @@ class RunResult:
     on: list[float] = field(default_factory=list)  # share of canary pods speculating
     tokens: list[float] = field(default_factory=list)  # canary generated tokens in the step
     drafts: list[float] = field(default_factory=list)  # canary draft tokens in the step
+    # Expected accepted / drafted of those drafts (NaN when none): the coverage score's truth.
+    drafted_alpha: list[float] = field(default_factory=list)
     flips: list[tuple[float, str]] = field(default_factory=list)  # (t, "enable"/"disable")
     restarts: int = 0
-    intervals: list[tuple[float, float, float, float]] = field(default_factory=list)
+    # Every alpha interval alphagate reported: (t, lower, upper, window start, batches,
+    # honest, decisive); see policies.IntervalRecord.
+    intervals: list[tuple[float, float, float, float, int, bool, bool]] = field(
+        default_factory=list
+    )
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -199,21 +207,27 @@ class _Branch:
     last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     tokens: float = 0.0
     drafts: float = 0.0
+    expected: float = 0.0  # sum over the step's canary drafts of their expected acceptance
 
     def account(self) -> None:
-        """Canary tokens and drafts since the last tick, from the counters, across restarts."""
+        """Canary tokens and drafts since the last tick, from the counters, across restarts,
+        and the drafts' expected acceptance (the pod's last tick: called every tick)."""
         for name, pod in self.fleet.pods.items():
             if pod.spec.role != "canary":
                 continue
             c = pod.counters
             cur = (pod.restarts, c.generation_tokens, c.draft_tokens)
             prev = self.last.get(name)
+            drafted = 0.0
             if prev is not None and prev[0] != cur[0]:
                 self.tokens += cur[1]
-                self.drafts += cur[2]
+                drafted = cur[2]
             elif prev is not None:
                 self.tokens += cur[1] - prev[1]
-                self.drafts += cur[2] - prev[2]
+                drafted = cur[2] - prev[2]
+            self.drafts += drafted
+            if drafted > 0 and pod.truth is not None:
+                self.expected += drafted * pod.truth.drafted_alpha
             self.last[name] = cur
 
 
@@ -270,7 +284,10 @@ def run_group(
     for b in branches:
         policy, res = b.policy, b.res
         if isinstance(policy, Alphagate):
-            res.intervals = [(r.t, r.lower, r.upper, r.window_start) for r in policy.intervals]
+            res.intervals = [
+                (r.t, r.lower, r.upper, r.window_start, r.batches, r.honest, r.decisive)
+                for r in policy.intervals
+            ]
             res.extra = policy.extra()
         if isinstance(policy, anchors.InEngine):
             res.extra = {"engine_gated": sorted(policy.off)}
@@ -326,7 +343,8 @@ def _record(b: _Branch, t: float, alpha: float, should_on: bool) -> None:
     r.on.append(share if b.on else 0.0)
     r.tokens.append(b.tokens)
     r.drafts.append(b.drafts)
-    b.tokens = b.drafts = 0.0
+    r.drafted_alpha.append(b.expected / b.drafts if b.drafts > 0 else math.nan)
+    b.tokens = b.drafts = b.expected = 0.0
 
 
 def run(case_name: str, seed: int, policy_name: str, hours: float) -> RunResult:

@@ -56,12 +56,19 @@ class Want:
 
 @dataclass(frozen=True)
 class IntervalRecord:
-    """One conclusive alpha interval of the core, for the coverage score."""
+    """One alpha interval the core reported (its combined estimate), for the coverage score.
+
+    ``honest``: the core stood behind it (at least two batches; with fewer it reports [0, 1]
+    and Inconclusive). ``decisive``: the acceptance check passed or failed on it.
+    """
 
     t: float
     lower: float
     upper: float
     window_start: float
+    batches: int
+    honest: bool
+    decisive: bool
 
 
 class Policy(Protocol):
@@ -118,13 +125,23 @@ class Alphagate:
         ev = evaluate(spec, obs, self.memory, ctx.rollout, now=ctx.now)
         self.memory = ev.memory
         self.verdicts[ev.verdict.value] = self.verdicts.get(ev.verdict.value, 0) + 1
-        conclusive = any(
+        decisive = any(
             c.kind is CheckKind.ACCEPTANCE and c.verdict in (Verdict.PASS, Verdict.FAIL)
             for c in ev.checks
         )
         e = ev.combined
-        if conclusive and e is not None and math.isfinite(e.lower) and math.isfinite(e.upper):
-            self.intervals.append(IntervalRecord(ctx.t, e.lower, e.upper, ctx.t - (end - start)))
+        if e is not None and math.isfinite(e.lower) and math.isfinite(e.upper):
+            self.intervals.append(
+                IntervalRecord(
+                    ctx.t,
+                    e.lower,
+                    e.upper,
+                    ctx.t - (end - start),
+                    e.batches,
+                    e.conclusive,
+                    decisive,
+                )
+            )
         return Want(ev.target_speculation_on)
 
     def extra(self) -> dict[str, Any]:

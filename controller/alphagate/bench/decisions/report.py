@@ -45,6 +45,10 @@ def _fmt(key: str, value: Any, cell: dict[str, Any]) -> str:
     return f"{value:.2f}"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -176,12 +180,27 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "## Coverage of alphagate's 95% alpha interval",
         "",
-        _row(["scenario", "coverage", "conclusive intervals"]),
-        _row(["---"] * 3),
+        "Coverage over every interval reported with at least two batches (the target), and "
+        "over the decisive ones only (check passed or failed: selected, so biased low near "
+        "the gate); windows with fewer than two batches report no interval (Inconclusive).",
+        "",
+        _row(["scenario", "coverage", "intervals", "decisive coverage", "decisive", "< 2 batches"]),
+        _row(["---"] * 6),
     ]
     for c in agg["cells"]:
-        if c["policy"] == "alphagate" and c["intervals"]:
-            lines.append(_row([c["case"], f"{100 * c['coverage']:.1f}%", str(c["intervals"])]))
+        if c["policy"] == "alphagate" and (c["intervals"] or c.get("insufficient_windows")):
+            lines.append(
+                _row(
+                    [
+                        c["case"],
+                        _pct(c["coverage"]),
+                        str(c["intervals"]),
+                        _pct(c.get("decisive_coverage")),
+                        str(c.get("decisive_intervals", 0)),
+                        str(c.get("insufficient_windows", 0)),
+                    ]
+                )
+            )
     lines += ["", "## Scenarios", ""]
     lines += [f"- `{c.name}`: {c.title}" for c in suite.SUITE if c.name in meta["cases"]]
     lines += ["", "## How each anchor is rendered", ""]

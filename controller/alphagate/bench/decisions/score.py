@@ -17,8 +17,16 @@ injected latency regression ("should be on").
 * **regret**: canary tokens the oracle's run generated minus the policy's, as a percentage
   of the oracle's (same case, same seeds; the oracle pays its own restarts). Tokens are the
   simulator's ``vllm:generation_tokens_total`` of the canary pods, summed over restarts.
-* **coverage** (alphagate only): the share of its conclusive alpha intervals (an acceptance
-  check that passed or failed) that hold the true alpha averaged over the window judged.
+* **coverage** (alphagate only): the share of the alpha intervals it reported with at least
+  two batches (every one it stood behind, whatever the check then said) that hold the
+  window's true alpha: the expected pooled accepted/drafted ratio of the canary's drafts in
+  the window, from the simulator (each in-flight request's set alpha at admission, weighted
+  by its drafts: after a change of alpha, requests keep theirs, so the counters lag the set
+  alpha by a request's life, and so does this truth). Issue 12's target is judged on it.
+  **decisive coverage** counts only the intervals on which the check passed or failed:
+  selected for straying toward a decision, so biased low near the gate; shown beside it.
+  Windows with fewer than two batches report no interval (Inconclusive) and are counted
+  apart.
 """
 
 from __future__ import annotations
@@ -52,6 +60,9 @@ class RunScore:
     tokens: float
     covered: int
     intervals: int
+    covered_decisive: int = 0
+    decisive: int = 0
+    insufficient: int = 0
 
 
 def _should_on_throughout(r: RunResult, t: float) -> bool:
@@ -99,11 +110,20 @@ def score_run(r: RunResult) -> RunScore:
     wrong = math.fsum(
         abs(o - (1.0 if s else 0.0)) * STEP for o, s in zip(r.on, r.should_on, strict=True)
     )
-    covered = 0
-    for t, lo, up, ws in r.intervals:
-        truth = [a for s, a in zip(r.t, r.alpha, strict=True) if ws - 1e-6 <= s <= t + 1e-6]
-        if truth and lo <= statistics.fmean(truth) <= up:
-            covered += 1
+    covered = intervals = covered_decisive = decisive = insufficient = 0
+    for t, lo, up, ws, _, honest, was_decisive in r.intervals:
+        if not honest:
+            insufficient += 1
+            continue
+        truth = window_truth(r, ws, t)
+        if math.isnan(truth):
+            continue
+        hit = lo <= truth <= up
+        intervals += 1
+        covered += hit
+        if was_decisive:
+            decisive += 1
+            covered_decisive += hit
     return RunScore(
         days=r.hours / 24.0,
         flips=len(r.flips),
@@ -118,8 +138,31 @@ def score_run(r: RunResult) -> RunScore:
         seconds=n * STEP,
         tokens=math.fsum(r.tokens),
         covered=covered,
-        intervals=len(r.intervals),
+        intervals=intervals,
+        covered_decisive=covered_decisive,
+        decisive=decisive,
+        insufficient=insufficient,
     )
+
+
+def window_truth(r: RunResult, start: float, end: float) -> float:
+    """The expected pooled alpha of the window (start, end]: each step's expected acceptance
+    of its canary drafts (the set alpha when the run did not record it) weighted by the
+    draft tokens of the step (a step covers the tick ending then); the plain mean of the set
+    alpha when nothing was drafted; NaN when no step falls in the window."""
+    expected = r.drafted_alpha if len(r.drafted_alpha) == len(r.t) else r.alpha
+    steps = [
+        (a, e, d)
+        for s, a, e, d in zip(r.t, r.alpha, expected, r.drafts, strict=True)
+        if start + 1e-6 < s <= end + 1e-6
+    ]
+    if not steps:
+        return math.nan
+    drafted = [(e, d) for _, e, d in steps if d > 0 and math.isfinite(e)]
+    total = math.fsum(d for _, d in drafted)
+    if total > 0:
+        return math.fsum(e * d for e, d in drafted) / total
+    return statistics.fmean(a for a, _, _ in steps)
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -162,6 +205,7 @@ def _cell(
     oracle_tokens = math.fsum(oracle[seed].tokens for seed in common)
     lost = math.fsum(oracle[seed].tokens - by_seed[seed].tokens for seed in common)
     intervals = sum(x.intervals for x in s)
+    decisive = sum(x.decisive for x in s)
     return {
         "case": case,
         "policy": policy,
@@ -188,6 +232,9 @@ def _cell(
         "regret_pct": 100.0 * lost / oracle_tokens if oracle_tokens > 0 else None,
         "intervals": intervals,
         "coverage": sum(x.covered for x in s) / intervals if intervals else None,
+        "decisive_intervals": decisive,
+        "decisive_coverage": sum(x.covered_decisive for x in s) / decisive if decisive else None,
+        "insufficient_windows": sum(x.insufficient for x in s),
     }
 
 
