@@ -1,0 +1,660 @@
+"""The demo's engine: starts the sandbox (API server double, kubelet runner, simulated pods,
+Prometheus when installed) and the real controller, plays the scenario and its faults, hears
+every evaluation through `on_outcome`, and writes the report."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import math
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from alphagate import report
+from alphagate.config import Aggregation, SpeculativeCanary, dump, parse
+from alphagate.core.model import Action, Evaluation, State, Verdict
+from alphagate.errors import PolicyError, SandboxError
+from alphagate.sandbox.apiserver import ApiServer
+from alphagate.sandbox.demo import results
+from alphagate.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
+from alphagate.sandbox.demo.inputs import (
+    HOST,
+    SourceChoice,
+    check_fit,
+    deployment_objects,
+    fleet_scenario,
+    free_port,
+    import_controller,
+    load_policy,
+    load_scenario_text,
+    prometheus_binary,
+    scaled_policy,
+)
+from alphagate.sandbox.demo.view import (
+    Decision,
+    DemoOptions,
+    DemoResult,
+    LogLine,
+    Snapshot,
+    cause_of,
+    failing_checks,
+)
+from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner, SimRuntime
+
+
+class _PausedClock:
+    """Monotonic time that stands still until `go()`: pods are created and Prometheus
+    discovers them before the scenario's first second passes."""
+
+    def __init__(self) -> None:
+        self._t0: float | None = None
+
+    def go(self) -> None:
+        self._t0 = time.monotonic()
+
+    def __call__(self) -> float:
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
+
+
+class Demo:
+    """Runs the sandbox and the controller through a scenario. Use `run()` (blocking) and
+    `stop()` from another thread (or Ctrl-C in the calling one)."""
+
+    def __init__(
+        self,
+        options: DemoOptions,
+        *,
+        on_decision: Callable[[Decision], None] | None = None,
+        on_log: Callable[[LogLine], None] | None = None,
+    ) -> None:
+        if not options.speed > 0:
+            raise SandboxError(f"--speed must be > 0, got {options.speed}")
+        self.options = options
+        self.on_decision = on_decision
+        self.on_log = on_log
+        self.scenario, self.scenario_where = load_scenario_text(options.scenario)
+        self.policy_doc, self.policy_where = load_policy(options.policy)
+        base_spec = parse(self.policy_doc, where=self.policy_where).spec
+        check_fit(
+            base_spec,
+            self.scenario,
+            scenario_where=self.scenario_where,
+            policy_where=self.policy_where,
+        )
+        if base_spec.aggregation is not Aggregation.COMBINED and not base_spec.slices:
+            raise PolicyError("needs at least one slice", where=self.policy_where)
+        self.duration = float(options.duration or self.scenario.duration)
+        if not self.duration > 0:
+            raise SandboxError(f"--duration must be > 0, got {self.duration}")
+        self.speed = float(options.speed)
+        self.gate = (base_spec.acceptance.disable_below, base_spec.acceptance.enable_above)
+        self.source_kind = self._pick_source(options.source)
+        self.namespace = options.namespace
+        self.name = str(self.policy_doc.get("metadata", {}).get("name", "demo"))
+
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._outcomes: queue.Queue[tuple[float, Any]] = queue.Queue()
+        self._decisions: list[Decision] = []
+        self._log: deque[LogLine] = deque(maxlen=200)
+        self._all_log: list[LogLine] = []
+        self._last: Decision | None = None
+        self._last_transition: Decision | None = None
+        self._state = State.OFF.value
+        self._spec_on: bool | None = None
+        self._last_alpha: dict[str, float] = {}
+        self._truth: dict[str, dict[str, float]] = {}
+        self._chaos: list[ChaosRecord] = []
+        self._chaos_runner: ChaosRunner | None = None
+        self._seen_events: set[str] = set()
+        self._t0_wall = 0.0
+        self._clock = _PausedClock()
+        self._cleanup: list[tuple[str, Callable[[], None]]] = []
+        self._threads: list[threading.Thread] = []
+        self._notes: list[str] = []
+        self._finished = False
+        self.endpoints: dict[str, str] = {}
+        self._next_pool_event = 0
+        self._events_checked = 0.0
+        self._first_rollback: float | None = None  # scenario seconds, for the chaos timing
+        self._confirmed: list[float] = []
+        # parts
+        self.api: ApiServer | None = None
+        self.sim: Any = None
+        self.kubelet: KubeletRunner | None = None
+        self.prometheus: Any = None
+        self.controller: Any = None
+        self.workdir: Path | None = None
+        self.canary: SpeculativeCanary | None = None
+
+    # ------------------------------------------------------------ setup
+
+    def _pick_source(self, choice: SourceChoice) -> str:
+        self.prometheus_binary = prometheus_binary()
+        if choice == "scrape":
+            return "podScrape"
+        if choice == "prometheus":
+            if self.prometheus_binary is None:
+                raise SandboxError(
+                    "--source prometheus: no prometheus binary (install Debian's `prometheus` "
+                    "package, or set ALPHAGATE_PROMETHEUS, or use --source scrape)"
+                )
+            return "prometheus"
+        return "prometheus" if self.prometheus_binary is not None else "podScrape"
+
+    def sim_now(self) -> float:
+        return float(self.sim.sim_now()) if self.sim is not None else 0.0
+
+    def _wall_to_sim(self, at: float) -> float:
+        return (at - self._t0_wall) * self.speed
+
+    def _say(self, source: str, text: str, style: str = "", t: float | None = None) -> None:
+        line = LogLine(self.sim_now() if t is None else t, source, text, style)
+        with self._lock:
+            self._log.append(line)
+            self._all_log.append(line)
+        if self.on_log is not None:
+            with contextlib.suppress(Exception):
+                self.on_log(line)
+
+    def _defer(self, what: str, fn: Callable[[], None]) -> None:
+        self._cleanup.append((what, fn))
+
+    def start(self) -> None:
+        """Start every part; on failure, stop what started and raise SandboxError."""
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        from alphagate.kube.crd import build_crd
+        from alphagate.sim import Fleet, SimServer
+
+        opts = self.options
+        # The kubernetes client takes seconds to import; do it while Prometheus starts.
+        warm = threading.Thread(target=import_controller, name="demo-import", daemon=True)
+        warm.start()
+        self.workdir = Path(tempfile.mkdtemp(prefix="alphagate-demo-"))
+        workdir = self.workdir
+        self._defer("workdir", lambda: shutil.rmtree(workdir, ignore_errors=True))
+
+        # 1. the API server double, the namespace, the CRD and the Deployments
+        self.api = ApiServer(kubelet=None)
+        self.api.start()
+        api = self.api
+        self._defer("API server", api.stop)
+        api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
+        api.put(build_crd())
+        for dep in deployment_objects(self.scenario, self.namespace):
+            api.put(dep)
+
+        # 2. Prometheus (its targets file is rewritten by the simulator)
+        metrics_port = free_port()
+        file_sd: Path | None = None
+        base_spec = parse(self.policy_doc, where=self.policy_where).spec
+        interval_wall = base_spec.timing.interval_seconds / self.speed
+        if self.source_kind == "prometheus":
+            from alphagate.testing.prometheus import PrometheusServer
+
+            scrape = max(0.2, min(1.0, round(interval_wall / 3, 3)))
+            prom = PrometheusServer(
+                binary=self.prometheus_binary,
+                scrape_interval=scrape,
+                evaluation_interval=max(scrape, 1.0),
+                port=free_port(),
+                scrape_configs=[
+                    {
+                        "job_name": "alphagate",
+                        "static_configs": [{"targets": [f"{HOST}:{metrics_port}"]}],
+                    }
+                ],
+            )
+            prom.workdir = workdir / "prometheus"  # ours: kept across a chaos restart
+            prom.workdir.mkdir()
+            self.prometheus = prom
+            self._defer("Prometheus", prom.close)
+            prom.start(timeout=opts.prometheus_timeout)
+            file_sd = prom.targets_path
+            # The controller is configured with this Prometheus (as an admin would); the policy
+            # names it (`default`) and never holds its URL.
+            source = {
+                "kind": "prometheus",
+                "prometheus": {"timeoutSeconds": max(1.0, interval_wall)},
+            }
+        else:
+            source = {"kind": "podScrape", "scrape": {"timeoutSeconds": max(1.0, interval_wall)}}
+
+        # 3. the simulated fleet (paused) and the kubelet runner: pods are created, loading
+        fleet = Fleet(fleet_scenario(self.scenario), seed=opts.seed, create_pools=False)
+        self.sim = SimServer(fleet, speed=self.speed, file_sd=file_sd, clock=self._clock)
+        self.sim.start()
+        self._defer("simulated pods", self.sim.close)
+        runtime = SimRuntime(self.sim)
+        self.kubelet = KubeletRunner(
+            api,
+            runtime,
+            namespace=self.namespace,
+            seed=opts.seed or 0,
+            poll_seconds=min(0.1, max(0.02, interval_wall / 10)),
+        )
+        api.kubelet = self.kubelet.hook
+        kubelet = self.kubelet
+        self._defer("kubelet runner", kubelet.stop)
+        kubelet.start()
+        pods = sum(p.replicas for p in self.scenario.pools)
+        self._wait(lambda: len(kubelet.pods()) >= pods, 30.0, f"{pods} pods created")
+        if self.prometheus is not None:
+            self._say("demo", f"Prometheus {self.prometheus.url}: waiting until it sees the pods")
+            self.prometheus.wait_for(
+                'up{job="vllm"}', lambda r: len(r) >= pods, timeout=opts.prometheus_timeout
+            )
+
+        # 4. the controller and the SpeculativeCanary
+        self.canary = scaled_policy(
+            self.policy_doc,
+            speed=self.speed,
+            namespace=self.namespace,
+            source=source,
+            where=self.policy_where,
+        )
+        warm.join()
+        self.controller = self._controller(metrics_port)
+        self._clock.go()
+        self._t0_wall = time.time()
+        controller = self.controller
+
+        def stop_controller() -> None:
+            # The API goes first: its watch streams end at once instead of at their timeout.
+            controller.request_stop()
+            api.stop()
+            controller.stop(release=False)
+
+        self._defer("controller", stop_controller)
+        controller.start()
+        self.endpoints = {"api": api.url, "metrics": str(controller.metrics_url)}
+        if self.prometheus is not None:
+            self.endpoints["prometheus"] = str(self.prometheus.url)
+        api.put(dump(self.canary))
+        self._say(
+            "demo",
+            f"sandbox up: API {api.url}, {pods} pods, source "
+            + (f"Prometheus {self.prometheus.url}" if self.prometheus else "pod scraping")
+            + f", controller metrics {controller.metrics_url}",
+        )
+        if opts.chaos:
+            self._chaos = [
+                ChaosRecord(s)
+                for s in chaos_plan(self.duration, prometheus=self.prometheus is not None)
+            ]
+            self._chaos_runner = ChaosRunner(
+                self._chaos,
+                api=api,
+                prometheus=self.prometheus,
+                kubelet=kubelet,
+                namespace=self.namespace,
+                pod_deployment=self.canary.spec.canary_deployments()[0].name,
+                say=self._say,
+                now=self.sim_now,
+                prometheus_timeout=opts.prometheus_timeout,
+                threads=self._threads,
+            )
+            if self.prometheus is None:
+                self._notes.append(
+                    "chaos: no Prometheus in this run (pod scraping), so it was not stopped"
+                )
+
+    def _controller(self, metrics_port: int) -> Any:
+        from alphagate.shell.controller import Controller, RunOptions
+        from alphagate.sources.endpoints import SourcesConfig
+
+        assert self.api is not None
+        opts = RunOptions(
+            server=self.api.url,
+            namespace=self.namespace,
+            leader_elect=False,
+            metrics_host=HOST,
+            metrics_port=metrics_port,
+            watch_timeout=30.0,
+            sources=(
+                SourcesConfig.single(str(self.prometheus.url), timeout_seconds=30.0)
+                if self.prometheus is not None
+                else SourcesConfig()
+            ),
+        )
+        outcomes = self._outcomes
+        # The reconciler `alphagate run` uses, telling the demo what each pass did.
+        return Controller(opts, on_outcome=lambda out: outcomes.put((time.time(), out)))
+
+    def _wait(self, cond: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise SandboxError(f"demo: timed out after {timeout:g} s waiting for {what}")
+            if self._stop.wait(0.05):
+                raise KeyboardInterrupt
+        return
+
+    # ------------------------------------------------------------ running
+
+    def stop(self) -> None:
+        """Ask `run()` to finish early (it still writes the report)."""
+        self._stop.set()
+
+    def run(self, *, tick: float = 0.1) -> DemoResult:
+        """Start, play the scenario to its end, stop everything, write the report."""
+        wall0 = time.monotonic()
+        interrupted = False
+        try:
+            self.start()
+            while not self._stop.is_set():
+                now = self.sim_now()
+                self.step()
+                if now >= self.duration:
+                    break
+                self._stop.wait(tick)
+            interrupted = self._stop.is_set() and self.sim_now() < self.duration
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            end_t = min(self.sim_now(), self.duration)
+            self._end_chaos(end_t)
+            self.close()
+            self.step(final=True)
+            self._finished = True
+        if interrupted:
+            self._notes.append(f"interrupted at t={end_t:.0f} s of {self.duration:.0f} s")
+        paths = self.write_report()
+        return self.result(time.monotonic() - wall0, end_t, interrupted, paths)
+
+    def step(self, *, final: bool = False) -> None:
+        """One pass of the demo's own loop: scenario events, chaos, kubelet, decisions."""
+        t = self.sim_now()
+        if self.sim is not None and not final:
+            try:
+                events = self.sim.sync()
+            except Exception as exc:  # a sim hiccup must not end the demo
+                events = []
+                self._say("demo", f"simulator: {exc!r}", "red")
+            for ev in events:
+                if ev.kind == "timeline":
+                    self._say("scenario", ev.message, "bold cyan", t=ev.t)
+            with contextlib.suppress(Exception):
+                truth = self.sim.fleet.truth()
+                self._truth = {
+                    name: {"alpha": s.alpha, "share": s.share} for name, s in truth.slices.items()
+                }
+        if not final:
+            self._pool_events(t)
+            self._run_chaos(t)
+        if self.kubelet is not None:
+            for kev in self.kubelet.events():
+                self._kubelet_line(kev)
+        self._k8s_events(force=final)
+        while True:
+            try:
+                wall, out = self._outcomes.get_nowait()
+            except queue.Empty:
+                break
+            self._outcome(wall, out)
+
+    def _pool_events(self, t: float) -> None:
+        """Scenario changes to pools, as a person would make them: `replicas` scales the
+        Deployment, `restart` deletes its pods; other pool fields are not applied here."""
+        while self._next_pool_event < len(self.scenario.timeline):
+            ev = self.scenario.timeline[self._next_pool_event]
+            if ev.at > t:
+                return
+            self._next_pool_event += 1
+            if self.api is None:
+                continue
+            for name, patch in ev.pools.items():
+                fields = patch.model_fields_set
+                if "replicas" in fields and patch.replicas is not None:
+                    dep = self.api.get("deployments", self.namespace, name, group="apps")
+                    dep["spec"]["replicas"] = patch.replicas
+                    self.api.put(dep)
+                    self._say("scenario", f"{name} scaled to {patch.replicas}", t=ev.at)
+                ignored = sorted(f for f in fields if f != "replicas")
+                if ignored:
+                    note = (
+                        f"t={ev.at:.0f} s: the scenario's change of {', '.join(ignored)} on "
+                        f"pool {name} is not applied in the demo (the controller owns the "
+                        "canary's config; the kubelet runs the pods)"
+                    )
+                    self._notes.append(note)
+                    self._say("demo", note, "yellow", t=ev.at)
+            for name in ev.restart:
+                for pod in self.api.objects("pods", self.namespace):
+                    if pod["metadata"].get("labels", {}).get("app") == name:
+                        with contextlib.suppress(Exception):
+                            self.api.delete("pods", self.namespace, pod["metadata"]["name"])
+                self._say("scenario", f"{name}: pods restarted", t=ev.at)
+
+    def _kubelet_line(self, ev: KubeletEvent) -> None:
+        """Rollouts, and pods that went away or failed (not every start and ready)."""
+        if ev.kind in ("deleted", "restarted", "failed", "rollout"):
+            style = "red" if ev.kind in ("failed", "restarted", "deleted") else "dim"
+            self._say("kubelet", ev.message, style, t=self._wall_to_sim(ev.at))
+
+    def _k8s_events(self, *, force: bool = False) -> None:
+        """Events the controller wrote to Kubernetes (what `kubectl get events` shows)."""
+        if self.api is None:
+            return
+        now = time.monotonic()
+        if now - self._events_checked < 0.5 and not force:
+            return
+        self._events_checked = now
+        try:
+            events = self.api.objects("events", self.namespace)
+        except Exception:
+            return
+        for ev in events:
+            uid = ev.get("metadata", {}).get("uid", "")
+            count = ev.get("count", 1)
+            key = f"{uid}/{count}"
+            if key in self._seen_events:
+                continue
+            self._seen_events.add(key)
+            kind = ev.get("type", "Normal")
+            if ev.get("reason") in (
+                "SpeculationEnabled",
+                "SpeculationDisabled",
+                "SourceErrors",
+                "PatchFailed",
+                "FlipRefused",
+                "RolloutTimeout",
+            ):
+                self._say(
+                    "event",
+                    f"{kind} {ev.get('reason')}: {str(ev.get('message', ''))[:160]}",
+                    "yellow" if kind == "Warning" else "",
+                )
+
+    def _outcome(self, wall: float, out: Any) -> None:
+        t = self._wall_to_sim(wall)
+        unit = out.units[0] if out.units else None
+        evaluation: Evaluation | None = unit.evaluation if unit is not None else None
+        error = ""
+        if out.spec_error:
+            error = out.spec_error
+        elif unit is not None and unit.error is not None:
+            error = f"not applied: {unit.error}"
+        if evaluation is not None:
+            truth = math.nan
+            if self._truth and evaluation.weights and evaluation.combined is not None:
+                w = {k: v for k, v in evaluation.weights.items() if k in self._truth}
+                total = math.fsum(w.values())
+                if total > 0:
+                    truth = math.fsum(self._truth[k]["alpha"] * v for k, v in w.items()) / total
+            point = report.point(evaluation, start=self._t0_wall, truth_alpha=truth)
+            point = dataclasses.replace(point, t=t)
+            if error and unit is not None and unit.error is not None:
+                point = dataclasses.replace(point, reason=f"{point.reason} — {error}")
+            memory = unit.memory if unit is not None and unit.memory is not None else None
+            state = (memory or evaluation.memory).state.value
+            self._state = state
+            self._spec_on = unit.speculation_on if unit is not None else None
+            self._last_alpha = dict((memory or evaluation.memory).last_alpha)
+        else:
+            point = report.Point(
+                t=t,
+                at=wall,
+                state=self._state,
+                action=Action.HOLD.value,
+                reason=f"not evaluated: {error}" if error else "not evaluated",
+                verdict=Verdict.ERROR.value,
+                speculation_on=bool(self._spec_on),
+            )
+        decision = Decision(
+            t=t,
+            point=point,
+            evaluation=evaluation,
+            error=error,
+            applied=bool(unit and unit.applied),
+        )
+        with self._lock:
+            self._decisions.append(decision)
+            self._last = decision
+            if point.transition:
+                self._last_transition = decision
+        if point.action == Action.DISABLE.value and self._first_rollback is None:
+            self._first_rollback = t
+        if point.transition == f"{State.PROBING.value} -> {State.ON.value}":
+            self._confirmed.append(t)
+        if point.transition:
+            why = ""
+            if point.action == Action.DISABLE.value:
+                why = f" [{cause_of(failing_checks(evaluation)) or 'see checks'}]"
+            self._say(
+                "controller",
+                f"{point.transition}: {point.action}{why} — {point.reason}",
+                "bold green"
+                if point.action == Action.ENABLE.value
+                else "bold red"
+                if point.action == Action.DISABLE.value
+                else "bold",
+                t=t,
+            )
+        elif error:
+            self._say("controller", f"{point.verdict}: {error[:200]}", "red", t=t)
+        if self.on_decision is not None:
+            with contextlib.suppress(Exception):
+                self.on_decision(decision)
+
+    # ------------------------------------------------------------ chaos
+
+    def _run_chaos(self, t: float) -> None:
+        if self._chaos_runner is not None:
+            self._chaos_runner.run(t, self._first_rollback, self._confirmed)
+
+    def _end_chaos(self, t: float) -> None:
+        if self._chaos_runner is not None:
+            self._chaos_runner.end_all(t)
+
+    # ------------------------------------------------------------ stopping
+
+    def close(self) -> None:
+        """Stop every part that started, newest first (idempotent)."""
+        for th in self._threads:
+            th.join(timeout=self.options.prometheus_timeout)
+        self._threads.clear()
+        while self._cleanup:
+            what, fn = self._cleanup.pop()
+            try:
+                fn()
+            except Exception as exc:  # keep stopping the rest
+                self._notes.append(f"stopping {what} failed: {exc!r}")
+
+    # ------------------------------------------------------------ results
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(
+                scenario=self.scenario.name,
+                t=min(self.sim_now(), self.duration),
+                duration=self.duration,
+                speed=self.speed,
+                source=self.source_kind,
+                gate=self.gate,
+                last=self._last,
+                last_transition=self._last_transition,
+                state=self._state,
+                speculation_on=self._spec_on,
+                log=list(self._log),
+                truth=copy.deepcopy(self._truth),
+                pods=self.kubelet.pods() if self.kubelet is not None else {},
+                chaos_active=[
+                    r.step.what for r in self._chaos if r.started is not None and r.ended is None
+                ],
+                last_alpha=dict(self._last_alpha),
+                finished=self._finished,
+            )
+
+    @property
+    def decisions(self) -> list[Decision]:
+        with self._lock:
+            return list(self._decisions)
+
+    def transitions(self) -> list[dict[str, Any]]:
+        return results.transitions(self.decisions)
+
+    def milestones(self) -> dict[str, bool]:
+        """The default story's beats, in order: enabled, rolled back on P99, re-enabled,
+        rolled back on alpha, re-enabled by an early re-probe."""
+        return results.milestones(self.transitions())
+
+    def chaos_report(self) -> list[dict[str, Any]]:
+        interval = self.canary.spec.timing.interval_seconds * self.speed if self.canary else 0.0
+        return results.chaos_report(self._chaos, self.decisions, interval)
+
+    def notes(self) -> list[str]:
+        header = (
+            f"Scenario {self.scenario.name!r} ({self.scenario_where}), policy {self.policy_where}, "
+            f"source {self.source_kind}, speed {self.speed:g}x (times are scenario seconds; the "
+            f"controller's own messages count wall seconds)."
+        )
+        return results.notes(header, self._all_log, self.chaos_report(), self._notes)
+
+    def spans(self) -> list[tuple[float, float, str]]:
+        return results.spans(self._chaos)
+
+    def write_report(self) -> dict[str, Path]:
+        points = [d.point for d in self.decisions]
+        title = f"alphagate demo: {self.scenario.name} ({self.source_kind}, {self.speed:g}x)"
+        return report.write(
+            points,
+            self.options.out,
+            title=title,
+            gate=self.gate,
+            notes=self.notes(),
+            spans=self.spans(),
+        )
+
+    def result(
+        self, wall: float, sim_t: float, interrupted: bool, paths: dict[str, Path]
+    ) -> DemoResult:
+        return DemoResult(
+            scenario=self.scenario.name,
+            source=self.source_kind,
+            speed=self.speed,
+            sim_seconds=sim_t,
+            wall_seconds=wall,
+            decisions=self.decisions,
+            transitions=self.transitions(),
+            chaos=self.chaos_report(),
+            paths=paths,
+            interrupted=interrupted,
+            milestones=self.milestones(),
+            notes=self.notes(),
+            endpoints=dict(self.endpoints),
+        )
