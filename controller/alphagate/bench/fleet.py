@@ -190,7 +190,11 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
                 ("s", Role.CANARY): [_target(cfg, i, Target) for i in canary],
                 ("s", Role.BASELINE): [_target(cfg, i, Target) for i in baseline],
             }
-            src: Any = ScrapeSource(StaticDiscovery(urls), settings=settings, transport=transport)
+            src: Any = ScrapeSource(
+                StaticDiscovery(urls),
+                settings=settings,
+                accept_encoding="identity" if cfg.get("identity") else "gzip",
+            )
         else:
             block = {"kind": "prometheus", "prometheus": {}}
             spec = spec_for(name, block, interval, window)
@@ -200,6 +204,10 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     memories = [Memory() for _ in units]
     rollout = Rollout(completed_at=0.0, speculation_on=True)
     prom_pid = cfg.get("prometheus_pid")
+
+    def read() -> int:  # bytes off the wire: the Prometheus client's, the scrapers'
+        return transport.bytes + sum(getattr(src, "bytes_read", 0) for _, src in units)
+
     cycles = []
     errors: dict[str, int] = {}
     actions: dict[str, int] = {}
@@ -209,7 +217,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     for n in range(warmup, cfg["cycles"] + 1):
         time.sleep(max(0.0, next_at - time.time()))
         next_at = time.time() + interval
-        b0, c0, w0 = transport.bytes, self_cpu(), time.perf_counter()
+        b0, c0, w0 = read(), self_cpu(), time.perf_counter()
         p0 = proc_cpu(prom_pid) if prom_pid else 0.0
         now = time.time()
         for k, (spec, src) in enumerate(units):
@@ -224,7 +232,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
                 actions[ev.action.value] = actions.get(ev.action.value, 0) + 1
         wall = time.perf_counter() - w0
         if n:  # cycle 0 only warms up
-            cycle = {"cpu": self_cpu() - c0, "wall": wall, "bytes": transport.bytes - b0}
+            cycle = {"cpu": self_cpu() - c0, "wall": wall, "bytes": read() - b0}
             if prom_pid:
                 cycle["prometheus_cpu"] = proc_cpu(prom_pid) - p0
             cycles.append(cycle)
@@ -245,8 +253,9 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Only GET every page (body decompressed, as ScrapeSource reads it), with httpx the way
-    ScrapeSource uses it or with aiohttp (C HTTP parser, one event loop): the HTTP layer's cost."""
+    """Only GET every page (body decompressed), with httpx over threads (how ScrapeSource
+    fetched until it moved to aiohttp) or with the `Fetcher` ScrapeSource uses (aiohttp, one
+    event loop): the HTTP layer's cost."""
     urls = [f"http://127.0.0.1:{cfg['ports'][i]}/metrics" for i in range(cfg["pods"])]
     conc = cfg.get("concurrency", 32)
     runs: list[dict[str, float]] = []
@@ -263,30 +272,26 @@ def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
                     {"cpu": self_cpu() - c0, "wall": time.perf_counter() - w0, "decoded": size}
                 )
     else:
-        import asyncio
+        from alphagate.sources.discovery import Target
+        from alphagate.sources.fetcher import Fetcher
 
-        import aiohttp
-
-        async def cycle(session: aiohttp.ClientSession, sem: asyncio.Semaphore) -> int:
-            async def one(url: str) -> int:
-                async with sem, session.get(url) as resp:
-                    return len(await resp.read())  # decompressed, like httpx's .content
-
-            return sum(await asyncio.gather(*(one(u) for u in urls)))
-
-        async def all_cycles() -> None:
-            sem = asyncio.Semaphore(conc)
-            timeout = aiohttp.ClientTimeout(total=10)
-            connector = aiohttp.TCPConnector(limit=conc)
-            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-                for _ in range(cfg["cycles"] + 1):
-                    c0, w0 = self_cpu(), time.perf_counter()
-                    size = await cycle(session, sem)
-                    runs.append(
-                        {"cpu": self_cpu() - c0, "wall": time.perf_counter() - w0, "decoded": size}
-                    )
-
-        asyncio.run(all_cycles())
+        fetcher = Fetcher(headers={}, concurrency=conc)
+        targets = [Target(url) for url in urls]
+        try:
+            for _ in range(cfg["cycles"] + 1):
+                c0, w0 = self_cpu(), time.perf_counter()
+                sizes = fetcher.get_all(
+                    targets,
+                    timeout=10,
+                    max_bytes=64 << 20,
+                    max_lines=None,
+                    on_body=lambda t, body, ctype: len(body),
+                    on_error=lambda t, err: 0,
+                )
+                wall = time.perf_counter() - w0
+                runs.append({"cpu": self_cpu() - c0, "wall": wall, "decoded": sum(sizes)})
+        finally:
+            fetcher.close()
     measured = runs[1:]
     return {
         "pods": cfg["pods"],
@@ -585,7 +590,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 ("concurrency 8", {"concurrency": 8}),
                 ("concurrency 16", {"concurrency": 16}),
                 ("HTTP only: httpx, 32 threads", {"source": "fetch-httpx"}),
-                ("HTTP only: aiohttp, 1 loop", {"source": "fetch-aiohttp"}),
+                ("HTTP only: aiohttp Fetcher", {"source": "fetch-aiohttp"}),
             ):
                 variants.append((label, try_worker({**base_cfg, **extra}, timeout)))
         for n in (s for s in sizes if use_prom and s > prom_pods):

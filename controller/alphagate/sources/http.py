@@ -212,9 +212,10 @@ class _Decoder:
             )
 
 
-def content_encoding(resp: httpx.Response, where: str) -> str:
-    """The one content encoding of a response ('' for none); stacked encodings are refused."""
-    raw = resp.headers.get_list("content-encoding", split_commas=True)
+def single_encoding(values: Iterable[str], where: str) -> str:
+    """The one content encoding named by Content-Encoding header values ('' for none);
+    stacked encodings are refused."""
+    raw = [part for value in values for part in value.split(",")]
     codings = [c.strip().lower() for c in raw if c.strip() and c.strip().lower() != "identity"]
     if len(codings) > 1:
         raise SourceError(
@@ -225,48 +226,82 @@ def content_encoding(resp: httpx.Response, where: str) -> str:
     return codings[0] if codings else ""
 
 
+def content_encoding(resp: httpx.Response, where: str) -> str:
+    """The one content encoding of a response ('' for none); stacked encodings are refused."""
+    return single_encoding(resp.headers.get_list("content-encoding"), where)
+
+
+class BodyReader:
+    """Decodes a body fed chunk by chunk (as received), refused (TOO_LARGE) as soon as it
+    crosses `max_bytes` received or decoded bytes or `max_lines` lines. Shared by the httpx
+    (Prometheus) and aiohttp (pod scrape) paths, so both have the same caps and errors."""
+
+    __slots__ = ("_body", "_decoder", "_lines", "max_bytes", "max_lines", "received", "where")
+
+    def __init__(
+        self,
+        *,
+        encoding: str,
+        content_length: str,
+        max_bytes: int,
+        max_lines: int | None,
+        where: str,
+    ) -> None:
+        declared = content_length
+        if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+            raise SourceError(
+                SourceErrorKind.TOO_LARGE,
+                f"Content-Length {declared} exceeds the cap of {max_bytes} bytes",
+                target=where,
+            )
+        self._decoder = _Decoder(encoding, where)
+        self.max_bytes, self.max_lines, self.where = max_bytes, max_lines, where
+        self._body = bytearray()
+        self._lines = 0
+        self.received = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.max_bytes:  # compressed bytes count too: never past the cap
+            raise SourceError(
+                SourceErrorKind.TOO_LARGE, f"body exceeds {self.max_bytes} bytes", target=self.where
+            )
+        body = self._body
+        for piece in self._decoder.feed(chunk, self.max_bytes - len(body)):
+            body += piece
+            if len(body) > self.max_bytes:
+                raise SourceError(
+                    SourceErrorKind.TOO_LARGE,
+                    f"decoded body exceeds {self.max_bytes} bytes",
+                    target=self.where,
+                )
+            if self.max_lines is not None:
+                self._lines += piece.count(b"\n")
+                if self._lines > self.max_lines:
+                    raise SourceError(
+                        SourceErrorKind.TOO_LARGE,
+                        f"body has more than {self.max_lines} lines",
+                        target=self.where,
+                    )
+
+    def finish(self) -> bytes:
+        self._decoder.finish()
+        return bytes(self._body)
+
+
 def read_body(
     resp: httpx.Response, *, max_bytes: int, max_lines: int | None = None, where: str
 ) -> bytes:
     """The decoded body of a streamed response, refused (TOO_LARGE) past `max_bytes` decoded
     bytes or `max_lines` lines as soon as the cap is crossed."""
-    if resp.is_stream_consumed:  # already read into memory (httpx.MockTransport): decoded
-        raw: Iterable[bytes] = [resp.content]
-        decoder = _Decoder("", where)
-    else:
-        raw = resp.iter_raw()
-        decoder = _Decoder(content_encoding(resp, where), where)
-    declared = resp.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise SourceError(
-            SourceErrorKind.TOO_LARGE,
-            f"Content-Length {declared} exceeds the cap of {max_bytes} bytes",
-            target=where,
-        )
-    body = bytearray()
-    lines = 0
-    received = 0
-    for chunk in raw:
-        received += len(chunk)
-        if received > max_bytes:  # compressed bytes count too: never more than the cap
-            raise SourceError(
-                SourceErrorKind.TOO_LARGE, f"body exceeds {max_bytes} bytes", target=where
-            )
-        for piece in decoder.feed(chunk, max_bytes - len(body)):
-            body += piece
-            if len(body) > max_bytes:
-                raise SourceError(
-                    SourceErrorKind.TOO_LARGE,
-                    f"decoded body exceeds {max_bytes} bytes",
-                    target=where,
-                )
-            if max_lines is not None:
-                lines += piece.count(b"\n")
-                if lines > max_lines:
-                    raise SourceError(
-                        SourceErrorKind.TOO_LARGE,
-                        f"body has more than {max_lines} lines",
-                        target=where,
-                    )
-    decoder.finish()
-    return bytes(body)
+    consumed = resp.is_stream_consumed  # already read into memory (httpx.MockTransport)
+    reader = BodyReader(
+        encoding="" if consumed else content_encoding(resp, where),
+        content_length=resp.headers.get("content-length", ""),
+        max_bytes=max_bytes,
+        max_lines=max_lines,
+        where=where,
+    )
+    for chunk in [resp.content] if consumed else resp.iter_raw():
+        reader.feed(chunk)
+    return reader.finish()

@@ -32,11 +32,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final, Self
-
-import httpx
 
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
@@ -59,11 +56,11 @@ from alphagate.sources.common import (
     has_drafts,
     per_position_tuple,
     pools_of,
-    redact_url,
     sorted_samples,
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.exposition import Counter, Gauge, Hist, LabelKey, Page, Series
+from alphagate.sources.fetcher import Fetcher, where_of
 
 ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 """Ask for the classic text format: no OpenMetrics name escaping (vllm-metrics.md §5)."""
@@ -273,43 +270,19 @@ class Scraped:
     error: SourceError | None = None
 
 
-def fetch(
-    client: httpx.Client, target: Target, settings: ScrapeSettings, clock: Callable[[], float]
-) -> Scraped:
-    """GET one page within one deadline (connect, headers and body) and the size and line
-    caps; classify every failure. Whatever is wrong with this page fails this pod only."""
-    url = target.url
-    where = f"{target.pod} {url}" if target.pod else url
+def scraped(target: Target, body: bytes, content_type: str, at: float) -> Scraped:
+    """A page's bytes -> Scraped: the page, or the classified reason it cannot be read.
+    Whatever is wrong with this page fails this pod only."""
+    where = where_of(target)
     try:
-        with http.deadline(settings.timeout_seconds):
-            body, content_type = _get(client, url, settings, where)
-        page = parse_page(body, content_type=content_type, where=where)
+        return Scraped(target, at, page=parse_page(body, content_type=content_type, where=where))
     except SourceError as exc:
-        return Scraped(target, clock(), error=exc)
-    except httpx.TimeoutException:
-        timeout = SourceError(
-            SourceErrorKind.TIMEOUT,
-            f"page not complete within {settings.timeout_seconds}s",
-            target=where,
-        )
-        return Scraped(target, clock(), error=timeout)
-    except httpx.ConnectError as exc:
-        gone = "refused" in str(exc).lower()
-        kind = SourceErrorKind.POD_GONE if gone else SourceErrorKind.UNREACHABLE
-        return Scraped(
-            target, clock(), error=SourceError(kind, str(exc) or "connect", target=where)
-        )
-    except httpx.HTTPError as exc:
-        other = SourceError(
-            SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=where
-        )
-        return Scraped(target, clock(), error=other)
+        return Scraped(target, at, error=exc)
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
         # The parser met something it did not expect (e.g. a non-ASCII digit in a label it
         # converts): this page is bad, the other pods are not.
         bad = SourceError(SourceErrorKind.PARSE, f"cannot read the page: {exc!r}", target=where)
-        return Scraped(target, clock(), error=bad)
-    return Scraped(target, clock(), page=page)
+        return Scraped(target, at, error=bad)
 
 
 def parse_page(body: bytes, *, content_type: str = "", where: str, strict: bool = False) -> Page:
@@ -342,20 +315,6 @@ def _not_json(body: bytes, content_type: str, where: str) -> None:
         )
 
 
-def _get(client: httpx.Client, url: str, settings: ScrapeSettings, where: str) -> tuple[bytes, str]:
-    with client.stream("GET", url) as resp:
-        if resp.status_code != 200:
-            location = resp.headers.get("location", "")
-            hint = f" (redirect to {redact_url(location)}, not followed)" if location else ""
-            raise SourceError(
-                SourceErrorKind.HTTP_STATUS, f"HTTP {resp.status_code}{hint}", target=where
-            )
-        body = http.read_body(
-            resp, max_bytes=settings.max_body_bytes, max_lines=settings.max_lines, where=where
-        )
-        return body, resp.headers.get("content-type", "")
-
-
 # --------------------------------------------------------------------------- the source
 
 
@@ -370,26 +329,27 @@ class ScrapeSource:
         clock: Callable[[], float] = time.time,
         since_start: bool = False,
         max_failed_fraction: float = 0.1,
-        transport: httpx.BaseTransport | None = None,
+        accept_encoding: str = http.ACCEPT_ENCODING,
     ) -> None:
         self.discovery = discovery
         self.settings = settings
         self.clock = clock
         self.since_start = since_start
         self.max_failed_fraction = max_failed_fraction
-        self._transport = transport
-        self._client: httpx.Client | None = None
-        self._client_key: tuple[int, float] | None = None
+        self.accept_encoding = accept_encoding
+        self._fetcher: Fetcher | None = None
         self._states: dict[tuple[str, Role, str], PodState] = {}
         self._retention = 0.0
         self._lock = threading.Lock()
         self.failures: dict[tuple[str, Role], list[SourceError]] = {}
         """Per pool, the pods that failed in the last observe (kept even when tolerated)."""
+        self.bytes_read = 0
+        """Bytes read off the wire by every scrape so far (compressed, as sent)."""
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher = None
 
     def __enter__(self) -> Self:
         return self
@@ -397,32 +357,36 @@ class ScrapeSource:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _http(self, settings: ScrapeSettings) -> httpx.Client:
-        key = (settings.max_concurrency, settings.timeout_seconds)
-        if self._client is None or key != self._client_key:
+    def _http(self, settings: ScrapeSettings) -> Fetcher:
+        if self._fetcher is None or self._fetcher.concurrency != settings.max_concurrency:
             self.close()
-            self._client = http.client(
+            self._fetcher = Fetcher(
                 headers={"Accept": ACCEPT},
-                timeout=httpx.Timeout(settings.timeout_seconds),
-                limits=httpx.Limits(
-                    max_connections=settings.max_concurrency,
-                    max_keepalive_connections=settings.max_concurrency,
-                ),
-                transport=self._transport,
+                concurrency=settings.max_concurrency,
+                accept_encoding=self.accept_encoding,
             )
-            self._client_key = key
-        return self._client
+        return self._fetcher
 
     def scrape(self, targets: Iterable[Target], settings: ScrapeSettings) -> dict[str, Scraped]:
         """Scrape each distinct URL once, at most `maxConcurrency` at a time."""
         unique = {t.url: t for t in targets}
         if not unique:
             return {}
-        client = self._http(settings)
-        workers = max(1, min(settings.max_concurrency, len(unique)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scrape") as pool:
-            results = pool.map(lambda t: fetch(client, t, settings, self.clock), unique.values())
-            return {r.target.url: r for r in results}
+        fetcher = self._http(settings)
+        before = fetcher.bytes_read
+        clock = self.clock
+        try:
+            results = fetcher.get_all(
+                list(unique.values()),
+                timeout=settings.timeout_seconds,
+                max_bytes=settings.max_body_bytes,
+                max_lines=settings.max_lines,
+                on_body=lambda t, body, ctype: scraped(t, body, ctype, clock()),
+                on_error=lambda t, err: Scraped(t, clock(), error=err),
+            )
+        finally:
+            self.bytes_read += fetcher.bytes_read - before
+        return {r.target.url: r for r in results}
 
     def observe(
         self,
@@ -606,13 +570,18 @@ def read_page(
             target=target,
         )
     if target.startswith(("http://", "https://")):
-        settings = ScrapeSettings.model_construct(
-            timeout_seconds=timeout_seconds, max_body_bytes=max_body_bytes, max_lines=max_lines
-        )
-        with http.client(
-            headers={"Accept": ACCEPT}, timeout=httpx.Timeout(timeout_seconds)
-        ) as client:
-            result = fetch(client, Target(url=target), settings, time.time)
+        fetcher = Fetcher(headers={"Accept": ACCEPT}, concurrency=1)
+        try:
+            (result,) = fetcher.get_all(
+                [Target(url=target)],
+                timeout=timeout_seconds,
+                max_bytes=max_body_bytes,
+                max_lines=max_lines,
+                on_body=lambda t, body, ctype: scraped(t, body, ctype, time.time()),
+                on_error=lambda t, err: Scraped(t, time.time(), error=err),
+            )
+        finally:
+            fetcher.close()
         if result.error is not None:
             raise result.error
         assert result.page is not None
