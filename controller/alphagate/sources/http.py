@@ -236,7 +236,9 @@ class BodyReader:
     crosses `max_bytes` received or decoded bytes or `max_lines` lines. Shared by the httpx
     (Prometheus) and aiohttp (pod scrape) paths, so both have the same caps and errors."""
 
-    __slots__ = ("_body", "_decoder", "_lines", "max_bytes", "max_lines", "received", "where")
+    __slots__ = (
+        "_body", "_counted", "_decoder", "_lines", "max_bytes", "max_lines", "received", "where",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -258,6 +260,7 @@ class BodyReader:
         self.max_bytes, self.max_lines, self.where = max_bytes, max_lines, where
         self._body = bytearray()
         self._lines = 0
+        self._counted = 0  # newlines of body[:_counted] are in _lines
         self.received = 0
 
     def feed(self, chunk: bytes) -> None:
@@ -275,8 +278,11 @@ class BodyReader:
                     f"decoded body exceeds {self.max_bytes} bytes",
                     target=self.where,
                 )
-            if self.max_lines is not None:
-                self._lines += piece.count(b"\n")
+            # Counting newlines costs a pass over the page: skipped while the body is too
+            # short to hold more than max_lines of them.
+            if self.max_lines is not None and len(body) > self.max_lines:
+                self._lines += body.count(b"\n", self._counted)
+                self._counted = len(body)
                 if self._lines > self.max_lines:
                     raise SourceError(
                         SourceErrorKind.TOO_LARGE,
