@@ -132,7 +132,8 @@ def validate_cr(obj: dict[str, Any], *, strict: bool = True) -> None:
 
 
 def vllm_series_names() -> set[str]:
-    """Series names a vLLM pod exposes, from alphagate.vllm (histograms with their suffixes)."""
+    """Series names a vLLM pod exposes, from alphagate.vllm (histograms with their suffixes),
+    in both spellings."""
     from alphagate import vllm
 
     names = {
@@ -144,7 +145,7 @@ def vllm_series_names() -> set[str]:
     for base in vllm.HISTOGRAM_BUCKETS:
         names.discard(base)
         names |= {base + vllm.BUCKET, base + vllm.COUNT, base + vllm.SUM}
-    return names
+    return names | {vllm.escaped(n) for n in names}  # as a Prometheus 2 scrape may store them
 
 
 def recorded_names() -> set[str]:

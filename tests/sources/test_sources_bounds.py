@@ -274,11 +274,11 @@ def test_prometheus_huge_position_label_fails_the_query() -> None:
     body = f'{{"status":"success","data":{{"resultType":"matrix","result":[{points}]}}}}'
     answer = whole("200 OK", {"Content-Type": "application/json"}, body.encode())
     with serving(answer) as server, prom(server.base) as src:
-        from alphagate.sources.prometheus import pool_queries
+        from alphagate.sources.prometheus import _acceptance, pool_queries
 
         q = pool_queries({"a": "b"}, window_seconds=60, interval_seconds=20)
         with pytest.raises(SourceError) as caught:
-            src._acceptance(q, 1000.0, 1060.0, 20.0)
+            _acceptance(src, q, 1000.0, 1060.0, 20.0)
     assert caught.value.kind in (SourceErrorKind.QUERY_ERROR, SourceErrorKind.PARSE)
 
 

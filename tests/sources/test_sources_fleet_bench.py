@@ -54,9 +54,15 @@ def test_quick_run_reports_every_number(capsys: pytest.CaptureFixture[str]) -> N
     assert set(parser) >= {"prometheus_client", "alphagate", "str.splitlines (ceiling)"}
     assert all(v > 0 for v in parser.values())
     kinds = {(c["source"], c["pods"]) for c in got["cycles"]}
-    assert kinds == {("scrape", 20), ("prometheus", 20)}
+    assert kinds == {("scrape", 20), ("scrape", 40), ("prometheus", 20), ("prometheus", 40)}
+    # The Prometheus path: up to 11 queries a pool one canary at a time, up to 11 for every
+    # pool batched (one canary, two pools, one batch), the same through the recorded rates.
+    how = {(c["pods"], c["how"]): c["median"]["queries"] for c in got["cycles"] if "how" in c}
+    assert set(how) == {(20, "batched"), (20, "per canary"), (40, "batched"), (40, "recorded")}
+    assert how[(20, "batched")] < how[(20, "per canary")] <= 22
+    assert all(0 < how[k] <= 11 for k in how if k[1] != "per canary")
     for c in got["cycles"]:
-        assert len(c["cycles"]) == 2 and c["canaries"] == 1
+        assert len(c["cycles"]) == 2 and c["canaries"] == 1, c
         assert c["errors"] == {}  # every pool read, by both paths
         assert sum(c["actions"].values()) == 2  # one decision per canary and cycle
         m = c["median"]

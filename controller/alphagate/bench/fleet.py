@@ -29,6 +29,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,13 +43,16 @@ from alphagate.sandbox.pageserver import OURS_PATH
 from alphagate.sources import exposition
 from alphagate.sources.http import DeadlineTransport
 
-QUICK_ARGS = ["--pods", "20", "--prometheus-pods", "20", "--interval", "2", "--cycles", "2"]
-"""What `python -m alphagate.bench --quick` passes: 20 pods, 2 s interval, two cycles."""
+QUICK_ARGS = ["--pods", "20,40", "--prometheus-pods", "20", "--interval", "2", "--cycles", "2"]
+"""What `python -m alphagate.bench --quick` passes: 20 and 40 pods (the second through the
+Prometheus that stores only alphagate's families and records the rates), 2 s interval, two
+cycles."""
 
 CAPTURE = (
     Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
 )
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+RULES = Path(__file__).resolve().parents[3] / "deploy/monitoring/rules/alphagate-batches.yaml"
 
 
 # --------------------------------------------------------------------------- measuring
@@ -171,6 +175,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     from alphagate.core.model import Memory, Role, Rollout
     from alphagate.sources.discovery import StaticDiscovery, Target
     from alphagate.sources.endpoints import PrometheusEndpoint
+    from alphagate.sources.prombatch import observe_many
     from alphagate.sources.prometheus import PrometheusSource
     from alphagate.sources.scrape import ScrapeSource
 
@@ -182,6 +187,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         limits=httpx.Limits(max_connections=conc, max_keepalive_connections=conc),
     )
     units: list[tuple[Any, Any]] = []
+    shared: Any = None  # the Prometheus path: one source for every canary (batched queries)
     for name, canary, baseline in layout(cfg["pods"], cfg["per_canary"]):
         if cfg["source"] == "scrape":
             settings = ScrapeSettings(max_concurrency=conc, timeout_seconds=10)
@@ -198,8 +204,13 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         else:
             block = {"kind": "prometheus", "prometheus": {}}
             spec = spec_for(name, block, interval, window)
-            endpoint = PrometheusEndpoint(url=cfg["prometheus_url"])
-            src = PrometheusSource(endpoint, transport=transport)
+            if shared is None or not cfg.get("batched", True):
+                every = int(interval) if cfg.get("recorded") else None
+                endpoint = PrometheusEndpoint(
+                    url=cfg["prometheus_url"], recorded_rules_interval_seconds=every
+                )
+                shared = src = PrometheusSource(endpoint, transport=transport)
+            src = shared
         units.append((spec, src))
     memories = [Memory() for _ in units]
     rollout = Rollout(completed_at=0.0, speculation_on=True)
@@ -218,10 +229,23 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         time.sleep(max(0.0, next_at - time.time()))
         next_at = time.time() + interval
         b0, c0, w0 = read(), self_cpu(), time.perf_counter()
+        q0 = transport.requests
         p0 = proc_cpu(prom_pid) if prom_pid else 0.0
         now = time.time()
-        for k, (spec, src) in enumerate(units):
-            obs = src.observe(spec, start=now - window, end=now, interval_seconds=interval)
+        if cfg["source"] == "prometheus" and cfg.get("batched", True):
+            seen = observe_many(
+                shared,
+                [u[0] for u in units],
+                start=now - window,
+                end=now,
+                interval_seconds=interval,
+            )
+        else:
+            seen = [
+                src.observe(spec, start=now - window, end=now, interval_seconds=interval)
+                for spec, src in units
+            ]
+        for k, ((spec, _), obs) in enumerate(zip(units, seen, strict=True)):
             ev = evaluate(spec, obs, memories[k], rollout, now=now)
             memories[k] = ev.memory
             if n:
@@ -233,13 +257,14 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         wall = time.perf_counter() - w0
         if n:  # cycle 0 only warms up
             cycle = {"cpu": self_cpu() - c0, "wall": wall, "bytes": read() - b0}
+            cycle["queries"] = transport.requests - q0
             if prom_pid:
                 cycle["prometheus_cpu"] = proc_cpu(prom_pid) - p0
             cycles.append(cycle)
         if time.monotonic() > deadline:
             break
     for _, src in units:
-        src.close()
+        src.close()  # a shared source closes more than once: harmless
     return {
         "pods": cfg["pods"],
         "canaries": len(units),
@@ -432,13 +457,20 @@ class PageServer:
 
 
 def _prometheus_path(
-    prom: Any, pods: int, common: dict[str, Any], timeout: float, scrape_rate: float | None
+    prom: Any,
+    pods: int,
+    common: dict[str, Any],
+    timeout: float,
+    scrape_rate: float | None,
+    **extra: Any,
 ) -> dict[str, Any]:
-    """A Prometheus-path worker; Prometheus' CPU for the queries is its CPU over each cycle
-    minus its scraping rate (`scrape_rate` CPU s per s, measured while nothing queried)."""
+    """A Prometheus-path worker (`extra`: batched, recorded); Prometheus' CPU for the queries
+    is its CPU over each cycle minus its scraping rate (`scrape_rate` CPU s per s, measured
+    while nothing queried)."""
     cfg = {**common, "source": "prometheus", "pods": pods, "prometheus_pid": prom.process.pid}
     cfg["prometheus_url"] = prom.url
-    # Per-canary queries take long at fleet size on a shared machine: fewer cycles, bounded.
+    cfg.update(extra)
+    # Queries take long at fleet size on a shared machine: fewer cycles, bounded.
     cfg["cycles"] = min(common["cycles"], 2 if pods <= 1000 else 1)
     cfg["max_seconds"] = 300
     try:
@@ -446,6 +478,11 @@ def _prometheus_path(
     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # report it, keep the rest
         return {"pods": pods, "failed": str(exc)[:200]}
     got["trimmed"] = scrape_rate is not None
+    got["how"] = (
+        ("recorded" if extra.get("recorded") else "batched")
+        if extra.get("batched", True)
+        else "per canary"
+    )
     rate = scrape_rate if scrape_rate is not None else common["_scrape_rate"]
     for c in got["cycles"]:
         c["prometheus_cpu"] -= rate * c["wall"]
@@ -455,17 +492,26 @@ def _prometheus_path(
 
 def _trimmed_prometheus(
     server: PageServer, pods: int, args: argparse.Namespace, common: dict[str, Any], timeout: float
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     """The Prometheus path past the side-by-side size: Prometheus scrapes only the families
-    alphagate reads (/metrics/alphagate). The queries touch the same series as with whole
-    pages; the scraping costs the shared machine a tenth."""
+    alphagate reads (/metrics/alphagate) and evaluates the shipped recording rules (scaled to
+    the interval). The queries touch the same series as with whole pages; the scraping costs
+    the shared machine a tenth. Batched raw queries, then the recorded rates."""
     from alphagate.testing import prometheus as promtest
 
     interval, window = common["interval"], common["window"]
+    rules = Path(tempfile.mkdtemp(prefix="alphagate-fleet-")) / "alphagate-batches.yaml"
+    every = int(interval)
+    rules.write_text(
+        RULES.read_text()
+        .replace("interval: 30s", f"interval: {every}s")
+        .replace("[1m]", f"[{2 * every}s]")
+    )
     with promtest.PrometheusServer(
         targets=targets(server.ports, pods, args.per_canary, path=OURS_PATH.decode()),
         scrape_interval=interval,
         evaluation_interval=interval,
+        rule_files=[rules],
     ) as prom:
         _wait_up(prom, pods, timeout=120 + pods / 20)
         up_at = time.time()
@@ -473,7 +519,21 @@ def _trimmed_prometheus(
         c0, t0 = proc_cpu(prom.process.pid), time.monotonic()
         time.sleep(max(0.0, up_at + window + interval - time.time()))
         rate = (proc_cpu(prom.process.pid) - c0) / (time.monotonic() - t0)
-        return _prometheus_path(prom, pods, common, timeout, rate)
+        rows = [
+            _prometheus_path(prom, pods, common, timeout, rate),
+            _prometheus_path(prom, pods, common, timeout, rate, recorded=True),
+        ]
+        rows[-1]["rules_seconds"] = _rules_seconds(prom)
+        return rows
+
+
+def _rules_seconds(prom: Any) -> float:
+    """Seconds Prometheus spent on its last evaluation of the recording rules (wall)."""
+    try:
+        got = httpx.get(f"{prom.url}/api/v1/rules", timeout=30).json()
+        return float(sum(g.get("evaluationTime", 0.0) for g in got["data"]["groups"]))
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return float("nan")
 
 
 def _wait_up(prom: Any, pods: int, *, timeout: float) -> None:
@@ -575,6 +635,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             time.sleep(max(0.0, up_at + window + interval - time.time()))  # a full window stored
             for n in sorted({s for s in sizes if s <= prom_pods} | {prom_pods}):
                 rows.append(("prometheus", _prometheus_path(prom, n, common, timeout, None)))
+            rows.append(("prometheus", _prometheus_path(prom, prom_pods, common, timeout, None,
+                                                        batched=False)))  # fmt: skip
             prom.close()
             prom = None
         done = {r["pods"] for kind, r in rows if kind == "scrape"}
@@ -595,7 +657,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
                 variants.append((label, try_worker({**base_cfg, **extra}, timeout)))
         for n in (s for s in sizes if use_prom and s > prom_pods):
             try:
-                rows.append(("prometheus", _trimmed_prometheus(server, n, args, common, timeout)))
+                for r in _trimmed_prometheus(server, n, args, common, timeout):
+                    rows.append(("prometheus", r))
             except (SandboxError, RuntimeError, subprocess.TimeoutExpired) as exc:
                 rows.append(("prometheus", {"pods": n, "failed": str(exc)[:200]}))
     finally:
@@ -619,19 +682,23 @@ def _report(
     interval: float,
 ) -> None:
     print(f"\none evaluation cycle (fetch, parse, aggregate, decide), interval {interval:g} s")
-    head = f"{'source':<11} {'pods':>5} {'canaries':>8} {'CPU s':>7} {'wall s':>7} "
-    print(head + f"{'peak RSS MB':>11} {'KiB read':>9} {'Prom CPU s':>10}  errors")
+    head = f"{'source':<22} {'pods':>5} {'canaries':>8} {'CPU s':>7} {'wall s':>7} "
+    print(head + f"{'peak RSS MB':>11} {'KiB read':>9} {'queries':>7} {'Prom CPU s':>10}  errors")
     for kind, r in rows:
         if "failed" in r:
-            print(f"{kind:<11} {r['pods']:>5}  failed: {r['failed']}")
+            print(f"{kind:<22} {r['pods']:>5}  failed: {r['failed']}")
             continue
         m = r["median"]
-        kind = kind + ("*" if r.get("trimmed") else "")
+        kind = kind + (f" ({r['how']})" if "how" in r else "") + ("*" if r.get("trimmed") else "")
         prom_cpu = f"{m['prometheus_cpu']:>10.3f}" if "prometheus_cpu" in m else f"{'':>10}"
+        queries = f"{m['queries']:>7.0f}" if m.get("queries") else f"{'':>7}"
         print(
-            f"{kind:<11} {r['pods']:>5} {r['canaries']:>8} {m['cpu']:>7.3f} {m['wall']:>7.2f} "
-            f"{r['peak_rss_mb']:>11.0f} {m['bytes'] / 1024:>9.0f} {prom_cpu}  {r['errors'] or ''}"
+            f"{kind:<22} {r['pods']:>5} {r['canaries']:>8} {m['cpu']:>7.3f} {m['wall']:>7.2f} "
+            f"{r['peak_rss_mb']:>11.0f} {m['bytes'] / 1024:>9.0f} {queries} {prom_cpu}  "
+            f"{r['errors'] or ''}"
         )
+        if "rules_seconds" in r:
+            print(f"{'':<22} recording rules: {r['rules_seconds']:.3f} s per evaluation")
     if any(r.get("trimmed") for _, r in rows):
         print("* Prometheus storing only the families alphagate reads (/metrics/alphagate)")
     if prom:

@@ -101,6 +101,10 @@ class PrometheusEndpoint(_Model):
     scrape_interval_seconds: float | None = Field(
         default=None, ge=1.0, le=3600.0, allow_inf_nan=False
     )
+    # Set when deploy/monitoring/rules/alphagate-batches.yaml is installed in this Prometheus:
+    # its group interval (30 as shipped). Policies whose interval is a multiple of it read
+    # the per-pod rates it records instead of raw counters.
+    recorded_rules_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
 
     @field_validator("url")
     @classmethod

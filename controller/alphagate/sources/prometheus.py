@@ -50,7 +50,7 @@ import stat
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
 import httpx
 import tenacity
@@ -156,6 +156,24 @@ def increase_by(name: str, m: str, rng: str, by: str) -> str:
     return _either(lambda n: f"sum{grouping} (increase({n}{{{m}}}[{rng}]))", name)
 
 
+def recorded_name(name: str) -> str:
+    """The series deploy/monitoring/rules/alphagate-batches.yaml records for `name`: its per-pod
+    rate (both spellings merged), evaluated every ``recordedRulesIntervalSeconds``."""
+    return f"alphagate:{vllm.escaped(name).removesuffix(vllm.TOTAL)}:rate"
+
+
+def recorded_by(every: float) -> Callable[[str, str, str, str], str]:
+    """``E * sum by (by) (sum_over_time(recorded{m}[rng]))`` with E the rules' interval: the
+    increase over `rng` from the recorded per-pod rates (one point per E seconds)."""
+
+    def of(name: str, m: str, rng: str, by: str) -> str:
+        grouping = f" by ({by})" if by else ""
+        inner = f"sum{grouping} (sum_over_time({recorded_name(name)}{{{m}}}[{rng}]))"
+        return f"{every:g} * {inner}"
+
+    return of
+
+
 @dataclass(frozen=True, slots=True)
 class PoolQueries:
     """The PromQL for one pool (see the module docstring)."""
@@ -181,34 +199,71 @@ class PoolQueries:
 
 
 def pool_queries(
-    match_labels: Mapping[str, str], *, window_seconds: float, interval_seconds: float
+    match_labels: Mapping[str, str],
+    *,
+    window_seconds: float,
+    interval_seconds: float,
+    recorded: float | None = None,
 ) -> PoolQueries:
-    m = matchers(match_labels)
+    return queries(
+        matchers(match_labels),
+        window_seconds=window_seconds,
+        interval_seconds=interval_seconds,
+        recorded=recorded,
+    )
+
+
+def queries(
+    m: str,
+    *,
+    window_seconds: float,
+    interval_seconds: float,
+    keys: tuple[str, ...] = (),
+    recorded: float | None = None,
+) -> PoolQueries:
+    """The queries for matchers `m`, each also grouped by the label names `keys` (a batch of
+    pools tells its pools apart by them, see :mod:`alphagate.sources.prombatch`). `recorded`:
+    read the recorded rates, recorded every that many seconds, instead of raw counters (for
+    the families the rules record; the others are read raw)."""
     w, i = duration(window_seconds), duration(interval_seconds)
-    pod = "instance, pod"
-    return PoolQueries(
-        drafts=increase_by(vllm.SPEC_DRAFTS, m, i, pod),
-        draft_tokens=increase_by(vllm.SPEC_DRAFT_TOKENS, m, i, pod),
-        accepted=increase_by(vllm.SPEC_ACCEPTED, m, i, pod),
-        per_position=increase_by(vllm.SPEC_PER_POS, m, i, f"{pod}, {vllm.POSITION}"),
-        generation_tokens=increase_by(vllm.GENERATION_TOKENS, m, w, pod),
-        itl_buckets=increase_by(vllm.ITL + vllm.BUCKET, m, w, vllm.LE),
-        itl_sum=increase_by(vllm.ITL + vllm.SUM, m, w, ""),
-        tpot_buckets=increase_by(vllm.TPOT + vllm.BUCKET, m, w, vllm.LE),
-        tpot_sum=increase_by(vllm.TPOT + vllm.SUM, m, w, ""),
-        tpot_pod_buckets=increase_by(vllm.TPOT + vllm.BUCKET, m, i, f"{pod}, {vllm.LE}"),
-        tpot_pod_sum=increase_by(vllm.TPOT + vllm.SUM, m, i, pod),
-        spec_present=_either(
-            lambda n: f"count (last_over_time({n}{{{m}}}[{w}]))", vllm.SPEC_DRAFTS
+    extra = "".join(f", {k}" for k in keys)
+    by_keys = f" by ({extra[2:]})" if keys else ""
+    pod = "instance, pod" + extra
+    raw = {
+        "spec_present": _either(
+            lambda n: f"count{by_keys} (last_over_time({n}{{{m}}}[{w}]))", vllm.SPEC_DRAFTS
         ),
-        output_length_buckets=increase_by(
-            vllm.REQUEST_GENERATION_TOKENS + vllm.BUCKET, m, w, vllm.LE
+        "output_length_buckets": increase_by(
+            vllm.REQUEST_GENERATION_TOKENS + vllm.BUCKET, m, w, vllm.LE + extra
         ),
-        output_length_sum=increase_by(vllm.REQUEST_GENERATION_TOKENS + vllm.SUM, m, w, ""),
+        "output_length_sum": increase_by(
+            vllm.REQUEST_GENERATION_TOKENS + vllm.SUM, m, w, extra[2:]
+        ),
         # mean over the window per pod (engines of a pod add up), then the mean over pods
-        running=_either(
-            lambda n: f"avg (sum by ({pod}) (avg_over_time({n}{{{m}}}[{w}])))", vllm.RUNNING
+        "running": _either(
+            lambda n: f"avg{by_keys} (sum by ({pod}) (avg_over_time({n}{{{m}}}[{w}])))",
+            vllm.RUNNING,
         ),
+    }
+    of: Callable[[str, str, str, str], str] = increase_by
+    if recorded:
+        # One recorded point per `recorded` seconds: a range 1 ms short of the step holds
+        # step / recorded of them whatever the phase (Prometheus 2 ranges include both ends).
+        of = recorded_by(recorded)
+        w, i = duration(window_seconds - 0.001), duration(interval_seconds - 0.001)
+    return PoolQueries(
+        drafts=of(vllm.SPEC_DRAFTS, m, i, pod),
+        draft_tokens=of(vllm.SPEC_DRAFT_TOKENS, m, i, pod),
+        accepted=of(vllm.SPEC_ACCEPTED, m, i, pod),
+        per_position=of(vllm.SPEC_PER_POS, m, i, f"{pod}, {vllm.POSITION}"),
+        generation_tokens=of(vllm.GENERATION_TOKENS, m, w, pod),
+        itl_buckets=of(vllm.ITL + vllm.BUCKET, m, w, vllm.LE + extra),
+        itl_sum=of(vllm.ITL + vllm.SUM, m, w, extra[2:]),
+        tpot_buckets=of(vllm.TPOT + vllm.BUCKET, m, w, vllm.LE + extra),
+        tpot_sum=of(vllm.TPOT + vllm.SUM, m, w, extra[2:]),
+        tpot_pod_buckets=of(vllm.TPOT + vllm.BUCKET, m, i, f"{pod}, {vllm.LE}"),
+        tpot_pod_sum=of(vllm.TPOT + vllm.SUM, m, i, pod),
+        **raw,
     )
 
 
@@ -293,6 +348,14 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, _TransientError)
 
 
+class Asker(Protocol):
+    """What answers a pool's queries: a PrometheusSource, or a batch of pools."""
+
+    def query(self, expr: str, *, at: float | None = None) -> list[Point]: ...
+
+    def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Point:
     """One value of one series at one time."""
@@ -374,6 +437,14 @@ class PrometheusSource:
         wanted = spec.source.prometheus or PrometheusSettings()
         endpoint = endpoints.prometheus_endpoint(wanted.endpoint)
         return cls(endpoint, timeout_seconds=wanted.timeout_seconds, **kwargs)
+
+    def reads_recorded(self, interval: float) -> float | None:
+        """The recorded rates' interval when pools are read from them: the endpoint has them
+        (``recordedRulesIntervalSeconds``) and `interval` is a whole multiple of it."""
+        every = self.endpoint.recorded_rules_interval_seconds
+        if every is None or interval < every:
+            return None
+        return every if abs(interval / every - round(interval / every)) < 1e-6 else None
 
     def close(self) -> None:
         self._client.close()
@@ -554,10 +625,19 @@ class PrometheusSource:
         start: float,
         end: float,
         interval: float,
+        ask: Asker | None = None,
     ) -> PoolObservation:
+        """One pool's observation; `ask` answers its queries (default: this source, one query
+        each; a batch answers them from queries shared by many pools)."""
         labels = {**extra, **ref.match_labels}
-        q = pool_queries(labels, window_seconds=end - start, interval_seconds=interval)
-        gen = self.query(q.generation_tokens, at=end)
+        q = pool_queries(
+            labels,
+            window_seconds=end - start,
+            interval_seconds=interval,
+            recorded=self.reads_recorded(interval),
+        )
+        ask = ask or self
+        gen = ask.query(q.generation_tokens, at=end)
         if not gen:
             raise SourceError(
                 SourceErrorKind.EMPTY,
@@ -566,138 +646,142 @@ class PrometheusSource:
                 target=f"{ref.slice}/{ref.role}",
             )
         check_finite((p.value for p in gen), vllm.GENERATION_TOKENS, q.generation_tokens)
-        samples, spec_series, no_data = self._acceptance(q, start, end, interval)
+        samples, spec_series, no_data = _acceptance(ask, q, start, end, interval)
         return PoolObservation(
             slice=ref.slice,
             role=ref.role,
             acceptance=samples,
             generation_tokens=sum(p.value for p in gen),
-            itl=self._buckets(q.itl_buckets, q.itl_sum, end),
-            tpot=self._buckets(q.tpot_buckets, q.tpot_sum, end),
-            tpot_samples=self._latency_samples(q, start, end, interval),
+            itl=_buckets(ask, q.itl_buckets, q.itl_sum, end),
+            tpot=_buckets(ask, q.tpot_buckets, q.tpot_sum, end),
+            tpot_samples=_latency_samples(ask, q, start, end, interval),
             pods=len({_pod(p.labels) for p in gen}),
             spec_series=spec_series,
             no_data=no_data,
-            output_lengths=self._buckets(q.output_length_buckets, q.output_length_sum, end),
-            running=self._running(q.running, end),
+            output_lengths=_buckets(ask, q.output_length_buckets, q.output_length_sum, end),
+            running=_running(ask, q.running, end),
         )
 
-    def _running(self, expr: str, at: float) -> float | None:
-        """Requests running per pod, averaged over the window; None when not exported."""
-        points = self.query(expr, at=at)
-        if not points:
-            return None
-        check_finite((p.value for p in points), vllm.RUNNING, expr)
-        return points[0].value
 
-    def _acceptance(
-        self, q: PoolQueries, start: float, end: float, interval: float
-    ) -> tuple[tuple[AcceptanceSample, ...], bool, NoData | None]:
-        """The batches, whether spec-decode series exist, and why there are no batches."""
-        first = min(start + interval, end)
-        series: dict[str, dict[tuple[str, float], float]] = {}
-        for name, expr in (
-            ("drafts", q.drafts),
-            ("draft_tokens", q.draft_tokens),
-            ("accepted", q.accepted),
-        ):
-            points = self.query_range(expr, start=first, end=end, step=interval)
-            check_finite((p.value for p in points), name, expr)
-            series[name] = {(_pod(p.labels), p.at): p.value for p in points}
-        if not series["drafts"]:
-            # no series (speculation off: expected) or series with too few scrapes per interval
-            present = self.query(q.spec_present, at=end) if q.spec_present else []
-            if any(p.value > 0 for p in present):
-                return (), True, NoData.SPARSE_SCRAPES
-            return (), False, None
-        per_pos: dict[tuple[str, float], dict[int, float]] = {}
-        for p in self.query_range(q.per_position, start=first, end=end, step=interval):
-            check_finite((p.value,), "per_position", q.per_position)
-            pos = p.labels.get(vllm.POSITION, "")
-            if not (pos.isascii() and pos.isdigit()):
-                continue  # not a draft position: not a series we can use
-            if len(pos) > 4 or int(pos) >= MAX_POSITIONS:
-                raise SourceError(
-                    SourceErrorKind.QUERY_ERROR,
-                    f"draft position {pos[:12]!r} is beyond the {MAX_POSITIONS} alphagate accepts",
-                    target=q.per_position,
-                )
-            per_pos.setdefault((_pod(p.labels), p.at), {})[int(pos)] = p.value
-        out = []
-        for key, drafts in series["drafts"].items():
-            pod, at = key
-            if key not in series["draft_tokens"] or key not in series["accepted"]:
-                continue  # a point without all three counters cannot be a batch
-            sample = AcceptanceSample(
-                drafts=drafts,
-                draft_tokens=series["draft_tokens"][key],
-                accepted_tokens=series["accepted"][key],
-                per_position=per_position_tuple(per_pos.get(key, {})),
+def _running(ask: Asker, expr: str, at: float) -> float | None:
+    """Requests running per pod, averaged over the window; None when not exported."""
+    points = ask.query(expr, at=at)
+    if not points:
+        return None
+    check_finite((p.value for p in points), vllm.RUNNING, expr)
+    return points[0].value
+
+
+def _acceptance(
+    ask: Asker, q: PoolQueries, start: float, end: float, interval: float
+) -> tuple[tuple[AcceptanceSample, ...], bool, NoData | None]:
+    """The batches, whether spec-decode series exist, and why there are no batches."""
+    first = min(start + interval, end)
+    series: dict[str, dict[tuple[str, float], float]] = {}
+    for name, expr in (
+        ("drafts", q.drafts),
+        ("draft_tokens", q.draft_tokens),
+        ("accepted", q.accepted),
+    ):
+        points = ask.query_range(expr, start=first, end=end, step=interval)
+        check_finite((p.value for p in points), name, expr)
+        series[name] = {(_pod(p.labels), p.at): p.value for p in points}
+    if not series["drafts"]:
+        # no series (speculation off: expected) or series with too few scrapes per interval
+        present = ask.query(q.spec_present, at=end) if q.spec_present else []
+        if any(p.value > 0 for p in present):
+            return (), True, NoData.SPARSE_SCRAPES
+        return (), False, None
+    per_pos: dict[tuple[str, float], dict[int, float]] = {}
+    for p in ask.query_range(q.per_position, start=first, end=end, step=interval):
+        check_finite((p.value,), "per_position", q.per_position)
+        pos = p.labels.get(vllm.POSITION, "")
+        if not (pos.isascii() and pos.isdigit()):
+            continue  # not a draft position: not a series we can use
+        if len(pos) > 4 or int(pos) >= MAX_POSITIONS:
+            raise SourceError(
+                SourceErrorKind.QUERY_ERROR,
+                f"draft position {pos[:12]!r} is beyond the {MAX_POSITIONS} alphagate accepts",
+                target=q.per_position,
+            )
+        per_pos.setdefault((_pod(p.labels), p.at), {})[int(pos)] = p.value
+    out = []
+    for key, drafts in series["drafts"].items():
+        pod, at = key
+        if key not in series["draft_tokens"] or key not in series["accepted"]:
+            continue  # a point without all three counters cannot be a batch
+        sample = AcceptanceSample(
+            drafts=drafts,
+            draft_tokens=series["draft_tokens"][key],
+            accepted_tokens=series["accepted"][key],
+            per_position=per_position_tuple(per_pos.get(key, {})),
+            pod=pod,
+            start=at - interval,
+            end=at,
+        )
+        if has_drafts(sample):
+            out.append(sample)
+    return sorted_samples(out), True, (None if out else NoData.NO_TRAFFIC)
+
+
+def _latency_samples(
+    ask: Asker, q: PoolQueries, start: float, end: float, interval: float
+) -> tuple[LatencySample, ...]:
+    """Per pod per interval TPOT increments (exact _sum, bucket counts): guard batches."""
+    if not q.tpot_pod_buckets:
+        return ()
+    first = min(start + interval, end)
+    counts: dict[tuple[str, float], dict[float, float]] = {}
+    for p in ask.query_range(q.tpot_pod_buckets, start=first, end=end, step=interval):
+        check_finite((p.value,), "histogram buckets", q.tpot_pod_buckets)
+        try:
+            le = parse_number(p.labels.get(vllm.LE, "NaN"))
+        except ValueError:
+            continue
+        if not math.isnan(le):
+            counts.setdefault((_pod(p.labels), p.at), {})[le] = p.value
+    if not counts:
+        return ()
+    sums = {}
+    for p in ask.query_range(q.tpot_pod_sum, start=first, end=end, step=interval):
+        check_finite((p.value,), "histogram sum", q.tpot_pod_sum)
+        sums[(_pod(p.labels), p.at)] = p.value
+    out = []
+    for (pod, at), by_le in counts.items():
+        bounds = tuple(sorted(by_le))
+        total = by_le.get(math.inf, 0.0)
+        if (pod, at) not in sums or not total > 0 or bounds[-1] != math.inf:
+            continue
+        out.append(
+            LatencySample(
+                count=total,
+                sum=sums[(pod, at)],
+                buckets=Buckets(bounds=bounds, counts=tuple(by_le[b] for b in bounds)),
                 pod=pod,
                 start=at - interval,
                 end=at,
             )
-            if has_drafts(sample):
-                out.append(sample)
-        return sorted_samples(out), True, (None if out else NoData.NO_TRAFFIC)
+        )
+    return tuple(sorted(out, key=lambda t: (t.pod, t.start)))
 
-    def _latency_samples(
-        self, q: PoolQueries, start: float, end: float, interval: float
-    ) -> tuple[LatencySample, ...]:
-        """Per pod per interval TPOT increments (exact _sum, bucket counts): guard batches."""
-        if not q.tpot_pod_buckets:
-            return ()
-        first = min(start + interval, end)
-        counts: dict[tuple[str, float], dict[float, float]] = {}
-        for p in self.query_range(q.tpot_pod_buckets, start=first, end=end, step=interval):
-            check_finite((p.value,), "histogram buckets", q.tpot_pod_buckets)
-            try:
-                le = parse_number(p.labels.get(vllm.LE, "NaN"))
-            except ValueError:
-                continue
-            if not math.isnan(le):
-                counts.setdefault((_pod(p.labels), p.at), {})[le] = p.value
-        if not counts:
-            return ()
-        sums = {}
-        for p in self.query_range(q.tpot_pod_sum, start=first, end=end, step=interval):
-            check_finite((p.value,), "histogram sum", q.tpot_pod_sum)
-            sums[(_pod(p.labels), p.at)] = p.value
-        out = []
-        for (pod, at), by_le in counts.items():
-            bounds = tuple(sorted(by_le))
-            total = by_le.get(math.inf, 0.0)
-            if (pod, at) not in sums or not total > 0 or bounds[-1] != math.inf:
-                continue
-            out.append(
-                LatencySample(
-                    count=total,
-                    sum=sums[(pod, at)],
-                    buckets=Buckets(bounds=bounds, counts=tuple(by_le[b] for b in bounds)),
-                    pod=pod,
-                    start=at - interval,
-                    end=at,
-                )
-            )
-        return tuple(sorted(out, key=lambda t: (t.pod, t.start)))
 
-    def _buckets(self, buckets_expr: str, sum_expr: str, at: float) -> Buckets | None:
-        points = self.query(buckets_expr, at=at)
-        if not points:
-            return None
-        check_finite((p.value for p in points), "histogram buckets", buckets_expr)
-        acc = HistSum()
-        for p in points:
-            try:
-                le = parse_number(p.labels.get(vllm.LE, "NaN"))
-            except ValueError:
-                continue
-            if not math.isnan(le):
-                acc.add({le: p.value})
-        totals = self.query(sum_expr, at=at)
-        check_finite((p.value for p in totals), "histogram sum", sum_expr)
-        acc.sum = sum(p.value for p in totals) if totals else math.nan
-        return acc.to_buckets()
+def _buckets(ask: Asker, buckets_expr: str, sum_expr: str, at: float) -> Buckets | None:
+    points = ask.query(buckets_expr, at=at)
+    if not points:
+        return None
+    check_finite((p.value for p in points), "histogram buckets", buckets_expr)
+    acc = HistSum()
+    for p in points:
+        try:
+            le = parse_number(p.labels.get(vllm.LE, "NaN"))
+        except ValueError:
+            continue
+        if not math.isnan(le):
+            acc.add({le: p.value})
+    totals = ask.query(sum_expr, at=at)
+    check_finite((p.value for p in totals), "histogram sum", sum_expr)
+    acc.sum = sum(p.value for p in totals) if totals else math.nan
+    return acc.to_buckets()
 
 
 # --------------------------------------------------------------------------- decoding

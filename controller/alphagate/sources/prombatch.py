@@ -1,0 +1,194 @@
+"""The Prometheus path at fleet size: one query per family for many canaries at once.
+
+:meth:`PrometheusSource.observe` sends 11 queries a pool, 22 a canary: at 100 canaries, 2,200
+queries every interval. :func:`observe_many` groups the pools of many canaries by the label
+names their selectors use, sends those 11 queries once per group (at most :data:`MAX_POOLS`
+pools), each matching the union of the pools' values and grouped ``by`` those names as well,
+and answers each pool from the group's answers by its own values. The sums are the same: every
+pool is one combination of those values, so its points are exactly the points of that
+combination. A query that fails fails it for every pool of the group, classified as one pool's
+failure would be.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Final
+
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.model import Observation, PoolObservation
+from alphagate.errors import SourceError
+from alphagate.sources.common import error_text, failed_observation, pools_of
+from alphagate.sources.prometheus import (
+    POOL_LEVEL,
+    Point,
+    PoolQueries,
+    PrometheusSource,
+    _quote,
+    label_name,
+    pool_queries,
+    queries,
+)
+
+MAX_POOLS: Final = 256
+"""Pools per batch: bounds the length of a query's matchers and the size of its answer."""
+
+_RE2_SPECIAL: Final = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def _alternation(values: Sequence[str]) -> str:
+    return "|".join(_RE2_SPECIAL.sub(r"\\\1", v) for v in sorted(set(values)))
+
+
+def union_matchers(pools: Sequence[Mapping[str, str]]) -> str:
+    """Matchers every pool's series satisfy: ``k="v"`` or ``k=~"v1|v2"`` per label name."""
+    out = []
+    for key in sorted({label_name(k) for p in pools for k in p}):
+        values = [v for p in pools for k, v in p.items() if label_name(k) == key]
+        if len(set(values)) == 1:
+            out.append(f"{key}={_quote(values[0])}")
+        else:
+            out.append(f"{key}=~{_quote(_alternation(values))}")
+    return ",".join(out)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Pools whose selectors use the same label names, and the answers to their queries."""
+
+    source: PrometheusSource
+    keys: tuple[str, ...]
+    pools: list[dict[str, str]]
+    window: float
+    interval: float
+    shared: PoolQueries | None = None
+    answers: dict[str, list[Point] | SourceError] = field(default_factory=dict)
+
+    def queries(self) -> PoolQueries:
+        if self.shared is None:
+            self.shared = queries(
+                union_matchers(self.pools),
+                window_seconds=self.window,
+                interval_seconds=self.interval,
+                keys=self.keys,
+                recorded=self.source.reads_recorded(self.interval),
+            )
+        return self.shared
+
+    def answer(self, name: str, ask: tuple[float, float, float] | float) -> list[Point]:
+        """The shared query `name` (a PoolQueries field), asked once; errors are kept."""
+        got = self.answers.get(name)
+        if got is None:
+            expr = getattr(self.queries(), name)
+            try:
+                if isinstance(ask, tuple):
+                    start, end, step = ask
+                    got = self.source.query_range(expr, start=start, end=end, step=step)
+                else:
+                    got = self.source.query(expr, at=ask)
+            except SourceError as err:
+                got = err
+            self.answers[name] = got
+        if isinstance(got, SourceError):
+            raise got
+        return got
+
+
+class _PoolAsker:
+    """Answers one pool's queries from its batch's shared answers (an `Asker`)."""
+
+    def __init__(self, batch: _Batch, own: PoolQueries, labels: Mapping[str, str]) -> None:
+        self.batch = batch
+        self.names = {getattr(own, f.name): f.name for f in fields(PoolQueries)}
+        self.want = tuple((label_name(k), v) for k, v in labels.items())
+
+    def _mine(self, points: list[Point]) -> list[Point]:
+        want = self.want
+        return [p for p in points if all(p.labels.get(k) == v for k, v in want)]
+
+    def query(self, expr: str, *, at: float | None = None) -> list[Point]:
+        assert at is not None
+        return self._mine(self.batch.answer(self.names[expr], at))
+
+    def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]:
+        return self._mine(self.batch.answer(self.names[expr], (start, end, step)))
+
+
+def observe_many(
+    source: PrometheusSource,
+    specs: Sequence[SpeculativeCanarySpec],
+    *,
+    start: float,
+    end: float,
+    interval_seconds: float,
+) -> list[Observation]:
+    """What ``source.observe`` gives for each spec, over one window, from shared queries."""
+    window = end - start
+    if not specs:
+        return []
+    if window < 0.001 or interval_seconds < 0.001:
+        return [
+            source.observe(s, start=start, end=end, interval_seconds=interval_seconds)
+            for s in specs
+        ]
+    units: list[tuple[dict[str, str], dict[str, str]]] = []  # (extra matchers, all labels)
+    for spec in specs:
+        extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
+        units.extend((extra, {**extra, **ref.match_labels}) for ref in pools_of(spec))
+    batches: dict[tuple[str, ...], list[_Batch]] = {}
+    placed: list[_Batch] = []
+    for _, labels in units:
+        keys = tuple(sorted({label_name(k) for k in labels}))
+        group = batches.setdefault(keys, [])
+        if not group or len(group[-1].pools) >= MAX_POOLS:
+            group.append(_Batch(source, keys, [], window, interval_seconds))
+        group[-1].pools.append(labels)
+        placed.append(group[-1])
+    out: list[Observation] = []
+    k = 0
+    for spec in specs:
+        pools: list[PoolObservation] = []
+        scrapes: list[float] = []
+        failed: SourceError | None = None
+        for ref in pools_of(spec):
+            batch, (extra, labels) = placed[k], units[k]
+            k += 1
+            if failed is not None:
+                continue
+            own = pool_queries(
+                labels,
+                window_seconds=window,
+                interval_seconds=interval_seconds,
+                recorded=source.reads_recorded(interval_seconds),
+            )
+            asker = _PoolAsker(batch, own, labels)
+            try:
+                pools.append(source._pool(ref, extra, start, end, interval_seconds, ask=asker))
+                measured = source._scrape_interval(labels)
+                if measured is not None:
+                    scrapes.append(measured)
+            except SourceError as err:
+                if err.kind not in POOL_LEVEL:
+                    failed = err
+                    continue
+                kind = err.kind
+                pools.append(
+                    PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=kind)
+                )
+        if failed is not None:
+            out.append(failed_observation(spec, failed, at=end, window=window))
+        else:
+            out.append(
+                Observation(
+                    at=end,
+                    window_seconds=window,
+                    pools=tuple(pools),
+                    scrape_interval_seconds=max(scrapes) if scrapes else None,
+                )
+            )
+    return out
+
+
+__all__ = ["MAX_POOLS", "observe_many", "union_matchers"]

@@ -1,0 +1,211 @@
+"""The Prometheus path at fleet size, against the real Prometheus (1 s scrapes) over simulated
+pods: batched queries answer every canary as its own queries do, and the shipped recording
+rules load and are what the source reads when the endpoint says they are installed.
+
+Tolerances: batched against per-canary, 1e-9 relative (the same series summed in another
+order). Recorded rates against raw counters: 0.05 alpha and 25% tokens (a rate over 3 s
+recorded every 1 s against increase() extrapolated over the step: both estimate the same
+counters, with different edges).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.model import Observation, Role
+from alphagate.sim.fleet import Fleet
+from alphagate.sim.scenario import Scenario
+from alphagate.sim.server import SimServer
+from alphagate.sources.endpoints import PrometheusEndpoint
+from alphagate.sources.prombatch import observe_many, union_matchers
+from alphagate.sources.prometheus import PrometheusSource, recorded_name
+from alphagate.testing.prometheus import PrometheusServer, available
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed"),
+]
+
+RULES = Path(__file__).resolve().parents[2] / "deploy/monitoring/rules/alphagate-batches.yaml"
+INTERVAL = 3.0
+SLICES = ("chat", "code", "docs")
+
+SCENARIO = Scenario.model_validate(
+    {
+        "name": "prombatch",
+        "seed": 5,
+        "tick": 0.5,
+        "traffic": {"rate": 30},
+        "slices": {
+            s: {"alpha": a, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
+            for s, a in zip(SLICES, (0.7, 0.5, 0.6), strict=True)
+        },
+        "pools": [
+            pool
+            for s in SLICES
+            for pool in (
+                {
+                    "name": f"{s}-canary",
+                    "role": "canary",
+                    "slice": s,
+                    "replicas": 2,
+                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
+                },
+                {"name": f"{s}-baseline", "role": "baseline", "slice": s, "replicas": 1},
+            )
+        ],
+    }
+)
+
+
+def spec_for(slice_name: str) -> SpeculativeCanarySpec:
+    def pool(role: str) -> dict[str, Any]:
+        return {"matchLabels": {"role": role, "slice": slice_name}}
+
+    return SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": f"{slice_name}-canary"},
+            "baseline": {"name": f"{slice_name}-baseline"},
+            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
+            "slices": [
+                {"name": slice_name, "canary": pool("canary"), "baseline": pool("baseline")}
+            ],
+            "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
+            "timing": {"intervalSeconds": INTERVAL, "windowSeconds": 4 * INTERVAL},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    # The shipped rules with the group interval and rate range scaled to 1 s scrapes.
+    fast = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
+    fast.write_text(
+        RULES.read_text().replace("interval: 30s", "interval: 1s").replace("[1m]", "[3s]")
+    )
+    prom = PrometheusServer(scrape_interval=1.0, evaluation_interval=1.0, rule_files=[fast])
+    sim = SimServer(Fleet(SCENARIO), file_sd=prom.targets_path)
+    try:
+        sim.start()
+        prom.start()
+        prom.wait_for_targets(9, timeout=40)
+        prom.wait_for(
+            f"count({recorded_name('vllm:spec_decode_num_drafts_total')}) >= 6", timeout=30
+        )
+        # a window's worth of history
+        time.sleep(4 * INTERVAL + 1)
+        yield prom
+    finally:
+        prom.close()
+        sim.close()
+
+
+def same(a: Observation, b: Observation) -> None:
+    """Two observations of one canary agree on every typed field."""
+    assert a.source_error == b.source_error and len(a.pools) == len(b.pools)
+    for pa, pb in zip(a.pools, b.pools, strict=True):
+        assert (pa.slice, pa.role, pa.pods, pa.error_kind) == (
+            pb.slice,
+            pb.role,
+            pb.pods,
+            pb.error_kind,
+        )
+        assert [(s.pod, s.end) for s in pa.acceptance] == [(s.pod, s.end) for s in pb.acceptance]
+        for sa, sb in zip(pa.acceptance, pb.acceptance, strict=True):
+            assert (sa.drafts, sa.draft_tokens, sa.accepted_tokens) == pytest.approx(
+                (sb.drafts, sb.draft_tokens, sb.accepted_tokens), rel=1e-9
+            )
+            assert sa.per_position == pytest.approx(sb.per_position, rel=1e-9)
+        assert pa.generation_tokens == pytest.approx(pb.generation_tokens, rel=1e-9)
+        for ha, hb in ((pa.itl, pb.itl), (pa.tpot, pb.tpot)):
+            assert (ha is None) == (hb is None)
+            if ha is not None and hb is not None:
+                assert ha.bounds == hb.bounds
+                assert ha.counts == pytest.approx(hb.counts, rel=1e-9)
+        assert len(pa.tpot_samples) == len(pb.tpot_samples)
+
+
+def alpha(obs: Observation) -> float:
+    pool = obs.pools[0]  # the canary pool
+    assert pool.role is Role.CANARY and pool.error is None, pool
+    drafted = sum(s.draft_tokens for s in pool.acceptance)
+    return sum(s.accepted_tokens for s in pool.acceptance) / drafted
+
+
+class Counting(httpx.HTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.queries.append(request.content.decode())
+        return super().handle_request(request)
+
+
+def test_one_query_per_family_answers_every_canary_as_its_own_queries(
+    stack: PrometheusServer,
+) -> None:
+    specs = [spec_for(s) for s in SLICES]
+    end = time.time() - 1.5  # Prometheus has scraped past it
+    start = end - 4 * INTERVAL
+    counting = Counting()
+    with PrometheusSource(PrometheusEndpoint(url=stack.url), transport=counting) as batched:
+        together = observe_many(batched, specs, start=start, end=end, interval_seconds=INTERVAL)
+    assert len(counting.queries) == 11  # one per family for the 6 pools of the 3 canaries
+    with PrometheusSource(PrometheusEndpoint(url=stack.url)) as alone:
+        one_by_one = [
+            alone.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in specs
+        ]
+    for a, b in zip(together, one_by_one, strict=True):
+        same(a, b)
+    assert all(len(o.pools[0].acceptance) >= 4 for o in together)
+    assert [round(alpha(o), 1) for o in together] == [0.7, 0.5, 0.6]
+
+
+def test_a_failing_batched_query_fails_every_canary_of_the_batch(stack: PrometheusServer) -> None:
+    end = time.time()
+    with PrometheusSource(PrometheusEndpoint(url=stack.url + "/nowhere")) as bad:
+        got = observe_many(
+            bad,
+            [spec_for("chat"), spec_for("code")],
+            start=end - 12,
+            end=end,
+            interval_seconds=INTERVAL,
+        )
+    assert all(o.source_error is not None for o in got)
+
+
+def test_union_matchers_escape_values() -> None:
+    m = union_matchers([{"app": "a.b", "role": "canary"}, {"app": "c|d", "role": "canary"}])
+    assert m == 'app=~"a\\\\.b|c\\\\|d",role="canary"'
+
+
+def test_the_shipped_rules_load_and_the_source_reads_them(stack: PrometheusServer) -> None:
+    groups = httpx.get(f"{stack.url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert len(rules) == 9 and all(r["health"] == "ok" for r in rules), rules
+    spec = spec_for("chat")
+    end = time.time() - 1.5
+    start = end - 4 * INTERVAL
+    endpoint = PrometheusEndpoint(url=stack.url, recorded_rules_interval_seconds=1)
+    counting = Counting()
+    with PrometheusSource(endpoint, transport=counting) as recorded:
+        assert recorded.reads_recorded(INTERVAL) == 1
+        got = recorded.observe(spec, start=start, end=end, interval_seconds=INTERVAL)
+    assert counting.queries and all("alphagate%3Avllm_" in q for q in counting.queries)
+    with PrometheusSource(PrometheusEndpoint(url=stack.url)) as raw:
+        want = raw.observe(spec, start=start, end=end, interval_seconds=INTERVAL)
+    assert got.source_error is None and got.pools[0].error is None
+    assert len(got.pools[0].acceptance) >= 3
+    assert alpha(got) == pytest.approx(alpha(want), abs=0.05)
+    assert got.pools[0].generation_tokens == pytest.approx(
+        want.pools[0].generation_tokens, rel=0.25
+    )
+    assert got.pools[0].itl is not None and got.pools[1].itl is not None
