@@ -1,8 +1,8 @@
 """The Prometheus path at fleet size: one query per family for many canaries at once.
 
-:meth:`PrometheusSource.observe` sends 11 queries a pool, 22 a canary: at 100 canaries, 2,200
-queries every interval. :func:`observe_many` groups the pools of many canaries by the label
-names their selectors use, sends those 11 queries once per group (at most :data:`MAX_POOLS`
+:meth:`PrometheusSource.observe` sends up to 15 queries a pool, 30 a canary: at 100 canaries,
+some 3,000 queries every interval. :func:`observe_many` groups the pools of many canaries by the
+label names their selectors use, sends those queries once per group (at most :data:`MAX_POOLS`
 pools), each matching the union of the pools' values and grouped ``by`` those names as well,
 and answers each pool from the group's answers by its own values. The sums are the same: every
 pool is one combination of those values, so its points are exactly the points of that
