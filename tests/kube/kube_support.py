@@ -117,10 +117,13 @@ class FakeSource:
         alpha: Callable[[str], float],
         *,
         deployment_of: Callable[[str], str] = lambda s: "chat-canary",
+        on: Callable[[str], bool] | None = None,
     ) -> None:
         self.apiserver = apiserver
         self.alpha = alpha
         self.deployment_of = deployment_of
+        # whether a slice's canary speculates (default: its Deployment's args say so)
+        self.on = on or (lambda s: speculating(apiserver, deployment_of(s)))
         self.error: str | None = None
         self.calls = 0
 
@@ -134,7 +137,7 @@ class FakeSource:
             )
         pools = []
         for s in spec.slices:
-            on = speculating(self.apiserver, self.deployment_of(s.name))
+            on = self.on(s.name)
             acc: tuple[AcceptanceSample, ...] = ()
             if on:
                 a = self.alpha(s.name)

@@ -4,10 +4,10 @@ preconditions and refusals as on a Deployment."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiException
 
 from alphagate.config import WorkloadKind, WorkloadRef
 from alphagate.core.model import Memory, State
@@ -23,7 +23,7 @@ from alphagate.kube.actuator import (
 )
 from alphagate.kube.client import Kube
 from alphagate.kube.workload import workload_state
-from alphagate.sandbox.apiserver import DEFAULT_TYPES, ApiServer, ResourceType
+from alphagate.sandbox.apiserver import ApiServer
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 BASE_ARGS = ["--model", "/m", "--port", "8000"]
@@ -81,19 +81,9 @@ def rollout(*, annotations: dict[str, str] | None = None, **spec: Any) -> dict[s
     }
 
 
-ROLLOUT_TYPE = ResourceType(
-    GROUP, "v1alpha1", ROLLOUTS, "Rollout", subresources=frozenset({"status"}), generation=True
-)
-
-
-@pytest.fixture
-def apiserver() -> Iterator[ApiServer]:
-    with ApiServer(types=(*DEFAULT_TYPES, ROLLOUT_TYPE)) as server:
-        yield server
-
-
 @pytest.fixture
 def seeded(apiserver: ApiServer) -> dict[str, Any]:
+    apiserver.argo = None  # these tests write Argo's status themselves
     return apiserver.put(rollout())
 
 
@@ -212,6 +202,7 @@ def test_a_conflict_storm_on_a_rollout_ends_in_a_typed_error(
 
 
 def test_rollout_refusals_match_the_deployments(apiserver: ApiServer, kube: Kube) -> None:
+    apiserver.argo = None
     act = actuator(kube)
     # Argo CD tracks this Rollout and reverted the flag alphagate set: yield, do not fight
     argo = {"argocd.argoproj.io/tracking-id": "llm:argoproj.io/Rollout:ns/canary"}
@@ -237,3 +228,27 @@ def test_a_rollout_without_its_own_template_is_refused_clearly(
         actuator(kube).read("ns", REF)
     with pytest.raises(argsmod.ArgsError, match=r"has no container 'vllm'"):
         workload_state(rollout() | {"spec": {"template": {"spec": {}}}}, "vllm", "Rollout")
+
+
+def test_why_a_json_patch_the_double_serves_rollouts_as_a_real_server_does(
+    apiserver: ApiServer, kube: Kube, seeded: dict[str, Any]
+) -> None:
+    """A custom resource takes no strategic merge patch (415), and a merge patch of one
+    container replaces the whole list: the reasons the actuator sends a JSON patch."""
+    one = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "args": ["x"]}]}}}}
+    with pytest.raises(ApiException) as err:
+        kube.custom.patch_namespaced_custom_object(
+            GROUP,
+            "v1alpha1",
+            "ns",
+            ROLLOUTS,
+            "canary",
+            one,
+            _content_type="application/strategic-merge-patch+json",
+        )
+    assert err.value.status == 415
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, "v1alpha1", "ns", ROLLOUTS, "canary", one,
+        _content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert list(args_of(stored(apiserver))) == ["vllm"]  # the sidecar is gone

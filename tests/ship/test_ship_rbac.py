@@ -16,13 +16,7 @@ import pytest
 import ship_support as ship
 
 from alphagate.config import API_VERSION, KIND
-from alphagate.sandbox.apiserver import (
-    DEFAULT_TYPES,
-    ApiServer,
-    DeploymentTemplate,
-    Rbac,
-    ResourceType,
-)
+from alphagate.sandbox.apiserver import ApiServer, ArgoRolloutTemplate, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sim.fleet import Fleet
 from alphagate.sim.scenario import parse_scenario
@@ -94,30 +88,9 @@ def _pod(name: str, labels: dict[str, str], port: int) -> dict[str, Any]:
     }
 
 
-ROLLOUT_TYPE = ResourceType(
-    "argoproj.io",
-    "v1alpha1",
-    "rollouts",
-    "Rollout",
-    subresources=frozenset({"status"}),
-    generation=True,
-)
-
-
 def _rollout(name: str) -> dict[str, Any]:
     """An Argo Rollout carrying vLLM, for the second canary (its target kind is Rollout)."""
-    dep = DeploymentTemplate(name, WATCHED, replicas=1, labels={"slice": "chat"}).build()
-    return {
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Rollout",
-        "metadata": dep["metadata"],
-        "spec": {**dep["spec"], "strategy": {"canary": {"steps": [{"setWeight": 50}]}}},
-        "status": {  # Argo's report of a fully promoted first generation
-            "observedGeneration": "1",
-            "phase": "Healthy",
-            **{k: 1 for k in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")},
-        },
-    }
+    return ArgoRolloutTemplate(name, WATCHED, replicas=1, labels={"slice": "chat"}).build()
 
 
 def _canary(name: str = "chat", target: dict[str, str] | None = None) -> dict[str, Any]:
@@ -164,7 +137,7 @@ def test_rbac_covers_every_api_call_and_nothing_more(wait_for: WaitFor) -> None:
         for verb, group, resource in rules:
             rbac.allow(verb, group, resource)
     sim = SimServer(Fleet(parse_scenario(SCENARIO)), speed=20.0)
-    with ApiServer(rbac=rbac, types=(*DEFAULT_TYPES, ROLLOUT_TYPE)) as api, sim:
+    with ApiServer(rbac=rbac) as api, sim:
         for name, role in (("chat-canary", "canary"), ("chat-baseline", "baseline")):
             labels = {"slice": "chat", "role": role}
             api.put(DeploymentTemplate(name, WATCHED, replicas=1, labels=labels).build())

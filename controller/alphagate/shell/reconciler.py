@@ -478,7 +478,7 @@ class Reconciler(WatchLoop):
                     self.events.warning(
                         ref,
                         Reason.DRIFT_CORRECTED,
-                        f"Deployment {dref.name} ran {config_text(dep.speculative_config)}; "
+                        f"{dref.kind} {dref.name} ran {config_text(dep.speculative_config)}; "
                         f"state {state_now} needs {config_text(want)}: patched back",
                     )
                 uo.applied = uo.applied or result.patched

@@ -6,9 +6,10 @@ resourceVersion with 409 Conflict on a stale write, 404/403/422/500 as `Status` 
 status subresources (writes to `/status` change only status, writes to the main resource ignore
 it, `metadata.generation` bumps when the spec changes), list with label and field selectors,
 watch streams (newline-delimited JSON, chunked) resumable from a resourceVersion, JSON patch
-(with `test`), merge patch and enough strategic merge patch for containers. On top: an RBAC
-allow-list, scripted faults, a request log, and a pluggable "kubelet" that moves Deployment
-rollout status along when the pod template changes.
+(with `test`), merge patch and enough strategic merge patch for containers (refused on custom
+resources, as a real server does). On top: an RBAC allow-list, scripted faults, a request log,
+a pluggable "kubelet" that moves Deployment rollout status along when the pod template changes,
+and a stand-in for Argo Rollouts that promotes an Argo `Rollout` (served as a custom resource).
 
 It is a double, not an emulator: admission, defaulting, garbage collection and most
 validation are absent on purpose. JSON patch goes through the `jsonpatch` library; merge and
@@ -21,12 +22,17 @@ strategic merge patch are the double's own (no library keeps Kubernetes' merge k
     validation   the server-side validation the controller's error paths need
     store        objects, resourceVersions, the REST verbs and the watch history
     deployments  a minimal Deployment, the one Deployment-status builder, the default kubelet
+    argo_rollouts  a minimal Argo Rollout and the stand-in for the Argo Rollouts controller
     routes       path to resource, the RBAC verb, discovery documents
     handler      the HTTP handler: routing, faults, RBAC, JSON and watch streams
     server       ApiServer: the store served on 127.0.0.1
 """
 
 from alphagate.sandbox.apiserver.access import Fault, Faults, Rbac, RecordedRequest
+from alphagate.sandbox.apiserver.argo_rollouts import (
+    ArgoRolloutCompleter,
+    ArgoRolloutTemplate,
+)
 from alphagate.sandbox.apiserver.deployments import (
     DeploymentTemplate,
     Kubelet,
@@ -59,6 +65,8 @@ __all__ = [
     "STRATEGIC_MERGE_KEYS",
     "ApiError",
     "ApiServer",
+    "ArgoRolloutCompleter",
+    "ArgoRolloutTemplate",
     "DeploymentTemplate",
     "Fault",
     "Faults",

@@ -26,6 +26,7 @@ class ResourceType:
     namespaced: bool = True
     subresources: frozenset[str] = frozenset()
     generation: bool = False  # metadata.generation bumps when anything but metadata/status changes
+    custom: bool = False  # served from a CRD: no strategic merge patch, as on a real API server
 
     @property
     def api_version(self) -> str:
@@ -67,6 +68,17 @@ DEFAULT_TYPES: Final[tuple[ResourceType, ...]] = (
         "SpeculativeCanary",
         subresources=_STATUS,
         generation=True,
+        custom=True,
+    ),
+    # Argo Rollouts' CRD: a canary target alphagate may flip (argo_rollouts plays Argo)
+    ResourceType(
+        "argoproj.io",
+        "v1alpha1",
+        "rollouts",
+        "Rollout",
+        subresources=_STATUS,
+        generation=True,
+        custom=True,
     ),
 )
 

@@ -1,5 +1,6 @@
 """The API server double served over HTTP on 127.0.0.1: the store, with RBAC, scripted
-faults, a request log and a "kubelet" hook that moves Deployment rollouts along."""
+faults, a request log, a "kubelet" hook that moves Deployment rollouts along, and an Argo hook
+that promotes Argo Rollouts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from alphagate.errors import SandboxError
 from alphagate.sandbox.apiserver.access import Faults, Rbac, RecordedRequest
+from alphagate.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
 from alphagate.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
 from alphagate.sandbox.apiserver.handler import make_handler
 from alphagate.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
@@ -33,6 +35,7 @@ class ApiServer(Store):
         types: Iterable[ResourceType] = DEFAULT_TYPES,
         rbac: Rbac | None = None,
         kubelet: Kubelet | str | None = "default",
+        argo: Kubelet | str | None = "default",
         watch_history: int = 10_000,
         default_watch_timeout: float = 300.0,
         port: int = 0,
@@ -44,6 +47,10 @@ class ApiServer(Store):
         self.faults = Faults()
         self.kubelet: Kubelet | None = (
             RolloutCompleter() if kubelet == "default" else kubelet  # type: ignore[assignment]
+        )
+        # plays the Argo Rollouts controller for Rollouts whose template changed
+        self.argo: Kubelet | None = (
+            ArgoRolloutCompleter() if argo == "default" else argo  # type: ignore[assignment]
         )
         self._port = port
         self._requests: list[RecordedRequest] = []
@@ -172,9 +179,11 @@ class ApiServer(Store):
     def _after_write(
         self, rtype: ResourceType, old: dict[str, Any] | None, new: dict[str, Any]
     ) -> None:
-        """Call the kubelet hook when a Deployment's pod template (or the whole object) is new."""
-        if rtype.key != "deployments.apps" or self.kubelet is None:
+        """Call the kubelet hook when a Deployment's pod template (or the whole object) is new,
+        the Argo hook when a Rollout's is."""
+        hook = {"deployments.apps": self.kubelet, "rollouts.argoproj.io": self.argo}.get(rtype.key)
+        if hook is None:
             return
         old_gen = None if old is None else old["metadata"].get("generation")
         if old is None or old_gen != new["metadata"].get("generation"):
-            self.kubelet(self, copy.deepcopy(new))
+            hook(self, copy.deepcopy(new))

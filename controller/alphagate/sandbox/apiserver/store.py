@@ -27,6 +27,14 @@ from alphagate.sandbox.apiserver.resources import (
 from alphagate.sandbox.apiserver.selectors import field_selector, label_selector
 from alphagate.sandbox.apiserver.validation import validate
 
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+# what a real API server accepts on a custom resource (it has no strategic merge keys)
+CUSTOM_PATCHES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/apply-patch+yaml",
+)
+
 
 @dataclass(slots=True)
 class _WatchEvent:
@@ -143,12 +151,25 @@ class Store:
     ) -> dict[str, Any]:
         """Merge `status` into a Deployment's status (what the real deployment controller
         and kubelets do between them)."""
-        rtype = self.resource_type("deployments", "apps")
+        return self.set_status("deployments", namespace, name, status, group="apps")
+
+    def set_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        group: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge `status` into an object's status, under the lock (what the object's own
+        controller writes: the deployment controller, Argo Rollouts)."""
+        rtype = self.resource_type(plural, group)
         key = (rtype.key, namespace, name)
         with self._cond:
             obj = self._objects.get(key)
             if obj is None:
-                raise ApiError(404, f'deployments.apps "{name}" not found')
+                raise ApiError(404, f'{rtype.key} "{name}" not found')
             new = copy.deepcopy(obj)
             new["status"] = {**(obj.get("status") or {}), **copy.deepcopy(dict(status))}
             if new == obj:
@@ -312,6 +333,12 @@ class Store:
             if patch is not None:
                 ctype, doc = patch
                 patcher = PATCHERS.get(ctype)
+                if rtype.custom and ctype == STRATEGIC_MERGE:
+                    raise ApiError(
+                        415,
+                        f"the body of the request was in an unknown format - accepted media "
+                        f"types include: {', '.join(CUSTOM_PATCHES)}",
+                    )
                 if patcher is None:
                     raise ApiError(
                         415, f"the body of the request was in an unknown format: {ctype}"
