@@ -46,8 +46,9 @@ IntervalSeconds = Annotated[
 TimeoutSeconds = Annotated[float, Field(ge=0.1, le=300.0, allow_inf_nan=False)]
 
 
-class _Model(BaseModel):
-    """Strict, camelCase, frozen: unknown fields are errors, not silently dropped."""
+class StrictModel(BaseModel):
+    """Strict, camelCase, frozen: unknown fields are errors, not silently dropped. The base of
+    every policy model, and of the controller's own configuration (`sources.endpoints`)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -109,7 +110,7 @@ class WorkloadKind(StrEnum):
     ROLLOUT = "Rollout"
 
 
-class WorkloadRef(_Model):
+class WorkloadRef(StrictModel):
     """A Deployment (or an Argo Rollout) and the vLLM container in its pod template."""
 
     name: str = Field(
@@ -145,7 +146,7 @@ DeploymentRef = WorkloadRef
 """The name this reference had when only Deployments could be targets."""
 
 
-class PodSelector(_Model):
+class PodSelector(StrictModel):
     """Labels that pick a pool's pods: pod labels for scraping, series labels in Prometheus."""
 
     match_labels: dict[str, str] = Field(
@@ -158,7 +159,7 @@ class PodSelector(_Model):
     )
 
 
-class Slice(_Model):
+class Slice(StrictModel):
     """A traffic slice: a routable pool with its own canary and baseline pods."""
 
     name: str = Field(
@@ -196,7 +197,7 @@ class Slice(_Model):
     )
 
 
-class AcceptanceGate(_Model):
+class AcceptanceGate(StrictModel):
     """Hysteresis on alpha's confidence bounds, in consecutive evaluation windows."""
 
     disable_below: Ratio = Field(
@@ -253,7 +254,7 @@ class AcceptanceGate(_Model):
         return self
 
 
-class LatencyGuard(_Model):
+class LatencyGuard(StrictModel):
     """P99 guard of canary against baseline, with the bucket-exceedance test."""
 
     enabled: bool = Field(
@@ -327,7 +328,7 @@ class LatencyGuard(_Model):
         return self
 
 
-class Backoff(_Model):
+class Backoff(StrictModel):
     """Cooldown after a rollback: initial * factor**n, capped."""
 
     initial_seconds: PositiveSeconds = Field(
@@ -359,7 +360,7 @@ class Backoff(_Model):
         return self
 
 
-class Timing(_Model):
+class Timing(StrictModel):
     """How often to evaluate, over what window, and the budget for restarts."""
 
     interval_seconds: IntervalSeconds = Field(
@@ -425,7 +426,7 @@ class Timing(_Model):
         return self
 
 
-class ErrorPolicy(_Model):
+class ErrorPolicy(StrictModel):
     """Repeated source Errors raise an alert after `alertAfter` and may apply a fail-safe."""
 
     alert_after: int = Field(
@@ -445,7 +446,7 @@ class ErrorPolicy(_Model):
     )
 
 
-class Staleness(_Model):
+class Staleness(StrictModel):
     """While speculation runs under judgement (Probing, On), how long the controller may go
     without a conclusive verdict (Pass or Fail) before it tells a person, and what then.
 
@@ -476,7 +477,7 @@ ADMIN_ONLY_SOURCE_FIELDS: Final = ("url", "bearerTokenFile", "basicAuth", "caFil
 and with which credentials is the cluster admin's choice (the controller's `--config`)."""
 
 
-class PrometheusSource(_Model):
+class PrometheusSource(StrictModel):
     """Which Prometheus endpoint to query, by the name the controller's admin gave it: a
     policy holds no URL and no credential (the trust boundary in docs/security.md)."""
 
@@ -524,7 +525,7 @@ def scrape_page_cost(max_body_bytes: int, max_lines: int) -> int:
     return 2 * max_body_bytes + 100 * max_lines
 
 
-class ScrapeSource(_Model):
+class ScrapeSource(StrictModel):
     port: int | None = Field(
         default=None,
         ge=1,
@@ -584,7 +585,7 @@ class ScrapeSource(_Model):
         return self
 
 
-class Source(_Model):
+class Source(StrictModel):
     kind: SourceKind = Field(
         default=SourceKind.PROMETHEUS,
         description=(
@@ -609,7 +610,7 @@ class Source(_Model):
         return self
 
 
-class Promotion(_Model):
+class Promotion(StrictModel):
     """Copy the confirmed config to the stable fleet after a bake time in On."""
 
     enabled: bool = Field(
@@ -634,7 +635,7 @@ class Promotion(_Model):
         return self
 
 
-class DraftLengthTuning(_Model):
+class DraftLengthTuning(StrictModel):
     """Opt-in: let the controller change num_speculative_tokens on the canary. Each change is a
     restart, so it obeys the flip safeguards (timing.minDwellSeconds, timing.maxFlipsPerHour,
     warm-up) and needs agreeing evidence; a change that regresses is reverted to the last good K
@@ -690,7 +691,7 @@ class DraftLengthTuning(_Model):
         return self
 
 
-class DraftLength(_Model):
+class DraftLength(StrictModel):
     """How the draft-length recommendation prices a draft position, and whether the controller
     may act on it (`tuning`, opt-in). The recommendation is always reported (status, metrics,
     `evaluate`)."""
@@ -711,7 +712,7 @@ class DraftLength(_Model):
     )
 
 
-class SpeculativeCanarySpec(_Model):
+class SpeculativeCanarySpec(StrictModel):
     """What the canary is, how alpha and latency are judged, and where metrics come from."""
 
     target: WorkloadRef = Field(
@@ -860,7 +861,7 @@ class SpeculativeCanarySpec(_Model):
         return int(self.speculative_config["num_speculative_tokens"])
 
 
-class ObjectMeta(_Model):
+class ObjectMeta(StrictModel):
     """Kubernetes ObjectMeta: server-side fields are accepted and ignored; anything else (a
     typo such as `namepsace:`, which would land the resource in "default") is refused, by the
     file check and the controller alike."""
@@ -886,7 +887,7 @@ class ObjectMeta(_Model):
     self_link: Any = Field(default=None, alias="selfLink")
 
 
-class SpeculativeCanary(_Model):
+class SpeculativeCanary(StrictModel):
     """One resource: a canary whose speculative config alphagate turns on and off."""
 
     model_config = ConfigDict(

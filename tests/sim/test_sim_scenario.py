@@ -28,7 +28,8 @@ pools:
 def test_shipped_scenarios_load_and_run(scenarios_dir: Path, name: str) -> None:
     scenario = load_scenario(scenarios_dir / f"{name}.yaml")
     assert scenario.name == name
-    fleet = Fleet(scenario, tick=60.0)  # coarse: this is a smoke test of the whole timeline
+    # coarse (about a minute, dividing the duration): a smoke test of the whole timeline
+    fleet = Fleet(scenario, tick=scenario.duration / max(1, round(scenario.duration / 60.0)))
     snaps = list(fleet.run(scenario.duration, every=scenario.duration))
     assert snaps[-1].t == scenario.duration
     applied = [e for e in fleet.drain_events() if e.kind == "timeline"]

@@ -25,41 +25,27 @@ when a policy's interval or window holds too few scrapes (alphagate.core.timing)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Final
 
 import httpx
 import yaml
 from pydantic import (
-    AliasGenerator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from alphagate import yamlload
+from alphagate.config import StrictModel, TimeoutSeconds
 from alphagate.errors import ConfigError, EndpointError
 from alphagate.sources.common import redact_url
 
 DEFAULT_ENDPOINT: Final = "default"
 MAX_CONFIG_BYTES: Final = 256 * 1024
 
-TimeoutSeconds = Annotated[float, Field(ge=0.1, le=300.0, allow_inf_nan=False)]
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        populate_by_name=True,
-        alias_generator=AliasGenerator(alias=to_camel),
-    )
-
-
-class BasicAuth(_Model):
+class BasicAuth(StrictModel):
     """Basic auth whose password is in a file of the controller's pod (re-read on rotation)."""
 
     username: str = Field(min_length=1)
@@ -81,7 +67,7 @@ def check_url(url: str) -> str:
     return url
 
 
-class PrometheusEndpoint(_Model):
+class PrometheusEndpoint(StrictModel):
     """One Prometheus (or Thanos, Mimir, VictoriaMetrics) HTTP API the controller may query."""
 
     name: str = Field(
@@ -94,7 +80,7 @@ class PrometheusEndpoint(_Model):
     bearer_token_file: str | None = None
     basic_auth: BasicAuth | None = None
     ca_file: str | None = None
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: TimeoutSeconds = 10.0
     max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     # how often this Prometheus scrapes the vLLM pods; None: measured from the samples
@@ -123,7 +109,7 @@ class PrometheusEndpoint(_Model):
         return redact_url(self.url)
 
 
-class SourcesConfig(_Model):
+class SourcesConfig(StrictModel):
     """The controller's own source configuration (admin-owned)."""
 
     prometheus: list[PrometheusEndpoint] = Field(default=[], max_length=64)
