@@ -37,6 +37,42 @@ def test_policies_meet_the_same_streams_until_they_act() -> None:
     assert a.tokens == b.tokens
 
 
+def test_the_chain_fixes_per_position_acceptance_whatever_k_runs() -> None:
+    """A draft-length case gives the simulator the alpha of the K that runs: the first
+    position's acceptance (and every later one) is then the same at every K."""
+    from alphagate.sim.acceptance import acceptance_table
+
+    p, decay = 0.9, 0.6
+    firsts = []
+    for k in (1, 2, 3, 5):
+        probs = acceptance_table(k, decay).probs(suite.chain_alpha(p, decay, k))
+        firsts.append(float(probs[1:].sum()))  # P(at least one accepted)
+    assert firsts == pytest.approx([p] * 4, abs=2e-3)
+    case = suite.BY_NAME["best-k-moves"]
+    assert case.alpha_at(0.5) == pytest.approx(suite.chain_alpha(0.9, 0.6, 5))
+    assert case.alpha_at(0.5, 2) > case.alpha_at(0.5)  # a shorter draft accepts a larger share
+
+
+class _Retune:
+    """Keeps speculation on and asks for K=2 from the second decision on."""
+
+    name = "retune-stub"
+    interval = 30.0
+
+    def decide(self, ctx: loop.Ctx) -> loop.Want:
+        return loop.Want(True, k=2 if ctx.t >= 60 else None)
+
+
+def test_a_new_k_restarts_the_canary_pods_at_that_k(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "make_policy", lambda name, seed, k=suite.K: _Retune())
+    (r,) = loop.run_group("best-k-moves", 2, ["retune-stub"], 0.1)
+    case = suite.BY_NAME["best-k-moves"]
+    assert r.flips == [(60.0, "retune")] and r.restarts == case.canaries
+    loading = [tok for t, tok in zip(r.t, r.tokens, strict=True) if 60 < t <= 60 + 60]
+    assert loading and all(tok == 0 for tok in loading)
+    assert r.on[-1] == 1.0 and r.drafts[-1] > 0  # back, speculating at the new K
+
+
 @pytest.mark.slow
 def test_a_group_run_is_each_policys_own_run() -> None:
     # Policies share one fleet until each acts; then each continues on its own copy. The
@@ -251,3 +287,14 @@ def report_columns() -> tuple[tuple[str, str], ...]:
     from alphagate.bench.decisions import report
 
     return report.COLUMNS
+
+
+def test_ktuning_prints_one_row_per_chain_case(capsys: pytest.CaptureFixture[str]) -> None:
+    from alphagate.bench.decisions import ktuning
+
+    assert ktuning.main(["--seeds", "1", "--hours", "0.1", "--max-minutes", "5"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("best-k-moves")]
+    assert len(rows) == 1 and "K=5" in rows[0]  # 6 minutes: too short to move K
+    with pytest.raises(SystemExit):
+        ktuning.main(["--seeds", "0"])

@@ -196,3 +196,20 @@ def test_measured_cost_from_per_step_latency() -> None:
 def test_bad_k_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         recommend([], k=0, cost=DraftCost(0.1, CostSource.POLICY))
+
+
+def test_longer_may_pay_reads_the_next_positions_floor_against_its_break_even() -> None:
+    """The unseen position K gets at most u_{K-1} x the last conditional rate; with both lower
+    bounds above d * S(K), a longer draft may pay. At a dear cost (a full batch) only a strong
+    chain qualifies."""
+    rng = random.Random(7)
+    strong = recommend(_simulate(rng, (0.9,), 400, 10), k=1, cost=DraftCost(0.5, CostSource.POLICY))
+    assert strong.advice is DraftAdvice.LONGER_MAY_PAY  # >= ~0.78 next, needs 0.5 x 1.27
+    weak = recommend(
+        _simulate(rng, (0.9, 0.6), 400, 10), k=2, cost=DraftCost(0.5, CostSource.POLICY)
+    )
+    assert weak.advice is not DraftAdvice.LONGER_MAY_PAY  # ~0.3 next, needs ~0.7
+    cheap = recommend(
+        _simulate(rng, (0.9, 0.6), 400, 10), k=2, cost=DraftCost(0.02, CostSource.POLICY)
+    )
+    assert cheap.advice is DraftAdvice.LONGER_MAY_PAY  # the same chain pays at a low cost

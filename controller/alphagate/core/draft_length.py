@@ -372,20 +372,23 @@ def recommend(
             f"{options[k - 1].speedup:.2f}x over draft steps (position rates {rates})",
         )
     last = positions[k - 1]
-    # Only full-length drafts make the conditional rate meaningful (n-gram drafts often stop
-    # short, which inflates it).
-    if (
-        last.unconditional_lower > options[k - 1].breakeven_rate * 2.0
-        and last.conditional_lower > 0.5
-        and full >= FULL_LENGTH
-    ):
+    # The position after K is never observed. Acceptance does not rise along a draft, so its
+    # rate is at most u_{K-1} times the last conditional rate; read with both lower bounds, it
+    # is what a longer draft can be expected to get at the least. It may pay when that clears
+    # the break-even position K would face, d * S(K). Only full-length drafts make the
+    # conditional rate meaningful (n-gram drafts often stop short, which inflates it).
+    next_rate = last.unconditional_lower * last.conditional_lower
+    next_breakeven = d * options[k - 1].speedup
+    if next_rate > next_breakeven and last.conditional_lower > 0.5 and full >= FULL_LENGTH:
         return report(
             DraftAdvice.LONGER_MAY_PAY,
             k,
             best,
-            f"K={k} kept; the last position still accepts {last.unconditional:.3f} "
-            f"(at least {last.unconditional_lower:.3f}), twice its break-even: a longer draft "
-            f"may pay, which these counters cannot show (position rates {rates})",
+            f"K={k} kept; the last position still accepts {last.unconditional:.3f} (at least "
+            f"{last.unconditional_lower:.3f}, {last.conditional_lower:.2f} of the drafts that "
+            f"reached it): one more position would get at least {next_rate:.3f}, above the "
+            f"{next_breakeven:.3f} it needs, which these counters cannot show (position rates "
+            f"{rates})",
         )
     return report(
         DraftAdvice.KEEP,

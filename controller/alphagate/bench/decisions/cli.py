@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     all_cases = tuple(c.name for c in suite.SUITE)
     cases = _names(args.cases, all_cases, "cases") if args.cases else list(all_cases)
     policies = (
-        _names(args.policies, loop.POLICY_NAMES, "policies")
+        _names(args.policies, (*loop.POLICY_NAMES, *loop.EXTRA_POLICIES), "policies")
         if args.policies
         else list(loop.POLICY_NAMES)
     )

@@ -59,14 +59,22 @@ POLICY_NAMES: Final = (
     "kayenta",
 )
 ONE_SHOT_COOLDOWN: Final = 30 * 86400.0
+K_TUNING: Final = "alphagate-k-tuning"
+EXTRA_POLICIES: Final = (K_TUNING,)
+"""Run only when named (--policies): alphagate with spec.draftLength.tuning on. Meaningful on
+cases with an acceptance chain (``suite.Case.chain``), where alpha follows the K that runs."""
 
 
-def make_policy(name: str, seed: int) -> Policy:
-    spec = shipped_spec()
+def make_policy(name: str, seed: int, k: int = suite.K) -> Policy:
+    spec = shipped_spec(k=k)
     if name == "oracle":
         return Oracle()
     if name == "alphagate":
         return Alphagate(name, spec)
+    if name == K_TUNING:
+        tuning = spec.draft_length.tuning.model_copy(update={"enabled": True, "max_k": k})
+        draft = spec.draft_length.model_copy(update={"tuning": tuning})
+        return Alphagate(name, spec.model_copy(update={"draft_length": draft}))
     if name == "alphagate-one-shot":
         # The same policy, but a rollback is final, as it is for every anchor: what the
         # re-probes cost and what they win back.
@@ -83,7 +91,8 @@ def make_policy(name: str, seed: int) -> Policy:
         return anchors.InEngine(seed)
     if name == "kayenta":
         return anchors.Kayenta(spec)
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    known = ", ".join((*POLICY_NAMES, *EXTRA_POLICIES))
+    raise ValueError(f"unknown policy {name!r}; known: {known}")
 
 
 @dataclass
@@ -204,6 +213,7 @@ class _Branch:
     on: bool = True  # the canary Deployment starts with --speculative-config (a new rollout)
     flipped: bool = False
     gated: frozenset[str] = frozenset()
+    k: int = suite.K  # the draft length the canary Deployment runs
     last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     tokens: float = 0.0
     drafts: float = 0.0
@@ -255,9 +265,9 @@ def run_group(
     pods = _Pods(trunk, case, seed, hours)
     branches = []
     for name in policy_names:
-        policy = make_policy(name, seed)
+        policy = make_policy(name, seed, case.k)
         res = RunResult(case_name, seed, name, hours)
-        branches.append(_Branch(policy, res, trunk, next_decision=policy.interval))
+        branches.append(_Branch(policy, res, trunk, next_decision=policy.interval, k=case.k))
     steps = round(hours * 3600.0 / TICK)
     per_step = round(STEP / TICK)
     for i in range(steps + 1):
@@ -267,8 +277,13 @@ def run_group(
                 fleet.step()
         for b in branches:
             b.account()
+        if case.chain:
+            for b in branches:  # alpha follows the K each fleet's canary runs
+                _chain(b.fleet, case, t / (hours * 3600.0), b.k)
         if i % per_step == 0:
-            alpha = trunk.slices["chat"].alpha
+            alpha = (
+                case.alpha_at(t / (hours * 3600.0)) if case.chain else trunk.slices["chat"].alpha
+            )
             regressed = pods.regression_at is not None and t >= pods.regression_at
             should_on = alpha >= suite.GATE and not regressed
             snaps: dict[int, FleetSnapshot] = {}
@@ -299,6 +314,15 @@ def run_group(
     return out
 
 
+def _chain(fleet: Fleet, case: suite.Case, frac: float, k: int) -> None:
+    """The slice's alpha and decay for the chain at `frac` and draft length `k`."""
+    p, decay = case.chain_at(frac)
+    sl = fleet.slices["chat"]
+    alpha = round(suite.chain_alpha(p, decay, k), 6)
+    if sl.alpha != alpha or sl.decay != decay:
+        fleet.slices["chat"] = sl.model_copy(update={"alpha": alpha, "decay": decay})
+
+
 def _fleets(branches: Sequence[_Branch]) -> list[Fleet]:
     seen: dict[int, Fleet] = {}
     for b in branches:
@@ -322,14 +346,19 @@ def _decide(
         _engine_off(fleet.pods[name])
         b.res.flips.append((t, "disable"))
     b.gated = want.engine_off
-    if want.on != b.on:
-        b.on = want.on
+    k = want.k if want.k is not None else b.k
+    retune = want.on and b.on and k != b.k
+    if retune and sum(x.fleet is fleet for x in all_) > 1:
+        b.fleet = fleet = copy.deepcopy(fleet)
+    if want.on != b.on or retune:
         b.flipped = True
-        b.res.flips.append((t, "enable" if b.on else "disable"))
+        b.res.flips.append((t, "retune" if retune else ("enable" if want.on else "disable")))
+        b.on, b.k = want.on, k
         canaries = [n for n, p in fleet.pods.items() if p.spec.role == "canary"]
         for name in canaries:
-            if fleet.set_speculative_config(name, suite.SPEC if b.on else None):
+            if fleet.set_speculative_config(name, suite.spec_config(k) if b.on else None):
                 b.res.restarts += 1
+    b.k = k
 
 
 def _record(b: _Branch, t: float, alpha: float, should_on: bool) -> None:

@@ -14,6 +14,7 @@ by this benchmark with no change here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,9 @@ from alphagate import config
 from alphagate.backtest.recorded import RecordingSource
 from alphagate.bench.decisions import suite
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import machine, tuning
 from alphagate.core.evaluate import evaluate
+from alphagate.core.insights import analyse
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
 from alphagate.sim.fleet import Fleet, FleetSnapshot
 
@@ -52,6 +54,7 @@ class Want:
 
     on: bool
     engine_off: frozenset[str] = frozenset()
+    k: int | None = None  # the draft length to run (None: unchanged)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Policy(Protocol):
     def decide(self, ctx: Ctx) -> Want: ...
 
 
-def shipped_spec(name: str = SHIPPED_POLICY) -> SpeculativeCanarySpec:
+def shipped_spec(name: str = SHIPPED_POLICY, *, k: int = suite.K) -> SpeculativeCanarySpec:
     """A shipped policy with its selectors pointed at the simulator's pod labels."""
     data = yaml.safe_load((POLICIES_DIR / name).read_text(encoding="utf-8"))
     spec = config.parse(data, where=name).spec
@@ -91,7 +94,7 @@ def shipped_spec(name: str = SHIPPED_POLICY) -> SpeculativeCanarySpec:
         )
         for s in spec.slices
     ]
-    return spec.model_copy(update={"slices": slices, "speculative_config": dict(suite.SPEC)})
+    return spec.model_copy(update={"slices": slices, "speculative_config": suite.spec_config(k)})
 
 
 def canary_alpha(obs: Observation) -> float:
@@ -116,6 +119,7 @@ class Alphagate:
         self.source = RecordingSource()
         self.intervals: list[IntervalRecord] = []
         self.verdicts: dict[str, int] = {}
+        self.k_changes: list[tuple[float, str, int]] = []  # (t, cause, new K)
 
     def decide(self, ctx: Ctx) -> Want:
         spec = self.spec
@@ -123,6 +127,17 @@ class Alphagate:
         self.source.feed(ctx.snap.pods, ctx.now)
         obs = self.source.observe(spec, start=start, end=end, interval_seconds=self.interval)
         ev = evaluate(spec, obs, self.memory, ctx.rollout, now=ctx.now)
+        k: int | None = None
+        if spec.draft_length.tuning.enabled:  # the reconciler's order: machine, then the tuner
+            ran = tuning.current_k(spec, self.memory)
+            ins = analyse(spec, obs, estimates=ev.estimates, combined=ev.combined, k=ran)
+            tuned = tuning.retune(
+                spec, ev, ins.draft, now=ctx.now, rollout=ctx.rollout, window_start=start
+            )
+            ev = dataclasses.replace(ev, memory=tuned.memory)
+            k = tuned.k
+            if tuned.change is not None:
+                self.k_changes.append((ctx.t, tuned.change.cause.value, tuned.change.to_k))
         self.memory = ev.memory
         self.verdicts[ev.verdict.value] = self.verdicts.get(ev.verdict.value, 0) + 1
         decisive = any(
@@ -142,10 +157,13 @@ class Alphagate:
                     decisive,
                 )
             )
-        return Want(ev.target_speculation_on)
+        return Want(ev.target_speculation_on, k=k)
 
     def extra(self) -> dict[str, Any]:
-        return {"verdicts": dict(self.verdicts)}
+        out: dict[str, Any] = {"verdicts": dict(self.verdicts)}
+        if self.spec.draft_length.tuning.enabled:
+            out["k_changes"] = list(self.k_changes)
+        return out
 
 
 @dataclass

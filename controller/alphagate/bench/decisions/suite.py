@@ -39,6 +39,20 @@ SPEC: Final[dict[str, Any]] = {
 }
 
 
+def spec_config(k: int = K) -> dict[str, Any]:
+    """The canary's speculative config at draft length ``k``."""
+    return {**SPEC, "num_speculative_tokens": k}
+
+
+def chain_alpha(p: float, decay: float, k: int) -> float:
+    """alpha at draft length ``k`` of a chain whose position ``j`` (1-based) is reached with
+    probability ``p ** (j + decay * j * (j - 1) / 2)``, the simulator's own shape (sim.acceptance).
+
+    The traffic fixes ``p`` and ``decay``; alpha (accepted per drafted token) then depends on K,
+    so a case whose best K moves gives the simulator the alpha of the K the canary runs."""
+    return float(sum(p ** (j + decay * j * (j - 1) / 2) for j in range(1, k + 1))) / k
+
+
 @dataclass(frozen=True)
 class Case:
     """One scenario of the suite.
@@ -58,10 +72,34 @@ class Case:
     regression: tuple[float, float] | None = None
     stalls: bool = False
     slice_extra: dict[str, Any] = field(default_factory=dict)
+    # Draft-length cases: the configured K and the traffic as (start fraction, p, decay) steps of
+    # the acceptance chain (chain_alpha); the loop sets the slice's alpha for the K that runs.
+    k: int = K
+    chain: tuple[tuple[float, float, float], ...] = ()
+
+    def chain_at(self, frac: float) -> tuple[float, float]:
+        """(p, decay) of the chain at a fraction of the run."""
+        p, decay = self.chain[0][1:]
+        for start, p_, d_ in self.chain:
+            if frac + 1e-12 >= start:
+                p, decay = p_, d_
+        return p, decay
+
+    def alpha_at(self, frac: float, k: int | None = None) -> float:
+        """The slice's alpha at a fraction of the run, at draft length ``k`` (default: the
+        configured K)."""
+        if not self.chain:
+            value = self.alphas[0][1]
+            for start, a in self.alphas:
+                if frac + 1e-12 >= start:
+                    value = a
+            return value
+        p, decay = self.chain_at(frac)
+        return chain_alpha(p, decay, k or self.k)
 
     def scenario(self, hours: float) -> Scenario:
         duration = hours * 3600.0
-        first = self.alphas[0][1]
+        first = self.alpha_at(0.0)
         chat: dict[str, Any] = {
             "alpha": first,
             "prompt_tokens": PROMPT_TOKENS,
@@ -76,6 +114,9 @@ class Case:
             {"at": round(frac * duration, 3), "slices": {"chat": {"alpha": value}}}
             for frac, value in self.alphas[1:]
         ]
+        if self.chain:  # the loop sets alpha and decay as the chain and the K that runs say
+            chat["decay"] = self.chain[0][2]
+            timeline = []
         extra: dict[str, Any] = {}
         if SIM_STALLS and self.stalls:
             extra["stalls"] = dict(STALLS)
@@ -100,7 +141,7 @@ class Case:
                         "slice": "chat",
                         "replicas": self.canaries,
                         "load_time": LOAD_SECONDS,
-                        "speculative_config": SPEC,
+                        "speculative_config": spec_config(self.k),
                     },
                 ],
                 "timeline": timeline,
@@ -136,6 +177,11 @@ def _mix() -> tuple[tuple[float, float], ...]:
     )
 
 
+BEST_K_MOVES: Final = ((0.0, 0.92, 0.02), (1 / 3, 0.9, 0.6), (2 / 3, 0.92, 0.02))
+"""Chat (every position accepts well; alpha 0.78 at K=5) -> code (acceptance falls fast along the
+draft; alpha 0.61 at K=5, still above the gate) -> chat. At this load a draft position costs
+about half a plain step, so the best K is 3 in chat and 2 in code."""
+
 SUITE: Final[tuple[Case, ...]] = (
     Case("stationary-0.70", "alpha 0.70 all along (healthy)", ((0.0, 0.70),)),
     Case("stationary-0.62", "alpha 0.62 (above the band)", ((0.0, 0.62),)),
@@ -157,6 +203,8 @@ SUITE: Final[tuple[Case, ...]] = (
     Case("one-canary-pod", "alpha 0.62 on a single canary pod", ((0.0, 0.62),), canaries=1),
     Case("long-outputs", "alpha 0.62, outputs of 1,500 tokens", ((0.0, 0.62),),
          output_tokens=1500),
+    Case("best-k-moves", "K=5; chat (best K 3) -> code, tail positions fail (best K 2) at 33%"
+         " -> chat at 67%", ((0.0, 0.0),), k=5, chain=BEST_K_MOVES),
 )  # fmt: skip
 
 BY_NAME: Final = {c.name: c for c in SUITE}
