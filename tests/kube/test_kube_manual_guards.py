@@ -9,18 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from kube_support import NS, Clock, FakeSource, seed, speculating
 from typer.testing import CliRunner
 
 from alphagate.cli import app
 from alphagate.config import GROUP, VERSION
+from alphagate.kube.client import Kube
+from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import (
     ANN_COMMAND,
     ANN_COMMAND_FORCE,
     CanaryStatus,
     command_forced,
+    parse_status,
     pending_command,
 )
 from alphagate.sandbox.apiserver import ApiServer
+from alphagate.shell.reconciler import Reconciler
 
 runner = CliRunner()
 
@@ -72,3 +77,83 @@ def test_help_documents_the_escape_hatch() -> None:
     for command in ("enable", "promote"):
         result = run(command, "--help")
         assert result.exit_code == 0 and "--force" in result.stdout
+
+
+# ---------------------------------------------------------------- through the controller
+
+
+def _reconciler(kube: Kube, source: FakeSource, clock: Clock) -> Reconciler:
+    return Reconciler(
+        kube,
+        source_factory=lambda spec, ns, name: source,
+        events=EventRecorder(kube.api_client, clock=clock),
+        clock=clock,
+    )
+
+
+def _step(rec: Reconciler, clock: Clock, n: int = 1) -> Any:
+    out = None
+    for _ in range(n):
+        clock.tick()
+        out = rec.reconcile(NS, "chat")
+    return out
+
+
+def _events(apiserver: ApiServer) -> list[tuple[str, str, str]]:
+    return [
+        (e["type"], e["reason"], e["message"]) for e in apiserver.objects("events", NS, group="")
+    ]
+
+
+def _command(apiserver: ApiServer, *args: str) -> None:
+    result = run(*args, "chat", "-n", NS, "--server", apiserver.url)
+    assert result.exit_code == 0, result.output
+
+
+def test_enable_in_cooldown_is_refused_then_forced(apiserver: ApiServer, kube: Kube) -> None:
+    seed(apiserver)
+    clock = Clock()
+    rec = _reconciler(kube, FakeSource(apiserver, lambda s: 0.3), clock)
+    _step(rec, clock, 3)  # probe, two failing windows: rolled back, cooling down 30 s
+    st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
+    assert st.state == "RolledBack" and not speculating(apiserver, "chat-canary")
+
+    _command(apiserver, "enable")
+    _step(rec, clock)
+    st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
+    assert st.state == "RolledBack" and not speculating(apiserver, "chat-canary")
+    last = st.history[-1]
+    assert last.cause == "refused" and last.guards == ["cooldown"] and not last.forced
+    assert st.last_command is not None and "refused" in st.last_command.result
+    assert not st.last_command.forced
+    assert any(t == "Warning" and r == "FlipRefused" for t, r, _ in _events(apiserver))
+
+    _command(apiserver, "enable", "--force")
+    _step(rec, clock)
+    st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
+    assert st.state == "Probing" and speculating(apiserver, "chat-canary")
+    last = st.history[-1]
+    assert last.cause == "manual" and last.forced and last.guards == ["cooldown"]
+    assert st.last_command is not None and st.last_command.forced
+    forced = [m for t, r, m in _events(apiserver) if r == "CommandForced"]
+    assert len(forced) == 1 and "cooldown" in forced[0]
+
+
+def test_promote_needs_promotion_or_force(apiserver: ApiServer, kube: Kube) -> None:
+    seed(apiserver)
+    clock = Clock()
+    rec = _reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock)
+    _step(rec, clock, 3)
+    assert parse_status(apiserver.get("speculativecanaries", NS, "chat")).state == "On"
+
+    _command(apiserver, "promote")
+    _step(rec, clock)
+    st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
+    assert st.state == "On" and st.history[-1].guards == ["promotion-disabled"]
+    assert st.history[-1].cause == "refused"
+
+    _command(apiserver, "promote", "--force")
+    _step(rec, clock)
+    st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
+    assert st.state == "Promoted" and st.history[-1].forced
+    assert st.history[-1].guards == ["promotion-disabled"]

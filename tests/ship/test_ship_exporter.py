@@ -203,7 +203,12 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
     assert value(s, "alphagate_source_errors_total", **c, kind="unreachable") == 0
     assert value(s, "alphagate_transitions_total", **c, from_state="Off", to_state="Probing") == 0
     names = {name for name, _ in s}
-    only_on_demand = {"alphagate_predicted_speedup_ratio", "alphagate_spec_invalid"}
+    # verdict age: only while a unit judges (Probing, On); test_verdict_age_follows_the_core
+    only_on_demand = {
+        "alphagate_predicted_speedup_ratio",
+        "alphagate_spec_invalid",
+        "alphagate_verdict_age_seconds",
+    }
     only_on_demand |= metric_names.INSIGHT_NAMES  # given with insights (core.insights)
     missing = {n for n in metric_names.METRIC_NAMES if n not in only_on_demand} - names
     assert not missing
@@ -449,3 +454,18 @@ def test_single_slice_checks_without_suffix_are_labelled_with_the_slice(
         )
         == 1
     )
+
+
+def test_verdict_age_follows_the_core(recorder: exporter.Recorder) -> None:
+    """alphagate_verdict_age_seconds: exported while a unit judges, gone when it stops."""
+    judging = dataclasses.replace(evaluation(), verdict_age_seconds=1234.0)
+    recorder.record(
+        judging, namespace="llm", canary="chat", duration_seconds=0.01, speculation_on=True
+    )
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_verdict_age_seconds", namespace="llm", canary="chat") == 1234.0
+    recorder.record(
+        evaluation(), namespace="llm", canary="chat", duration_seconds=0.01, speculation_on=False
+    )
+    s = scrape(recorder.registry)
+    assert not [k for k in s if k[0] == "alphagate_verdict_age_seconds"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from alphagate.cli import app
@@ -174,7 +175,7 @@ def _spec_doc() -> dict[str, Any]:
 @pytest.mark.prometheus
 @pytest.mark.slow
 @pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed")
-def test_prometheus_idle_canary_and_sparse_scrapes_are_typed() -> None:
+def test_prometheus_idle_canary_and_sparse_scrapes_are_typed(tmp_path: Path) -> None:
     fleet = Fleet(idle_scenario())
     prom = PrometheusServer(scrape_interval=2.0)
     sim = SimServer(fleet, file_sd=prom.targets_path)
@@ -192,11 +193,25 @@ def test_prometheus_idle_canary_and_sparse_scrapes_are_typed() -> None:
         configured = PrometheusEndpoint(url=prom.url, scrape_interval_seconds=7)
         with PrometheusSource(configured, backoff_seconds=0.1) as source:
             told = source.observe(spec, start=end - 12, end=end, interval_seconds=6.0)
+        # `alphagate evaluate` over the same Prometheus says the same, and warns
+        policy = tmp_path / "policy.yaml"
+        doc = yaml.safe_load(POLICY)
+        doc["spec"].update(timing={"intervalSeconds": 1, "windowSeconds": 12, "warmupSeconds": 0})
+        doc["spec"]["source"] = {"kind": "prometheus", "prometheus": {}}
+        policy.write_text(yaml.safe_dump(doc))
+        cli = runner.invoke(
+            app, ["evaluate", "--policy", str(policy), "--prometheus", prom.url, "--json"]
+        )
     finally:
         prom.close()
         sim.close()
 
     assert told.scrape_interval_seconds == 7.0  # the admin's word wins
+    assert cli.exit_code == 0, cli.output
+    data = json.loads(cli.stdout)
+    assert data["assumed_state"] == "On" and data["action"] == "hold"
+    assert data["scrape_interval_seconds"] == 2.0
+    assert {w["problem"] for w in data["timing"]} == {"interval-too-short"}
     for obs, why in ((wide, NoData.NO_TRAFFIC), (narrow, NoData.SPARSE_SCRAPES)):
         assert obs.source_error is None
         assert obs.scrape_interval_seconds == 2.0  # the targets' scrapeInterval

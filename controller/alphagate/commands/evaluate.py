@@ -29,6 +29,7 @@ import typer
 
 from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SourceKind, SpeculativeCanary, SpeculativeCanarySpec
+from alphagate.core import timing
 from alphagate.core.evaluate import evaluate
 from alphagate.core.histogram import quantile
 from alphagate.core.insights import Insights, analyse
@@ -436,6 +437,13 @@ def evaluate_command(
         close = getattr(src, "close", None)
         if close is not None:
             close()
+    # Prometheus: the interval and window against the scrape interval it reported (pod scrapes
+    # here are one-shot reads, not the controller's cadence)
+    advice = (
+        timing.advise(spec, obs.scrape_interval_seconds)
+        if isinstance(src, PrometheusSource)
+        else ()
+    )
     assumed = _assumed(state, obs)
     memory = Memory(state=assumed, since=0.0)
     rollout = Rollout(speculation_on=assumed in (State.ON, State.PROBING))
@@ -448,11 +456,17 @@ def evaluate_command(
         cost_per_position=spec.draft_length.cost_per_position,
     )
     if as_json:
-        typer.echo(json.dumps(to_json(resource, label, obs, assumed, ev, ins), indent=2))
+        out = to_json(resource, label, obs, assumed, ev, ins)
+        out["timing"] = [
+            {"problem": w.problem.value, "field": w.field, "message": w.message} for w in advice
+        ]
+        typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(
             render_text(resource, label, obs, assumed, ev, since_start=since_start, insights=ins)
         )
+        for w in advice:
+            typer.echo(f"warn  {w.field}: {w.message}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -70,6 +70,17 @@ def run(
         "--prometheus-url",
         help="Shorthand for one Prometheus endpoint named `default`, without credentials.",
     ),
+    prometheus_scrape_interval: float | None = typer.Option(
+        None,
+        "--prometheus-scrape-interval",
+        min=1.0,
+        max=3600.0,
+        help=(
+            "Seconds between the --prometheus-url Prometheus's scrapes of vLLM (else read from "
+            "its targets API): policies whose interval or window span fewer than two get a "
+            "TimingFits=False warning."
+        ),
+    ),
     server: str | None = SERVER,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
@@ -80,7 +91,14 @@ def run(
     logs.configure(fmt=log_format, level=log_level)  # type: ignore[arg-type]
     sources = load_sources(config_file) if config_file is not None else SourcesConfig()
     if prometheus_url is not None:
-        sources = sources.merged(SourcesConfig.single(prometheus_url))
+        single = (
+            SourcesConfig.single(prometheus_url)
+            if prometheus_scrape_interval is None
+            else SourcesConfig.single(
+                prometheus_url, scrapeIntervalSeconds=prometheus_scrape_interval
+            )
+        )
+        sources = sources.merged(single)
     opts = RunOptions(
         server=server,
         kubeconfig=kubeconfig,

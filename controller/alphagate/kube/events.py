@@ -34,6 +34,7 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
+from alphagate.core.timing import TimingWarning
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import call
 from alphagate.logs import get as get_logger
@@ -73,6 +74,9 @@ class Reason(StrEnum):
     DRAFT_LENGTH_REVERTED = "DraftLengthReverted"
     DRAFT_LENGTH_CONFIRMED = "DraftLengthConfirmed"
     DIAGNOSIS = "LatencyDiagnosis"
+    FORCED = "CommandForced"  # a manual command carried past its guards with --force
+    VERDICT_STALE = "VerdictStale"  # Probing/On without a conclusive verdict for too long
+    TIMING_TOO_SHORT = "TimingTooShort"  # interval/window too short for the scrape interval
 
 
 class EventType(StrEnum):
@@ -288,6 +292,14 @@ def decision_events(
                 reason,
                 f"{t.from_state.value} -> {t.to_state.value}{where}: {t.reason}{alpha}",
             )
+    done = e.transition
+    if done is not None and done.forced and done.command is not None:
+        guards = ", ".join(g.value for g in done.guards) or "none in the way"
+        events.warning(
+            ref,
+            Reason.FORCED,
+            f"manual {done.command.value} --force{where}: guards overridden: {guards}",
+        )
     # Alerts repeat every interval while they last, with a stable message, so the recorder
     # folds them into one Event with a growing count (what `kubectl describe` shows as
     # "x12 over 6m") instead of one Event per interval.
@@ -302,6 +314,14 @@ def decision_events(
                 f"flip budget exhausted{where}: at most {spec.timing.max_flips_per_hour} "
                 "flips per hour; holding",
             )
+        elif alert is Alert.VERDICT_STALE:
+            events.warning(
+                ref,
+                Reason.VERDICT_STALE,
+                f"no conclusive verdict for over {spec.staleness.after_seconds:g} s while "
+                f"speculating{where}: speculation runs unchecked "
+                f"(staleness.failSafe {spec.staleness.fail_safe.value})",
+            )
         elif alert is Alert.ROLLOUT_TIMEOUT:
             events.warning(
                 ref,
@@ -310,6 +330,13 @@ def decision_events(
             )
         else:
             events.warning(ref, Reason.ALERT, f"{alert}{where}")
+
+
+def timing_events(events: EventRecorder, ref: ObjectRef, warnings: Sequence[TimingWarning]) -> None:
+    """One Warning Event per timing problem (core/timing): the caller sends them once per
+    policy generation and scrape interval, not every evaluation."""
+    for w in warnings:
+        events.warning(ref, Reason.TIMING_TOO_SHORT, w.message)
 
 
 def list_events(

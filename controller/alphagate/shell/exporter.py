@@ -81,6 +81,7 @@ from alphagate.shell.metric_names import (
     SPECULATION_ENABLED,
     STATE,
     UNKNOWN_ERROR_KIND,
+    VERDICT_AGE,
     WARNINGS,
     WATCHED_WARNINGS,
     WINDOW_DRAFTS,
@@ -138,7 +139,7 @@ class Recorder:
         self.alert = gauge(
             ALERT,
             "1 while the core raises a condition a person should hear about (source-errors, "
-            "flip-budget, probe-stalled, rollout-timeout).",
+            "flip-budget, probe-stalled, rollout-timeout, verdict-stale).",
             (*_CANARY, "condition"),
         )
         self.window_drafts = gauge(
@@ -222,6 +223,12 @@ class Recorder:
         )
         self.error_streak = gauge(
             ERROR_STREAK, "Consecutive evaluations with an Error verdict.", _CANARY
+        )
+        self.verdict_age = gauge(
+            VERDICT_AGE,
+            "Probing or On: seconds since the last conclusive verdict (Pass or Fail), or since "
+            "the enable if later; absent while nothing is judged (staleness.afterSeconds).",
+            _CANARY,
         )
         self.warnings = Counter(
             WARNINGS.removesuffix("_total"),
@@ -353,6 +360,8 @@ class Recorder:
             if evaluation.predicted_speedup is not None:
                 put(self.speedup, PREDICTED_SPEEDUP, c, evaluation.predicted_speedup)
             put(self.error_streak, ERROR_STREAK, c, float(evaluation.memory.error_streak))
+            if evaluation.verdict_age_seconds is not None:
+                put(self.verdict_age, VERDICT_AGE, c, evaluation.verdict_age_seconds)
             for alert in sorted(set(evaluation.alerts)):
                 put(self.alert, ALERT, (*c, alert), 1.0)
             if insights is not None:
@@ -508,6 +517,7 @@ class Recorder:
             LAST_SUCCESS: self.last_success,
             PREDICTED_SPEEDUP: self.speedup,
             ERROR_STREAK: self.error_streak,
+            VERDICT_AGE: self.verdict_age,
         }
 
     def _seen_pairs(self, key: tuple[str, str]) -> set[tuple[str, tuple[str, ...]]]:

@@ -44,6 +44,8 @@ LAST_EVALUATION: Final = "alphagate_last_evaluation_timestamp_seconds"
 LAST_SUCCESS: Final = "alphagate_last_success_timestamp_seconds"
 PREDICTED_SPEEDUP: Final = "alphagate_predicted_speedup_ratio"
 ERROR_STREAK: Final = "alphagate_error_streak"
+# Probing/On: seconds since the last conclusive verdict (the staleness guard's clock)
+VERDICT_AGE: Final = "alphagate_verdict_age_seconds"
 LEADER: Final = "alphagate_leader"
 BUILD_INFO: Final = "alphagate_build_info"
 WARNINGS: Final = "alphagate_warnings_total"
@@ -90,6 +92,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         LAST_SUCCESS,
         PREDICTED_SPEEDUP,
         ERROR_STREAK,
+        VERDICT_AGE,
         LEADER,
         BUILD_INFO,
         WARNINGS,

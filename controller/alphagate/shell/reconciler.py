@@ -32,7 +32,7 @@ from alphagate.config import (
     SpeculativeCanarySpec,
     parse,
 )
-from alphagate.core import tuning
+from alphagate.core import timing, tuning
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import Action, Command, Memory, Observation, State
@@ -46,13 +46,16 @@ from alphagate.kube.events import (
     decision_events,
     diagnosis_event,
     draft_length_event,
+    timing_events,
 )
+from alphagate.kube.freshness import timing_fits, verdict_fresh
 from alphagate.kube.status import (
     COMMANDS,
     CanaryStatus,
     CommandRecord,
     ConditionType,
     StatusWriter,
+    command_forced,
     parse_status,
     pending_command,
     rfc3339,
@@ -124,6 +127,9 @@ class Reconciler(WatchLoop):
         self._sources: dict[tuple[str, str], tuple[int, Source]] = {}
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
         self._tracked: set[tuple[str, str]] = set()
+        # the timing problems last warned about per resource (generation, scrape interval,
+        # problems): an Event and a log line once, not every interval
+        self._timing_warned: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.evaluations = 0
 
     # ------------------------------------------------------------ sources
@@ -160,6 +166,7 @@ class Reconciler(WatchLoop):
             held = self._sources.pop((namespace, name), None)
             self._memories.pop((namespace, name), None)
             self._tracked.discard((namespace, name))
+            self._timing_warned.pop((namespace, name), None)
         if held is not None:
             self._close_source(held[1])
         with contextlib.suppress(Exception):  # metrics are best effort
@@ -245,10 +252,12 @@ class Reconciler(WatchLoop):
         command: Command | None = None
         command_record: CommandRecord | None = previous.last_command
         pending = pending_command(obj, previous)
+        force = False
         if pending is not None:
             text, ident = pending
             if text in COMMANDS:
                 command = Command(text)
+                force = command_forced(obj)
             else:
                 command_record = CommandRecord(
                     command=text,
@@ -303,6 +312,9 @@ class Reconciler(WatchLoop):
             now=now,
             generation=generation,
         )
+        conditions = self._timing(
+            spec, observation, conditions, ref=ref, generation=generation, now=now, log=log
+        )
 
         # ---- each unit: evaluate, act
         memories: dict[str, Memory] = {}
@@ -313,6 +325,7 @@ class Reconciler(WatchLoop):
                 observation,
                 now=now,
                 command=command,
+                force=force,
                 dry_run=dry_run,
                 ref=ref,
                 owner=f"{namespace}/{name}",
@@ -333,7 +346,15 @@ class Reconciler(WatchLoop):
                 id=pending[1],
                 handled_at=rfc3339(now),
                 result="; ".join(failed) if failed else ("; ".join(results) or "no change"),
+                forced=force,
             )
+        conditions = verdict_fresh(
+            conditions,
+            spec,
+            [u.evaluation for u in out.units if u.evaluation is not None],
+            now=now,
+            generation=generation,
+        )
 
         if any(u.error_reason == "NotLeader" for u in out.units):
             log.warning("lost_leadership_mid_evaluation")
@@ -365,6 +386,36 @@ class Reconciler(WatchLoop):
             reason = Reason.FORBIDDEN if isinstance(exc, ForbiddenError) else Reason.PATCH_FAILED
             self.events.warning(ref, reason, f"could not write status: {exc}")
         export(self.recorder, spec, namespace, name, out.units, out.duration_seconds)
+
+    def _timing(
+        self,
+        spec: SpeculativeCanarySpec,
+        observation: Observation,
+        conditions: list[Any],
+        *,
+        ref: ObjectRef,
+        generation: int,
+        now: float,
+        log: Any,
+    ) -> list[Any]:
+        """TimingFits from core/timing against the scrape interval the source saw; a Warning
+        Event and a log line once per policy generation, scrape interval and problems."""
+        scrape = timing.scrape_interval(spec, observation.scrape_interval_seconds)
+        advice = timing.advise(spec, scrape)
+        key = (ref.namespace, ref.name)
+        seen = (generation, scrape, tuple(w.problem for w in advice))
+        with self._lock:
+            new = bool(advice) and self._timing_warned.get(key) != seen
+            self._timing_warned[key] = seen
+        if new:
+            log.warning(
+                "timing_too_short",
+                problems=[w.problem.value for w in advice],
+                fields=[w.field for w in advice],
+                scrape_interval_seconds=scrape,
+            )
+            timing_events(self.events, ref, advice)
+        return timing_fits(conditions, advice, scrape, now=now, generation=generation)
 
     def _prepare(
         self,
@@ -405,6 +456,7 @@ class Reconciler(WatchLoop):
         *,
         now: float,
         command: Command | None,
+        force: bool = False,
         dry_run: bool,
         ref: ObjectRef,
         owner: str,
@@ -416,7 +468,14 @@ class Reconciler(WatchLoop):
             return uo  # the Deployment read failed; already reported
         deps, memory, rollout = prep.deps, prep.memory, prep.rollout
         evaluation = evaluate(
-            spec, observation, memory, rollout, now=now, command=command, slices=unit.slices
+            spec,
+            observation,
+            memory,
+            rollout,
+            now=now,
+            command=command,
+            slices=unit.slices,
+            force=force,
         )
         uo.insights = analyse(
             spec,

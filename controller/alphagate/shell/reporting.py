@@ -91,6 +91,9 @@ def decision_log(log: Any, e: Evaluation, uo: UnitOutcome, dry_run: bool) -> Non
             else None
         ),
         cause=e.transition.cause.value if e.transition else None,
+        forced=(e.transition.forced or None) if e.transition else None,
+        guards=[g.value for g in e.transition.guards] or None if e.transition else None,
+        verdict_age_seconds=_finite(e.verdict_age_seconds),
         failing=[c.name for c in e.checks if c.verdict is Verdict.FAIL] or None,
         speculation_target=e.target_speculation_on,
         applied=uo.applied and uo.error is None,

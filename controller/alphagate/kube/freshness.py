@@ -1,0 +1,93 @@
+"""Two conditions that say whether the canary is judged at all: VerdictFresh and TimingFits.
+
+VerdictFresh is False while some unit is Probing or On without a conclusive verdict for
+staleness.afterSeconds (the core raises `Alert.VERDICT_STALE`): speculation runs unchecked.
+TimingFits is False when the policy's interval or window spans fewer than two scrape intervals
+of its source (`core.timing.advise`), so `increase()` is empty at times. Both read typed
+fields only; the words are made here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.model import Alert, Evaluation
+from alphagate.core.timing import TimingWarning
+from alphagate.kube.status import ConditionType, set_condition
+
+
+def verdict_fresh(
+    conditions: list[Any],
+    spec: SpeculativeCanarySpec,
+    evaluations: Sequence[Evaluation],
+    *,
+    now: float,
+    generation: int,
+) -> list[Any]:
+    """VerdictFresh from the units' evaluations (the oldest verdict age speaks)."""
+    ages = [e.verdict_age_seconds for e in evaluations if e.verdict_age_seconds is not None]
+    stale = any(Alert.VERDICT_STALE in e.alerts for e in evaluations)
+    after = spec.staleness.after_seconds
+    if stale:
+        oldest = max(ages) if ages else after
+        return set_condition(
+            conditions,
+            ConditionType.VERDICT_FRESH,
+            False,
+            "VerdictStale",
+            f"speculating with no conclusive verdict for {oldest:.0f} s (staleness.afterSeconds "
+            f"{after:g}, failSafe {spec.staleness.fail_safe.value})",
+            now=now,
+            generation=generation,
+        )
+    message = (
+        f"last conclusive verdict {max(ages):.0f} s ago (staleness.afterSeconds {after:g})"
+        if ages
+        else "nothing under judgement (speculation off, paused or promoted)"
+    )
+    return set_condition(
+        conditions,
+        ConditionType.VERDICT_FRESH,
+        True,
+        "Fresh" if ages else "NotJudging",
+        message,
+        now=now,
+        generation=generation,
+    )
+
+
+def timing_fits(
+    conditions: list[Any],
+    warnings: Sequence[TimingWarning],
+    scrape_interval_seconds: float | None,
+    *,
+    now: float,
+    generation: int,
+) -> list[Any]:
+    """TimingFits from the timing advice (core/timing)."""
+    if warnings:
+        return set_condition(
+            conditions,
+            ConditionType.TIMING_FITS,
+            False,
+            "TimingTooShort",
+            "; ".join(w.message for w in warnings)[:1024],
+            now=now,
+            generation=generation,
+        )
+    known = (
+        f"interval and window span at least two scrapes of {scrape_interval_seconds:g} s"
+        if scrape_interval_seconds is not None
+        else "scrape interval unknown (set scrapeIntervalSeconds on the Prometheus endpoint)"
+    )
+    return set_condition(
+        conditions,
+        ConditionType.TIMING_FITS,
+        True,
+        "Fits" if scrape_interval_seconds is not None else "ScrapeIntervalUnknown",
+        known,
+        now=now,
+        generation=generation,
+    )
