@@ -635,6 +635,24 @@ class Promotion(StrictModel):
         return self
 
 
+class OutputLength(StrictModel):
+    """Output length (vllm:request_generation_tokens): below about 50 tokens a request spends
+    most of its life in prefill and the draft's cost is paid for a handful of decode steps."""
+
+    min_mean_tokens: float = Field(
+        default=50.0,
+        ge=1.0,
+        le=100000.0,
+        description="Mean output tokens per finished request below which outputs are too short "
+        "for speculation to pay (the OutputsLongEnough condition says so).",
+    )
+    withhold_probes: bool = Field(
+        default=False,
+        description="Opt-in: start no probe while outputs are measured too short (a manual "
+        "enable still runs).",
+    )
+
+
 class DraftLengthTuning(StrictModel):
     """Opt-in: let the controller change num_speculative_tokens on the canary. Each change is a
     restart, so it obeys the flip safeguards (timing.minDwellSeconds, timing.maxFlipsPerHour,
@@ -780,6 +798,9 @@ class SpeculativeCanarySpec(StrictModel):
     paused: bool = Field(
         default=False,
         description="Hold the current state and patch nothing until set back to false.",
+    )
+    outputs: OutputLength = Field(
+        default=OutputLength(), description="When outputs are too short for speculation to pay."
     )
     draft_length: DraftLength = Field(
         default=DraftLength(),

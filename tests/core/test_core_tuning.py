@@ -304,3 +304,42 @@ def test_tuning_bounds_are_checked(make_spec, tuning: dict, needle: str) -> None
     doc["spec"]["draftLength"]["tuning"] |= tuning
     with pytest.raises(PolicyError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         config.parse(doc, where="t")
+
+
+def test_a_probe_is_withheld_while_outputs_are_too_short(make_spec) -> None:
+    """vllm:request_generation_tokens under 50 tokens a request: the machine's probe is not
+    started (typed `withheld`, with the numbers); long outputs let it start."""
+    from alphagate.core.evaluate import evaluate
+    from alphagate.core.model import Buckets, Observation, PoolObservation, Role
+    from alphagate.core.suitability import Condition, Finding
+
+    spec = make_spec(outputs={"withholdProbes": True})
+    bounds = (10.0, 20.0, 50.0, 100.0, 200.0, float("inf"))
+
+    def obs(mean: float) -> Observation:
+        n = 40.0
+        lengths = Buckets(bounds, (0.0, 0.0, n, n, n, n) if mean < 50 else (0, 0, 0, 0, n, n),
+                          mean * n)  # fmt: skip
+        pools = (
+            PoolObservation("chat", Role.CANARY, generation_tokens=1e3, pods=2),
+            PoolObservation("chat", Role.BASELINE, generation_tokens=4e3, pods=2,
+                            output_lengths=lengths),
+        )  # fmt: skip
+        return Observation(at=1000.0, window_seconds=300.0, pools=pools)
+
+    short = evaluate(spec, obs(30.0), Memory(), Rollout(), now=1000.0)
+    assert short.action is Action.HOLD and short.transition is None
+    assert short.memory.state is State.OFF and not short.target_speculation_on
+    assert short.withheld is not None and short.withheld.condition is Condition.SHORT_OUTPUTS
+    assert short.withheld.finding is Finding.HOLDS
+    assert short.withheld.evidence["mean_output_tokens"] == 30.0
+    long = evaluate(spec, obs(150.0), Memory(), Rollout(), now=1000.0)
+    assert long.action is Action.ENABLE and long.withheld is None
+    # a person's enable is not withheld
+    from alphagate.core.model import Command
+
+    manual = evaluate(spec, obs(30.0), Memory(), Rollout(), now=1000.0, command=Command.ENABLE)
+    assert manual.action is Action.ENABLE and manual.withheld is None
+    # opt-in: by default the condition is reported and the probe still starts
+    default = evaluate(make_spec(), obs(30.0), Memory(), Rollout(), now=1000.0)
+    assert default.action is Action.ENABLE and default.withheld is None

@@ -10,7 +10,7 @@ from typing import Any
 from kube_support import NS, TPOT, Clock, args_of, canary_cr, seed
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core.model import AcceptanceSample, Observation, PoolObservation, Role
+from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation, Role
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
@@ -31,8 +31,13 @@ class ChainSource:
     """Per-position counters of drafts stopping at their first rejection, at the K the canary
     Deployment really runs (read from its args), with a little spread between batches."""
 
-    def __init__(self, apiserver: ApiServer, cond: Callable[[], tuple[float, ...]]) -> None:
-        self.apiserver, self.cond = apiserver, cond
+    def __init__(
+        self,
+        apiserver: ApiServer,
+        cond: Callable[[], tuple[float, ...]],
+        lengths: Buckets | None = None,
+    ) -> None:
+        self.apiserver, self.cond, self.lengths = apiserver, cond, lengths
 
     def observe(
         self, spec: SpeculativeCanarySpec, *, start: float, end: float, interval_seconds: float
@@ -60,7 +65,14 @@ class ChainSource:
         canary = PoolObservation(
             "chat", Role.CANARY, acceptance=tuple(acc), generation_tokens=1e3, tpot=TPOT, pods=2
         )
-        base = PoolObservation("chat", Role.BASELINE, generation_tokens=4e3, tpot=TPOT, pods=2)
+        base = PoolObservation(
+            "chat",
+            Role.BASELINE,
+            generation_tokens=4e3,
+            tpot=TPOT,
+            pods=2,
+            output_lengths=self.lengths,
+        )
         return Observation(at=end, window_seconds=end - start, pools=(canary, base))
 
 
@@ -156,3 +168,16 @@ def test_without_tuning_k_stays_and_the_diagnosis_event_is_emitted_once(
     st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
     assert st.insights is not None and st.insights.findings == ["draftTooLong"]
     assert st.insights.tuning is None
+
+
+def test_no_probe_while_outputs_are_too_short(apiserver: ApiServer, kube: Kube) -> None:
+    short = Buckets((10.0, 20.0, 50.0, float("inf")), (10.0, 30.0, 40.0, 40.0), 900.0)
+    seed(apiserver, cr=canary_cr(outputs={"withholdProbes": True}))
+    clock = Clock()
+    rec = _reconciler(kube, ChainSource(apiserver, lambda: GOOD, lengths=short), clock)
+    _run(rec, clock, 3)
+    assert k_of(apiserver) is None  # never enabled: 22 tokens a request
+    st = parse_status(apiserver.get("speculativecanaries", NS, "chat"))
+    cond = {c.type: c for c in st.conditions}["OutputsLongEnough"]
+    assert cond.status == "False" and cond.reason == "ShortOutputs"
+    assert "22 tokens on average" in cond.message and st.state == "Off"

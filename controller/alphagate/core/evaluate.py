@@ -19,8 +19,10 @@ import math
 from collections.abc import Sequence
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import acceptance, checks, machine, speedup
+from alphagate.core import acceptance, checks, histogram, machine, speedup
 from alphagate.core.model import (
+    Action,
+    Cause,
     CheckKind,
     CheckResult,
     Command,
@@ -38,6 +40,7 @@ from alphagate.core.model import (
     WindowEvidence,
     ev,
 )
+from alphagate.core.suitability import Suitability, output_length
 
 
 def _slice_error(observation: Observation, name: str) -> str | None:
@@ -240,6 +243,22 @@ def evaluate(
         evidence=_evidence(combined, estimates, weights, results, verdict),
         force=force,
     )
+    withheld: Suitability | None = None
+    if (
+        spec.outputs.withhold_probes
+        and command is None
+        and decision.action is Action.ENABLE
+        and decision.transition is not None
+        and decision.transition.cause in (Cause.PROBE, Cause.EARLY_REPROBE)
+    ):
+        outputs = short_outputs(observation, names, spec.outputs.min_mean_tokens)
+        if outputs.holds:
+            # Outputs too short to pay (vllm:request_generation_tokens): no probe; the
+            # machine is asked again next window, so the probe follows once they lengthen.
+            withheld = outputs
+            decision = machine.Decision(
+                memory, Action.HOLD, f"probe withheld: {outputs.reason}", None, decision.alerts
+            )
     return Evaluation(
         at=now,
         estimates=estimates,
@@ -255,7 +274,26 @@ def evaluate(
         alerts=decision.alerts,
         predicted_speedup=_predicted_speedup(spec, combined),
         verdict_age_seconds=machine.verdict_age(decision.memory, now),
+        withheld=withheld,
     )
+
+
+def short_outputs(
+    observation: Observation, names: Sequence[str], min_mean_tokens: float
+) -> Suitability:
+    """The short-output condition over the slices' pools (canary and baseline serve the same
+    traffic): UNKNOWN without the output-length histogram."""
+    hists = [
+        p.output_lengths
+        for p in observation.pools
+        if p.slice in names and p.error is None and p.output_lengths is not None
+    ]
+    good = [h for h in hists if histogram.problem(h) is None]
+    try:
+        merged = histogram.merge(*good) if good else None
+    except ValueError:  # different bucket layouts
+        merged = None
+    return output_length(merged, min_mean_tokens=min_mean_tokens)
 
 
 def _predicted_speedup(spec: SpeculativeCanarySpec, combined: Estimate | None) -> float | None:

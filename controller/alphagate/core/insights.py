@@ -174,4 +174,8 @@ def analyse(
             )
             diag = diagnose(cmp, ctx)
 
-    return Insights(draft=draft, diagnosis=diag, outputs=output_length(output_lengths))
+    return Insights(
+        draft=draft,
+        diagnosis=diag,
+        outputs=output_length(output_lengths, min_mean_tokens=spec.outputs.min_mean_tokens),
+    )

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from alphagate.config import LatencyMetric
+
+if TYPE_CHECKING:
+    from alphagate.core.suitability import Suitability
 from alphagate.errors import SourceErrorKind
 
 INF: Final = math.inf
@@ -685,3 +688,6 @@ class Evaluation:
     # Probing or On: seconds since the last conclusive verdict (or the enable, if later);
     # None while nothing is judged (machine.verdict_age)
     verdict_age_seconds: float | None = None
+    # A probe the machine decided but the live data withheld (outputs too short to pay:
+    # core.suitability), with the numbers; None when nothing was withheld
+    withheld: Suitability | None = None

@@ -93,6 +93,10 @@ class ConditionType(StrEnum):
     VERDICT_FRESH = "VerdictFresh"
     # False when the interval or window spans fewer than two scrape intervals (core/timing)
     TIMING_FITS = "TimingFits"
+    # False (reason ShortOutputs) while outputs are too short for speculation to pay
+    # (vllm:request_generation_tokens, core/suitability): no probe starts; True once measured
+    # long enough; absent while not measured
+    OUTPUTS_LONG_ENOUGH = "OutputsLongEnough"
 
 
 class Condition(_Status):
@@ -100,8 +104,8 @@ class Condition(_Status):
 
     type: str = Field(
         description=(
-            "Condition type: Ready, SourceHealthy, SpecValid, RolloutComplete, VerdictFresh or "
-            "TimingFits."
+            "Condition type: Ready, SourceHealthy, SpecValid, RolloutComplete, VerdictFresh, "
+            "TimingFits or OutputsLongEnough."
         )
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from alphagate.config import Aggregation, Mode, SpeculativeCanarySpec
 from alphagate.core import tuning
 from alphagate.core.model import Memory
+from alphagate.core.suitability import Finding
 from alphagate.kube.args import ArgsError
 from alphagate.kube.insights_status import DraftTuningStatus, insights_status, tuning_status
 from alphagate.kube.status import (
@@ -121,6 +122,17 @@ def build_status(
             "all canary pods run the current template"
             if done
             else "canary pods are restarting; their data is not judged",
+            now=now,
+            generation=generation,
+        )
+    outputs = first.insights.outputs if first is not None and first.insights else None
+    if outputs is not None and outputs.finding is not Finding.UNKNOWN:
+        conditions = set_condition(
+            conditions,
+            ConditionType.OUTPUTS_LONG_ENOUGH,
+            not outputs.holds,
+            "ShortOutputs" if outputs.holds else "LongEnough",
+            outputs.reason,
             now=now,
             generation=generation,
         )
