@@ -150,7 +150,7 @@ def test_killed_between_patch_and_status_write_resumes_with_one_flip(
 
     second = reconciler(kube, source, clock)  # a fresh process: no memory of its own
     out = step(second)
-    assert out.units[0].memory_origin == "annotation on chat-canary"
+    assert out.units[0].memory_origin == "record on chat-canary"
     assert out.evaluation.action.value == "hold"
     assert flips(apiserver) == before  # no second flip
     st = status(apiserver)

@@ -15,8 +15,8 @@ from alphagate.kube import args as argsmod
 from alphagate.kube.actuator import ANN_MEMORY, ANN_OWNER, ANN_RECORD, Actuator, DeploymentState
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
+from alphagate.kube.record import Origin, resume, written
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
-from alphagate.shell.record import Origin, resume, written
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 REF = DeploymentRef(name="canary", container="vllm")

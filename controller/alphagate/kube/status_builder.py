@@ -13,6 +13,7 @@ from alphagate.config import Aggregation, Mode, SpeculativeCanarySpec
 from alphagate.core import tuning
 from alphagate.core.model import Memory
 from alphagate.core.suitability import Finding
+from alphagate.errors import ClaimedError
 from alphagate.kube.args import ArgsError
 from alphagate.kube.insights_status import DraftTuningStatus, insights_status, tuning_status
 from alphagate.kube.status import (
@@ -143,6 +144,18 @@ def build_status(
             ConditionType.SPEC_VALID,
             False,
             "ArgsUneditable",
+            str(u.error),
+            now=now,
+            generation=generation,
+        )
+    if any(isinstance(u.error, ClaimedError) for u in units):
+        # one canary per Deployment: this policy targets one another canary owns
+        u = next(u for u in units if isinstance(u.error, ClaimedError))
+        conditions = set_condition(
+            conditions,
+            ConditionType.SPEC_VALID,
+            False,
+            "TargetClaimed",
             str(u.error),
             now=now,
             generation=generation,

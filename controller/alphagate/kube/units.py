@@ -9,7 +9,6 @@ was not applied, from the typed error (the Ready condition's reason and the Even
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -20,10 +19,12 @@ from alphagate.core.model import Evaluation, Memory, Rollout
 from alphagate.core.tuning import Tuned
 from alphagate.errors import (
     AlphagateError,
+    ClaimedError,
     ConflictError,
     ForbiddenError,
     KubeError,
     NotFoundError,
+    RecordChangedError,
 )
 from alphagate.kube.actuator import Actuator, DeploymentState
 from alphagate.kube.args import ArgsError
@@ -48,28 +49,6 @@ def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
             Unit(s.name, (s.name,), tuple(spec.canary_deployments(s.name))) for s in spec.slices
         ]
     return [Unit(COMBINED_UNIT, None, tuple(spec.canary_deployments()))]
-
-
-def resume_memory(
-    cached: Memory | None, status_memory: Memory | None, deployments: Sequence[DeploymentState]
-) -> tuple[Memory, str]:
-    """Pick the Memory to continue from, and say where it came from.
-
-    This process's own last Memory wins. Otherwise the status; but a Deployment annotation whose
-    recorded flip is newer than the status's means the status write after that flip was lost.
-    """
-    if cached is not None:
-        return cached, "process"
-    best, origin = status_memory, "status"
-    best_flip = (status_memory.last_flip_at or -math.inf) if status_memory else -math.inf
-    for dep in deployments:
-        ann = dep.memory
-        if ann is None:
-            continue
-        flip = ann.last_flip_at if ann.last_flip_at is not None else -math.inf
-        if best is None or flip > best_flip:
-            best, best_flip, origin = ann, flip, f"annotation on {dep.name}"
-    return (best or Memory()), (origin if best is not None else "new")
 
 
 def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:
@@ -116,6 +95,10 @@ def failure_reason(exc: AlphagateError) -> str:
         return "TargetNotFound"
     if isinstance(exc, ArgsError):
         return "ArgsUneditable"
+    if isinstance(exc, ClaimedError):
+        return "TargetClaimed"
+    if isinstance(exc, RecordChangedError):
+        return "RecordChanged"
     return "PatchFailed"
 
 
@@ -127,5 +110,6 @@ def event_reason(exc: AlphagateError) -> Reason:
             "Forbidden": Reason.FORBIDDEN,
             "TargetNotFound": Reason.NOT_FOUND,
             "ArgsUneditable": Reason.ARGS_UNEDITABLE,
+            "TargetClaimed": Reason.TARGET_CLAIMED,
         }.get(failure_reason(exc), Reason.PATCH_FAILED)
     )

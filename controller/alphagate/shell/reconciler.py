@@ -7,12 +7,21 @@ Event per transition and per refusal; exports metrics through a `Recorder` and l
 structured line per decision (`shell.reporting`). When to evaluate what is the watch loop's
 job (`shell.watch.WatchLoop`, which this class extends).
 
-Resuming: the Memory comes from this process's last evaluation when there is one, else from the
-resource's status, unless a Deployment annotation carries a *newer* flip (the controller died
-between the patch and the status write): then the annotation wins and the flip is not repeated
-(`kube.units.resume_memory`). A failed patch keeps the previous Memory (the decision is
-recorded with `applied: false` and made again next interval), so an API error can neither lose
-nor half-apply a flip.
+Resuming: the Deployment's record is the truth (`kube.record`). The Memory comes from this
+process's last evaluation when there is one, else from the resource's status, unless a canary
+Deployment's record (`alphagate.io/record`) is newer than the generation that Memory continues:
+a reply lost after the patch landed, a controller that died before its status write, another
+replica. Then the record's Memory wins and the flip is neither lost nor repeated. Every patch
+carries the record generation its decision was made from and is refused when the record has
+moved since (RecordChangedError), so two replicas never flip twice for one decision. A failed
+patch keeps the previous Memory (the decision is recorded with `applied: false` and made again
+next interval), so an API error can neither lose nor half-apply a flip.
+
+One canary per Deployment: before any flip a canary claims its Deployments
+(`Actuator.claim`); a second canary on a claimed Deployment gets SpecValid=False
+`TargetClaimed` and an Event, and never touches it. A policy naming a Prometheus endpoint the
+admin did not configure is an invalid spec (SpecValid=False `UnknownEndpoint`), not a source
+error.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from alphagate.core import timing, tuning
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import Action, Command, Memory, Observation, State
-from alphagate.errors import ForbiddenError, KubeError, NotFoundError, PolicyError
+from alphagate.errors import ClaimedError, ForbiddenError, KubeError, NotFoundError, PolicyError
 from alphagate.kube.actuator import Actuator, DeploymentState, config_text
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import (
@@ -49,6 +58,7 @@ from alphagate.kube.events import (
     timing_events,
 )
 from alphagate.kube.freshness import timing_fits, verdict_fresh
+from alphagate.kube.record import Origin, resume, written
 from alphagate.kube.status import (
     COMMANDS,
     CanaryStatus,
@@ -68,13 +78,12 @@ from alphagate.kube.units import (
     combined_rollout,
     event_reason,
     failure_reason,
-    resume_memory,
     units_of,
 )
 from alphagate.shell.outcome import Outcome, Prepared, observe_start, source_errors, source_failures
 from alphagate.shell.reporting import NullRecorder, Recorder, decision_log, export
 from alphagate.shell.watch import Beat, WatchLoop
-from alphagate.sources import Source, make_source
+from alphagate.sources import FailedSource, Source, make_source
 
 SourceFactory = Callable[[SpeculativeCanarySpec, str, str], Source]
 
@@ -248,6 +257,16 @@ class Reconciler(WatchLoop):
             generation=generation,
         )
 
+        # ---- the source: a policy naming an endpoint nobody configured is wrong, not failing
+        source = self._source(spec, namespace, name, generation)
+        if isinstance(source, FailedSource) and source.spec_invalid:
+            out.spec_error = str(source.error)
+            out.spec_invalid = True
+            self._spec_invalid(
+                previous, ref, "UnknownEndpoint", str(source.error), generation, now, out
+            )
+            return
+
         # ---- a manual command, if one is pending
         command: Command | None = None
         command_record: CommandRecord | None = previous.last_command
@@ -280,13 +299,13 @@ class Reconciler(WatchLoop):
                 stored=stored.get(unit.name),
                 now=now,
                 log=log,
+                claim_as="" if dry_run else f"{namespace}/{name}",
             )
             for unit in units_of(spec)
         ]
 
         # ---- observe once for all units, over the widest window any unit may judge: the
         # configured window cut to start after warm-up (the same cut the backtest makes)
-        source = self._source(spec, namespace, name, generation)
         start = observe_start(spec, prepared, now)
         window = now - start
         try:
@@ -359,6 +378,11 @@ class Reconciler(WatchLoop):
         if any(u.error_reason == "NotLeader" for u in out.units):
             log.warning("lost_leadership_mid_evaluation")
             return  # the new leader writes status and acts; this replica must not
+        if any(u.error_reason == "RecordChanged" for u in out.units):
+            # Another writer (a replica, or a reply of ours that was lost) moved the record
+            # since this decision's read: its status stands; the next evaluation resumes.
+            log.warning("record_moved_mid_evaluation")
+            return
         status = build_status(
             spec,
             out.units,
@@ -426,27 +450,83 @@ class Reconciler(WatchLoop):
         stored: Memory | None,
         now: float,
         log: Any,
+        claim_as: str = "",
     ) -> Prepared:
-        """Read the unit's Deployments and resume its memory (never judge without knowing
-        what runs); a failed read is kept as the unit's outcome."""
+        """Read (and, with `claim_as`, claim) the unit's Deployments and resume its memory
+        from the newest record (never judge without knowing what runs); a failed read or a
+        Deployment another canary owns is kept as the unit's outcome."""
         uo = UnitOutcome(unit)
         ulog = log.bind(unit=unit.name) if unit.name else log
         deps: list[DeploymentState] = []
         try:
             for dref in unit.deployments:
-                deps.append(self.actuator.read(ref.namespace, dref))
+                if not claim_as:  # dry-run: nothing is written, nothing claimed
+                    deps.append(self.actuator.read(ref.namespace, dref))
+                    continue
+                try:
+                    dep, stale = self.actuator.claim(
+                        ref.namespace, dref, owner=claim_as, owner_exists=self._canary_exists
+                    )
+                except ClaimedError:
+                    raise
+                except KubeError as exc:  # API trouble: the patch claims it (ANN_OWNER) later
+                    ulog.warning("claim_failed", deployment=dref.name, error=str(exc))
+                    dep, stale = self.actuator.read(ref.namespace, dref), ""
+                deps.append(dep)
+                if stale:
+                    self.events.normal(
+                        ref,
+                        Reason.CLAIM_TAKEN_OVER,
+                        f"{dep.what} was claimed by SpeculativeCanary {stale}, which no longer "
+                        f"exists; {claim_as} owns it now",
+                    )
         except KubeError as exc:
             uo.error, uo.error_reason = exc, failure_reason(exc)
             uo.memory = cached or stored
             self.events.warning(ref, event_reason(exc), str(exc))
             ulog.warning("deployment_read_failed", error=str(exc))
             return Prepared(uo, ulog)
-        memory, origin = resume_memory(cached, stored, deps)
-        uo.memory_origin = origin
-        if origin.startswith("annotation"):
-            ulog.info("resumed_from_annotation", origin=origin, state=memory.state.value)
+        resumed = resume(cached, stored, deps)
+        memory = resumed.memory
+        uo.memory_origin = resumed.text
+        known = cached or stored
+        if resumed.origin is Origin.RECORD and known is not None:
+            ulog.info(
+                "resumed_from_record",
+                origin=resumed.text,
+                state=memory.state.value,
+                record=memory.record,
+                known=known.record,
+            )
+            self.events.normal(
+                ref,
+                Reason.RESUMED_FROM_RECORD,
+                f"Deployment {resumed.deployment}'s record (generation {memory.record}, state "
+                f"{memory.state.value}) is newer than this controller's memory (generation "
+                f"{known.record}, state {known.state.value}): a reply was lost or a controller "
+                "stopped mid-flip; continuing from the record, nothing is flipped again",
+            )
+        if resumed.unreadable:
+            ulog.warning("record_unreadable", deployment=resumed.unreadable, record=memory.record)
         rollout = combined_rollout(self.actuator, deps, now)
         return Prepared(uo, ulog, deps, memory, rollout)
+
+    def _canary_exists(self, owner: str) -> bool:
+        """Whether the SpeculativeCanary `namespace/name` that claimed a Deployment still
+        exists (any answer but 404 counts as yes: a claim is only taken from the gone)."""
+        namespace, _, name = owner.partition("/")
+        try:
+            call(
+                f"read {PLURAL}.{GROUP} {owner}",
+                lambda: self.kube.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                ),
+            )
+        except NotFoundError:
+            return False
+        except KubeError:
+            return True
+        return True
 
     def _unit(
         self,
@@ -503,6 +583,7 @@ class Reconciler(WatchLoop):
 
         # ---- act
         changed = False
+        records: list[int] = []
         try:
             for dref, dep in zip(unit.deployments, deps, strict=True):
                 state_now = evaluation.memory.state.value
@@ -528,7 +609,9 @@ class Reconciler(WatchLoop):
                     dry_run=dry_run,
                     owner=owner,
                     involved=ref,
+                    expect_record=memory.record,
                 )
+                records.append(result.record)
                 changed = changed or result.args_changed
                 flip = evaluation.action in (Action.ENABLE, Action.DISABLE) or tuned.restarts
                 if result.args_changed and not flip and not dry_run:
@@ -571,7 +654,7 @@ class Reconciler(WatchLoop):
             )
             decision_log(ulog, evaluation, uo, dry_run)
             return uo
-        uo.memory = evaluation.memory
+        uo.memory = written(evaluation.memory, records)
         uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
         uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
         decision_events(
@@ -654,7 +737,6 @@ __all__ = [
     "Unit",
     "UnitOutcome",
     "combined_rollout",
-    "resume_memory",
     "source_errors",
     "source_failures",
     "units_of",

@@ -1,5 +1,11 @@
 """Who may do what, and what goes wrong on purpose: the RBAC allow-list, scripted faults, and
-the request log's record of every request."""
+the request log's record of every request.
+
+Two callers: the controller, which authenticates with its ServiceAccount's token
+(`CONTROLLER_TOKEN`, what `ApiServer.configuration()` sends) and is held to `ApiServer.rbac`
+(tests load the shipped Roles into it, so a permission the code needs and deploy/ lacks is a
+403), and people (no token, `configuration(as_controller=False)`, the CLI's kubeconfigs), held
+to `ApiServer.people_rbac` (everything, unless a test says otherwise)."""
 
 from __future__ import annotations
 
@@ -7,7 +13,10 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+CONTROLLER_USER: Final = "system:serviceaccount:alphagate:alphagate"
+CONTROLLER_TOKEN: Final = "alphagate-controller-token"  # the double's stand-in for the SA token
 
 
 class Rbac:
@@ -58,7 +67,10 @@ class Rbac:
 @dataclass(slots=True)
 class Fault:
     """A scripted failure: requests matching `method` and `path` get `status`, `times` times
-    (None: until removed). `hits` counts how often it fired."""
+    (None: until removed). `hits` counts how often it fired.
+
+    `after`: the request is served first (a write lands) and only its reply is replaced: by
+    `status`, or with 0 by a connection closed without an answer. A lost reply."""
 
     method: str
     path: re.Pattern[str]
@@ -67,6 +79,7 @@ class Fault:
     reason: str | None = None
     message: str = "injected fault"
     hits: int = 0
+    after: bool = False
 
     @property
     def exhausted(self) -> bool:
@@ -89,9 +102,13 @@ class Faults:
         times: int | None = 1,
         reason: str | None = None,
         message: str = "injected fault",
+        after: bool = False,
     ) -> Fault:
-        """`method` is an HTTP method or `*`; `path_regex` is searched in the URL path."""
-        fault = Fault(method.upper(), re.compile(path_regex), status, times, reason, message)
+        """`method` is an HTTP method or `*`; `path_regex` is searched in the URL path; `after`
+        serves the request and then loses its reply (see Fault)."""
+        fault = Fault(
+            method.upper(), re.compile(path_regex), status, times, reason, message, after=after
+        )
         with self._lock:
             self._faults.append(fault)
         return fault

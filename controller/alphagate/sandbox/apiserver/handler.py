@@ -3,13 +3,15 @@ the store, answers JSON (or a chunked watch stream) and logs every request."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from alphagate.sandbox.apiserver.access import RecordedRequest
+from alphagate.sandbox.apiserver.access import CONTROLLER_TOKEN, CONTROLLER_USER, RecordedRequest
 from alphagate.sandbox.apiserver.resources import JSON, ApiError
 from alphagate.sandbox.apiserver.routes import discovery, route, verb_of
 
@@ -69,15 +71,17 @@ def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
                 resource = rtype.plural + (f"/{sub}" if sub else "")
                 verb = verb_of(method, name, query)
                 fault = server.faults.fire(method, path)
-                if fault is not None:
+                if fault is not None and not fault.after:
                     raise ApiError(fault.status, fault.message, reason=fault.reason)
-                if not server.rbac.allows(verb, group, resource):
+                controller = self.headers.get("Authorization") == f"Bearer {CONTROLLER_TOKEN}"
+                rbac = server.rbac if controller else server.people_rbac
+                if not rbac.allows(verb, group, resource):
                     where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+                    user = CONTROLLER_USER if controller else "system:anonymous"
                     raise ApiError(
                         403,
-                        f'{rtype.key} "{name}" is forbidden: User '
-                        f'"system:serviceaccount:alphagate:alphagate" cannot {verb} resource '
-                        f'"{resource}" in API group "{group}"{where}',
+                        f'{rtype.key} "{name}" is forbidden: User "{user}" cannot {verb} '
+                        f'resource "{resource}" in API group "{group}"{where}',
                     )
                 if verb == "watch":
                     self._stream(server._watch_events(rtype, ns_or_all, query))
@@ -99,6 +103,11 @@ def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
                     result = server._delete_http(rtype, ns, name, body)
                 else:
                     raise ApiError(405, f"{method} {path} is not supported by the double")
+                if fault is not None and fault.after:  # served; the reply is lost
+                    if fault.status == 0:  # dropped once the request is logged (finally)
+                        code = 0
+                        return
+                    raise ApiError(fault.status, fault.message, reason=fault.reason)
                 self._send(code, result)
             except ApiError as err:
                 code = err.code
@@ -122,6 +131,14 @@ def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
                         name=name,
                     )
                 )
+                if code == 0:
+                    self._drop()
+
+        def _drop(self) -> None:
+            """Close the connection without an answer (the client sees it reset)."""
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
 
         def _stream(self, events: Iterator[dict[str, Any]]) -> None:
             self.send_response(200)

@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.apiserver.access import Faults, Rbac, RecordedRequest
+from alphagate.sandbox.apiserver.access import CONTROLLER_TOKEN, Faults, Rbac, RecordedRequest
 from alphagate.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
 from alphagate.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
 from alphagate.sandbox.apiserver.handler import make_handler
@@ -43,7 +43,8 @@ class ApiServer(Store):
         super().__init__(
             types=types, watch_history=watch_history, default_watch_timeout=default_watch_timeout
         )
-        self.rbac = rbac if rbac is not None else Rbac.allow_all()
+        self.rbac = rbac if rbac is not None else Rbac.allow_all()  # the controller's
+        self.people_rbac = Rbac.allow_all()  # requests without the controller's token
         self.faults = Faults()
         self.kubelet: Kubelet | None = (
             RolloutCompleter() if kubelet == "default" else kubelet  # type: ignore[assignment]
@@ -117,13 +118,18 @@ class ApiServer(Store):
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def configuration(self) -> Any:
-        """A `kubernetes.client.Configuration` pointing at this double (no TLS, no auth)."""
+    def configuration(self, *, as_controller: bool = True) -> Any:
+        """A `kubernetes.client.Configuration` pointing at this double (no TLS). As the
+        controller it carries the ServiceAccount's token and is held to `rbac`; otherwise it
+        is a person's, held to `people_rbac`."""
         from kubernetes import client
 
         cfg = client.Configuration()
         cfg.host = self.url
         cfg.retries = 1
+        if as_controller:
+            cfg.api_key = {"authorization": CONTROLLER_TOKEN}
+            cfg.api_key_prefix = {"authorization": "Bearer"}
         return cfg
 
     def call_later(self, delay: float, fn: Callable[[], object]) -> None:
