@@ -1,7 +1,10 @@
 """Helpers every test folder shares, as fixtures (no imports between test folders):
 
-wait_for    poll a condition, bounded in time, and fail naming what never happened;
-make_spec   a small valid SpeculativeCanary spec, with overrides merged in.
+wait_for      poll a condition, bounded in time, and fail naming what never happened;
+make_spec     a small valid SpeculativeCanary spec, with overrides merged in;
+shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (deploy/): the API
+              double refuses everything else to the controller (403), so a permission the
+              code needs and the Roles lack fails the tests that exercise it.
 """
 
 from __future__ import annotations
@@ -9,11 +12,20 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+import yaml
 
 from alphagate.config import SpeculativeCanarySpec
+from alphagate.sandbox.apiserver import Rbac
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+SHIPPED_ROLES = (
+    DEPLOY / "rbac" / "cluster" / "clusterrole.yaml",  # the cluster-wide overlay's grants
+    DEPLOY / "base" / "role-leader-election.yaml",  # the Lease, in the controller's namespace
+)
 
 
 class WaitFor(Protocol):
@@ -78,3 +90,32 @@ def make_spec() -> Callable[..., SpeculativeCanarySpec]:
         return SpeculativeCanarySpec.model_validate(_merge(BASE_SPEC, over))
 
     return build
+
+
+SHARDED_ROLE = DEPLOY / "overlays" / "sharded" / "role-shards.yaml"  # `run --shards`: its Leases
+
+
+def shipped_rules(*extra: Path) -> set[tuple[str, str, str]]:
+    """(verb, apiGroup, resource) the shipped Roles grant, plus an overlay's `extra` Roles
+    (namespaces aside: tests use many; tests/ship/test_ship_rbac.py checks the namespaced Roles
+    namespace by namespace)."""
+    out: set[tuple[str, str, str]] = set()
+    for path in (*SHIPPED_ROLES, *extra):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for rule in (doc or {}).get("rules", []):
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        for verb in rule["verbs"]:
+                            out.add((verb, group, resource))
+    return out
+
+
+@pytest.fixture
+def shipped_rbac() -> Rbac:
+    return Rbac(shipped_rules())
+
+
+@pytest.fixture
+def sharded_rbac() -> Rbac:
+    """The shipped Roles with the sharded overlay's (deploy/overlays/sharded)."""
+    return Rbac(shipped_rules(SHARDED_ROLE))

@@ -9,19 +9,29 @@ from pathlib import Path
 import pytest
 
 from alphagate.kube.client import Kube
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate.sandbox.apiserver import ApiServer, Rbac
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import kube_support`
 
 
 @pytest.fixture
-def apiserver() -> Iterator[ApiServer]:
-    with ApiServer() as server:
+def apiserver(shipped_rbac: Rbac) -> Iterator[ApiServer]:
+    """The double, holding the controller to what deploy/ grants it (403 for the rest)."""
+    with ApiServer(rbac=shipped_rbac) as server:
         yield server
 
 
 @pytest.fixture
 def kube(apiserver: ApiServer) -> Iterator[Kube]:
     k = Kube.from_configuration(apiserver.configuration())
+    yield k
+    k.close()
+
+
+@pytest.fixture
+def person(apiserver: ApiServer) -> Iterator[Kube]:
+    """A person's client (kubectl, the CLI): held to the double's `people_rbac`, not to the
+    controller's Roles."""
+    k = Kube.from_configuration(apiserver.configuration(as_controller=False))
     yield k
     k.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +21,14 @@ from alphagate.sandbox.apiserver import (
     label_selector,
     strategic_merge_patch,
 )
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServer]:
+    """These tests are about the double itself: its client may do anything unless a test
+    narrows `rbac` (elsewhere the controller is held to the shipped Roles)."""
+    with ApiServer() as server:
+        yield server
 
 
 def cr(name: str = "c", spec: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -175,6 +184,39 @@ def test_rbac_forbids_and_names_the_permission(apiserver: ApiServer, kube: Kube)
     with pytest.raises(client.ApiException) as err:
         kube.core.list_namespaced_pod("ns")
     assert err.value.status == 403
+
+
+def test_the_controller_and_people_are_held_to_their_own_rules(apiserver: ApiServer) -> None:
+    apiserver.rbac = Rbac().allow("get", "apps", "deployments")  # the controller's grants
+    person = Kube.from_configuration(apiserver.configuration(as_controller=False))
+    controller = Kube.from_configuration(apiserver.configuration())
+    try:
+        person.apps.create_namespaced_deployment("ns", DeploymentTemplate("d", "ns").build())
+        controller.apps.read_namespaced_deployment("d", "ns")
+        with pytest.raises(client.ApiException) as err:
+            controller.apps.delete_namespaced_deployment("d", "ns")
+        assert err.value.status == 403
+        assert "system:serviceaccount:alphagate:alphagate" in json.loads(err.value.body)["message"]
+        person.apps.delete_namespaced_deployment("d", "ns")  # people: everything by default
+    finally:
+        person.close()
+        controller.close()
+
+
+@pytest.mark.parametrize("reply", [504, 0])
+def test_a_fault_after_the_write_lands_it_and_loses_the_reply(
+    apiserver: ApiServer, kube: Kube, reply: int
+) -> None:
+    kube.apps.create_namespaced_deployment("ns", DeploymentTemplate("d", "ns").build())
+    fault = apiserver.faults.add("PATCH", r"/deployments/d$", reply, after=True)
+    with pytest.raises(Exception) as err:  # 504, or the connection closed without an answer
+        kube.apps.patch_namespaced_deployment("d", "ns", {"metadata": {"labels": {"a": "b"}}})
+    if reply:
+        assert isinstance(err.value, client.ApiException) and err.value.status == reply
+    assert fault.hits == 1
+    assert apiserver.get("deployments", "ns", "d", group="apps")["metadata"]["labels"]["a"] == "b"
+    (logged,) = apiserver.requests_matching(method="PATCH", name="d")
+    assert logged.status == reply
 
 
 def test_faults_fire_n_times_then_stop(apiserver: ApiServer, kube: Kube) -> None:

@@ -8,14 +8,14 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kube_support import BASE_ARGS, NS, FakeSource, canary_cr, speculating
 
 from alphagate.kube.client import Kube
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.shell.reconciler import Outcome
 
@@ -35,6 +35,13 @@ TIMING = {
     "rolloutTimeoutSeconds": 60,
     "cooldown": {"initialSeconds": 600, "factor": 2, "maxSeconds": 1200},
 }
+
+
+@pytest.fixture
+def apiserver(sharded_rbac: Rbac) -> Iterator[ApiServer]:
+    """The controller held to the shipped Roles with the sharded overlay's (shard Leases)."""
+    with ApiServer(rbac=sharded_rbac) as server:
+        yield server
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -13,7 +13,7 @@ import pytest
 
 from alphagate.kube.client import Kube
 from alphagate.kube.shards import ShardLeases, assignment, shard_of
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate.sandbox.apiserver import ApiServer, Rbac
 
 if TYPE_CHECKING:
     from conftest import WaitFor
@@ -70,6 +70,13 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+@pytest.fixture
+def apiserver(sharded_rbac: Rbac) -> Iterator[ApiServer]:
+    """The controller held to the shipped Roles with the sharded overlay's (shard Leases)."""
+    with ApiServer(rbac=sharded_rbac) as server:
+        yield server
 
 
 @pytest.fixture

@@ -203,7 +203,9 @@ def test_unreadable_status_is_empty_not_a_crash() -> None:
     assert parse_status({}) == CanaryStatus()
 
 
-def test_events_are_created_and_repeats_counted(apiserver: ApiServer, kube: Kube) -> None:
+def test_events_are_created_and_repeats_counted(
+    apiserver: ApiServer, kube: Kube, person: Kube
+) -> None:
     obj = make_cr(apiserver)
     rec = EventRecorder(kube.api_client, instance="test")
     ref = ObjectRef.of(obj)
@@ -216,7 +218,7 @@ def test_events_are_created_and_repeats_counted(apiserver: ApiServer, kube: Kube
         ("SpeculationDisabled", 1),
     ]
     assert all(e["involvedObject"]["uid"] == obj["metadata"]["uid"] for e in evs)
-    listed = list_events(kube.api_client, "ns", "chat")
+    listed = list_events(person.api_client, "ns", "chat")  # `alphagate status`: a person
     assert {e["reason"] for e in listed} == {"SourceErrors", "SpeculationDisabled"}
 
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.status import CanaryStatus, Decision, rfc3339
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell import server as metrics_server
 from alphagate.verdicts import VerdictApi
 
@@ -54,8 +54,8 @@ def _canary(name: str, verdict: str, evaluated: float) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api() -> Iterator[str]:
-    with ApiServer() as apiserver:
+def api(shipped_rbac: Rbac) -> Iterator[str]:
+    with ApiServer(rbac=shipped_rbac) as apiserver:  # the verdict API runs as the controller
         apiserver.put(_canary("good", "Pass", NOW - 10))
         apiserver.put(_canary("bad", "Fail", NOW - 10))
         apiserver.put(_canary("old", "Pass", NOW - 600))  # 20 intervals ago: stale

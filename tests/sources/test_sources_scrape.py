@@ -20,6 +20,7 @@ from alphagate import vllm
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
+from alphagate.sandbox.apiserver import Rbac
 from alphagate.sources.common import PoolRef
 from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
 from alphagate.sources.scrape import ScrapeSource, read_page
@@ -437,7 +438,9 @@ def _pod(
     }
 
 
-def test_kube_discovery_through_the_api_server_double(pods: list[FakePod]) -> None:
+def test_kube_discovery_through_the_api_server_double(
+    pods: list[FakePod], shipped_rbac: Rbac
+) -> None:
     from kubernetes import client
 
     from alphagate.sandbox.apiserver import ApiServer
@@ -446,7 +449,7 @@ def test_kube_discovery_through_the_api_server_double(pods: list[FakePod]) -> No
     pods += [c1, c2, b1]
     port = lambda p: int(p.url.split(":")[2].split("/")[0])  # noqa: E731
     canary = {"role": "canary", "slice": "chat"}
-    with ApiServer() as api:
+    with ApiServer(rbac=shipped_rbac) as api:  # discovery runs as the controller
         api.put(_pod("c1", canary, port=port(c1)))
         api.put(_pod("c2", canary, port=port(c2), how="container"))
         api.put(_pod("c3-starting", canary, port=port(c1), ready=False))
