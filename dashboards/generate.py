@@ -310,6 +310,22 @@ def build() -> db.Dashboard:
         )
     )
     dash = dash.with_panel(
+        ts(
+            "Shards per replica",
+            "With run --shards: the shards each controller replica holds and the decision units "
+            "it evaluates in them. Every shard is held once (the held total equals the shards); "
+            "after a replica dies its shards move within the lease duration.",
+            "none",
+            q('sum by (pod) (alphagate_shard_held{job="alphagate-metrics"})', "{{pod}} shards"),
+            q(
+                'sum by (pod) (alphagate_shard_units{job="alphagate-metrics"})',
+                "{{pod}} units",
+                "B",
+            ),
+            q('max(alphagate_shards{job="alphagate-metrics"})', "shards configured", "C"),
+        ).span(24)
+    )
+    dash = dash.with_panel(
         statetimeline.Panel()
         .title("Check verdicts")
         .description(

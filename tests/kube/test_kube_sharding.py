@@ -83,6 +83,20 @@ class Log:
         return {k: sorted(v) for k, v in out.items()}
 
 
+def held_shards(controller: Controller) -> dict[int, float]:
+    """The shards a replica's metrics say it holds, with the decision units in each."""
+    held: set[int] = set()
+    units: dict[int, float] = {}
+    for family in controller.registry.collect():
+        for sample in family.samples:
+            if sample.name == "alphagate_shard_held" and sample.value == 1:
+                held.add(int(sample.labels["shard"]))
+            elif sample.name == "alphagate_shard_units":
+                units[int(sample.labels["shard"])] = sample.value
+    assert set(units) == held
+    return units
+
+
 def replica(apiserver: ApiServer, identity: str, log: Log) -> Controller:
     sources: dict[str, FakeSource] = {}
 
@@ -132,6 +146,7 @@ def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: Ap
         died = time.monotonic()
         time.sleep(3 * INTERVAL)
         end = time.monotonic()
+        shards = {n: held_shards(r) for n, r in replicas.items()}
     finally:
         for r in replicas.values():
             r.stop()
@@ -154,6 +169,11 @@ def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: Ap
         # exactly one flip (the probe's enable), whoever made it and whatever moved
         assert log.flips[name] == 1, f"{name} flipped {log.flips[name]} times: {rows}"
         assert speculating(apiserver, f"{name}-canary")
+    # Per-shard metrics: the live replicas' held shards split all 12, none held twice, and
+    # their decision units add up to every canary (one combined unit each).
+    held = [set(units) for units in shards.values()]
+    assert sorted(s for h in held for s in h) == list(range(12)), shards
+    assert sum(sum(units.values()) for units in shards.values()) == CANARIES, shards
     longest = max(gaps)
     print(f"{len(log.rows)} evaluations; longest gap {longest:.1f} s (interval {INTERVAL:g} s)")
     # The lease, a round, and the live replicas working through the dead one's ~100 canaries

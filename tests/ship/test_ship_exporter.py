@@ -209,11 +209,38 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
         "alphagate_spec_invalid",
         "alphagate_verdict_age_seconds",
     }
+    only_on_demand |= {metric_names.SHARDS, metric_names.SHARD_HELD, metric_names.SHARD_UNITS}
     only_on_demand |= metric_names.INSIGHT_NAMES  # given with insights (core.insights)
     missing = {n for n in metric_names.METRIC_NAMES if n not in only_on_demand} - names
     assert not missing
     # Warning Event counters start at 0 too
     assert value(s, "alphagate_warnings_total", **c, reason="PatchFailed") == 0
+
+
+def test_a_sharded_replica_exports_its_shards_and_their_units(
+    recorder: exporter.Recorder,
+) -> None:
+    assert not any(n.startswith("alphagate_shard") for n, _ in scrape(recorder.registry))
+    held = {frozenset({1, 3})}
+    shard = {"a": 1, "b": 3, "c": 2}  # c's shard is another replica's
+    recorder.set_shards(4, lambda: next(iter(held)), lambda ns, name: shard[name])
+    for canary in ("a", "b/chat", "b/code", "c"):  # b is perSlice: two units
+        recorder.record(
+            evaluation(), namespace="llm", canary=canary, duration_seconds=0.01,
+            speculation_on=True,
+        )  # fmt: skip
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_shards") == 4
+    assert {dict(k)["shard"] for n, k in s if n == "alphagate_shard_held"} == {"1", "3"}
+    assert value(s, "alphagate_shard_units", shard="1") == 1
+    assert value(s, "alphagate_shard_units", shard="3") == 2
+    # a rebalance shows at the next scrape: shard 3 lost, its canary forgotten
+    held.clear()
+    held.add(frozenset({1}))
+    recorder.forget(namespace="llm", canary="b")
+    s = scrape(recorder.registry)
+    assert {dict(k)["shard"] for n, k in s if n == "alphagate_shard_held"} == {"1"}
+    assert value(s, "alphagate_shard_units", shard="1") == 1
 
 
 def test_warning_events_count_and_an_invalid_spec_shows_until_evaluated(

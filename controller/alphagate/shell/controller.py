@@ -135,6 +135,10 @@ class Controller:
             self.reconciler.owns = self.shards.owns
             self.reconciler.resume_schedule = True
             self.recorder.set_leader(True)
+            count = opts.shards
+            self.recorder.set_shards(
+                count, self.shards.held, lambda ns, name: shard_of(ns, name, count)
+            )
         elif opts.leader_elect:
             self.reconciler.leading.clear()
             self.elector = LeaderElector(

@@ -31,6 +31,8 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from alphagate import __version__
 from alphagate.config import SpeculativeCanarySpec
@@ -75,6 +77,9 @@ from alphagate.shell.metric_names import (
     MEASURED_SPEEDUP_LOWER,
     MEASURED_SPEEDUP_UPPER,
     PREDICTED_SPEEDUP,
+    SHARD_HELD,
+    SHARD_UNITS,
+    SHARDS,
     SHORT_OUTPUTS,
     SLICE_WEIGHT,
     SPEC_INVALID,
@@ -272,6 +277,9 @@ class Recorder:
             "1 while outputs are too short for speculation to pay, 0 when long enough.",
             _CANARY,
         )
+        self._shards: tuple[int, Callable[[], frozenset[int]], Callable[[str, str], int]] | None
+        self._shards = None
+        r.register(_ShardCollector(self))
         self.leader = Gauge(LEADER, "1 while this replica holds the leader lease.", registry=r)
         self.build_info = Gauge(BUILD_INFO, "alphagate version, value 1.", ("version",), registry=r)
         self.build_info.labels(__version__).set(1)
@@ -415,6 +423,29 @@ class Recorder:
     @property
     def is_leader(self) -> bool:
         return self._leader
+
+    def set_shards(
+        self, total: int, held: Callable[[], frozenset[int]], shard_of: Callable[[str, str], int]
+    ) -> None:
+        """A sharded replica (``run --shards``): export, at every scrape, the shards it holds
+        (`held()`) and the decision units it evaluates in each (`shard_of(namespace, canary)`)."""
+        with self._lock:
+            self._shards = (total, held, shard_of)
+
+    def shard_units(self) -> tuple[int, dict[int, int]] | None:
+        """(shards, decision units per held shard) of a sharded replica, else None."""
+        with self._lock:
+            shards = self._shards
+        if shards is None:
+            return None
+        total, held, shard_of = shards
+        units = dict.fromkeys(held(), 0)  # outside our lock: the Leases have their own
+        with self._lock:
+            for namespace, unit in self._seen:  # a perSlice unit is labelled canary/slice
+                shard = shard_of(namespace, unit.split("/", 1)[0])
+                if shard in units:
+                    units[shard] += 1
+            return total, units
 
     def forget(self, *, namespace: str, canary: str) -> None:
         """Drop every series of a deleted canary (gauges, counters and the histogram), its
@@ -583,6 +614,32 @@ class Recorder:
             put(self.measured_speedup, MEASURED_SPEEDUP, s, sp.value)
             put(self.measured_speedup_lower, MEASURED_SPEEDUP_LOWER, s, sp.lower)
             put(self.measured_speedup_upper, MEASURED_SPEEDUP_UPPER, s, sp.upper)
+
+
+class _ShardCollector(Collector):
+    """Per-shard gauges, computed at scrape time from the Leases held and the units exported:
+    never stale after a rebalance."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        got = self.recorder.shard_units()
+        if got is None:
+            return
+        total, units = got
+        yield GaugeMetricFamily(SHARDS, "Shards the canaries are split into (--shards).", total)
+        held = GaugeMetricFamily(
+            SHARD_HELD, "1 for each shard this replica holds.", labels=["shard"]
+        )
+        count = GaugeMetricFamily(
+            SHARD_UNITS, "Decision units this replica evaluates, per shard held.", labels=["shard"]
+        )
+        for shard in sorted(units):
+            held.add_metric([str(shard)], 1.0)
+            count.add_metric([str(shard)], float(units[shard]))
+        yield held
+        yield count
 
 
 def new_registry(*, process: bool = True) -> CollectorRegistry:

@@ -56,6 +56,9 @@ DRAFT_ADVICE: Final = "alphagate_draft_length_advice"
 DRAFT_POSITION_RATE: Final = "alphagate_draft_position_acceptance_ratio"
 LATENCY_SHAPE: Final = "alphagate_latency_shape"
 SHORT_OUTPUTS: Final = "alphagate_short_outputs"
+SHARDS: Final = "alphagate_shards"
+SHARD_HELD: Final = "alphagate_shard_held"
+SHARD_UNITS: Final = "alphagate_shard_units"
 INSIGHT_NAMES: Final = frozenset(
     {DRAFT_CONFIGURED_K, DRAFT_RECOMMENDED_K, DRAFT_ADVICE, DRAFT_POSITION_RATE, LATENCY_SHAPE,
      SHORT_OUTPUTS}
@@ -97,6 +100,9 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         BUILD_INFO,
         WARNINGS,
         SPEC_INVALID,
+        SHARDS,
+        SHARD_HELD,
+        SHARD_UNITS,
         *INSIGHT_NAMES,
     }
 )
