@@ -714,12 +714,15 @@ class Reconciler(WatchLoop):
 
     def hand_over(self, namespace: str, name: str) -> None:
         """Another replica owns this canary now: drop what this process remembers of it (its
-        Memory and source state), so taking it back later resumes from the cluster."""
+        Memory and source state), so taking it back later resumes from the cluster, and its
+        series (the owner exports them; two replicas must not)."""
         with self._lock:
             held = self._sources.pop((namespace, name), None)
             self._memories.pop((namespace, name), None)
         if held is not None:
             self._close_source(held[1])
+        with contextlib.suppress(Exception):  # metrics are best effort
+            self.recorder.forget(namespace=namespace, canary=name)
 
     def close(self) -> None:
         """The loops stopped: close every source."""
