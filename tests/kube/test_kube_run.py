@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -17,6 +18,7 @@ from kube_support import NS, FakeSource, canary_cr, seed, speculating
 from alphagate.kube.client import Kube
 from alphagate.kube.status import parse_status
 from alphagate.sandbox.apiserver import ApiServer
+from alphagate.sandbox.apiserver.access import CONTROLLER_TOKEN
 from alphagate.shell.controller import Controller, RunOptions
 
 if TYPE_CHECKING:
@@ -134,10 +136,27 @@ def test_controller_without_leader_election_acts_at_once(
 
 @pytest.mark.slow
 def test_alphagate_run_command_serves_probes_and_logs_json(
-    apiserver: ApiServer, wait_for: WaitFor
+    apiserver: ApiServer, wait_for: WaitFor, tmp_path: Path
 ) -> None:
     seed(apiserver, cr=canary_cr(timing=FAST))
     import socket
+
+    # the process authenticates as the controller's ServiceAccount: held to the shipped Roles
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "double", "cluster": {"server": apiserver.url}}],
+                "users": [{"name": "controller", "user": {"token": CONTROLLER_TOKEN}}],
+                "contexts": [
+                    {"name": "double", "context": {"cluster": "double", "user": "controller"}}
+                ],
+                "current-context": "double",
+            }
+        )
+    )
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -147,8 +166,8 @@ def test_alphagate_run_command_serves_probes_and_logs_json(
         "-m",
         "alphagate",
         "run",
-        "--server",
-        apiserver.url,
+        "--kubeconfig",
+        str(kubeconfig),
         "-n",
         NS,
         "--lease-namespace",
@@ -184,7 +203,7 @@ def test_alphagate_run_command_serves_probes_and_logs_json(
             except httpx.HTTPError:
                 return False
 
-        wait_for(ready, 30, "/readyz")
+        wait_for(ready, 90, "/readyz")  # importing alone takes 25 s on a loaded machine
         assert httpx.get(url + "/healthz").status_code == 200
         assert "alphagate_build_info" in httpx.get(url + "/metrics").text
         # the default pod-scrape source finds no pods here: an Error, held, and said so
