@@ -7,8 +7,9 @@ sample unit is an independent *batch*: each pod is one (requests never move betw
 a pod's window is cut into time blocks only when they are at least `batch_seconds` long (as long
 as a request lives). alpha is the ratio estimator sum(accepted) / sum(draft tokens) over the
 batches; its variance comes from the spread of the batches' residuals (delta method,
-leverage-corrected like the jackknife) and the interval uses a Student-t quantile on the
-batches' effective degrees of freedom (Kish: unequal batches count for less).
+leverage-corrected: unbiased for two batches, like the jackknife for more) and the interval uses
+a Student-t quantile on the batches' effective degrees of freedom (Kish: unequal batches count
+for less).
 
 With fewer than two batches nothing measures the spread between requests: the estimate says so
 (`EstimateMethod.INSUFFICIENT`, interval [0, 1]) and the verdict is Inconclusive; no fallback
@@ -181,11 +182,13 @@ def estimate(
             dof=dof,
         )
 
-    # The ratio estimator with the jackknife's leverage correction (HC3) and Kish's dof
-    # (core/batching.py). Bell and McCaffrey's (1 - h) is unbiased for equal, normal batches,
-    # but batch sums of long, lognormal requests are skewed: it covered 94-95%, the jackknife
-    # 95-97% (tests/core).
-    r = ratio(units)
+    # The ratio estimator with a leverage correction and Kish's dof (core/batching.py). With
+    # two batches (two pods: the common canary) the t quantile on one dof already carries the
+    # small-sample margin, and the (1 - h) correction (HC2) gives the unbiased variance; the
+    # jackknife's (1 - h)^2 doubled it and covered 96.5-98% where 95% is asked. From three
+    # batches on the jackknife (HC3) is kept: batch sums of few, long, lognormal requests are
+    # skewed, and HC2 covered only 92-93% on four to eight such pods (docs/decisions.md).
+    r = ratio(units, jackknife=len(units) > 2)
     # One batch (or one holding numerically all the tokens) leaves no spread to learn from.
     if r is None or not r.conclusive:
         return make(0.0, 1.0, EstimateMethod.INSUFFICIENT, math.nan, 0.0)

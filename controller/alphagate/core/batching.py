@@ -73,8 +73,12 @@ class Ratio:
         return self.dof > 0 and math.isfinite(self.se)
 
 
-def ratio(pairs: Sequence[tuple[float, float]]) -> Ratio | None:
-    """The ratio estimator over (num, den) batches; None when the denominators sum to 0."""
+def ratio(pairs: Sequence[tuple[float, float]], *, jackknife: bool = True) -> Ratio | None:
+    """The ratio estimator over (num, den) batches; None when the denominators sum to 0.
+
+    `jackknife` divides each squared residual by (1 - h)^2 (HC3, conservative: for two equal
+    batches it doubles the unbiased variance); False divides by (1 - h) (HC2, unbiased for
+    equal batches with equal spread), for batches that are sums of many requests."""
     units = [(n, d) for n, d in pairs if d > 0]
     num = math.fsum(n for n, _ in units)
     den = math.fsum(d for _, d in units)
@@ -84,9 +88,10 @@ def ratio(pairs: Sequence[tuple[float, float]]) -> Ratio | None:
     k = len(units)
     if k < 2 or max(d for _, d in units) / den >= 1.0 - 1e-9:
         return Ratio(r, num, den, math.nan, 0.0, k)
-    # Delta method with the jackknife's leverage correction (HC3): e_i = n_i - r d_i,
-    # h_i = d_i / D, Var(r) = sum(e_i^2 / (1 - h_i)^2) / D^2.
-    resid = math.fsum([((n - r * d) / (1.0 - d / den)) ** 2 for n, d in units])
+    # Delta method with a leverage correction: e_i = n_i - r d_i, h_i = d_i / D,
+    # Var(r) = sum(e_i^2 / (1 - h_i)^p) / D^2, p = 2 (HC3, the jackknife) or 1 (HC2).
+    power = 2 if jackknife else 1
+    resid = math.fsum([(n - r * d) ** 2 / (1.0 - d / den) ** power for n, d in units])
     se = math.sqrt(resid) / den
     # Kish's effective number of batches: one big pod among small ones is nearly one batch.
     n_eff = den * den / math.fsum([d * d for _, d in units])
