@@ -298,3 +298,65 @@ def test_ktuning_prints_one_row_per_chain_case(capsys: pytest.CaptureFixture[str
     assert len(rows) == 1 and "K=5" in rows[0]  # 6 minutes: too short to move K
     with pytest.raises(SystemExit):
         ktuning.main(["--seeds", "0"])
+
+
+# ---------------------------------------------------------------- per-day figures over a day
+
+
+def test_per_day_targets_run_a_simulated_day_unless_hours_overrides() -> None:
+    names = [c.name for c in suite.SUITE]
+    own = cli.case_hours(cli.parse_args([]).hours, names)
+    assert own["stationary-0.45"] == own["drift"] == suite.DAY == 24.0
+    assert own["stationary-0.70"] == suite.HOURS
+    assert set(cli.case_hours(cli.parse_args(["--hours", "0.5"]).hours, names).values()) == {0.5}
+    assert set(cli.case_hours(cli.parse_args(["--quick"]).hours, names).values()) == {0.2}
+
+
+def test_rollouts_and_pod_restarts_are_counted_apart_and_regret_is_a_mean_of_scenarios() -> None:
+    truth = [True] * 10 + [False] * 30
+    r = _run(truth, [1.0] * 14 + [0.0] * 26, [(14 * loop.STEP, "disable")])
+    r.restarts = 2  # one rollout of two canary pods
+    s = score.score_run(r)
+    oracle = score.score_run(_run(truth, [1.0] * 10 + [0.0] * 30, [(10 * loop.STEP, "disable")]))
+    long_oracle = score.score_run(_run([True] * 400, [1.0] * 400, []))
+    long = score.score_run(_run([True] * 400, [1.0] * 400, []))
+    long.tokens = long_oracle.tokens  # no regret on the long scenario
+    s.tokens = oracle.tokens * 0.9  # 10% on the short one
+    agg = score.aggregate(
+        [
+            ("short", 1, "oracle", oracle),
+            ("short", 1, "alphagate", s),
+            ("long", 1, "oracle", long_oracle),
+            ("long", 1, "alphagate", long),
+        ]
+    )
+    cell = next(c for c in agg["cells"] if c["policy"] == "alphagate" and c["case"] == "short")
+    assert cell["flips_per_day"] == pytest.approx(1 / s.days)
+    assert cell["restarts_per_day"] == pytest.approx(2 / s.days)
+    summary = next(x for x in agg["summary"] if x["policy"] == "alphagate")
+    # each scenario counts once: (10% + 0%) / 2, not the token-pooled 10% x 40 / 440
+    assert summary["regret_pct"] == pytest.approx(5.0)
+    assert summary["regret_pooled_pct"] == pytest.approx(100 * 0.1 * 40 / 440)
+
+
+def test_regret_bins_say_where_the_tokens_were_lost_and_add_up() -> None:
+    truth = [True] * 10 + [False] * 30
+    # the policy rolls back at step 14 (four steps speculating below break-even), then
+    # probes at step 30 (a restart while the truth says off)
+    on = [1.0] * 14 + [0.0] * 16 + [1.0] * 10
+    pol = _run(truth, on, [(14 * loop.STEP, "disable"), (30 * loop.STEP, "enable")])
+    bins = score.regret_bins(pol)
+    restart = round((suite.LOAD_SECONDS + loop.WARMUP_SECONDS) / loop.STEP)
+    assert bins[10:14] == [1] * 4  # speculating while the truth says off
+    assert bins[14 : 15 + restart] == [0] * (restart + 1)  # the rollback's load and warm-up
+    assert bins[30 : 31 + restart] == [0] * (restart + 1)
+    assert bins[40 - 1] == 1  # the probe speculates below break-even after its warm-up
+    mine = score.score_run(pol)
+    mine.step_tokens = [1.0 if b == 3 else 0.5 for b in bins]
+    mine.tokens = sum(mine.step_tokens)
+    oracle = score.score_run(_run(truth, [1.0] * 10 + [0.0] * 30, [(10 * loop.STEP, "disable")]))
+    agg = score.aggregate([("c", 1, "oracle", oracle), ("c", 1, "alphagate", mine)])
+    cell = next(c for c in agg["cells"] if c["policy"] == "alphagate")
+    assert sum(cell["regret_bins_pct"].values()) == pytest.approx(cell["regret_pct"])
+    assert cell["regret_bins_pct"]["same state"] == pytest.approx(0.0)
+    assert cell["regret_bins_pct"]["restart"] > 0

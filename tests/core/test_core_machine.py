@@ -6,6 +6,7 @@ are consecutive)."""
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -446,7 +447,8 @@ def test_rollback_backoff_grows_and_caps() -> None:
 
 
 def test_flip_records_time_and_alerts_on_budget() -> None:
-    d = step(mem(), INC)
+    # an enable that patches the pods (their template runs without the config) is a flip
+    d = step(mem(), INC, rollout=Rollout(completed_at=OLD, speculation_on=False))
     assert d.memory.flip_times == (T0,) and d.memory.last_flip_at == T0
     assert d.memory.probe_deadline == T0 + 900
     blocked = step(
@@ -741,6 +743,9 @@ class Tick:
     completed_ago: float | None
     good_share: float | None
     fail_kinds: tuple[CheckKind, ...]
+    decisive: bool = False
+    shortfall: float = 0.0
+    spec_on: bool = False  # the running template already carries the config
 
 
 ticks = st.builds(
@@ -758,6 +763,9 @@ ticks = st.builds(
             (CheckKind.FLOOR, CheckKind.LATENCY),
         ]
     ),
+    decisive=st.booleans(),
+    shortfall=st.sampled_from([0.0, 0.5, 1.0, 2.5, 10.0, math.inf, math.nan]),
+    spec_on=st.booleans(),
 )
 
 specs = st.builds(
@@ -794,6 +802,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         rollout = Rollout(
             in_progress=tick.in_progress,
             completed_at=None if tick.completed_ago is None else now - tick.completed_ago,
+            speculation_on=tick.spec_on,
         )
         before = m
         d = machine.step(
@@ -804,14 +813,27 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
             rollout=rollout,
             good_share=tick.good_share,
             fail_kinds=tick.fail_kinds,
+            decisive=tick.decisive,
+            shortfall=tick.shortfall,
         )
         m = d.memory
         start = now - spec.timing.window_seconds
         unjudged = machine.not_judgeable(spec, rollout, before, start) is not None
         effective = INC if unjudged and tick.verdict in (P, F) else tick.verdict
         flipped = d.action in (Action.ENABLE, Action.DISABLE)
-        if flipped:
+        # A flip restarts the pods: every disable, and an enable unless the running template
+        # already carries the config (then nothing restarts and no flip is counted).
+        restarts = d.action is Action.DISABLE or (
+            d.action is Action.ENABLE and not (tick.spec_on and not tick.in_progress)
+        )
+        if restarts:
             flips.append(now)
+            assert m.last_flip_at == now and m.flip_times[-1] == now
+        elif flipped:
+            assert m.last_flip_at == before.last_flip_at and now not in m.flip_times
+        # A rollback's cooldown never exceeds maxSeconds, however decisive the rejection.
+        if d.action is Action.DISABLE:
+            assert 0 <= m.cooldown_until - now <= spec.timing.cooldown.max_seconds
 
         # Nothing flips during a rollout.
         if tick.in_progress:
@@ -825,6 +847,12 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
                 assert d.transition is not None and d.transition.cause is Cause.FAIL_SAFE
             else:
                 assert effective is F and not unjudged
+                needed = machine.windows_needed(spec, tick.fail_kinds)[1]
+                assert (
+                    tick.decisive
+                    or before.fail_streak + 1 >= needed
+                    or (before.fail_streak >= needed)
+                )
         # INCONCLUSIVE never moves a speculating canary; data in warm-up is never judged.
         if before.state in (State.PROBING, State.ON, State.PROMOTED) and effective is INC:
             assert m.state is before.state and d.action is Action.HOLD

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from kube_support import (
     CFG,
+    INTERVAL,
     NS,
     Clock,
     FakeSource,
@@ -113,12 +114,17 @@ def test_alpha_falls_then_rolls_back_and_a_good_mix_re_enables(
     cond = {c.type: c for c in st.conditions}
     assert cond["Ready"].status == "True" and cond["SourceHealthy"].status == "True"
 
-    alpha["chat"] = 0.72  # the traffic turns good again; the cooldown (30 s) must pass first
-    for _ in range(8):
+    # The traffic turns good again; the cooldown must pass first: 30 s, three backoff steps
+    # deeper because alpha fell three bands (0.05) below the gate, so maxSeconds (120 s).
+    alpha["chat"] = 0.72
+    waited = 0
+    for _ in range(20):
         step(rec)
+        waited += 1
         if speculating(apiserver, "chat-canary"):
             break
     assert speculating(apiserver, "chat-canary"), status(apiserver).last_decision
+    assert waited * INTERVAL >= 120
     assert status(apiserver).state == "Probing"
     step(rec, 2)
     assert status(apiserver).state == "On"

@@ -139,7 +139,7 @@ CASES = [
         cross_field=True,
     ),
     Case(
-        "maxSeconds: 14400",
+        "maxSeconds: 86400",
         "maxSeconds: 600",
         "spec.timing.cooldown",
         "maxSeconds must not be below initialSeconds",

@@ -31,7 +31,7 @@ from alphagate.core.model import (
     Undecided,
     Verdict,
 )
-from alphagate.core.stats import binomial_sf
+from alphagate.core.stats import binomial_sf, t_quantile
 
 # Worst first: any FAIL wins, then ERROR, then INCONCLUSIVE; PASS only when everything passed.
 ORDER: Final = (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE, Verdict.PASS)
@@ -201,6 +201,55 @@ def check_floor(
         Verdict.PASS,
         f"slice {slice}: {_interval(estimate)}: not below its floor {_fmt(min_alpha)}",
     )
+
+
+# ---------------------------------------------------------------- how strong a FAIL is
+
+
+def _failing_alpha(result: CheckResult) -> tuple[Estimate, float] | None:
+    """The estimate and threshold of a failing acceptance or floor check, else None."""
+    if result.verdict is not Verdict.FAIL:
+        return None
+    ev = result.evidence
+    if isinstance(ev, AcceptanceEvidence) and ev.estimate is not None:
+        return ev.estimate, ev.disable_below
+    if isinstance(ev, FloorEvidence) and ev.estimate is not None:
+        return ev.estimate, ev.min_alpha
+    return None
+
+
+def decisive(result: CheckResult, windows: int) -> bool:
+    """Is this failing alpha check as strong as `windows` disjoint failing windows?
+
+    n independent windows that each fail at the one-sided level (1 - confidence) / 2 have a
+    joint false rate of ((1 - confidence) / 2) ** n at the gate. One window whose upper bound
+    at that joint level, on the estimate's own standard error and degrees of freedom, is
+    below the threshold carries the same evidence, so it may roll back alone. Few batches
+    have few degrees of freedom and heavy t tails, so with two pods this almost never holds:
+    two disjoint windows are then still needed. False for any other kind of check."""
+    found = _failing_alpha(result)
+    if found is None:
+        return False
+    e, threshold = found
+    if windows <= 1:
+        return True
+    if not (e.conclusive and math.isfinite(e.std_error) and e.std_error >= 0):
+        return False
+    tail = ((1.0 - e.confidence) / 2.0) ** windows
+    q = t_quantile(1.0 - tail, e.dof)
+    return math.isfinite(q) and e.value + q * e.std_error < threshold
+
+
+def shortfall(result: CheckResult, band: float) -> float:
+    """How far below its threshold a failing alpha check's estimate lies, in `band`s
+    (enableAbove - disableBelow): what deepens the cooldown. 0 for any other check."""
+    found = _failing_alpha(result)
+    if found is None or not band > 0:
+        return 0.0
+    e, threshold = found
+    if not math.isfinite(e.value):
+        return 0.0
+    return max(0.0, (threshold - e.value) / band)
 
 
 # ---------------------------------------------------------------- latency

@@ -230,6 +230,7 @@ def evaluate(
 
     verdict = checks.overall(results)
     fail_kinds = [c.kind for c in results if c.verdict is Verdict.FAIL]
+    band = gate.enable_above - gate.disable_below
     decision = machine.step(
         memory,
         verdict,
@@ -242,6 +243,8 @@ def evaluate(
         fail_kinds=fail_kinds,
         evidence=_evidence(combined, estimates, weights, results, verdict),
         force=force,
+        decisive=any(checks.decisive(c, gate.consecutive_windows) for c in results),
+        shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
     )
     withheld: Suitability | None = None
     if (

@@ -17,11 +17,20 @@ Rules (design.md §4):
   minimum dwell since the last flip has passed, no source error is pending, and the flip budget
   has room for the enable AND its possible rollback. Disables are always allowed, so no sliding
   hour ever holds more than maxFlipsPerHour automatic flips.
-* Rollback cooldown = initial * factor**index (capped); index grows with each rollback and
-  steps down by one per cooldown.decayAfterSeconds spent On (sustained stability), not on a
-  mere confirmation.
+* Rollback cooldown = initial * factor**(index + depth) (capped): index counts rollbacks in a
+  row and steps down by one per cooldown.decayAfterSeconds spent On (sustained stability), not
+  on a mere confirmation; depth is how decisive this rejection was: one step per full band
+  (enableAbove - disableBelow) the failing alpha lies below its threshold (`shortfall`). An
+  alpha far below the gate needs a large change of traffic to come back, so it is probed
+  rarely; one just below it, sooner.
 * Consecutive windows are disjoint: a window overlapping the last one counted is no new
-  evidence (see `_streaks`).
+  evidence (see `_streaks`). Once a failing streak is open, the next window is read from
+  the end of the last one counted (`read_window`), so the next disjoint window is judged
+  READ_MIN_INTERVALS intervals later, not a whole window later.
+* A decisive FAIL (its bound at the joint level of all the windows the rule needs clears the
+  gate: `checks.decisive`) rolls back on its own window: it carries the evidence of them all.
+* An enable while the running pod template already carries the config (a new canary created
+  speculating) restarts nothing: it is not a flip (no flip budget, no warm-up from it).
 * Manual commands override the policy's verdicts but obey its guards: an enable waits for the
   cooldown, the minimum dwell and room in the flip budget, and a promote needs promotion
   enabled, unless forced (`--force`: the transition records `forced` and the `Guard`s it
@@ -39,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
@@ -60,6 +69,7 @@ from alphagate.core.model import (
 
 HOUR: Final = 3600.0
 HISTORY_LIMIT: Final = 20
+MAX_DEPTH: Final = 4  # rejection_depth's cap: the cooldown's maxSeconds caps it anyway
 
 SPECULATING: Final = frozenset({State.PROBING, State.ON, State.PROMOTED})
 JUDGING: Final = frozenset({State.PROBING, State.ON})  # states whose windows decide a flip
@@ -177,12 +187,14 @@ def read_window(
     backtest alike.
 
     A unit that judges (Probing, On) cuts the configured window to start after its warm-up,
-    so it judges sooner after a flip, but never to less than READ_MIN_INTERVALS intervals: a
-    range query needs scrapes at both ends. A unit that judges nothing (Off, RolledBack,
-    Paused, Promoted) reads the whole window: the early re-probe weighs the whole window's
-    traffic. While a rollout runs, or before one interval has passed since the warm-up, the
-    whole window too. A window that starts before the warm-up's end is not judged
-    (`not_judgeable`), so a unit judges again from warm-up end + READ_MIN_INTERVALS intervals.
+    so it judges sooner after a flip, and, once a failing streak is open, after the last
+    window counted, so the next disjoint window is judged as soon as it holds data; but never
+    to less than READ_MIN_INTERVALS intervals: a range query needs scrapes at both ends. A
+    unit that judges nothing (Off, RolledBack, Paused, Promoted) reads the whole window: the
+    early re-probe weighs the whole window's traffic. While a rollout runs, or before one
+    interval has passed since the warm-up, the whole window too. A window that starts before
+    the warm-up's end is not judged (`not_judgeable`), so a unit judges again from warm-up
+    end + READ_MIN_INTERVALS intervals.
     """
     t = spec.timing
     full = now - t.window_seconds
@@ -191,8 +203,17 @@ def read_window(
     cut = _warmup_cut(spec, rollout, now, memory)
     if cut is None:
         return (full, now)
+    if _streak_open(memory):
+        cut = max(cut, memory.streak_end)
     floor = now - min(t.window_seconds, READ_MIN_INTERVALS * t.interval_seconds)
     return (min(cut, floor), now)
+
+
+def _streak_open(memory: Memory) -> bool:
+    """A failing streak has begun (Probing, On): its next window must not overlap the last one
+    counted, so it is read from there on. A passing streak keeps whole windows: confirming a
+    probe early gains nothing (it speculates either way), and short windows judge noisily."""
+    return memory.fail_streak > 0
 
 
 def shared_window(
@@ -236,6 +257,9 @@ class _Ctx:
     evidence: Mapping[str, float | str]
     alerts: tuple[Alert, ...]
     command: Command | None = None  # the person's command being carried out, if any
+    rollout: Rollout = field(default_factory=Rollout)
+    decisive: bool = False  # a failing check carries the evidence of every window needed
+    shortfall: float = 0.0  # the failing alpha's distance below its threshold, in bands
 
     def hold(self, reason: str, *extra_alerts: Alert, memory: Memory | None = None) -> Decision:
         return Decision(
@@ -305,16 +329,23 @@ def _flip(memory: Memory, now: float) -> dict[str, Any]:
     return {"flip_times": (*memory.flip_times, now), "last_flip_at": now}
 
 
-def _streaks(memory: Memory, verdict: Verdict, *, start: float, now: float) -> Memory:
+def _streaks(
+    memory: Memory, verdict: Verdict, *, start: float, now: float, window: float
+) -> Memory:
     """Consecutive DISJOINT decisive windows. A window [start, now] that overlaps the last one
     counted shares most of its data, so it is no new evidence: the same verdict leaves the
     streak as it is. Inconclusive (and Error) windows are no evidence either way and leave
-    both streaks as they are; only the opposite decisive verdict breaks a streak. Errors
-    count per evaluation (they are about the source, not the traffic)."""
+    both streaks as they are; only the opposite decisive verdict breaks a streak, and a PASS
+    breaks an open failing streak only on a whole window (`window` seconds): the partial
+    windows read after the last one counted (`read_window`) may confirm a regression early,
+    but a few seconds without a significant one do not clear it. Errors count per evaluation
+    (they are about the source, not the traffic)."""
     errors = memory.error_streak + 1 if verdict is Verdict.ERROR else 0
     if verdict not in (Verdict.PASS, Verdict.FAIL):
         return memory.model_copy(update={"error_streak": errors})
     passed = verdict is Verdict.PASS
+    if passed and memory.fail_streak > 0 and now - start < window - _EPS:
+        return memory.model_copy(update={"error_streak": errors, "last_conclusive_at": now})
     own = memory.pass_streak if passed else memory.fail_streak
     overlaps = start < memory.streak_end - _EPS
     if overlaps and own > 0:
@@ -332,8 +363,13 @@ def _streaks(memory: Memory, verdict: Verdict, *, start: float, now: float) -> M
 
 
 def _enable_update(ctx: _Ctx) -> dict[str, Any]:
+    """An enable's memory. When the running pod template already carries the config (a new
+    canary created speculating), the patch changes nothing and restarts no pod: it is no flip,
+    so it neither spends the flip budget nor starts a warm-up (the rollout's own completion
+    does)."""
+    noop = ctx.rollout.speculation_on and not ctx.rollout.in_progress
     return {
-        **_flip(ctx.memory, ctx.now),
+        **({} if noop else _flip(ctx.memory, ctx.now)),
         "probe_deadline": ctx.now + ctx.spec.timing.probe_seconds,
         "state_before_pause": None,
         "paused_by": None,
@@ -349,13 +385,23 @@ def decayed_index(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> in
     return max(0, memory.cooldown_index - steps)
 
 
+def rejection_depth(shortfall: float) -> int:
+    """Extra backoff steps for a rejection `shortfall` bands below its threshold: one per full
+    band (0 just below the gate), at most MAX_DEPTH."""
+    if not math.isfinite(shortfall) or shortfall < 1.0:
+        return 0
+    return min(int(shortfall + _EPS), MAX_DEPTH)
+
+
 def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
     m = ctx.memory
     index = decayed_index(m, ctx.spec, ctx.now)
     m = m.model_copy(update={"cooldown_index": index})
-    cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
+    depth = rejection_depth(ctx.shortfall) if advance else 0
+    cooldown = cooldown_seconds(ctx.spec, m.cooldown_index + depth)
     until = ctx.now + cooldown
-    text = f"{reason}; next probe after {cooldown:.0f} s cooldown (at {wall_time(until)})"
+    deep = f", {depth} step(s) deeper: alpha {ctx.shortfall:.1f} bands below" if depth else ""
+    text = f"{reason}; next probe after {cooldown:.0f} s cooldown{deep} (at {wall_time(until)})"
     return ctx.go(
         State.ROLLED_BACK,
         Action.DISABLE,
@@ -400,6 +446,16 @@ def _stale_safe(ctx: _Ctx) -> Decision | None:
             advance=False,
         )
     return None
+
+
+def _fail_text(ctx: _Ctx, to_fail: int) -> str:
+    m = ctx.memory
+    if m.fail_streak >= to_fail:
+        return f"{m.fail_streak} consecutive failing windows"
+    return (
+        f"one decisive failing window (its bound at the joint level of {to_fail} windows clears "
+        f"the gate; fail streak {m.fail_streak}/{to_fail})"
+    )
 
 
 def _judged_text(ctx: _Ctx) -> str:
@@ -462,12 +518,9 @@ def _probing(ctx: _Ctx) -> Decision:
     if safe is not None:
         return safe
     to_pass, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
-    if ctx.verdict is Verdict.FAIL and m.fail_streak >= to_fail:
+    if ctx.verdict is Verdict.FAIL and (m.fail_streak >= to_fail or ctx.decisive):
         return _rollback(
-            ctx,
-            f"probe failed: {m.fail_streak} consecutive failing windows",
-            Cause.POLICY_FAIL,
-            advance=True,
+            ctx, f"probe failed: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
     if ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
         return ctx.go(
@@ -496,12 +549,9 @@ def _on(ctx: _Ctx) -> Decision:
     if safe is not None:
         return safe
     _, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
-    if ctx.verdict is Verdict.FAIL and m.fail_streak >= to_fail:
+    if ctx.verdict is Verdict.FAIL and (m.fail_streak >= to_fail or ctx.decisive):
         return _rollback(
-            ctx,
-            f"rolled back: {m.fail_streak} consecutive failing windows",
-            Cause.POLICY_FAIL,
-            advance=True,
+            ctx, f"rolled back: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
     if promo.enabled and ctx.verdict is Verdict.PASS and now >= m.since + promo.bake_seconds - _EPS:
         return ctx.go(
@@ -699,6 +749,8 @@ def step(
     fail_kinds: Collection[CheckKind] = (),
     evidence: Mapping[str, float | str] | None = None,
     force: bool = False,
+    decisive: bool = False,
+    shortfall: float = 0.0,
 ) -> Decision:
     """Advance the machine by one evaluation window.
 
@@ -706,7 +758,10 @@ def step(
     now - windowSeconds); `good_share` the current traffic share of slices whose last known
     alpha cleared enableAbove (for the early re-probe); `fail_kinds` the kinds of the failing
     checks (ACCEPTANCE, FLOOR, LATENCY); `evidence` is copied into any transition; `force`
-    carries a manual `command` past the guards it would obey (`--force`).
+    carries a manual `command` past the guards it would obey (`--force`); `decisive` says a
+    failing check carries the evidence of all the windows a rollback needs (it rolls back
+    alone); `shortfall` how many bands (enableAbove - disableBelow) the failing alpha lies
+    below its threshold (deepens the cooldown).
     """
     memory = memory.model_copy(update={"flip_times": recent_flips(memory, now)})
     start = window_start if window_start is not None else now - spec.timing.window_seconds
@@ -725,6 +780,9 @@ def step(
         evidence=dict(evidence or {}),
         alerts=(),
         command=command,
+        rollout=rollout,
+        decisive=decisive and effective is Verdict.FAIL,
+        shortfall=shortfall,
     )
     if command is not None:
         return _manual(ctx, command, force)
@@ -738,7 +796,7 @@ def step(
             paused_by="spec",
         )
 
-    memory = _streaks(memory, effective, start=start, now=now)
+    memory = _streaks(memory, effective, start=start, now=now, window=spec.timing.window_seconds)
     alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)

@@ -63,7 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=Path("decisions-out"), help="output folder")
     p.add_argument("--seeds", type=int, default=20, help="seeds per scenario (default 20)")
-    p.add_argument("--hours", type=float, default=2.0, help="simulated hours per run")
+    p.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        help="simulated hours per run, for every scenario (default: each scenario's own: "
+        f"{suite.HOURS:g} h, {suite.DAY:g} h for the per-day ones)",
+    )
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes")
     p.add_argument("--cases", default="", help="comma-separated scenarios (default all)")
     p.add_argument("--policies", default="", help="comma-separated policies (default all)")
@@ -75,9 +81,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.hours = 2, 0.2
-    if args.seeds < 1 or not 0 < args.hours <= 24 * 7 or args.jobs < 1:
+    if args.seeds < 1 or not (args.hours is None or 0 < args.hours <= 24 * 7) or args.jobs < 1:
         p.error("--seeds and --jobs must be >= 1 and --hours in (0, 168]")
     return args
+
+
+def case_hours(override: float | None, cases: list[str]) -> dict[str, float]:
+    """Simulated hours per run of each scenario: its own (a day for the per-day targets),
+    unless --hours gives one for all."""
+    return {c: override if override is not None else suite.BY_NAME[c].hours for c in cases}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,16 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     if "oracle" not in policies:
         policies.insert(0, "oracle")  # regret needs it
+    hours = case_hours(args.hours, cases)
     tasks: list[Task] = [
-        # Seed-major, so a run cut short by --max-minutes still covers every scenario.
-        (c, seed, tuple(policies), args.hours)
+        # Seed-major, so a run cut short by --max-minutes still covers every scenario; the
+        # long scenarios of a seed first, so the short ones fill the processes at the end.
+        (c, seed, tuple(policies), hours[c])
         for seed in range(1, args.seeds + 1)
-        for c in cases
+        for c in sorted(cases, key=lambda c: -hours[c])
     ]
     print(
         f"decision benchmark: {len(cases)} scenarios x {args.seeds} seeds x {len(policies)} "
-        f"policies = {len(tasks) * len(policies)} runs of {args.hours:g} h on {args.jobs} "
-        "processes",
+        f"policies = {len(tasks) * len(policies)} runs ({report.hours_text(hours)}) on "
+        f"{args.jobs} processes",
         flush=True,
     )
     t0 = time.perf_counter()
@@ -140,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {
             "seeds": args.seeds,
             "hours": args.hours,
+            "case_hours": hours,
             "cases": cases,
             "policies": policies,
             "runs": len(done),

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from alphagate.bench.decisions import anchors, score, suite
 from alphagate.errors import AlphagateError
@@ -19,7 +19,8 @@ from alphagate.errors import AlphagateError
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("false_flips_per_day", "false flips/d"),
     ("false_rollbacks_per_day", "false rollbacks/d"),
-    ("restarts_per_day", "restarts/d"),
+    ("flips_per_day", "rollouts/d"),
+    ("restarts_per_day", "pod restarts/d"),
     ("delay_median_s", "delay s (median)"),
     ("delay_drafts_median", "drafts to detect"),
     ("caught_within_3_windows", "caught <= 15 min"),
@@ -47,6 +48,29 @@ def _fmt(key: str, value: Any, cell: dict[str, Any]) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+REGRET_POLICIES: Final = ("alphagate", "alphagate-one-shot", "kayenta")
+"""Whose regret the table breaks down (alphagate's two variants and the best anchor)."""
+
+
+def hours_text(case_hours: dict[str, float]) -> str:
+    """ "1 h per run (24 h: stationary-0.45, drift)": the simulated time each scenario ran."""
+    by: dict[float, list[str]] = {}
+    for case, h in case_hours.items():
+        by.setdefault(h, []).append(case)
+    if not by:
+        return "no runs"
+    common = max(by, key=lambda h: len(by[h]))
+    rest = "; ".join(f"{h:g} h: {', '.join(cs)}" for h, cs in sorted(by.items()) if h != common)
+    return f"{common:g} simulated h per run" + (f" ({rest})" if rest else "")
+
+
+def _hours(meta: dict[str, Any]) -> str:
+    case_hours = meta.get("case_hours")
+    if isinstance(case_hours, dict) and case_hours:
+        return hours_text(case_hours)
+    return f"{meta['hours']:g} simulated h per run"
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -84,15 +108,20 @@ def targets(agg: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     if c is not None:
         rows.append(
             (
-                "stationary 0.45: restarts <= 4/day",
-                f"{c['restarts_per_day']:.1f}",
+                "stationary 0.45: pod restarts <= 4/day",
+                f"{c['restarts_per_day']:.1f} pod restarts ({c['flips_per_day']:.1f} rollouts)"
+                f" per day over {c['days']:.0f} simulated days",
                 c["restarts_per_day"] <= 4,
             )
         )
     c = _cell(agg, "drift")
     if c is not None:
         rows.append(
-            ("slow drift: <= 2 flips/day", f"{c['flips_per_day']:.1f}", c["flips_per_day"] <= 2)
+            (
+                "slow drift: <= 2 flips/day",
+                f"{c['flips_per_day']:.1f} over {c['days']:.0f} simulated days",
+                c["flips_per_day"] <= 2,
+            )
         )
     for case, need in (("latency-1.5x", 0.95), ("latency-2x", 0.99)):
         c = _cell(agg, case)
@@ -106,10 +135,12 @@ def targets(agg: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                 )
             )
     ours = next((s for s in agg["summary"] if s["policy"] == "alphagate"), None)
-    others = [
+    others = [  # the anchors: alphagate's own variants (one-shot) are not "other"
         s["regret_pct"]
         for s in agg["summary"]
-        if s["policy"] not in ("alphagate", "oracle") and s["regret_pct"] is not None
+        if not s["policy"].startswith("alphagate")
+        and s["policy"] != "oracle"
+        and s["regret_pct"] is not None
     ]
     if ours is not None and ours["regret_pct"] is not None and others:
         best = min(others)
@@ -130,7 +161,7 @@ def markdown(result: dict[str, Any]) -> str:
         "# Decision benchmark",
         "",
         f"{meta['seeds']} seeds x {len(meta['cases'])} scenarios x {len(meta['policies'])} "
-        f"policies, {meta['hours']:g} simulated hours per run, closed loop "
+        f"policies, {_hours(meta)}, closed loop "
         f"({meta['runs']} runs, {meta['wall_seconds']:.0f} s wall on {meta['jobs']} processes; "
         f"{meta['machine']}; {meta['date']}).",
         "",
@@ -141,14 +172,15 @@ def markdown(result: dict[str, Any]) -> str:
                 "policy",
                 "false flips/d",
                 "false rollbacks/d",
-                "restarts/d",
+                "rollouts/d",
+                "pod restarts/d",
                 "delay s (median)",
                 "missed/onsets",
                 "wrong state % (mean)",
-                "regret %",
+                "regret % (mean of scenarios)",
             ]
         ),
-        _row(["---"] * 8),
+        _row(["---"] * 9),
     ]
     for s in agg["summary"]:
         lines.append(
@@ -157,6 +189,7 @@ def markdown(result: dict[str, Any]) -> str:
                     s["policy"],
                     f"{s['false_flips_per_day']:.2f}",
                     f"{s['false_rollbacks_per_day']:.2f}",
+                    f"{s.get('flips_per_day', math.nan):.2f}",
                     f"{s['restarts_per_day']:.2f}",
                     _fmt("delay_median_s", s["delay_median_s"], s),
                     f"{s['missed']}/{s['onsets']}",
@@ -176,6 +209,30 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(_row(["---"] * (2 + len(COLUMNS))))
     for c in agg["cells"]:
         lines.append(_row([c["case"], c["policy"], *(_fmt(k, c.get(k), c) for k, _ in COLUMNS)]))
+    shown = [c for c in agg["cells"] if c["policy"] in REGRET_POLICIES and "regret_bins_pct" in c]
+    if shown:
+        lines += [
+            "",
+            "## Where the regret comes from",
+            "",
+            "Tokens lost against the oracle, % of the oracle's, by what the policy's canary was "
+            "doing (the bins add up to the regret; see below).",
+            "",
+            _row(["scenario", "policy", "regret %", *score.REGRET_BINS]),
+            _row(["---"] * (3 + len(score.REGRET_BINS))),
+        ]
+        for c in shown:
+            bins = c["regret_bins_pct"]
+            lines.append(
+                _row(
+                    [
+                        c["case"],
+                        c["policy"],
+                        _fmt("regret_pct", c["regret_pct"], c),
+                        *(_fmt("regret_pct", bins.get(k), c) for k in score.REGRET_BINS),
+                    ]
+                )
+            )
     lines += [
         "",
         "## Coverage of alphagate's 95% alpha interval",
@@ -256,7 +313,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     meta = result["meta"]
     fig.suptitle(
         f"alphagate decision benchmark: {meta['seeds']} seeds x {len(meta['cases'])} scenarios, "
-        f"{meta['hours']:g} h each, closed loop ({meta['date']})"
+        f"{_hours(meta)}, closed loop ({meta['date']})"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -5,8 +5,11 @@ injected latency regression ("should be on").
 
 * **false flip**: a rollback (or an engine gating itself) while the truth said "on" over the
   5 minutes before it (``WINDOW``), or an enable (a probe included) while it said "off".
-* **restarts**: canary pod restarts caused by the policy's flips (one flip restarts every
-  canary pod); an in-engine gate restarts nothing.
+* **rollouts**: the policy's flips of the canary Deployment's config (each is one rollout);
+  an engine gating itself counts too (it restarts nothing).
+* **pod restarts**: canary pod restarts caused by the policy's flips (one rollout restarts
+  every canary pod: two with the suite's two canary pods); an in-engine gate restarts
+  nothing. Issue 12's "restarts a day" is judged on these, as the issue counts pods.
 * **onset**: the truth turns "off" (alpha crosses below 0.55, or a regression starts; a run
   that starts below the gate has an onset at 0) while the policy speculates. Its **detection
   delay** is the time to the first decision that leaves no canary pod speculating, made before
@@ -17,6 +20,14 @@ injected latency regression ("should be on").
 * **regret**: canary tokens the oracle's run generated minus the policy's, as a percentage
   of the oracle's (same case, same seeds; the oracle pays its own restarts). Tokens are the
   simulator's ``vllm:generation_tokens_total`` of the canary pods, summed over restarts.
+  Over the suite it is the mean of the scenarios' regret % (each scenario counts once, a
+  day-long one as much as an hour-long one).
+* **where regret comes from**: each 30 s step's tokens lost against the oracle's same step,
+  put in one bin by what the policy's canary was doing: ``restart`` (within the model load
+  and warm-up after one of its own flips), ``below break-even`` (speculating while the truth
+  says off), ``off while it pays`` (not speculating while the truth says on: cooldowns,
+  false rollbacks, waiting to confirm), ``same state`` (both right: noise, and the oracle's
+  own restarts, which count against the oracle). The bins add up to the regret.
 * **coverage** (alphagate only): the share of the alpha intervals it reported with at least
   two batches (every one it stood behind, whatever the check then said) that hold the
   window's true alpha: the expected pooled accepted/drafted ratio of the canary's drafts in
@@ -35,12 +46,14 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alphagate.bench.decisions.loop import STEP, RunResult
+from alphagate.bench.decisions.loop import STEP, WARMUP_SECONDS, RunResult
+from alphagate.bench.decisions.suite import LOAD_SECONDS
 
 WINDOW: Final = 300.0
+REGRET_BINS: Final = ("restart", "below break-even", "off while it pays", "same state")
 CAUGHT_WITHIN: Final = 3 * WINDOW  # "within 3 non-overlapping windows"
 
 
@@ -63,6 +76,8 @@ class RunScore:
     covered_decisive: int = 0
     decisive: int = 0
     insufficient: int = 0
+    step_tokens: list[float] = field(default_factory=list)
+    step_bins: list[int] = field(default_factory=list)  # index into REGRET_BINS
 
 
 def _should_on_throughout(r: RunResult, t: float) -> bool:
@@ -78,6 +93,26 @@ def _should_on_at(r: RunResult, t: float) -> bool:
         else:
             break
     return r.should_on[best]
+
+
+def regret_bins(r: RunResult) -> list[int]:
+    """Each step's bin in REGRET_BINS, by what the policy's canary was doing then."""
+    restart = LOAD_SECONDS + WARMUP_SECONDS
+    flips = [t for t, _ in r.flips]
+    out = []
+    j = 0
+    for t, on, should in zip(r.t, r.on, r.should_on, strict=True):
+        while j < len(flips) and flips[j] + restart < t - 1e-6:
+            j += 1
+        if any(f < t + 1e-6 and t - f <= restart + 1e-6 for f in flips[j : j + 4]):
+            out.append(0)
+        elif on > 0 and not should:
+            out.append(1)
+        elif on < 1 and should:
+            out.append(2)
+        else:
+            out.append(3)
+    return out
 
 
 def score_run(r: RunResult) -> RunScore:
@@ -142,6 +177,8 @@ def score_run(r: RunResult) -> RunScore:
         covered_decisive=covered_decisive,
         decisive=decisive,
         insufficient=insufficient,
+        step_tokens=list(r.tokens),
+        step_bins=regret_bins(r),
     )
 
 
@@ -206,6 +243,11 @@ def _cell(
     lost = math.fsum(oracle[seed].tokens - by_seed[seed].tokens for seed in common)
     intervals = sum(x.intervals for x in s)
     decisive = sum(x.decisive for x in s)
+    bins = dict.fromkeys(REGRET_BINS, 0.0)
+    for seed in common:
+        mine, theirs = by_seed[seed], oracle[seed]
+        for k, a, b in zip(mine.step_bins, mine.step_tokens, theirs.step_tokens, strict=False):
+            bins[REGRET_BINS[k]] += b - a
     return {
         "case": case,
         "policy": policy,
@@ -230,6 +272,9 @@ def _cell(
         "oracle_tokens": oracle_tokens,
         "regret_tokens": lost,
         "regret_pct": 100.0 * lost / oracle_tokens if oracle_tokens > 0 else None,
+        "regret_bins_pct": {
+            k: 100.0 * v / oracle_tokens if oracle_tokens > 0 else None for k, v in bins.items()
+        },
         "intervals": intervals,
         "coverage": sum(x.covered for x in s) / intervals if intervals else None,
         "decisive_intervals": decisive,
@@ -243,6 +288,7 @@ def _summary(policy: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
     oracle = math.fsum(c["oracle_tokens"] for c in cells)
     lost = math.fsum(c["regret_tokens"] for c in cells)
     delays = [d for c in cells for d in c["delays_s"]]
+    regrets = [c["regret_pct"] for c in cells if c["regret_pct"] is not None]
     return {
         "policy": policy,
         "cases": len(cells),
@@ -253,12 +299,16 @@ def _summary(policy: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
         )
         / days,
         "restarts_per_day": math.fsum(c["restarts_per_day"] * c["days"] for c in cells) / days,
+        "flips_per_day": math.fsum(c["flips_per_day"] * c["days"] for c in cells) / days,
         "onsets": sum(c["onsets"] for c in cells),
         "missed": sum(c["missed"] for c in cells),
         "delay_median_s": _median(delays),
         "wrong_state_pct": statistics.fmean(c["wrong_state_pct"] for c in cells),
         "regret_tokens": lost,
-        "regret_pct": 100.0 * lost / oracle if oracle > 0 else None,
+        # Each scenario counts once, whatever its length (a day-long case would otherwise
+        # outweigh the hour-long ones 24 to 1); the token-pooled figure is kept beside it.
+        "regret_pct": statistics.fmean(regrets) if regrets else None,
+        "regret_pooled_pct": 100.0 * lost / oracle if oracle > 0 else None,
     }
 
 
