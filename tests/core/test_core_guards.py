@@ -41,6 +41,7 @@ P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
 T0 = 1_000_000.0
 OLD = T0 - 10_000
 SETTLED = Rollout(completed_at=OLD, speculation_on=True)
+SETTLED_OFF = Rollout(completed_at=OLD, speculation_on=False)
 
 BASE: dict[str, Any] = {
     "target": {"name": "canary"},
@@ -78,7 +79,8 @@ SPEC = make_spec()
 
 
 def step(m: Memory, v: Verdict, now: float, spec: SpeculativeCanarySpec = SPEC, **kw: Any):  # type: ignore[no-untyped-def]
-    kw.setdefault("rollout", SETTLED)
+    # the pods run what the memory's state says (an enable from RolledBack patches them)
+    kw.setdefault("rollout", SETTLED if machine.speculation_on(m) else SETTLED_OFF)
     kw.setdefault("window_start", now - 60)
     return machine.step(m, v, now=now, spec=spec, **kw)
 
