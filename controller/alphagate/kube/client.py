@@ -12,13 +12,15 @@ connection refused) -> KubeError, each naming what was being done and the server
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
+import urllib3.exceptions
 from kubernetes import client, config
 from kubernetes.client import rest
 from kubernetes.config.config_exception import ConfigException
@@ -234,13 +236,25 @@ def translate(exc: BaseException, what: str) -> KubeError:
     return KubeError(f"{what}: {type(exc).__name__}: {exc}", status=0, reason="Unreachable")
 
 
+# What one request through the kubernetes client can raise besides a bug: the API's answer
+# (ApiException), the transport (urllib3's errors, sockets, a cut-off HTTP response), and a
+# body the client cannot decode or a model it refuses (ValueError).
+API_ERRORS: Final = (
+    client.ApiException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+    ValueError,
+)
+
+
 def call(what: str, fn: Callable[[], T]) -> T:
     """Run one API request; every failure comes out as a KubeError naming `what`."""
     try:
         return fn()
     except KubeError:
         raise
-    except Exception as exc:  # ApiException, urllib3 errors, pydantic validation of bodies
+    except API_ERRORS as exc:
         raise translate(exc, what) from exc
 
 

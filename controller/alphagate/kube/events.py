@@ -35,6 +35,7 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.core.timing import TimingWarning
+from alphagate.errors import KubeError
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import call
 from alphagate.logs import get as get_logger
@@ -215,7 +216,7 @@ class EventRecorder:
                 with self._lock:
                     self._seen[key] = _Seen(name, 1, now, mono)
             return True
-        except Exception as exc:  # events are best effort by design
+        except (KubeError, ValueError) as exc:  # events are best effort by design
             with self._lock:
                 self.failures += 1
                 if seen is not None:

@@ -26,7 +26,7 @@ from typing import Any
 from kubernetes import client
 
 from alphagate.errors import KubeError, NotFoundError
-from alphagate.kube.client import call
+from alphagate.kube.client import API_ERRORS, call
 from alphagate.logs import get as get_logger
 
 DEFAULT_LEASE_NAME = "alphagate-controller"
@@ -131,8 +131,8 @@ class LeaderElector:
                 return False
             self._observed, self._observed_at = (self.identity, ""), now
             return True
-        except Exception as exc:  # unreachable API: not leader this round
-            self._log.info("lease_read_failed", error=str(exc))
+        except API_ERRORS as exc:  # unreachable API: not leader this round
+            self._log.info("lease_read_failed", error=str(exc), error_type=type(exc).__name__)
             return False
 
         spec = lease.spec or client.V1LeaseSpec()
@@ -155,8 +155,8 @@ class LeaderElector:
         except client.ApiException as exc:
             self._log.info("lease_update_failed", status=exc.status)
             return False
-        except Exception as exc:
-            self._log.info("lease_update_failed", error=str(exc))
+        except API_ERRORS as exc:  # the transport: not leader this round
+            self._log.info("lease_update_failed", error=str(exc), error_type=type(exc).__name__)
             return False
         return True
 
@@ -171,8 +171,8 @@ class LeaderElector:
             lease.spec.renew_time = datetime.now(UTC)
             self._api.replace_namespaced_lease(self.name, self.namespace, lease)
             self._log.info("lease_released")
-        except Exception as exc:  # best effort: the lease expires anyway
-            self._log.info("lease_release_failed", error=str(exc))
+        except API_ERRORS as exc:  # best effort: the lease expires anyway
+            self._log.info("lease_release_failed", error=str(exc), error_type=type(exc).__name__)
 
     # ------------------------------------------------------------ the loop
 

@@ -81,7 +81,13 @@ from alphagate.kube.units import (
     units_of,
 )
 from alphagate.shell.outcome import Outcome, Prepared, observe_start, source_errors, source_failures
-from alphagate.shell.reporting import NullRecorder, Recorder, decision_log, export
+from alphagate.shell.reporting import (
+    METRIC_ERRORS,
+    NullRecorder,
+    Recorder,
+    decision_log,
+    export,
+)
 from alphagate.shell.watch import Beat, WatchLoop
 from alphagate.sources import FailedSource, Source, make_source
 
@@ -165,7 +171,7 @@ class Reconciler(WatchLoop):
     def _close_source(source: Source) -> None:
         close = getattr(source, "close", None)
         if callable(close):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError, RuntimeError):  # sockets, a pool already shut
                 close()
 
     def forget(self, namespace: str, name: str) -> None:
@@ -178,7 +184,7 @@ class Reconciler(WatchLoop):
             self._timing_warned.pop((namespace, name), None)
         if held is not None:
             self._close_source(held[1])
-        with contextlib.suppress(Exception):  # metrics are best effort
+        with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
             self.recorder.forget(namespace=namespace, canary=name)
 
     def forget_memories(self) -> None:
@@ -217,16 +223,16 @@ class Reconciler(WatchLoop):
             self.recorder.track(namespace=namespace, canary=name)
         try:
             self._reconcile(obj, now, out, log)
-        except Exception as exc:  # a bug must cost one evaluation, never the controller
-            log.exception("reconcile_crashed", error=repr(exc))
+        except Exception as exc:  # last resort: a bug must cost one evaluation, not the loop
+            log.exception("reconcile_crashed", error=repr(exc), error_type=type(exc).__name__)
             out.spec_error = f"internal error: {exc!r}"
         out.duration_seconds = time.monotonic() - started
         self.evaluations += 1
         if self.on_outcome is not None:
             try:
                 self.on_outcome(out)
-            except Exception as exc:
-                log.warning("on_outcome_failed", error=repr(exc))
+            except Exception as exc:  # last resort: the caller's hook (demo, tests) may be buggy
+                log.warning("on_outcome_failed", error=repr(exc), error_type=type(exc).__name__)
         return out
 
     def _reconcile(self, obj: dict[str, Any], now: float, out: Outcome, log: Any) -> None:
@@ -312,7 +318,9 @@ class Reconciler(WatchLoop):
             observation: Observation = source.observe(
                 spec, start=start, end=now, interval_seconds=spec.timing.interval_seconds
             )
-        except Exception as exc:  # sources should not raise; if one does, it is an Error
+        except Exception as exc:  # last resort: sources report failures as data, never raise;
+            # one that does anyway (a bug, a plug-in Discovery) makes this evaluation an Error
+            log.error("source_raised", error=repr(exc), error_type=type(exc).__name__)
             observation = Observation(
                 at=now, window_seconds=window, pools=(), source_error=f"unknown: {exc!r}"
             )
@@ -320,7 +328,7 @@ class Reconciler(WatchLoop):
         errors = [text for _, text in failures]
         if failures:
             for kind, _ in failures:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(*METRIC_ERRORS):
                     self.recorder.source_error(kind, namespace=namespace, canary=name)
         conditions = set_condition(
             conditions,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.insights import Insights
@@ -18,6 +18,11 @@ from alphagate.core.model import Evaluation, Verdict
 from alphagate.errors import SourceErrorKind
 from alphagate.kube.status import latency_evidence, p99_ratio
 from alphagate.kube.units import UnitOutcome
+
+# What the metrics recorder can raise besides a bug: prometheus_client refuses a label set
+# (ValueError) or has none to remove (KeyError). Metrics are best effort: either costs a
+# series, never an evaluation.
+METRIC_ERRORS: Final = (KeyError, ValueError)
 
 
 class Recorder(Protocol):
@@ -117,7 +122,7 @@ def export(
         if u.evaluation is None:
             continue
         canary = name if not u.unit.name else f"{name}/{u.unit.name}"
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*METRIC_ERRORS):
             recorder.record(
                 u.evaluation,
                 namespace=namespace,

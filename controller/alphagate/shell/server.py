@@ -117,7 +117,7 @@ class _ThreadingServer(WSGIServer):
     def _handle(self, request: Any, client_address: Any) -> None:
         try:
             self.finish_request(request, client_address)
-        except Exception:
+        except Exception:  # last resort, as socketserver does: one request, not the server
             self.handle_error(request, client_address)
         finally:
             self.shutdown_request(request)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes import client, watch
+from kubernetes import watch
 
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.errors import KubeError
@@ -194,10 +194,14 @@ class WatchLoop:
                     obj = ev.get("raw_object") or ev.get("object")
                     if isinstance(obj, dict):
                         self._observe_object(str(ev.get("type")), obj)
-            except (KubeError, client.ApiException, Exception) as exc:  # relist after a pause
+            except Exception as exc:  # last resort: the watch loop must survive anything
+                # (KubeError from the list, ApiException or urllib3's errors from the stream,
+                # a body it cannot decode): relist after a pause
                 if stop.is_set():
                     break
-                self._log.warning("watch_failed", error=str(exc)[:300])
+                self._log.warning(
+                    "watch_failed", error=str(exc)[:300], error_type=type(exc).__name__
+                )
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 
@@ -217,10 +221,13 @@ class WatchLoop:
         last evaluation (by whichever replica), as the status records it."""
         self.hand_over(namespace, name)
         try:  # the status as written now: the watch may not have brought the last one yet
-            fresh = self.kube.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
+            fresh = call(
+                f"read {PLURAL}.{GROUP} {namespace}/{name}",
+                lambda: self.kube.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                ),
             )
-        except Exception:
+        except KubeError:
             fresh = None
         with self._lock:
             entry = self._cache.get((namespace, name))
@@ -235,8 +242,7 @@ class WatchLoop:
         """Evaluate each cached resource when due (its interval after the last evaluation)."""
         while not stop.is_set():
             if self.health is not None:
-                with contextlib.suppress(Exception):
-                    self.health.beat()
+                self.health.beat()
             if not self.leading.is_set() or not self.synced.is_set():
                 self._kick.wait(tick)
                 self._kick.clear()
@@ -280,7 +286,7 @@ class WatchLoop:
             self._kick.set()
             current = self._watch
             if current is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(OSError):
                     current.stop()  # shuts the streaming socket down: no wait for the timeout
             watcher.join(timeout=self.watch_timeout_seconds + 15)
             self.close()

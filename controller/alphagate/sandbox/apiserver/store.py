@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,14 +254,7 @@ class Store:
         lsel = label_selector(query.get("labelSelector", ""))
         fsel = field_selector(query.get("fieldSelector", ""))
         with self._cond:
-            items = [
-                copy.deepcopy(o)
-                for (k, ons, _), o in sorted(self._objects.items())
-                if k == rtype.key
-                and (ns is None or ons == ns)
-                and lsel(o["metadata"].get("labels") or {})
-                and fsel(o)
-            ]
+            items = self._selected(rtype, ns, lsel, fsel)
             rv = self._rv
         return {
             "kind": f"{rtype.kind}List",
@@ -269,6 +262,24 @@ class Store:
             "metadata": {"resourceVersion": str(rv)},
             "items": items,
         }
+
+    def _selected(
+        self,
+        rtype: ResourceType,
+        ns: str | None,
+        lsel: Callable[[Mapping[str, str]], bool],
+        fsel: Callable[[Mapping[str, Any]], bool],
+    ) -> list[dict[str, Any]]:
+        """Copies of the objects of `rtype` in `ns` (None: all) that both selectors pick, in
+        key order; caller holds the lock."""
+        return [
+            copy.deepcopy(o)
+            for (k, ons, _), o in sorted(self._objects.items())
+            if k == rtype.key
+            and (ns is None or ons == ns)
+            and lsel(o["metadata"].get("labels") or {})
+            and fsel(o)
+        ]
 
     def _read(self, rtype: ResourceType, ns: str, name: str) -> dict[str, Any]:
         with self._cond:
@@ -470,14 +481,7 @@ class Store:
 
         with self._cond:
             if rv_text in ("", "0"):
-                initial = [
-                    copy.deepcopy(o)
-                    for (k, ons, _), o in sorted(self._objects.items())
-                    if k == rtype.key
-                    and (ns is None or ons == ns)
-                    and lsel(o["metadata"].get("labels") or {})
-                    and fsel(o)
-                ]
+                initial = self._selected(rtype, ns, lsel, fsel)
                 cursor = self._rv
             else:
                 try:

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from alphagate.sandbox.apiserver import ApiServer
+import urllib3.exceptions
+
+from alphagate.errors import SandboxError
+from alphagate.sandbox.apiserver import ApiError, ApiServer
 from alphagate.sandbox.kubelet import KubeletRunner
 
 
@@ -137,7 +140,7 @@ class ChaosRunner:
         for rec in self.records:
             if rec.started is not None and rec.ended is None:
                 rec.ended = t
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(ApiError, SandboxError, OSError):
                     self._end(rec)
 
     def _begin(self, rec: ChaosRecord) -> None:
@@ -170,7 +173,7 @@ class ChaosRunner:
                         victims[0], self.namespace, _preload_content=False
                     )
                     rec.detail = f"pod {victims[0]} deleted through the API (kubectl delete pod)"
-                except Exception as exc:
+                except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                     rec.detail = f"deleting pod {victims[0]} failed: {exc}"
                 finally:
                     api_client.close()  # type: ignore[no-untyped-call]
@@ -187,7 +190,7 @@ class ChaosRunner:
                 try:
                     prom.start(timeout=self.prometheus_timeout)
                     self.say("chaos", "Prometheus started again (same port, same data)", "magenta")
-                except Exception as exc:
+                except (SandboxError, OSError) as exc:
                     self.say("chaos", f"Prometheus did not come back: {exc}", "red")
                 rec.recovered = self.now()
 

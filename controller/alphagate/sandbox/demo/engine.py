@@ -22,7 +22,7 @@ from alphagate import report
 from alphagate.config import Aggregation, SpeculativeCanary, dump, parse
 from alphagate.core.model import Action, Evaluation, State, Verdict
 from alphagate.errors import PolicyError, SandboxError
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate.sandbox.apiserver import ApiError, ApiServer
 from alphagate.sandbox.demo import results
 from alphagate.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
 from alphagate.sandbox.demo.inputs import (
@@ -162,7 +162,7 @@ class Demo:
             self._log.append(line)
             self._all_log.append(line)
         if self.on_log is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # last resort: the view's hook must not stop us
                 self.on_log(line)
 
     def _defer(self, what: str, fn: Callable[[], None]) -> None:
@@ -382,14 +382,14 @@ class Demo:
         if self.sim is not None and not final:
             try:
                 events = self.sim.sync()
-            except Exception as exc:  # a sim hiccup must not end the demo
-                events = []
+                truth = self.sim.fleet.truth()
+            except Exception as exc:  # last resort: a simulator hiccup must not end the demo
+                events, truth = [], None
                 self._say("demo", f"simulator: {exc!r}", "red")
             for ev in events:
                 if ev.kind == "timeline":
                     self._say("scenario", ev.message, "bold cyan", t=ev.t)
-            with contextlib.suppress(Exception):
-                truth = self.sim.fleet.truth()
+            if truth is not None:
                 self._truth = {
                     name: {"alpha": s.alpha, "share": s.share} for name, s in truth.slices.items()
                 }
@@ -436,7 +436,7 @@ class Demo:
             for name in ev.restart:
                 for pod in self.api.objects("pods", self.namespace):
                     if pod["metadata"].get("labels", {}).get("app") == name:
-                        with contextlib.suppress(Exception):
+                        with contextlib.suppress(ApiError):  # already gone
                             self.api.delete("pods", self.namespace, pod["metadata"]["name"])
                 self._say("scenario", f"{name}: pods restarted", t=ev.at)
 
@@ -456,7 +456,7 @@ class Demo:
         self._events_checked = now
         try:
             events = self.api.objects("events", self.namespace)
-        except Exception:
+        except ApiError:
             return
         for ev in events:
             uid = ev.get("metadata", {}).get("uid", "")
@@ -548,7 +548,7 @@ class Demo:
         elif error:
             self._say("controller", f"{point.verdict}: {error[:200]}", "red", t=t)
         if self.on_decision is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # last resort: the view's hook must not stop us
                 self.on_decision(decision)
 
     # ------------------------------------------------------------ chaos

@@ -172,7 +172,7 @@ def deployment_objects(scenario: Any, namespace: str) -> list[dict[str, Any]]:
 
 def import_controller() -> None:
     """Load the controller's modules and the API classes it builds (their import is slow)."""
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(ImportError, AttributeError):
         from kubernetes import client
 
         import alphagate.shell.controller  # noqa: F401
