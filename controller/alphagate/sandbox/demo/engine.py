@@ -26,8 +26,6 @@ from alphagate.sandbox.apiserver import ApiError, ApiServer
 from alphagate.sandbox.demo import results
 from alphagate.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
 from alphagate.sandbox.demo.inputs import (
-    HOST,
-    SourceChoice,
     check_fit,
     deployment_objects,
     fleet_scenario,
@@ -38,6 +36,7 @@ from alphagate.sandbox.demo.inputs import (
     prometheus_binary,
     scaled_policy,
 )
+from alphagate.sandbox.demo.parts import controller_for, pick_source, prometheus_for
 from alphagate.sandbox.demo.view import (
     Decision,
     DemoOptions,
@@ -96,7 +95,8 @@ class Demo:
             raise SandboxError(f"--duration must be > 0, got {self.duration}")
         self.speed = float(options.speed)
         self.gate = (base_spec.acceptance.disable_below, base_spec.acceptance.enable_above)
-        self.source_kind = self._pick_source(options.source)
+        self.prometheus_binary = prometheus_binary()
+        self.source_kind = pick_source(options.source, self.prometheus_binary)
         self.namespace = options.namespace
         self.name = str(self.policy_doc.get("metadata", {}).get("name", "demo"))
 
@@ -136,19 +136,6 @@ class Demo:
         self.canary: SpeculativeCanary | None = None
 
     # ------------------------------------------------------------ setup
-
-    def _pick_source(self, choice: SourceChoice) -> str:
-        self.prometheus_binary = prometheus_binary()
-        if choice == "scrape":
-            return "podScrape"
-        if choice == "prometheus":
-            if self.prometheus_binary is None:
-                raise SandboxError(
-                    "--source prometheus: no prometheus binary (install Debian's `prometheus` "
-                    "package, or set ALPHAGATE_PROMETHEUS, or use --source scrape)"
-                )
-            return "prometheus"
-        return "prometheus" if self.prometheus_binary is not None else "podScrape"
 
     def sim_now(self) -> float:
         return float(self.sim.sim_now()) if self.sim is not None else 0.0
@@ -204,23 +191,12 @@ class Demo:
         base_spec = parse(self.policy_doc, where=self.policy_where).spec
         interval_wall = base_spec.timing.interval_seconds / self.speed
         if self.source_kind == "prometheus":
-            from alphagate.testing.prometheus import PrometheusServer
-
-            scrape = max(0.2, min(1.0, round(interval_wall / 3, 3)))
-            prom = PrometheusServer(
-                binary=self.prometheus_binary,
-                scrape_interval=scrape,
-                evaluation_interval=max(scrape, 1.0),
-                port=free_port(),
-                scrape_configs=[
-                    {
-                        "job_name": "alphagate",
-                        "static_configs": [{"targets": [f"{HOST}:{metrics_port}"]}],
-                    }
-                ],
+            prom = prometheus_for(
+                self.prometheus_binary,
+                interval_wall=interval_wall,
+                metrics_port=metrics_port,
+                workdir=workdir / "prometheus",  # ours: kept across a chaos restart
             )
-            prom.workdir = workdir / "prometheus"  # ours: kept across a chaos restart
-            prom.workdir.mkdir()
             self.prometheus = prom
             self._defer("Prometheus", prom.close)
             prom.start(timeout=opts.prometheus_timeout)
@@ -268,7 +244,16 @@ class Demo:
             where=self.policy_where,
         )
         warm.join()
-        self.controller = self._controller(metrics_port)
+        assert self.api is not None
+        outcomes = self._outcomes
+        # The reconciler `alphagate run` uses, telling the demo what each pass did.
+        self.controller = controller_for(
+            self.api.url,
+            self.namespace,
+            metrics_port,
+            str(self.prometheus.url) if self.prometheus is not None else None,
+            on_outcome=lambda out: outcomes.put((time.time(), out)),
+        )
         self._clock.go()
         self._t0_wall = time.time()
         controller = self.controller
@@ -312,28 +297,6 @@ class Demo:
                 self._notes.append(
                     "chaos: no Prometheus in this run (pod scraping), so it was not stopped"
                 )
-
-    def _controller(self, metrics_port: int) -> Any:
-        from alphagate.shell.controller import Controller, RunOptions
-        from alphagate.sources.endpoints import SourcesConfig
-
-        assert self.api is not None
-        opts = RunOptions(
-            server=self.api.url,
-            namespace=self.namespace,
-            leader_elect=False,
-            metrics_host=HOST,
-            metrics_port=metrics_port,
-            watch_timeout=30.0,
-            sources=(
-                SourcesConfig.single(str(self.prometheus.url), timeout_seconds=30.0)
-                if self.prometheus is not None
-                else SourcesConfig()
-            ),
-        )
-        outcomes = self._outcomes
-        # The reconciler `alphagate run` uses, telling the demo what each pass did.
-        return Controller(opts, on_outcome=lambda out: outcomes.put((time.time(), out)))
 
     def _wait(self, cond: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
