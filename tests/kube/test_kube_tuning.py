@@ -181,3 +181,17 @@ def test_no_probe_while_outputs_are_too_short(apiserver: ApiServer, kube: Kube) 
     cond = {c.type: c for c in st.conditions}["OutputsLongEnough"]
     assert cond.status == "False" and cond.reason == "ShortOutputs"
     assert "22 tokens on average" in cond.message and st.state == "Off"
+
+
+def test_causes_that_come_and_go_are_told_once(apiserver: ApiServer, kube: Kube) -> None:
+    seed(apiserver, cr=canary_cr(draftLength={"costPerPosition": 0.3}))
+    clock = Clock()
+    calls = {"n": 0}
+
+    def cond() -> tuple[float, ...]:
+        calls["n"] += 1
+        return GOOD if calls["n"] % 2 else (0.95, 0.95, 0.95, 0.95)  # draftTooLong, then none
+
+    rec = _reconciler(kube, ChainSource(apiserver, cond), clock)
+    _run(rec, clock, 8)
+    assert len(_events(apiserver, "LatencyDiagnosis")) == 1

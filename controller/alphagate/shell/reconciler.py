@@ -141,6 +141,7 @@ class Reconciler(WatchLoop):
         self._source_factory = source_factory or self._default_source
         self._sources: dict[tuple[str, str], tuple[int, Source]] = {}
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
+        self._diagnosed: dict[tuple[str, str], list[str]] = {}  # findings last reported
         self._tracked: set[tuple[str, str]] = set()
         # the timing problems last warned about per resource (generation, scrape interval,
         # problems): an Event and a log line once, not every interval
@@ -685,15 +686,20 @@ class Reconciler(WatchLoop):
                 reason=tuned.change.reason,
             )
         if unit.name == units_of(spec)[0].name:  # one diagnosis per resource, as in status
-            previous_findings = previous.insights.findings if previous.insights else []
-            diagnosis_event(
-                self.events,
-                ref,
-                [c.value for c in uo.insights.findings()],
-                previous_findings,
-                uo.insights.explain(),
-                unit=unit.name,
-            )
+            # The last set this process reported (a window without findings does not reset it,
+            # so causes that come and go are told once); after a restart, the status's.
+            key = (ref.namespace, ref.name)
+            reported = self._diagnosed.get(key)
+            if reported is None:
+                reported = list(previous.insights.findings) if previous.insights else []
+            found = [c.value for c in uo.insights.findings()]
+            if (
+                diagnosis_event(
+                    self.events, ref, found, reported, uo.insights.explain(), unit=unit.name
+                )
+                or key not in self._diagnosed
+            ):
+                self._diagnosed[key] = found or reported
         decision_log(ulog, evaluation, uo, dry_run)
         return uo
 
