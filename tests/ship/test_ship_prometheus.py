@@ -111,6 +111,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     recorder = exporter.Recorder(exporter.new_registry())
     recorder.set_leader(True)
     recorder.track(namespace=NAMESPACE, canary=CANARY)
+    # as a sharded replica (run --shards 4) holding shards 0 and 2: the shard panel has data
+    recorder.set_shards(4, lambda: frozenset({0, 2}), lambda ns, name: 0)
     sim = SimServer(Fleet(parse_scenario(SCENARIO)), speed=SPEED)
     with sim, metrics_server.serve(0, recorder.registry) as metrics:
         # What the PodMonitor's labelmap gives in a cluster: pod labels on every series.
