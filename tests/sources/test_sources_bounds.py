@@ -201,7 +201,7 @@ def test_one_bad_pod_in_a_pool_is_one_failed_sample() -> None:
     ):
         targets = [Target(good.url, pod=f"g{i}") for i in range(9)]
         targets += [Target(broken.url + "?x", pod="bad")]
-        spec = make_spec()
+        spec = make_spec(timeoutSeconds=10.0)  # no page hangs here: room for a loaded machine
         with ScrapeSource(
             StaticDiscovery({("chat", Role.CANARY): targets}), since_start=True
         ) as src:
