@@ -9,6 +9,8 @@ Tolerances (stated, and why):
 * alpha vs the scenario's configured 0.7: 0.05 (per-pod alpha noise and offsets in the sim).
 * ITL P99: 10% relative between any two of the three, and the same bucket bracket.
 * generated tokens: 15% relative (extrapolation at both window edges of a ~12 s window).
+* requests running (a gauge of a few requests per pod, read at two instants up to a scrape
+  apart): within 3 square roots of the larger, plus one.
 """
 
 from __future__ import annotations
@@ -260,8 +262,9 @@ def test_prometheus_matches_pod_scrape_and_scenario(
     mean_p = pc.output_lengths.sum / pc.output_lengths.total
     mean_s = sc.output_lengths.sum / sc.output_lengths.total
     assert mean_p == pytest.approx(mean_s, rel=0.15)
-    assert pc.running is not None and sc.running is not None and sc.running > 0
-    assert pc.running == pytest.approx(sc.running, rel=0.35)
+    assert pc.running is not None and sc.running is not None and sc.running > 0 < pc.running
+    # a gauge read at two instants up to a scrape apart: Poisson-scale difference, not a ratio
+    assert abs(pc.running - sc.running) <= 3 * math.sqrt(max(pc.running, sc.running)) + 1
 
     pb, sb = obs_prom.pool("chat", Role.BASELINE), obs_scrape.pool("chat", Role.BASELINE)
     assert pb is not None and sb is not None and pb.error is None and sb.error is None
