@@ -278,23 +278,8 @@ class Actuator:
             raise KubeError(f"{what}: {exc}") from exc
         except RecordChangedError:
             raise
-        except ClaimedError as err:
-            self._warn(involved, Reason.TARGET_CLAIMED, str(err))
-            raise
-        except ForbiddenError as err:
-            self._warn(involved, Reason.FORBIDDEN, str(err))
-            raise
-        except NotFoundError as err:
-            self._warn(involved, Reason.NOT_FOUND, str(err))
-            raise
-        except argsmod.ArgsError as err:
-            self._warn(involved, Reason.ARGS_UNEDITABLE, str(err))
-            raise
-        except OwnerConflictError as err:
-            self._warn(involved, Reason.OWNER_REVERTED, str(err))
-            raise
         except KubeError as err:
-            self._warn(involved, Reason.PATCH_FAILED, str(err))
+            self._warn(involved, warning_reason(err), str(err))
             raise
 
     def _apply_once(
@@ -475,23 +460,29 @@ class Actuator:
             )
             self._warn(involved, Reason.CONFLICT_RETRIES_EXHAUSTED, str(err))
             raise err from exc
-        except ClaimedError as err:
-            self._warn(involved, Reason.TARGET_CLAIMED, str(err))
-            raise
-        except ForbiddenError as err:
-            self._warn(involved, Reason.FORBIDDEN, str(err))
-            raise
-        except NotFoundError as err:
-            self._warn(involved, Reason.NOT_FOUND, str(err))
-            raise
         except KubeError as err:
-            self._warn(involved, Reason.PATCH_FAILED, str(err))
+            self._warn(involved, warning_reason(err), str(err))
             raise
         raise KubeError(f"{what}: claim not attempted")  # pragma: no cover - reraise=True
 
     def _warn(self, involved: ObjectRef | None, reason: Reason, message: str) -> None:
         if self.events is not None and involved is not None:
             self.events.warning(involved, reason, message)
+
+
+# The Warning Event a failed write leaves, most specific error first; anything else is PatchFailed.
+_WARNING_REASONS: tuple[tuple[type[KubeError], Reason], ...] = (
+    (ClaimedError, Reason.TARGET_CLAIMED),
+    (ForbiddenError, Reason.FORBIDDEN),
+    (NotFoundError, Reason.NOT_FOUND),
+    (argsmod.ArgsError, Reason.ARGS_UNEDITABLE),
+    (OwnerConflictError, Reason.OWNER_REVERTED),
+)
+
+
+def warning_reason(err: KubeError) -> Reason:
+    """The Event reason for a write that failed with `err`."""
+    return next((r for kind, r in _WARNING_REASONS if isinstance(err, kind)), Reason.PATCH_FAILED)
 
 
 def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
