@@ -839,6 +839,17 @@ class SpeculativeCanarySpec(StrictModel):
                     f"aggregation perSlice needs a deployment on every slice; missing on: "
                     f"{', '.join(missing)}"
                 )
+            # Two slices flipping one Deployment alone would flip it back and forth.
+            owners: dict[tuple[str, str], list[str]] = {}
+            for s in self.slices:
+                if s.deployment is not None:
+                    owners.setdefault(s.deployment.key, []).append(s.name)
+            shared = [(key, names) for key, names in owners.items() if len(names) > 1]
+            if shared:
+                raise ValueError(
+                    "aggregation perSlice needs its own deployment on every slice; "
+                    + "; ".join(f"{k} {n} named by {', '.join(v)}" for (k, n), v in shared)
+                )
         return self
 
     @model_validator(mode="after")

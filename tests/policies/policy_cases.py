@@ -192,4 +192,17 @@ CASES = [
         source=CODE,
         cross_field=True,
     ),
+    Case(
+        "        name: qwen-coder-canary\n        container: vllm\n  acceptance:",
+        "        name: qwen-coder-canary\n        container: vllm\n"
+        "    - name: code-long\n"
+        "      canary:\n        matchLabels: {app: qwen-coder, role: canary, length: long}\n"
+        "      baseline:\n        matchLabels: {app: qwen-coder, role: baseline}\n"
+        "      deployment:\n        name: qwen-coder-canary\n        container: vllm\n"
+        "  acceptance:",
+        "spec",
+        "aggregation perSlice needs its own deployment on every slice",
+        source=CODE,
+        cross_field=True,
+    ),
 ]

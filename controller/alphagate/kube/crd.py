@@ -87,6 +87,15 @@ VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
             "message": "aggregation perSlice needs a deployment on every slice",
             "fieldPath": ".slices",
         },
+        {
+            "rule": "self.aggregation != 'perSlice' || self.slices.all(a, !has(a.deployment)"
+            " || self.slices.exists_one(b, has(b.deployment)"
+            " && b.deployment.name == a.deployment.name"
+            " && (has(b.deployment.kind) ? b.deployment.kind : 'Deployment')"
+            " == (has(a.deployment.kind) ? a.deployment.kind : 'Deployment')))",
+            "message": "aggregation perSlice needs its own deployment on every slice",
+            "fieldPath": ".slices",
+        },
     ],
     "spec.acceptance": [
         {
