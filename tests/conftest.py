@@ -9,7 +9,7 @@ shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (depl
 
 from __future__ import annotations
 
-import copy
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +20,9 @@ import yaml
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.sandbox.apiserver import Rbac
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import specs` in every folder
+from specs import BASE_SPEC, spec_from
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 SHIPPED_ROLES = (
@@ -59,35 +62,13 @@ def wait_for() -> WaitFor:
     return _wait_for
 
 
-BASE_SPEC: dict[str, Any] = {
-    "target": {"name": "canary"},
-    "baseline": {"name": "baseline"},
-    "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 5},
-    "slices": [
-        {
-            "name": "chat",
-            "canary": {"matchLabels": {"track": "canary"}},
-            "baseline": {"matchLabels": {"track": "baseline"}},
-        }
-    ],
-    "source": {"kind": "podScrape"},
-}
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 @pytest.fixture
 def make_spec() -> Callable[..., SpeculativeCanarySpec]:
     """`make_spec(timing={"intervalSeconds": 10})`: BASE_SPEC with the overrides deep-merged,
-    validated (a bad test policy fails at once)."""
+    validated (a bad test policy fails at once); tests/specs.py builds it."""
 
     def build(**over: Any) -> SpeculativeCanarySpec:
-        return SpeculativeCanarySpec.model_validate(_merge(BASE_SPEC, over))
+        return spec_from(BASE_SPEC, **over)
 
     return build
 

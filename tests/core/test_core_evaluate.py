@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import copy
 import dataclasses
 import math
 from typing import Any
@@ -35,6 +34,7 @@ from alphagate.core.model import (
     Verdict,
     WindowEvidence,
 )
+from specs import spec_from
 
 T0 = 2_000_000.0
 K = 5
@@ -62,9 +62,8 @@ BASE: dict[str, Any] = {
 
 
 def make_spec(**over: Any) -> SpeculativeCanarySpec:
-    d = copy.deepcopy(BASE)
-    d.update(over)
-    return SpeculativeCanarySpec.model_validate(d)
+    """BASE with whole top-level sections replaced (not merged): `acceptance=` drops minDrafts."""
+    return spec_from({**BASE, **over})
 
 
 SPEC = make_spec()

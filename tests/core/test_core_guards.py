@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -36,6 +35,7 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
+from specs import spec_from
 
 P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
 T0 = 1_000_000.0
@@ -69,10 +69,7 @@ BASE: dict[str, Any] = {
 
 
 def make_spec(**over: Any) -> SpeculativeCanarySpec:
-    doc = copy.deepcopy(BASE)
-    for k, v in over.items():
-        doc[k] = {**doc[k], **v} if isinstance(v, dict) and isinstance(doc.get(k), dict) else v
-    return SpeculativeCanarySpec.model_validate(doc)
+    return spec_from(BASE, **over)
 
 
 SPEC = make_spec()

@@ -5,7 +5,6 @@ are consecutive)."""
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
+from specs import spec_from
 
 P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
 
@@ -55,15 +55,8 @@ BASE: dict[str, Any] = {
 }
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def make_spec(**over: Any) -> SpeculativeCanarySpec:
-    return SpeculativeCanarySpec.model_validate(_merge(BASE, over))
+    return spec_from(BASE, **over)
 
 
 SPEC = make_spec()

@@ -26,6 +26,7 @@ from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource, _WatchedFile
 from alphagate.sources.scrape import ScrapeSource, read_page
+from specs import SOURCE_SPEC, spec_from
 
 PAGE = b"""# TYPE vllm:spec_decode_num_drafts counter
 vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10
@@ -48,20 +49,17 @@ def scrape_one(url: str, **settings: Any) -> SourceError | None:
 
 
 def make_spec(**scrape: Any) -> SpeculativeCanarySpec:
-    return SpeculativeCanarySpec.model_validate(
-        {
-            "target": {"name": "chat-canary"},
-            "baseline": {"name": "chat-baseline"},
-            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
-            "slices": [
-                {
-                    "name": "chat",
-                    "canary": {"matchLabels": {"role": "canary"}},
-                    "baseline": {"matchLabels": {"role": "baseline"}},
-                }
-            ],
-            "source": {"kind": "podScrape", "scrape": {"timeoutSeconds": 1.0, **scrape}},
-        }
+    """SOURCE_SPEC's pools told apart by role alone (every pod of the double is `chat`)."""
+    return spec_from(
+        SOURCE_SPEC,
+        slices=[
+            {
+                "name": "chat",
+                "canary": {"matchLabels": {"role": "canary"}},
+                "baseline": {"matchLabels": {"role": "baseline"}},
+            }
+        ],
+        source={"kind": "podScrape", "scrape": {"timeoutSeconds": 1.0, **scrape}},
     )
 
 

@@ -21,26 +21,13 @@ from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource, duration, matchers, pool_queries
+from specs import SOURCE_SPEC, spec_from
 
 START, END, STEP = 1000.0, 1060.0, 20.0
 
 
 def make_spec(url: str = "http://prom.test:9090", **prom: Any) -> SpeculativeCanarySpec:
-    return SpeculativeCanarySpec.model_validate(
-        {
-            "target": {"name": "chat-canary"},
-            "baseline": {"name": "chat-baseline"},
-            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
-            "slices": [
-                {
-                    "name": "chat",
-                    "canary": {"matchLabels": {"role": "canary", "slice": "chat"}},
-                    "baseline": {"matchLabels": {"role": "baseline", "slice": "chat"}},
-                }
-            ],
-            "source": {"kind": "prometheus", "prometheus": {**prom}},
-        }
-    )
+    return spec_from(SOURCE_SPEC, source={"kind": "prometheus", "prometheus": {**prom}})
 
 
 def ok(result_type: str, result: list[Any], **extra: Any) -> httpx.Response:

@@ -24,6 +24,7 @@ from alphagate.sandbox.apiserver import Rbac
 from alphagate.sources.common import PoolRef
 from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
 from alphagate.sources.scrape import ScrapeSource, read_page
+from specs import SOURCE_SPEC, spec_from
 
 
 class FakePod:
@@ -118,20 +119,8 @@ def pods() -> Iterator[list[FakePod]]:
 
 
 def make_spec(**scrape: Any) -> SpeculativeCanarySpec:
-    return SpeculativeCanarySpec.model_validate(
-        {
-            "target": {"name": "chat-canary"},
-            "baseline": {"name": "chat-baseline"},
-            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
-            "slices": [
-                {
-                    "name": "chat",
-                    "canary": {"matchLabels": {"role": "canary", "slice": "chat"}},
-                    "baseline": {"matchLabels": {"role": "baseline", "slice": "chat"}},
-                }
-            ],
-            "source": {"kind": "podScrape", "scrape": {"timeoutSeconds": 1.0, **scrape}},
-        }
+    return spec_from(
+        SOURCE_SPEC, source={"kind": "podScrape", "scrape": {"timeoutSeconds": 1.0, **scrape}}
     )
 
 
