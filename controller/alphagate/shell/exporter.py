@@ -2,7 +2,8 @@
 
 Role: the reconciler hands every `Evaluation` to a `Recorder`, which turns it into gauges and
 counters under the ``alphagate_`` prefix (labels ``namespace``, ``canary``, and ``slice`` where a
-value is per slice). The names and label vocabularies are in `shell.metric_names`; the HTTP
+value is per slice). The names and label vocabularies are in `shell.metric_names`, the families in
+`shell.metric_families`, the shard gauges in `shell.shard_metrics`; the HTTP
 endpoints that expose them in `shell.server`.
 
 This module decides nothing: it reads the core's results and never changes them; times and
@@ -24,15 +25,8 @@ from typing import Any, Final
 
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
     Gauge,
-    GCCollector,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
 )
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from alphagate import __version__
 from alphagate.config import SpeculativeCanarySpec
@@ -49,6 +43,7 @@ from alphagate.core.model import (
 )
 from alphagate.core.suitability import Finding
 from alphagate.errors import SourceErrorKind
+from alphagate.shell.metric_families import MetricFamilies
 from alphagate.shell.metric_names import (
     ALERT,
     ALPHA,
@@ -64,9 +59,7 @@ from alphagate.shell.metric_names import (
     DRAFT_CONFIGURED_K,
     DRAFT_POSITION_RATE,
     DRAFT_RECOMMENDED_K,
-    DURATION_BUCKETS,
     ERROR_STREAK,
-    EVALUATION_DURATION,
     ITL_QUANTILE,
     LAST_EVALUATION,
     LAST_SUCCESS,
@@ -77,22 +70,18 @@ from alphagate.shell.metric_names import (
     MEASURED_SPEEDUP_LOWER,
     MEASURED_SPEEDUP_UPPER,
     PREDICTED_SPEEDUP,
-    SHARD_HELD,
-    SHARD_UNITS,
-    SHARDS,
     SHORT_OUTPUTS,
     SLICE_WEIGHT,
-    SPEC_INVALID,
     SPECULATION_ENABLED,
     STATE,
     UNKNOWN_ERROR_KIND,
     VERDICT_AGE,
-    WARNINGS,
     WATCHED_WARNINGS,
     WINDOW_DRAFTS,
     latency_metric_label,
     reason_kind,
 )
+from alphagate.shell.shard_metrics import ShardCollector, new_registry
 
 _CANARY: Final = ("namespace", "canary")
 _SLICE: Final = ("namespace", "canary", "slice")
@@ -108,7 +97,7 @@ class _Seen:
     series: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
 
 
-class Recorder:
+class Recorder(MetricFamilies):
     """Turns evaluations into metrics. Thread-safe: one lock serialises updates.
 
     `registry` is injectable so tests (and several controllers in one process) never share
@@ -123,163 +112,10 @@ class Recorder:
         self._leader = False
         r = self.registry
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
-
-        self.alpha = gauge(ALPHA, "Estimated acceptance rate alpha per slice.", _SLICE)
-        self.alpha_lower = gauge(ALPHA_LOWER, "Lower confidence bound of alpha.", _SLICE)
-        self.alpha_upper = gauge(ALPHA_UPPER, "Upper confidence bound of alpha.", _SLICE)
-        self.combined = gauge(COMBINED_ALPHA, "Traffic-weighted alpha over slices.", _CANARY)
-        self.combined_lower = gauge(
-            COMBINED_ALPHA_LOWER, "Lower confidence bound of the combined alpha.", _CANARY
-        )
-        self.combined_upper = gauge(
-            COMBINED_ALPHA_UPPER, "Upper confidence bound of the combined alpha.", _CANARY
-        )
-        self.gate = gauge(
-            ALPHA_GATE,
-            "Alpha thresholds of the policy: disable below, enable above.",
-            (*_CANARY, "bound"),
-        )
-        self.alert = gauge(
-            ALERT,
-            "1 while the core raises a condition a person should hear about (source-errors, "
-            "flip-budget, probe-stalled, rollout-timeout, verdict-stale).",
-            (*_CANARY, "condition"),
-        )
-        self.window_drafts = gauge(
-            WINDOW_DRAFTS, "Drafts (the sample unit of alpha) in the evaluation window.", _SLICE
-        )
-        self.slice_weight = gauge(
-            SLICE_WEIGHT, "Traffic share of a slice (measured generation tokens).", _SLICE
-        )
-        self.itl_quantile = gauge(
-            ITL_QUANTILE,
-            "Latency quantile the guard compares, per role; metric says per_token or per_step.",
-            (*_SLICE, "role", "metric", "quantile"),
-        )
-        self.latency_ratio = gauge(
-            LATENCY_RATIO, "Canary P99 over baseline P99 as the latency guard compares it.", _SLICE
-        )
-        speedup_help = (
-            "Measured speed-up: baseline over canary mean time per output token (exact sums)"
-        )
-        self.measured_speedup = gauge(MEASURED_SPEEDUP, f"{speedup_help}.", _SLICE)
-        self.measured_speedup_lower = gauge(
-            MEASURED_SPEEDUP_LOWER, f"{speedup_help}, lower 95% bound.", _SLICE
-        )
-        self.measured_speedup_upper = gauge(
-            MEASURED_SPEEDUP_UPPER, f"{speedup_help}, upper 95% bound.", _SLICE
-        )
-        self.state = gauge(
-            STATE,
-            "1 for the canary's current state, 0 for the others.",
-            (
-                *_CANARY,
-                "state",
-            ),
-        )
-        self.speculation = gauge(
-            SPECULATION_ENABLED, "1 when the canary runs with --speculative-config.", _CANARY
-        )
-        self.check_verdict = gauge(
-            CHECK_VERDICT,
-            "1 for each check's current verdict, 0 for the others.",
-            (
-                *_CANARY,
-                "check",
-                "verdict",
-            ),
-        )
-        self.decisions = Counter(
-            "alphagate_decisions",
-            "Decisions by action and a short machine reason.",
-            (*_CANARY, "action", "reason"),
-            registry=r,
-        )
-        self.transitions = Counter(
-            "alphagate_transitions",
-            "State transitions.",
-            (*_CANARY, "from_state", "to_state"),
-            registry=r,
-        )
-        self.source_errors = Counter(
-            "alphagate_source_errors",
-            "Failed reads of metrics, by kind.",
-            (*_CANARY, "kind"),
-            registry=r,
-        )
-        self.duration = Histogram(
-            EVALUATION_DURATION,
-            "Time to observe, estimate, judge and decide for one canary.",
-            _CANARY,
-            buckets=DURATION_BUCKETS,
-            registry=r,
-        )
-        self.last_evaluation = gauge(LAST_EVALUATION, "Unix time of the last evaluation.", _CANARY)
-        self.last_success = gauge(
-            LAST_SUCCESS, "Unix time of the last evaluation whose source read succeeded.", _CANARY
-        )
-        self.speedup = gauge(
-            PREDICTED_SPEEDUP,
-            "Speed-up the policy predicts at the combined alpha (K and disableBelow as the "
-            "break-even).",
-            _CANARY,
-        )
-        self.error_streak = gauge(
-            ERROR_STREAK, "Consecutive evaluations with an Error verdict.", _CANARY
-        )
-        self.verdict_age = gauge(
-            VERDICT_AGE,
-            "Probing or On: seconds since the last conclusive verdict (Pass or Fail), or since "
-            "the enable if later; absent while nothing is judged (staleness.afterSeconds).",
-            _CANARY,
-        )
-        self.warnings = Counter(
-            WARNINGS.removesuffix("_total"),
-            "Warning Events the controller raised, by the object's namespace and name and the "
-            "Event reason (PatchFailed, Forbidden, InvalidSpec, ...).",
-            (*_CANARY, "reason"),
-            registry=r,
-        )
-        self.spec_invalid = gauge(
-            SPEC_INVALID,
-            "1 while the SpeculativeCanary's spec is invalid (nothing is done).",
-            _CANARY,
-        )
-        self.draft_configured = gauge(
-            DRAFT_CONFIGURED_K, "num_speculative_tokens the canary runs.", _CANARY
-        )
-        self.draft_recommended = gauge(
-            DRAFT_RECOMMENDED_K,
-            "The K the per-position evidence supports (shortened only on confident evidence).",
-            _CANARY,
-        )
-        self.draft_advice = gauge(
-            DRAFT_ADVICE,
-            "1 for the current draft-length advice (keep, shorten, nonePays, longerMayPay, "
-            "insufficient).",
-            (*_CANARY, "advice"),
-        )
-        self.draft_position = gauge(
-            DRAFT_POSITION_RATE,
-            "Share of drafts accepted at each draft position (0 first) in the window.",
-            (*_CANARY, "position"),
-        )
-        self.latency_shape = gauge(
-            LATENCY_SHAPE,
-            "1 for how mean and tail per-token latency moved, canary against baseline "
-            "(meanBetterTailWorse is the P99 trap).",
-            (*_CANARY, "shape"),
-        )
-        self.short_outputs = gauge(
-            SHORT_OUTPUTS,
-            "1 while outputs are too short for speculation to pay, 0 when long enough.",
-            _CANARY,
-        )
+        super().__init__(r)
         self._shards: tuple[int, Callable[[], frozenset[int]], Callable[[str, str], int]] | None
         self._shards = None
-        r.register(_ShardCollector(self))
+        r.register(ShardCollector(self))
         self.leader = Gauge(LEADER, "1 while this replica holds the leader lease.", registry=r)
         self.build_info = Gauge(BUILD_INFO, "alphagate version, value 1.", ("version",), registry=r)
         self.build_info.labels(__version__).set(1)
@@ -616,37 +452,4 @@ class Recorder:
             put(self.measured_speedup_upper, MEASURED_SPEEDUP_UPPER, s, sp.upper)
 
 
-class _ShardCollector(Collector):
-    """Per-shard gauges, computed at scrape time from the Leases held and the units exported:
-    never stale after a rebalance."""
-
-    def __init__(self, recorder: Recorder) -> None:
-        self.recorder = recorder
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        got = self.recorder.shard_units()
-        if got is None:
-            return
-        total, units = got
-        yield GaugeMetricFamily(SHARDS, "Shards the canaries are split into (--shards).", total)
-        held = GaugeMetricFamily(
-            SHARD_HELD, "1 for each shard this replica holds.", labels=["shard"]
-        )
-        count = GaugeMetricFamily(
-            SHARD_UNITS, "Decision units this replica evaluates, per shard held.", labels=["shard"]
-        )
-        for shard in sorted(units):
-            held.add_metric([str(shard)], 1.0)
-            count.add_metric([str(shard)], float(units[shard]))
-        yield held
-        yield count
-
-
-def new_registry(*, process: bool = True) -> CollectorRegistry:
-    """A fresh registry, with the process/platform/GC collectors when `process` is set."""
-    registry = CollectorRegistry()
-    if process:
-        ProcessCollector(registry=registry)
-        PlatformCollector(registry=registry)
-        GCCollector(registry=registry)
-    return registry
+__all__ = ["Recorder", "ShardCollector", "new_registry"]

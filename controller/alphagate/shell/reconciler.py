@@ -17,17 +17,15 @@ moved since (RecordChangedError), so two replicas never flip twice for one decis
 patch keeps the previous Memory (the decision is recorded with `applied: false` and made again
 next interval), so an API error can neither lose nor half-apply a flip.
 
-One canary per Deployment: before any flip a canary claims its Deployments
-(`Actuator.claim`); a second canary on a claimed Deployment gets SpecValid=False
-`TargetClaimed` and an Event, and never touches it. A policy naming a Prometheus endpoint the
-admin did not configure is an invalid spec (SpecValid=False `UnknownEndpoint`), not a source
-error.
+The steps live beside it: claiming and resuming (`shell.claims`), manual commands
+(`shell.manual`), judging, K tuning and the diagnosis Event (`shell.insight`), applying
+(`shell.act`), the TimingFits warning (`shell.timing_warnings`). A policy naming a Prometheus
+endpoint the admin did not configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,34 +39,24 @@ from alphagate.config import (
     SpeculativeCanarySpec,
     parse,
 )
-from alphagate.core import timing, tuning
-from alphagate.core.evaluate import evaluate
-from alphagate.core.insights import analyse
-from alphagate.core.model import Action, Command, Memory, Observation, State
-from alphagate.errors import ClaimedError, ForbiddenError, KubeError, NotFoundError, PolicyError
-from alphagate.kube.actuator import Actuator, DeploymentState, config_text
+from alphagate.core import tuning
+from alphagate.core.model import Command, Memory, Observation
+from alphagate.errors import ForbiddenError, KubeError, NotFoundError, PolicyError
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import (
     EventRecorder,
     ObjectRef,
     Reason,
     decision_events,
-    diagnosis_event,
-    draft_length_event,
-    timing_events,
 )
-from alphagate.kube.freshness import timing_fits, verdict_fresh
-from alphagate.kube.record import Origin, resume, written
+from alphagate.kube.freshness import verdict_fresh
+from alphagate.kube.record import written
 from alphagate.kube.status import (
-    COMMANDS,
     CanaryStatus,
-    CommandRecord,
     ConditionType,
     StatusWriter,
-    command_forced,
     parse_status,
-    pending_command,
-    rfc3339,
     set_condition,
 )
 from alphagate.kube.status_builder import build_status, invalid_status
@@ -76,10 +64,13 @@ from alphagate.kube.units import (
     Unit,
     UnitOutcome,
     combined_rollout,
-    event_reason,
     failure_reason,
     units_of,
 )
+from alphagate.shell.act import act
+from alphagate.shell.claims import prepare
+from alphagate.shell.insight import Diagnoses, judge, tell_tuning
+from alphagate.shell.manual import manual_command
 from alphagate.shell.outcome import Outcome, Prepared, observe_start, source_errors, source_failures
 from alphagate.shell.reporting import (
     METRIC_ERRORS,
@@ -88,11 +79,10 @@ from alphagate.shell.reporting import (
     decision_log,
     export,
 )
+from alphagate.shell.source_cache import SourceCache, SourceFactory
+from alphagate.shell.timing_warnings import TimingWarnings
 from alphagate.shell.watch import Beat, WatchLoop
 from alphagate.sources import FailedSource, Source, make_source
-
-SourceFactory = Callable[[SpeculativeCanarySpec, str, str], Source]
-
 
 # ---------------------------------------------------------------- the reconciler
 
@@ -138,14 +128,11 @@ class Reconciler(WatchLoop):
         self.may_act = may_act or (lambda: True)
         # Told about every reconcile (the demo's live view, tests); exceptions are swallowed.
         self.on_outcome = on_outcome
-        self._source_factory = source_factory or self._default_source
-        self._sources: dict[tuple[str, str], tuple[int, Source]] = {}
+        self.sources = SourceCache(source_factory or self._default_source)
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
-        self._diagnosed: dict[tuple[str, str], list[str]] = {}  # findings last reported
+        self.diagnoses = Diagnoses()  # the diagnosis findings last reported
         self._tracked: set[tuple[str, str]] = set()
-        # the timing problems last warned about per resource (generation, scrape interval,
-        # problems): an Event and a log line once, not every interval
-        self._timing_warned: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.timing_warnings = TimingWarnings(self.events)  # told once per change
         self.evaluations = 0
 
     # ------------------------------------------------------------ sources
@@ -153,38 +140,14 @@ class Reconciler(WatchLoop):
     def _default_source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
         return make_source(spec, namespace=namespace, core_api=self.kube.core)
 
-    def _source(
-        self, spec: SpeculativeCanarySpec, namespace: str, name: str, generation: int
-    ) -> Source:
-        key = (namespace, name)
-        with self._lock:
-            held = self._sources.get(key)
-        if held is not None and held[0] == generation:
-            return held[1]
-        if held is not None:
-            self._close_source(held[1])
-        source = self._source_factory(spec, namespace, name)
-        with self._lock:
-            self._sources[key] = (generation, source)
-        return source
-
-    @staticmethod
-    def _close_source(source: Source) -> None:
-        close = getattr(source, "close", None)
-        if callable(close):
-            with contextlib.suppress(OSError, RuntimeError):  # sockets, a pool already shut
-                close()
-
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: drop its source, memory and metrics."""
         super().forget(namespace, name)
         with self._lock:
-            held = self._sources.pop((namespace, name), None)
             self._memories.pop((namespace, name), None)
             self._tracked.discard((namespace, name))
-            self._timing_warned.pop((namespace, name), None)
-        if held is not None:
-            self._close_source(held[1])
+        self.timing_warnings.forget(namespace, name)
+        self.sources.drop(namespace, name)
         with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
             self.recorder.forget(namespace=namespace, canary=name)
 
@@ -265,7 +228,7 @@ class Reconciler(WatchLoop):
         )
 
         # ---- the source: a policy naming an endpoint nobody configured is wrong, not failing
-        source = self._source(spec, namespace, name, generation)
+        source = self.sources.get(spec, namespace, name, generation)
         if isinstance(source, FailedSource) and source.spec_invalid:
             out.spec_error = str(source.error)
             out.spec_invalid = True
@@ -275,23 +238,8 @@ class Reconciler(WatchLoop):
             return
 
         # ---- a manual command, if one is pending
-        command: Command | None = None
-        command_record: CommandRecord | None = previous.last_command
-        pending = pending_command(obj, previous)
-        force = False
-        if pending is not None:
-            text, ident = pending
-            if text in COMMANDS:
-                command = Command(text)
-                force = command_forced(obj)
-            else:
-                command_record = CommandRecord(
-                    command=text,
-                    id=ident,
-                    handled_at=rfc3339(now),
-                    result=f"refused: unknown command; one of {', '.join(COMMANDS)}",
-                )
-                self.events.warning(ref, Reason.FLIP_REFUSED, f"unknown command {text!r}")
+        manual = manual_command(obj, previous, self.events, ref, now)
+        command, force = manual.command, manual.force
 
         # ---- read each unit's Deployments first: the window to query depends on its rollout
         key = (namespace, name)
@@ -299,7 +247,10 @@ class Reconciler(WatchLoop):
             cached = dict(self._memories.get(key, {}))
         stored = previous.memories()
         prepared = [
-            self._prepare(
+            prepare(
+                self.kube,
+                self.actuator,
+                self.events,
                 unit,
                 ref=ref,
                 cached=cached.get(unit.name),
@@ -340,7 +291,7 @@ class Reconciler(WatchLoop):
             now=now,
             generation=generation,
         )
-        conditions = self._timing(
+        conditions = self.timing_warnings.check(
             spec, observation, conditions, ref=ref, generation=generation, now=now, log=log
         )
 
@@ -366,16 +317,7 @@ class Reconciler(WatchLoop):
         with self._lock:
             self._memories[key] = dict(memories)
 
-        if command is not None and pending is not None:
-            results = [u.evaluation.reason for u in out.units if u.evaluation is not None]
-            failed = [str(u.error) for u in out.units if u.error is not None]
-            command_record = CommandRecord(
-                command=pending[0],
-                id=pending[1],
-                handled_at=rfc3339(now),
-                result="; ".join(failed) if failed else ("; ".join(results) or "no change"),
-                forced=force,
-            )
+        command_record = manual.handled(out.units, now)
         conditions = verdict_fresh(
             conditions,
             spec,
@@ -420,123 +362,6 @@ class Reconciler(WatchLoop):
             self.events.warning(ref, reason, f"could not write status: {exc}")
         export(self.recorder, spec, namespace, name, out.units, out.duration_seconds)
 
-    def _timing(
-        self,
-        spec: SpeculativeCanarySpec,
-        observation: Observation,
-        conditions: list[Any],
-        *,
-        ref: ObjectRef,
-        generation: int,
-        now: float,
-        log: Any,
-    ) -> list[Any]:
-        """TimingFits from core/timing against the scrape interval the source saw; a Warning
-        Event and a log line once per policy generation, scrape interval and problems."""
-        scrape = timing.scrape_interval(spec, observation.scrape_interval_seconds)
-        advice = timing.advise(spec, scrape)
-        key = (ref.namespace, ref.name)
-        seen = (generation, scrape, tuple(w.problem for w in advice))
-        with self._lock:
-            new = bool(advice) and self._timing_warned.get(key) != seen
-            self._timing_warned[key] = seen
-        if new:
-            log.warning(
-                "timing_too_short",
-                problems=[w.problem.value for w in advice],
-                fields=[w.field for w in advice],
-                scrape_interval_seconds=scrape,
-            )
-            timing_events(self.events, ref, advice)
-        return timing_fits(conditions, advice, scrape, now=now, generation=generation)
-
-    def _prepare(
-        self,
-        unit: Unit,
-        *,
-        ref: ObjectRef,
-        cached: Memory | None,
-        stored: Memory | None,
-        now: float,
-        log: Any,
-        claim_as: str = "",
-    ) -> Prepared:
-        """Read (and, with `claim_as`, claim) the unit's Deployments and resume its memory
-        from the newest record (never judge without knowing what runs); a failed read or a
-        Deployment another canary owns is kept as the unit's outcome."""
-        uo = UnitOutcome(unit)
-        ulog = log.bind(unit=unit.name) if unit.name else log
-        deps: list[DeploymentState] = []
-        try:
-            for dref in unit.deployments:
-                if not claim_as:  # dry-run: nothing is written, nothing claimed
-                    deps.append(self.actuator.read(ref.namespace, dref))
-                    continue
-                try:
-                    dep, stale = self.actuator.claim(
-                        ref.namespace, dref, owner=claim_as, owner_exists=self._canary_exists
-                    )
-                except ClaimedError:
-                    raise
-                except KubeError as exc:  # API trouble: the patch claims it (ANN_OWNER) later
-                    ulog.warning("claim_failed", deployment=dref.name, error=str(exc))
-                    dep, stale = self.actuator.read(ref.namespace, dref), ""
-                deps.append(dep)
-                if stale:
-                    self.events.normal(
-                        ref,
-                        Reason.CLAIM_TAKEN_OVER,
-                        f"{dep.what} was claimed by SpeculativeCanary {stale}, which no longer "
-                        f"exists; {claim_as} owns it now",
-                    )
-        except KubeError as exc:
-            uo.error, uo.error_reason = exc, failure_reason(exc)
-            uo.memory = cached or stored
-            self.events.warning(ref, event_reason(exc), str(exc))
-            ulog.warning("deployment_read_failed", error=str(exc))
-            return Prepared(uo, ulog)
-        resumed = resume(cached, stored, deps)
-        memory = resumed.memory
-        uo.memory_origin = resumed.text
-        known = cached or stored
-        if resumed.origin is Origin.RECORD and known is not None:
-            ulog.info(
-                "resumed_from_record",
-                origin=resumed.text,
-                state=memory.state.value,
-                record=memory.record,
-                known=known.record,
-            )
-            self.events.normal(
-                ref,
-                Reason.RESUMED_FROM_RECORD,
-                f"Deployment {resumed.deployment}'s record (generation {memory.record}, state "
-                f"{memory.state.value}) is newer than this controller's memory (generation "
-                f"{known.record}, state {known.state.value}): a reply was lost or a controller "
-                "stopped mid-flip; continuing from the record, nothing is flipped again",
-            )
-        if resumed.unreadable:
-            ulog.warning("record_unreadable", deployment=resumed.unreadable, record=memory.record)
-        rollout = combined_rollout(self.actuator, deps, now)
-        return Prepared(uo, ulog, deps, memory, rollout)
-
-    def _canary_exists(self, owner: str) -> bool:
-        """Whether the SpeculativeCanary `namespace/name` that claimed a Deployment still
-        exists (any answer but 404 counts as yes: a claim is only taken from the gone)."""
-        namespace, _, name = owner.partition("/")
-        try:
-            call(
-                f"read {PLURAL}.{GROUP} {owner}",
-                lambda: self.kube.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name
-                ),
-            )
-        except NotFoundError:
-            return False
-        except KubeError:
-            return True
-        return True
-
     def _unit(
         self,
         spec: SpeculativeCanarySpec,
@@ -556,7 +381,7 @@ class Reconciler(WatchLoop):
         if prep.memory is None or prep.rollout is None:
             return uo  # the Deployment read failed; already reported
         deps, memory, rollout = prep.deps, prep.memory, prep.rollout
-        evaluation = evaluate(
+        evaluation, uo.insights, tuned = judge(
             spec,
             observation,
             memory,
@@ -566,89 +391,28 @@ class Reconciler(WatchLoop):
             slices=unit.slices,
             force=force,
         )
-        uo.insights = analyse(
-            spec,
-            observation,
-            estimates=evaluation.estimates,
-            combined=evaluation.combined,
-            slices=unit.slices,
-            cost_per_position=spec.draft_length.cost_per_position,
-            k=tuning.current_k(spec, memory),  # the K that ran in this window
-        )
-        # the opt-in draft-length tuner, after the state machine (core/tuning.py)
-        tuned = tuning.retune(
-            spec,
-            evaluation,
-            uo.insights.draft,
-            now=now,
-            rollout=rollout,
-            window_start=observation.at - observation.window_seconds,
-        )
-        if tuned.memory is not evaluation.memory:
-            evaluation = dataclasses.replace(evaluation, memory=tuned.memory)
         uo.evaluation, uo.tuned = evaluation, tuned
         config = tuning.speculative_config(spec, evaluation.memory)
         want = config if evaluation.target_speculation_on else None
 
         # ---- act
-        changed = False
-        records: list[int] = []
         try:
-            for dref, dep in zip(unit.deployments, deps, strict=True):
-                state_now = evaluation.memory.state.value
-                needs = (
-                    (dep.speculative_config != want)
-                    or (dep.state is not None and dep.state != state_now)
-                    or evaluation.transition is not None
-                )
-                if not needs:
-                    continue
-                if not self.may_act() or not self.owns(ref.namespace, ref.name):
-                    raise KubeError(
-                        "not the leader or shard owner any more: decision left to the owner",
-                        reason="NotLeader",
-                    )
-                result = self.actuator.apply(
-                    ref.namespace,
-                    dref,
-                    speculative_config=want,
-                    state=state_now,
-                    memory=evaluation.memory,
-                    now=now,
-                    dry_run=dry_run,
-                    owner=owner,
-                    involved=ref,
-                    expect_record=memory.record,
-                )
-                records.append(result.record)
-                changed = changed or result.args_changed
-                flip = evaluation.action in (Action.ENABLE, Action.DISABLE) or tuned.restarts
-                if result.args_changed and not flip and not dry_run:
-                    # Someone else changed the flag (or spec.speculativeConfig changed): the
-                    # Deployment is brought back to what the current state needs.
-                    self.events.warning(
-                        ref,
-                        Reason.DRIFT_CORRECTED,
-                        f"{dref.kind} {dref.name} ran {config_text(dep.speculative_config)}; "
-                        f"state {state_now} needs {config_text(want)}: patched back",
-                    )
-                uo.applied = uo.applied or result.patched
-                uo.args_changed = uo.args_changed or result.args_changed
-                idx = deps.index(dep)
-                deps[idx] = result.deployment
-            if evaluation.action is Action.PROMOTE and spec.promotion.stable is not None:
-                result = self.actuator.apply(
-                    ref.namespace,
-                    spec.promotion.stable,
-                    speculative_config=dict(spec.speculative_config),
-                    state=State.PROMOTED.value,
-                    memory=None,
-                    now=now,
-                    dry_run=dry_run,
-                    owner=owner,
-                    involved=ref,
-                )
-                uo.applied = uo.applied or result.patched
+            records = act(
+                self.actuator,
+                self.events,
+                spec,
+                uo,
+                deps,
+                evaluation,
+                tuned,
+                want=want,
+                expect_record=memory.record,
+                ref=ref,
+                owner=owner,
+                now=now,
+                dry_run=dry_run,
+                may_act=lambda: self.may_act() and self.owns(ref.namespace, ref.name),
+            )
         except KubeError as exc:
             # Not applied: keep the previous memory so the decision is made again next time.
             uo.error, uo.error_reason = exc, failure_reason(exc)
@@ -676,30 +440,9 @@ class Reconciler(WatchLoop):
             errors=source_errors(observation),
             speculative_config=config,
         )
-        if tuned.change is not None:
-            draft_length_event(self.events, ref, tuned.change, dry_run=dry_run, unit=unit.name)
-            ulog.info(
-                "draft_length",
-                cause=tuned.change.cause.value,
-                from_k=tuned.change.from_k,
-                to_k=tuned.change.to_k,
-                reason=tuned.change.reason,
-            )
+        tell_tuning(self.events, ref, tuned, dry_run=dry_run, unit=unit.name, log=ulog)
         if unit.name == units_of(spec)[0].name:  # one diagnosis per resource, as in status
-            # The last set this process reported (a window without findings does not reset it,
-            # so causes that come and go are told once); after a restart, the status's.
-            key = (ref.namespace, ref.name)
-            reported = self._diagnosed.get(key)
-            if reported is None:
-                reported = list(previous.insights.findings) if previous.insights else []
-            found = [c.value for c in uo.insights.findings()]
-            if (
-                diagnosis_event(
-                    self.events, ref, found, reported, uo.insights.explain(), unit=unit.name
-                )
-                or key not in self._diagnosed
-            ):
-                self._diagnosed[key] = found or reported
+            self.diagnoses.report(self.events, ref, uo.insights, previous, unit=unit.name)
         decision_log(ulog, evaluation, uo, dry_run)
         return uo
 
@@ -731,20 +474,14 @@ class Reconciler(WatchLoop):
         Memory and source state), so taking it back later resumes from the cluster, and its
         series (the owner exports them; two replicas must not)."""
         with self._lock:
-            held = self._sources.pop((namespace, name), None)
             self._memories.pop((namespace, name), None)
-        if held is not None:
-            self._close_source(held[1])
+        self.sources.drop(namespace, name)
         with contextlib.suppress(Exception):  # metrics are best effort
             self.recorder.forget(namespace=namespace, canary=name)
 
     def close(self) -> None:
         """The loops stopped: close every source."""
-        with self._lock:
-            sources = [s for _, s in self._sources.values()]
-            self._sources.clear()
-        for s in sources:
-            self._close_source(s)
+        self.sources.close()
 
 
 __all__ = [
