@@ -35,7 +35,7 @@ def run(name: str, *, quick: bool) -> tuple[str, float, str]:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             return "failed", time.perf_counter() - t0, f"exit {exc.code}"
-    except Exception as exc:
+    except Exception as exc:  # last resort: one crashing benchmark is reported, the rest run
         traceback.print_exc()
         return "failed", time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
     return "ok", time.perf_counter() - t0, ""

@@ -32,7 +32,7 @@ from kubernetes import watch
 
 from alphagate.bench.fleet import CLK_TCK, PageServer, _machine, _page
 from alphagate.config import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from alphagate.kube.client import Kube
+from alphagate.kube.client import API_ERRORS, Kube
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 NS: Final = "llm"
@@ -123,7 +123,7 @@ class Evaluations:
                     if stop.is_set():
                         w.stop()  # type: ignore[no-untyped-call]
                         break
-            except Exception:  # a dropped stream: watch again
+            except API_ERRORS:  # a dropped stream: watch again
                 stop.wait(0.2)
 
 

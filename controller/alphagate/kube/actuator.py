@@ -49,7 +49,7 @@ from alphagate.errors import (
 )
 from alphagate.kube import args as argsmod
 from alphagate.kube import ownership
-from alphagate.kube.client import call, translate
+from alphagate.kube.client import API_ERRORS, call, translate
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
 from alphagate.kube.status import rfc3339
 from alphagate.kube.workload import (
@@ -347,7 +347,7 @@ class Actuator:
             if isinstance(err, ConflictError):
                 raise _Conflict(err) from exc
             raise err from exc
-        except Exception as exc:
+        except API_ERRORS as exc:
             raise translate(exc, f"patch {dep.what}") from exc
         after = workload_state(patched, ref.container, ref.kind)
         return ApplyResult(after, args_changed, True, False, attempts, first, record)
@@ -449,7 +449,7 @@ class Actuator:
                         if isinstance(err, ConflictError):
                             raise _Conflict(err) from exc
                         raise err from exc
-                    except Exception as exc:
+                    except API_ERRORS as exc:
                         raise translate(exc, f"claim {dep.what}") from exc
                     return workload_state(patched, ref.container, ref.kind), stale
         except _Conflict as exc:

@@ -151,8 +151,10 @@ class EventRecorder:
         if self.on_warning is not None:
             try:
                 self.on_warning(ref, str(reason))
-            except Exception as exc:  # a metrics hook must never break the control loop
-                self._log.warning("on_warning_failed", error=repr(exc))
+            except Exception as exc:  # last resort: a metrics hook must never break the loop
+                self._log.warning(
+                    "on_warning_failed", error=repr(exc), error_type=type(exc).__name__
+                )
         return self.emit(ref, EventType.WARNING, reason, message)
 
     def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:

@@ -222,8 +222,10 @@ class LeaderElector:
             return
         try:
             callback()
-        except Exception as exc:  # a callback bug must not kill the election loop
-            self._log.error("leader_callback_failed", error=str(exc))
+        except Exception as exc:  # last resort: a callback bug must not kill the election loop
+            self._log.error(
+                "leader_callback_failed", error=repr(exc), error_type=type(exc).__name__
+            )
 
     def start(self) -> LeaderElector:
         if self._thread is not None and self._thread.is_alive():

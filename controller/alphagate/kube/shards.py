@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
+from alphagate.kube.client import API_ERRORS
 from alphagate.kube.lease import default_identity
 from alphagate.logs import get as get_logger
 
@@ -163,7 +164,7 @@ class ShardLeases:
             if exc.status != 409:
                 self._log.info("lease_write_failed", lease=name, status=exc.status)
             return False
-        except Exception as exc:  # unreachable API: try again next round
+        except API_ERRORS as exc:  # unreachable API: try again next round
             self._log.info("lease_write_failed", lease=name, error=str(exc)[:200])
             return False
         return True
@@ -176,7 +177,7 @@ class ShardLeases:
             listed: list[Any] = self._api.list_namespaced_lease(
                 self.namespace, label_selector=f"{GROUP_LABEL}={self.group}"
             ).items
-        except Exception as exc:  # keep what we hold until renew_deadline runs out
+        except API_ERRORS as exc:  # keep what we hold until renew_deadline runs out
             self._log.info("lease_list_failed", error=str(exc)[:200])
             self._report(before)
             return
@@ -256,8 +257,10 @@ class ShardLeases:
         if (gained or lost) and self.on_change is not None:
             try:
                 self.on_change(gained, lost)
-            except Exception as exc:  # a callback bug must not stop the rounds
-                self._log.error("shard_callback_failed", error=str(exc))
+            except Exception as exc:  # last resort: a callback bug must not stop the rounds
+                self._log.error(
+                    "shard_callback_failed", error=repr(exc), error_type=type(exc).__name__
+                )
 
     # ------------------------------------------------------------ the loop
 
@@ -295,11 +298,11 @@ class ShardLeases:
                 lease = self._api.read_namespaced_lease(self.shard_lease(shard), self.namespace)
                 if lease.spec is not None and lease.spec.holder_identity == self.identity:
                     self._release(shard, lease)
-            except Exception as exc:  # best effort: the Lease expires anyway
+            except API_ERRORS as exc:  # best effort: the Lease expires anyway
                 self._log.info("shard_release_failed", shard=shard, error=str(exc)[:200])
         try:
             self._api.delete_namespaced_lease(self.member_lease, self.namespace)
-        except Exception as exc:
+        except API_ERRORS as exc:
             self._log.info("member_delete_failed", error=str(exc)[:200])
         if before and self.on_change is not None:
             self._report(before)

@@ -317,8 +317,8 @@ class KubeletRunner:
         while not self._stop.is_set():
             try:
                 self.sync()
-            except Exception as exc:  # one bad pass must not kill the node
-                self.errors.append(repr(exc))
+            except Exception as exc:  # last resort: one bad pass must not kill the node
+                self.errors.append(repr(exc))  # the repr names the type
             self._wake.wait(self.poll_seconds)
             self._wake.clear()
 

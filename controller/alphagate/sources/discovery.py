@@ -11,15 +11,29 @@ and tests without an API server.
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+
+import urllib3
+from kubernetes.client import ApiException
 
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources.common import SERIES_LABELS, PoolRef
+
+# What listing pods can raise besides a bug: the API's answer, the transport, a body the client
+# cannot decode. The same as kube.client.API_ERRORS, which sources may not import (layers).
+LIST_ERRORS: Final = (
+    ApiException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+    ValueError,
+)
 
 NAMESPACE_KEY = "namespace"
 PORT_NAMES = ("metrics", "http")
@@ -139,7 +153,7 @@ class KubeDiscovery:
             listing = self.api.list_namespaced_pod(
                 namespace, label_selector=selector, _request_timeout=self.timeout_seconds
             )
-        except Exception as exc:  # ApiException, urllib3 errors: all mean "cannot list"
+        except LIST_ERRORS as exc:  # all mean "cannot list"
             status = getattr(exc, "status", None)
             reason = getattr(exc, "reason", None) or type(exc).__name__
             raise SourceError(

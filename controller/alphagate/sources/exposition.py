@@ -29,6 +29,11 @@ from alphagate import vllm
 from alphagate.core.model import Buckets
 from alphagate.errors import ExpositionError
 
+# What prometheus_client's text parser raises on a bad page: no error type of its own, just
+# ValueError (bad numbers, labels), LookupError (IndexError/KeyError on cut-off lines), and
+# TypeError/AttributeError from half-parsed pieces.
+PARSE_ERRORS: Final = (ValueError, LookupError, TypeError, AttributeError)
+
 # --------------------------------------------------------------------------- data
 
 
@@ -538,7 +543,7 @@ def parse_with_client(text: str, *, target: str = "", prefilter: bool = False) -
                 builder.add(what, sample.name, dict(sample.labels), float(sample.value), 0)
     except ExpositionError:
         raise
-    except Exception as exc:  # the client raises bare ValueError/IndexError/... on bad text
+    except PARSE_ERRORS as exc:  # the client raises bare ValueError/IndexError/... on bad text
         line = _first_bad_line(text)
         raise ExpositionError(
             f"prometheus_client could not parse the page: {exc!r}", line=line, target=target
@@ -565,7 +570,7 @@ def _first_bad_line(text: str) -> int:
             continue
         try:
             _parse_sample(line)  # type: ignore[no-untyped-call]
-        except Exception:
+        except PARSE_ERRORS:
             return lineno
     return 0
 

@@ -416,9 +416,10 @@ class ScrapeSource:
                 found[(ref.slice, ref.role)] = self.discovery.targets(spec, ref)
             except SourceError as err:
                 found[(ref.slice, ref.role)] = err
-            except Exception as exc:  # a Discovery is user-pluggable: never let it crash us
+            except Exception as exc:  # last resort: a Discovery is pluggable, never let it crash us
                 found[(ref.slice, ref.role)] = SourceError(
-                    SourceErrorKind.UNREACHABLE, f"discovery failed: {exc!r}"
+                    SourceErrorKind.UNREACHABLE,
+                    f"discovery failed: {exc!r}",  # repr names the type
                 )
         everything = [t for v in found.values() if isinstance(v, list) for t in v]
         scraped = self.scrape(everything, settings)
