@@ -21,7 +21,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -82,10 +82,6 @@ from alphagate.shell.metric_names import (
     reason_kind,
 )
 from alphagate.shell.shard_metrics import ShardCollector, new_registry
-
-_CANARY: Final = ("namespace", "canary")
-_SLICE: Final = ("namespace", "canary", "slice")
-
 
 # ---------------------------------------------------------------- the recorder
 
