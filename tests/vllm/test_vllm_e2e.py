@@ -578,7 +578,9 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
             h for h in status["history"] if (h["fromState"], h["toState"]) == ("On", "RolledBack")
         )
         timeline.add("status", f"history: {entry['reason']} | evidence {entry['evidence']}")
-        assert "consecutive failing windows" in entry["reason"], entry
+        # Typed fields, not the wording: one decisive window or two failing ones both
+        # roll back with cause policy-fail (which one depends on how fast alpha fell).
+        assert entry["cause"] == Cause.POLICY_FAIL.value, entry
         assert "cooldown" in entry["reason"], entry
         evidence = entry["evidence"]
         assert abs(float(evidence["alpha"]) - rollback.combined.value) < 1e-3, evidence
