@@ -1,4 +1,110 @@
-"""The SpeculativeCanary policy schema (moved into a package; `spec` holds it for now)."""
+"""The SpeculativeCanary policy schema: the single source of truth for the CRD.
 
-from alphagate.config.spec import *  # noqa: F403
-from alphagate.config.spec import _field_path  # noqa: F401
+These pydantic models define what a user may write (spec); the controller's status models are
+in `kube/status.py`. The CRD's OpenAPI schema is generated from them; YAML keys are camelCase as
+in Kubernetes, Python attributes snake_case. This package validates and parses only: it reads
+no files and talks to no API (the shell does). The decision core reads these models.
+
+One module a part of the spec: `base` (API names, number types, `StrictModel`), `enums`,
+`targets` (workloads, pools, promotion), `judging` (gate, guard, timing, errors, staleness),
+`source`, `draft` (output length, draft length), `spec` (the resource and `parse`). Callers
+import the schema from here, as one vocabulary.
+"""
+
+from alphagate.config.base import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    MAX_SECONDS,
+    MIN_INTERVAL_SECONDS,
+    PLURAL,
+    VERSION,
+    IntervalSeconds,
+    NonNegativeSeconds,
+    PositiveSeconds,
+    Ratio,
+    StrictModel,
+    TimeoutSeconds,
+)
+from alphagate.config.draft import DraftLength, DraftLengthTuning, OutputLength
+from alphagate.config.enums import (
+    Aggregation,
+    FailSafe,
+    LatencyMetric,
+    Mode,
+    SourceKind,
+    WorkloadKind,
+)
+from alphagate.config.judging import (
+    AcceptanceGate,
+    Backoff,
+    ErrorPolicy,
+    LatencyGuard,
+    Staleness,
+    Timing,
+)
+from alphagate.config.source import (
+    ADMIN_ONLY_SOURCE_FIELDS,
+    SCRAPE_MEMORY_BUDGET,
+    PrometheusSource,
+    ScrapeSource,
+    Source,
+    scrape_page_cost,
+)
+from alphagate.config.spec import (
+    ObjectMeta,
+    SpeculativeCanary,
+    SpeculativeCanarySpec,
+    dump,
+    message,
+    parse,
+)
+from alphagate.config.targets import DeploymentRef, PodSelector, Promotion, Slice, WorkloadRef
+
+__all__ = [
+    "ADMIN_ONLY_SOURCE_FIELDS",
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "MAX_SECONDS",
+    "MIN_INTERVAL_SECONDS",
+    "PLURAL",
+    "SCRAPE_MEMORY_BUDGET",
+    "VERSION",
+    "AcceptanceGate",
+    "Aggregation",
+    "Backoff",
+    "DeploymentRef",
+    "DraftLength",
+    "DraftLengthTuning",
+    "ErrorPolicy",
+    "FailSafe",
+    "IntervalSeconds",
+    "LatencyGuard",
+    "LatencyMetric",
+    "Mode",
+    "NonNegativeSeconds",
+    "ObjectMeta",
+    "OutputLength",
+    "PodSelector",
+    "PositiveSeconds",
+    "PrometheusSource",
+    "Promotion",
+    "Ratio",
+    "ScrapeSource",
+    "Slice",
+    "Source",
+    "SourceKind",
+    "SpeculativeCanary",
+    "SpeculativeCanarySpec",
+    "Staleness",
+    "StrictModel",
+    "TimeoutSeconds",
+    "Timing",
+    "WorkloadKind",
+    "WorkloadRef",
+    "dump",
+    "message",
+    "parse",
+    "scrape_page_cost",
+]

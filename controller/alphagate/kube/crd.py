@@ -48,7 +48,7 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
-# CEL rules, by schema path, mirroring the pydantic validators in config.py. The API server
+# CEL rules, by schema path, mirroring the pydantic validators in config/. The API server
 # applies defaults before it evaluates them, so defaulted fields are present (`apply_defaults`
 # does the same for tests). `fieldPath` points kubectl's error at the field to fix.
 VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {

@@ -1,0 +1,56 @@
+"""The policy's closed vocabularies: every choice a spec offers is one of these enums."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    """Enforce patches the canary; dryRun decides and records but never patches."""
+
+    ENFORCE = "enforce"
+    DRY_RUN = "dryRun"
+
+
+class Aggregation(StrEnum):
+    """combined: one canary flips on the traffic-weighted alpha (with a per-slice floor).
+    perSlice: each slice has its own canary Deployment and flips alone."""
+
+    COMBINED = "combined"
+    PER_SLICE = "perSlice"
+
+
+class LatencyMetric(StrEnum):
+    """Which latency the P99 guard compares, canary against baseline.
+
+    perToken: vllm:request_time_per_output_token_seconds (one observation per request; like
+      for like between a speculating canary and a plain baseline). The default.
+    perStepScaled: vllm:inter_token_latency_seconds divided by the canary's measured tokens per
+      engine step before comparison.
+    perStepAbsolute: vllm:inter_token_latency_seconds against an absolute stutter limit
+      (`maxStepSeconds`): the longest gap a streaming user sees.
+    """
+
+    PER_TOKEN = "perToken"
+    PER_STEP_SCALED = "perStepScaled"
+    PER_STEP_ABSOLUTE = "perStepAbsolute"
+
+
+class FailSafe(StrEnum):
+    """What repeated source Errors do: hold the current state (default) or turn speculation off."""
+
+    HOLD = "hold"
+    DISABLE = "disable"
+
+
+class SourceKind(StrEnum):
+    PROMETHEUS = "prometheus"
+    POD_SCRAPE = "podScrape"
+
+
+class WorkloadKind(StrEnum):
+    """The kind of object whose pod template runs vLLM: a Deployment, or an Argo Rollout
+    (argoproj.io/v1alpha1) whose own canary steps roll the change out."""
+
+    DEPLOYMENT = "Deployment"
+    ROLLOUT = "Rollout"
