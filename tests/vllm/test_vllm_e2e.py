@@ -573,7 +573,16 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
         # Status and Event say why, with the numbers.
         status = api.get("speculativecanaries", NS, "chat", group="alphagate.io").get("status")
         assert status is not None
-        assert status["state"] == "RolledBack" and status["speculationOn"] is False
+        if status["state"] == "RolledBack":
+            assert status["speculationOn"] is False, status
+        else:
+            # A loaded machine restarts the spec-off pod slower than the cooldown (its length
+            # comes from the first start-up): then the probe that follows is on record too.
+            assert any(
+                (h["fromState"], h["toState"], h.get("cause"))
+                == ("RolledBack", "Probing", Cause.PROBE.value)
+                for h in status["history"]
+            ), status["history"]
         entry = next(
             h for h in status["history"] if (h["fromState"], h["toState"]) == ("On", "RolledBack")
         )
