@@ -50,6 +50,17 @@ def test_every_shipped_policy_passes(path: Path) -> None:
     assert path.read_text().lstrip().startswith("#")  # and explains itself
 
 
+@pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)
+def test_every_shipped_policy_backs_off_on_the_scale_of_a_day(path: Path) -> None:
+    # docs/decisions.md ("Cooldowns that fit a day"): with speculation off only a probe sees
+    # alpha recover, and each restarts every canary pod, so no shipped policy probes again
+    # within 12 h of a rejection, and none waits more than a day (the config default is 15 min
+    # to 4 h, for a canary that is cheap to restart).
+    backoff = config.parse(yaml.safe_load(path.read_text())).spec.timing.cooldown
+    assert backoff.initial_seconds >= 12 * 3600
+    assert backoff.max_seconds <= 24 * 3600
+
+
 def test_all_policies_together_do_not_collide() -> None:
     result = _run("policy", "check", *map(str, POLICIES))
     assert result.exit_code == 0, result.output
