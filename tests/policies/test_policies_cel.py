@@ -125,6 +125,6 @@ def test_every_field_has_a_description() -> None:
 
     walk(_schema(), "")
     assert missing == [], (
-        "add Field(description=...) in config/ (spec) or kube/status.py (status) for: "
+        "add Field(description=...) in config/ (spec) or kube/status/ (status) for: "
         + ", ".join(missing)
     )

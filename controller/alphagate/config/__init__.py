@@ -1,7 +1,7 @@
 """The SpeculativeCanary policy schema: the single source of truth for the CRD.
 
 These pydantic models define what a user may write (spec); the controller's status models are
-in `kube/status.py`. The CRD's OpenAPI schema is generated from them; YAML keys are camelCase as
+in `kube/status/`. The CRD's OpenAPI schema is generated from them; YAML keys are camelCase as
 in Kubernetes, Python attributes snake_case. This package validates and parses only: it reads
 no files and talks to no API (the shell does). The decision core reads these models.
 

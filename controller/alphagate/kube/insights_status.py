@@ -2,7 +2,7 @@
 whether outputs are too short, as people read them in `kubectl get -o yaml`.
 
 Typed strings (advice, shape, mitigation:support) that tools may branch on; `reason` fields are
-for people. Kept apart from kube/status.py so the block evolves with core/insights.
+for people. Kept apart from kube/status/ so the block evolves with core/insights.
 """
 
 from __future__ import annotations

@@ -1,0 +1,41 @@
+"""Manual commands: what `alphagate pause NAME` (or `kubectl annotate`) writes on the
+SpeculativeCanary, and which command is still to be handled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from alphagate.kube.status.resource import CanaryStatus
+
+# Manual commands reach the controller as annotations on the SpeculativeCanary (what
+# `alphagate pause NAME` writes, and what `kubectl annotate` can write too). The id makes a
+# repeated command a new request; without one, the command text is its id.
+ANN_COMMAND: Final = "alphagate.io/command"
+ANN_COMMAND_ID: Final = "alphagate.io/command-id"
+ANN_COMMAND_BY: Final = "alphagate.io/command-by"
+# "true": carry the command past the guards it would obey (cooldown, minimum dwell, flip
+# budget for enable; promotion not configured for promote): `alphagate enable --force`
+ANN_COMMAND_FORCE: Final = "alphagate.io/command-force"
+COMMANDS: Final = ("pause", "resume", "enable", "disable", "promote")
+
+
+def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, str] | None:
+    """(command, id) from the resource's annotations when not yet handled, else None.
+
+    An unknown command text is returned too, so the caller can refuse it visibly.
+    """
+    annotations = ((obj.get("metadata") or {}).get("annotations")) or {}
+    command = str(annotations.get(ANN_COMMAND, "")).strip().lower()
+    if not command:
+        return None
+    ident = str(annotations.get(ANN_COMMAND_ID) or command)
+    if status.last_command is not None and status.last_command.id == ident:
+        return None
+    return command, ident
+
+
+def command_forced(obj: Mapping[str, Any]) -> bool:
+    """Whether the pending command asks to go past its guards (`--force`)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ANN_COMMAND_FORCE, "")).strip().lower() == "true"
