@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 from alphagate import config, vllm
 from alphagate.cli import app
 from alphagate.errors import PolicyError
-from alphagate.planning.plan import PlanInput, build, queries, render, slug
+from alphagate.planning.plan import PlanInput, build, slug
+from alphagate.planning.queries import queries
+from alphagate.planning.render import render
 from alphagate.planning.slices import SliceSpec
 
 runner = CliRunner()

@@ -17,7 +17,8 @@ from alphagate import config
 from alphagate.commands import memory as memory_cli
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
 from alphagate.errors import PolicyError
-from alphagate.planning.plan import DEFAULT_PROMETHEUS_ENDPOINT, PlanInput, build, render
+from alphagate.planning.plan import DEFAULT_PROMETHEUS_ENDPOINT, PlanInput, build
+from alphagate.planning.render import render
 from alphagate.planning.slices import parse_slices
 
 
