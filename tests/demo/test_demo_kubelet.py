@@ -21,13 +21,9 @@ from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory
 from alphagate.kube.actuator import Actuator
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
-from alphagate.sandbox.kubelet import (
-    HASH_LABEL,
-    PORT_ANNOTATION,
-    KubeletRunner,
-    PodRuntime,
-    SimRuntime,
-)
+from alphagate.sandbox.kubelet import HASH_LABEL, KubeletRunner
+from alphagate.sandbox.pod_objects import PORT_ANNOTATION
+from alphagate.sandbox.pod_runtime import PodRuntime, SimRuntime
 from alphagate.sim import Fleet, SimServer, parse_scenario
 
 NS = "demo"

@@ -23,7 +23,7 @@ and keeps the API in step:
 The runner reads and writes the double's store directly (as a node agent on the same host
 would, and unaffected by the faults a test injects into the controller's HTTP requests).
 Its loop is bounded by a poll period and stops cleanly; :meth:`KubeletRunner.sync` does one
-pass for tests.
+pass for tests. The runtimes are in `pod_runtime`, the Pod objects it writes in `pod_objects`.
 """
 
 from __future__ import annotations
@@ -39,152 +39,18 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
-from alphagate.errors import AlphagateError, SandboxError
+from alphagate.errors import AlphagateError
 from alphagate.sandbox.apiserver import ApiError, ApiServer, deployment_status, now_rfc3339
+from alphagate.sandbox.pod_objects import HOST, PORT_ANNOTATION, OwnedPod, pod_object, pod_status
+from alphagate.sandbox.pod_runtime import PodLaunch, PodRuntime
 
-HOST: Final = "127.0.0.1"
-PORT_ANNOTATION: Final = "prometheus.io/port"
 HASH_LABEL: Final = "pod-template-hash"
-MANAGED_BY: Final = "alphagate.io/kubelet"
 _NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes uses for suffixes
 
 
-# ---------------------------------------------------------------- the runtime protocol
-
-
-@dataclass(frozen=True, slots=True)
-class PodLaunch:
-    """Everything a runtime needs to start one pod's vLLM container."""
-
-    name: str
-    namespace: str
-    deployment: str
-    labels: Mapping[str, str]
-    container: str
-    image: str
-    args: tuple[str, ...]
-    template_hash: str
-
-
-@runtime_checkable
-class PodRuntime(Protocol):
-    """Runs pod containers on 127.0.0.1. Implementations: :class:`SimRuntime` here; a real
-    vLLM runtime (``alphagate.sandbox.vllm_server.VllmServer`` per pod) fits the same shape."""
-
-    def start(self, pod: PodLaunch) -> int:
-        """Start the container (returns at once, loading may go on); return its port.
-        Raise AlphagateError when it cannot start (bad args ...)."""
-        ...
-
-    def ready(self, name: str) -> bool:
-        """Would a readiness probe pass now (the model is loaded and serving)?"""
-        ...
-
-    def alive(self, name: str) -> bool:
-        """Is the container still running (False: it died or was killed)?"""
-        ...
-
-    def stop(self, name: str) -> None:
-        """Stop the container; unknown names are ignored."""
-        ...
-
-    def close(self) -> None:
-        """Stop everything this runtime started."""
-        ...
-
-
-# ---------------------------------------------------------------- the simulator runtime
-
-
-class SimRuntime:
-    """Pods as simulated vLLM engines served by a :class:`~alphagate.sim.SimServer`.
-
-    ``role`` and ``slice`` come from the pod labels; per-Deployment settings (load time,
-    latency scale, alpha offset, decode model) from the scenario's pool of the same name.
-    """
-
-    def __init__(self, server: Any, *, label_role: str = "role", label_slice: str = "slice"):
-        self.server = server
-        self.label_role = label_role
-        self.label_slice = label_slice
-        self._pools = {p.name: p for p in server.fleet.scenario.pools}
-
-    def start(self, pod: PodLaunch) -> int:
-        from alphagate.sim import PodSpec
-
-        role = pod.labels.get(self.label_role)
-        slice_name = pod.labels.get(self.label_slice)
-        if role not in ("canary", "baseline") or not slice_name:
-            raise SandboxError(
-                f"pod {pod.namespace}/{pod.name}: the simulator needs labels "
-                f"{self.label_role}=canary|baseline and {self.label_slice}=<slice>, got "
-                f"{dict(pod.labels)}"
-            )
-        scenario = self.server.fleet.scenario
-        pool = self._pools.get(pod.deployment)
-        decode = (pool.decode if pool is not None else None) or scenario.decode
-        spec = PodSpec(
-            name=pod.name,
-            deployment=pod.deployment,
-            role="canary" if role == "canary" else "baseline",
-            slice=slice_name,
-            namespace=pod.namespace,
-            args=tuple(pod.args),
-            model_name=scenario.model_name,
-            load_time=pool.load_time if pool is not None else 30.0,
-            latency_scale=pool.latency_scale if pool is not None else 1.0,
-            alpha_offset=pool.alpha_offset if pool is not None else 0.0,
-            params=decode.params(),
-        )
-        return int(self.server.add_pod(spec))
-
-    def ready(self, name: str) -> bool:
-        try:
-            return bool(self.server.snapshot(name).ready)
-        except KeyError:
-            return False
-
-    def alive(self, name: str) -> bool:
-        with self.server.lock:
-            return name in self.server.fleet.pods
-
-    def stop(self, name: str) -> None:
-        with contextlib.suppress(KeyError):
-            self.server.remove_pod(name)
-
-    def kill(self, name: str) -> None:
-        """Make the container die (for chaos tests): the runner sees it gone and restarts it."""
-        self.stop(name)
-
-    def close(self) -> None:
-        with self.server.lock:
-            names = list(self.server.fleet.pods)
-        for name in names:
-            self.stop(name)
-
-
 # ---------------------------------------------------------------- bookkeeping
-
-
-@dataclass(slots=True)
-class _Pod:
-    """One pod the runner owns."""
-
-    name: str
-    namespace: str
-    deployment: str
-    template_hash: str
-    launch: PodLaunch
-    port: int | None = None
-    ready: bool = False
-    restarts: int = 0
-    started: str = ""
-    error: str = ""  # why the container is not running (start failed)
-    retry_at: float = 0.0
-    backoff: float = 1.0
-    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +135,7 @@ class KubeletRunner:
         self.on_event = on_event
         self._clock = clock
         self._rng = random.Random(seed)
-        self._pods: dict[tuple[str, str], _Pod] = {}
+        self._pods: dict[tuple[str, str], OwnedPod] = {}
         self._rollouts: dict[tuple[str, str], _Rollout] = {}
         self._events: deque[KubeletEvent] = deque(maxlen=1000)
         self._lock = threading.RLock()
@@ -349,7 +215,7 @@ class KubeletRunner:
                 if deployment is None or p.deployment == deployment
             }
 
-    def _emit(self, pod: _Pod | None, deployment: str, kind: str, message: str) -> None:
+    def _emit(self, pod: OwnedPod | None, deployment: str, kind: str, message: str) -> None:
         ev = KubeletEvent(time.time(), deployment, pod.name if pod else "", kind, message)
         self._events.append(ev)
         if self.on_event is not None:
@@ -409,7 +275,7 @@ class KubeletRunner:
             if pod.port is None and self._clock() >= pod.retry_at:
                 self._run_container(pod)
 
-    def _run_container(self, pod: _Pod) -> None:
+    def _run_container(self, pod: OwnedPod) -> None:
         try:
             pod.port = self.runtime.start(pod.launch)
         except (AlphagateError, OSError, ValueError) as exc:
@@ -497,7 +363,7 @@ class KubeletRunner:
         self,
         dep: dict[str, Any],
         thash: str,
-        new: list[_Pod],
+        new: list[OwnedPod],
         replicas: int,
         *,
         limit: int | None = None,
@@ -528,12 +394,12 @@ class KubeletRunner:
             args=tuple(str(a) for a in (container.get("args") or [])),
             template_hash=thash,
         )
-        pod = _Pod(pod_name, ns, name, thash, launch)
+        pod = OwnedPod(pod_name, ns, name, thash, launch)
         self._pods[(ns, pod_name)] = pod
         self._write_pod(pod, owner=dep)
         self._run_container(pod)
 
-    def _delete(self, pod: _Pod, why: str) -> None:
+    def _delete(self, pod: OwnedPod, why: str) -> None:
         self._pods.pop((pod.namespace, pod.name), None)
         with contextlib.suppress(Exception):
             self.runtime.stop(pod.name)
@@ -548,7 +414,7 @@ class KubeletRunner:
 
     # ------------------------------------------------------------ API objects
 
-    def _write_pod(self, pod: _Pod, *, owner: dict[str, Any] | None = None) -> None:
+    def _write_pod(self, pod: OwnedPod, *, owner: dict[str, Any] | None = None) -> None:
         """Create or update the Pod object (spec and status) in the store."""
         try:
             existing = self.api.get("pods", pod.namespace, pod.name)
@@ -556,96 +422,20 @@ class KubeletRunner:
             existing = None
         if existing is None and owner is None:
             return  # deleted meanwhile: _reap handles it next pass
-        obj = copy.deepcopy(existing) if existing is not None else self._pod_object(pod, owner)
+        obj = (
+            copy.deepcopy(existing)
+            if existing is not None
+            else pod_object(pod, owner, self.node_name)
+        )
         ann = obj["metadata"].setdefault("annotations", {})
         container = obj["spec"]["containers"][0]
         if pod.port is not None:
             ann[PORT_ANNOTATION] = str(pod.port)
             ann["prometheus.io/scrape"] = "true"
             container["ports"] = [{"name": "http", "containerPort": pod.port, "protocol": "TCP"}]
-        obj["status"] = self._pod_status(pod, obj.get("status") or {})
+        obj["status"] = pod_status(pod, obj.get("status") or {})
         stored = self.api.put(obj)
         pod.uid = stored["metadata"]["uid"]
-
-    def _pod_object(self, pod: _Pod, owner: dict[str, Any] | None) -> dict[str, Any]:
-        owner_refs = []
-        if owner is not None:
-            owner_refs = [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "Deployment",
-                    "name": owner["metadata"]["name"],
-                    "uid": owner["metadata"].get("uid", ""),
-                    "controller": True,
-                }
-            ]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": pod.name,
-                "namespace": pod.namespace,
-                "labels": dict(pod.launch.labels),
-                "annotations": {MANAGED_BY: "true"},
-                "ownerReferences": owner_refs,
-            },
-            "spec": {
-                "nodeName": self.node_name,
-                "containers": [
-                    {
-                        "name": pod.launch.container,
-                        "image": pod.launch.image,
-                        "args": list(pod.launch.args),
-                    }
-                ],
-            },
-        }
-
-    def _pod_status(self, pod: _Pod, previous: Mapping[str, Any]) -> dict[str, Any]:
-        stamp = now_rfc3339()
-        ready = "True" if pod.ready else "False"
-        conditions = []
-        for ctype, status in (
-            ("Initialized", "True"),
-            ("ContainersReady", ready),
-            ("Ready", ready),
-            ("PodScheduled", "True"),
-        ):
-            before = next(
-                (c for c in previous.get("conditions") or [] if c.get("type") == ctype), None
-            )
-            since = (
-                before["lastTransitionTime"] if before and before.get("status") == status else stamp
-            )
-            conditions.append({"type": ctype, "status": status, "lastTransitionTime": since})
-        if pod.error:
-            state: dict[str, Any] = {
-                "waiting": {"reason": "CrashLoopBackOff", "message": pod.error[:500]}
-            }
-            phase = "Pending" if pod.restarts == 0 else "Running"
-        else:
-            state = {"running": {"startedAt": pod.started or stamp}}
-            phase = "Running"
-        return {
-            "phase": phase,
-            "hostIP": HOST,
-            "podIP": HOST if pod.port is not None else "",
-            "podIPs": [{"ip": HOST}] if pod.port is not None else [],
-            "startTime": previous.get("startTime") or stamp,
-            "conditions": conditions,
-            "containerStatuses": [
-                {
-                    "name": pod.launch.container,
-                    "image": pod.launch.image,
-                    "imageID": f"sandbox://{pod.launch.image}",
-                    "containerID": f"sandbox://{pod.name}/{pod.restarts}",
-                    "ready": pod.ready,
-                    "started": pod.port is not None,
-                    "restartCount": pod.restarts,
-                    "state": state,
-                }
-            ],
-        }
 
     def _status(
         self,
@@ -695,11 +485,7 @@ class KubeletRunner:
 
 __all__ = [
     "HASH_LABEL",
-    "PORT_ANNOTATION",
     "KubeletEvent",
     "KubeletRunner",
-    "PodLaunch",
-    "PodRuntime",
-    "SimRuntime",
     "template_hash",
 ]

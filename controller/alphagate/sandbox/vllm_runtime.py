@@ -1,7 +1,7 @@
 """A pod runtime for the kubelet runner that runs every pod as a real vLLM CPU server.
 
 :class:`~alphagate.sandbox.kubelet.KubeletRunner` turns Deployments into pods through a
-:class:`~alphagate.sandbox.kubelet.PodRuntime`. This one maps a pod's container args onto a
+:class:`~alphagate.sandbox.pod_runtime.PodRuntime`. This one maps a pod's container args onto a
 :class:`~alphagate.sandbox.vllm_server.VllmServer` (`VllmServer.from_args`: the sandbox owns
 host, port and model; ``--served-model-name``, ``--speculative-config`` and every other flag
 come from the Deployment), so when the actuator patches ``--speculative-config`` the runner
@@ -38,7 +38,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.kubelet import PodLaunch
+from alphagate.sandbox.pod_runtime import PodLaunch
 from alphagate.sandbox.vllm_server import HOST, VllmServer, pick_port
 
 SPEC_PREFIX: Final = "vllm:spec_decode"

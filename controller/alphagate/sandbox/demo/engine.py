@@ -46,7 +46,8 @@ from alphagate.sandbox.demo.view import (
     cause_of,
     failing_checks,
 )
-from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner, SimRuntime
+from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner
+from alphagate.sandbox.pod_runtime import SimRuntime
 
 
 class _PausedClock:
