@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
@@ -189,6 +190,43 @@ def test_a_failing_batched_query_fails_every_canary_of_the_batch(stack: Promethe
             interval_seconds=INTERVAL,
         )
     assert all(o.source_error is not None for o in got)
+
+
+class RefusesBatches(Counting):
+    """Prometheus refusing every query that matches more than one value of a label (a
+    batch's union), as it refuses a query over too many samples: 422, errorType execution."""
+
+    refused = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        form = parse_qs(request.content.decode())
+        if "=~" in form.get("query", [""])[0]:
+            self.refused += 1
+            body = {
+                "status": "error",
+                "errorType": "execution",
+                "error": "query processing would load too many samples into memory",
+            }
+            return httpx.Response(422, json=body)
+        return super().handle_request(request)
+
+
+def test_a_batch_refused_for_its_size_answers_each_pool_alone(stack: PrometheusServer) -> None:
+    specs = [spec_for(s) for s in SLICES]
+    end = time.time() - 1.5
+    start = end - 4 * INTERVAL
+    refusing = RefusesBatches()
+    with PrometheusSource(PrometheusEndpoint(url=stack.url), transport=refusing) as batched:
+        together = observe_many(batched, specs, start=start, end=end, interval_seconds=INTERVAL)
+    with PrometheusSource(PrometheusEndpoint(url=stack.url)) as alone:
+        one_by_one = [
+            alone.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in specs
+        ]
+    # every shared query was asked once and refused; each pool then asked its own
+    assert 10 <= refusing.refused <= 15 and len(refusing.queries) > 3 * refusing.refused
+    for a, b in zip(together, one_by_one, strict=True):
+        same(a, b)
+    assert all(o.source_error is None and not any(p.error for p in o.pools) for o in together)
 
 
 def test_union_matchers_escape_values() -> None:

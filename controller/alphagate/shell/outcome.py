@@ -1,6 +1,7 @@
 """What one reconcile of one SpeculativeCanary did (`Outcome`), and the steps' small parts:
-the source's failures with their kinds, a unit once its Deployments were read (`Prepared`), and
-where the one observation for all units starts (the core's window rule).
+the source's failures with their kinds, a unit once its Deployments were read (`Prepared`),
+where the one observation for all units starts (the core's window rule), and a resource read
+and waiting for its observation (`Pending`: a cycle observes every due resource at once).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from alphagate.core import machine
 from alphagate.core.model import Evaluation, Memory, Observation, Rollout
 from alphagate.errors import SourceErrorKind
 from alphagate.kube.actuator import DeploymentState
-from alphagate.kube.status import CanaryStatus
+from alphagate.kube.events import ObjectRef
+from alphagate.kube.status import CanaryStatus, Condition
 from alphagate.kube.units import UnitOutcome
+from alphagate.shell.manual import Manual
+from alphagate.sources import Source
 
 # ---------------------------------------------------------------- small helpers
 
@@ -54,6 +58,26 @@ def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now
         (p.memory, p.rollout) for p in prepared if p.memory is not None and p.rollout is not None
     ]
     return machine.shared_window(spec, units, now)[0]
+
+
+@dataclass(slots=True)
+class Pending:
+    """A resource read, its Deployments read, its policy valid: what deciding needs once
+    the observation over [start, now] is in."""
+
+    out: Outcome
+    log: Any
+    now: float
+    generation: int
+    previous: CanaryStatus
+    ref: ObjectRef
+    conditions: list[Condition]
+    spec: SpeculativeCanarySpec
+    dry_run: bool
+    source: Source
+    manual: Manual
+    prepared: list[Prepared]
+    start: float
 
 
 # ---------------------------------------------------------------- results

@@ -1,7 +1,9 @@
-"""The reconciler: one evaluation of one SpeculativeCanary, through the core, to the cluster.
+"""The reconciler: one evaluation of each SpeculativeCanary due, through the core, to the cluster.
 
-`reconcile` reads the resource and its canary Deployment(s); resumes the core's Memory;
-observes the pools through a `Source`; calls `core.evaluate`; applies the decision with the
+`reconcile_many` (`reconcile` for one) reads each resource and its canary Deployment(s);
+resumes the core's Memory; observes every resource's pools at once (`shell.observing`:
+Prometheus reads sharing an endpoint and a window become one batch of queries, with the
+answers each canary's own queries give); calls `core.evaluate`; applies the decision with the
 `Actuator` (or, in dry-run, only records it); writes status (`kube.status_builder`); emits an
 Event per transition and per refusal; exports metrics through a `Recorder` and logs one
 structured line per decision (`shell.reporting`). When to evaluate what is the watch loop's
@@ -18,8 +20,9 @@ patch keeps the previous Memory (the decision is recorded with `applied: false` 
 next interval), so an API error can neither lose nor half-apply a flip.
 
 The steps live beside it: claiming and resuming (`shell.claims`), manual commands
-(`shell.manual`), judging, K tuning and the diagnosis Event (`shell.insight`), applying
-(`shell.act`), the TimingFits warning (`shell.timing_warnings`). A policy naming a Prometheus
+(`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`), judging,
+K tuning and the diagnosis Event (`shell.insight`), applying (`shell.act`), the TimingFits
+warning (`shell.timing_warnings`). A policy naming a Prometheus
 endpoint the admin did not configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
 """
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from alphagate.config import (
@@ -39,8 +42,7 @@ from alphagate.config import (
     SpeculativeCanarySpec,
     parse,
 )
-from alphagate.core import tuning
-from alphagate.core.model import Command, Memory, Observation
+from alphagate.core.model import Memory, Observation
 from alphagate.errors import ForbiddenError, KubeError, NotFoundError, PolicyError
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
@@ -48,10 +50,8 @@ from alphagate.kube.events import (
     EventRecorder,
     ObjectRef,
     Reason,
-    decision_events,
 )
 from alphagate.kube.freshness import verdict_fresh
-from alphagate.kube.record import written
 from alphagate.kube.status import (
     CanaryStatus,
     ConditionType,
@@ -64,23 +64,28 @@ from alphagate.kube.units import (
     Unit,
     UnitOutcome,
     combined_rollout,
-    failure_reason,
     units_of,
 )
-from alphagate.shell.act import act
 from alphagate.shell.claims import prepare
-from alphagate.shell.insight import Diagnoses, judge, tell_tuning
+from alphagate.shell.insight import Diagnoses
 from alphagate.shell.manual import manual_command
-from alphagate.shell.outcome import Outcome, Prepared, observe_start, source_errors, source_failures
+from alphagate.shell.observing import observe_all
+from alphagate.shell.outcome import (
+    Outcome,
+    Pending,
+    observe_start,
+    source_errors,
+    source_failures,
+)
 from alphagate.shell.reporting import (
     METRIC_ERRORS,
     NullRecorder,
     Recorder,
-    decision_log,
     export,
 )
 from alphagate.shell.source_cache import SourceCache, SourceFactory
 from alphagate.shell.timing_warnings import TimingWarnings
+from alphagate.shell.unit import decide_unit
 from alphagate.shell.watch import Beat, WatchLoop
 from alphagate.sources import FailedSource, Source, make_source
 
@@ -160,10 +165,50 @@ class Reconciler(WatchLoop):
 
     def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Outcome:
         """Evaluate one resource once and act. Never raises for API or source trouble."""
-        started = time.monotonic()
+        return self.reconcile_many([(namespace, name)], now=now)[0]
+
+    def reconcile_many(
+        self, keys: Sequence[tuple[str, str]], *, now: float | None = None
+    ) -> list[Outcome]:
+        """Evaluate resources once each, at one `now`, and act: read each, then observe them
+        all at once (Prometheus reads sharing an endpoint and a window are batched:
+        `sources.prombatch.observe_each`), then decide and act for each. The same decisions
+        as one `reconcile` each; an evaluation's duration counts the shared read."""
         now = self.clock() if now is None else now
+        begun = [self._begin(ns, name, now) for ns, name in keys]
+        ready = [(out, p) for out, p in begun if p is not None]
+        started = time.monotonic()
+        observations = observe_all([p for _, p in ready], self._log)
+        shared = time.monotonic() - started
+        for (out, pending), observation in zip(ready, observations, strict=True):
+            started = time.monotonic()
+            out.duration_seconds += shared  # before _finish: it exports the duration
+            try:
+                self._finish(pending, observation)
+            except Exception as exc:  # last resort: a bug must cost one evaluation, not the loop
+                pending.log.exception(
+                    "reconcile_crashed", error=repr(exc), error_type=type(exc).__name__
+                )
+                out.spec_error = f"internal error: {exc!r}"
+            out.duration_seconds += time.monotonic() - started
+        for out, _ in begun:
+            self.evaluations += 1
+            if self.on_outcome is not None:
+                try:
+                    self.on_outcome(out)
+                except Exception as exc:  # last resort: the caller's hook may be buggy
+                    self._log.warning(
+                        "on_outcome_failed", error=repr(exc), error_type=type(exc).__name__
+                    )
+        return [out for out, _ in begun]
+
+    def _begin(self, namespace: str, name: str, now: float) -> tuple[Outcome, Pending | None]:
+        """Read the resource and its Deployments: what its observation needs, or None when
+        the evaluation ends here (gone, unreadable, an invalid spec)."""
+        started = time.monotonic()
         out = Outcome(namespace, name)
         log = self._log.bind(namespace=namespace, canary=name)
+        pending: Pending | None = None
         try:
             obj = call(
                 f"read {PLURAL}.{GROUP} {namespace}/{name}",
@@ -174,32 +219,26 @@ class Reconciler(WatchLoop):
         except NotFoundError:
             self.forget(namespace, name)
             out.gone = True
-            return out
+            return out, None
         except KubeError as exc:
             log.error("read_failed", error=str(exc))
             out.spec_error = str(exc)
-            return out
+            return out, None
         if not isinstance(obj, dict):
-            return out
+            return out, None
         if (namespace, name) not in self._tracked:
             # counters start at 0 before the first evaluation, so increase() sees its flip
             self._tracked.add((namespace, name))
             self.recorder.track(namespace=namespace, canary=name)
         try:
-            self._reconcile(obj, now, out, log)
+            pending = self._prepare(obj, now, out, log)
         except Exception as exc:  # last resort: a bug must cost one evaluation, not the loop
             log.exception("reconcile_crashed", error=repr(exc), error_type=type(exc).__name__)
             out.spec_error = f"internal error: {exc!r}"
         out.duration_seconds = time.monotonic() - started
-        self.evaluations += 1
-        if self.on_outcome is not None:
-            try:
-                self.on_outcome(out)
-            except Exception as exc:  # last resort: the caller's hook (demo, tests) may be buggy
-                log.warning("on_outcome_failed", error=repr(exc), error_type=type(exc).__name__)
-        return out
+        return out, pending
 
-    def _reconcile(self, obj: dict[str, Any], now: float, out: Outcome, log: Any) -> None:
+    def _prepare(self, obj: dict[str, Any], now: float, out: Outcome, log: Any) -> Pending | None:
         namespace, name = out.namespace, out.name
         meta = obj.get("metadata") or {}
         generation = int(meta.get("generation") or 0)
@@ -214,9 +253,8 @@ class Reconciler(WatchLoop):
             out.spec_error = str(exc)
             out.spec_invalid = True
             self._spec_invalid(previous, ref, "InvalidSpec", str(exc), generation, now, out)
-            return
+            return None
         spec = canary.spec
-        dry_run = self.dry_run or spec.mode is Mode.DRY_RUN
         conditions = set_condition(
             conditions,
             ConditionType.SPEC_VALID,
@@ -235,17 +273,16 @@ class Reconciler(WatchLoop):
             self._spec_invalid(
                 previous, ref, "UnknownEndpoint", str(source.error), generation, now, out
             )
-            return
+            return None
 
         # ---- a manual command, if one is pending
         manual = manual_command(obj, previous, self.events, ref, now)
-        command, force = manual.command, manual.force
 
         # ---- read each unit's Deployments first: the window to query depends on its rollout
-        key = (namespace, name)
         with self._lock:
-            cached = dict(self._memories.get(key, {}))
+            cached = dict(self._memories.get((namespace, name), {}))
         stored = previous.memories()
+        dry_run = self.dry_run or spec.mode is Mode.DRY_RUN
         prepared = [
             prepare(
                 self.kube,
@@ -261,21 +298,30 @@ class Reconciler(WatchLoop):
             )
             for unit in units_of(spec)
         ]
-
         # ---- observe once for all units, over the widest window any unit may judge: the
         # configured window cut to start after warm-up (the same cut the backtest makes)
-        start = observe_start(spec, prepared, now)
-        window = now - start
-        try:
-            observation: Observation = source.observe(
-                spec, start=start, end=now, interval_seconds=spec.timing.interval_seconds
-            )
-        except Exception as exc:  # last resort: sources report failures as data, never raise;
-            # one that does anyway (a bug, a plug-in Discovery) makes this evaluation an Error
-            log.error("source_raised", error=repr(exc), error_type=type(exc).__name__)
-            observation = Observation(
-                at=now, window_seconds=window, pools=(), source_error=f"unknown: {exc!r}"
-            )
+        return Pending(
+            out=out,
+            log=log,
+            now=now,
+            generation=generation,
+            previous=previous,
+            ref=ref,
+            conditions=conditions,
+            spec=spec,
+            dry_run=dry_run,
+            source=source,
+            manual=manual,
+            prepared=prepared,
+            start=observe_start(spec, prepared, now),
+        )
+
+    def _finish(self, p: Pending, observation: Observation) -> None:
+        """Decide and act for each unit from the observation; write status."""
+        out, log, now, generation, spec = p.out, p.log, p.now, p.generation, p.spec
+        namespace, name, ref, previous = out.namespace, out.name, p.ref, p.previous
+        command, force, dry_run, manual = p.manual.command, p.manual.force, p.dry_run, p.manual
+        key = (namespace, name)
         failures = source_failures(observation)
         errors = [text for _, text in failures]
         if failures:
@@ -283,7 +329,7 @@ class Reconciler(WatchLoop):
                 with contextlib.suppress(*METRIC_ERRORS):
                     self.recorder.source_error(kind, namespace=namespace, canary=name)
         conditions = set_condition(
-            conditions,
+            p.conditions,
             ConditionType.SOURCE_HEALTHY,
             not errors,
             "SourceErrors" if errors else "Observed",
@@ -297,8 +343,9 @@ class Reconciler(WatchLoop):
 
         # ---- each unit: evaluate, act
         memories: dict[str, Memory] = {}
-        for prep in prepared:
-            uo = self._unit(
+        for prep in p.prepared:
+            uo = decide_unit(
+                self,
                 spec,
                 prep,
                 observation,
@@ -361,90 +408,6 @@ class Reconciler(WatchLoop):
             reason = Reason.FORBIDDEN if isinstance(exc, ForbiddenError) else Reason.PATCH_FAILED
             self.events.warning(ref, reason, f"could not write status: {exc}")
         export(self.recorder, spec, namespace, name, out.units, out.duration_seconds)
-
-    def _unit(
-        self,
-        spec: SpeculativeCanarySpec,
-        prep: Prepared,
-        observation: Observation,
-        *,
-        now: float,
-        command: Command | None,
-        force: bool = False,
-        dry_run: bool,
-        ref: ObjectRef,
-        owner: str,
-        previous: CanaryStatus,
-        log: Any,
-    ) -> UnitOutcome:
-        uo, ulog, unit = prep.outcome, prep.log, prep.outcome.unit
-        if prep.memory is None or prep.rollout is None:
-            return uo  # the Deployment read failed; already reported
-        deps, memory, rollout = prep.deps, prep.memory, prep.rollout
-        evaluation, uo.insights, tuned = judge(
-            spec,
-            observation,
-            memory,
-            rollout,
-            now=now,
-            command=command,
-            slices=unit.slices,
-            force=force,
-        )
-        uo.evaluation, uo.tuned = evaluation, tuned
-        config = tuning.speculative_config(spec, evaluation.memory)
-        want = config if evaluation.target_speculation_on else None
-
-        # ---- act
-        try:
-            records = act(
-                self.actuator,
-                self.events,
-                spec,
-                uo,
-                deps,
-                evaluation,
-                tuned,
-                want=want,
-                expect_record=memory.record,
-                ref=ref,
-                owner=owner,
-                now=now,
-                dry_run=dry_run,
-                may_act=lambda: self.may_act() and self.owns(ref.namespace, ref.name),
-            )
-        except KubeError as exc:
-            # Not applied: keep the previous memory so the decision is made again next time.
-            uo.error, uo.error_reason = exc, failure_reason(exc)
-            uo.memory = memory
-            uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
-            uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
-            ulog.warning(
-                "decision_not_applied",
-                action=evaluation.action.value,
-                error=str(exc),
-                status=exc.status,
-            )
-            decision_log(ulog, evaluation, uo, dry_run)
-            return uo
-        uo.memory = written(evaluation.memory, records)
-        uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
-        uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
-        decision_events(
-            self.events,
-            ref,
-            spec,
-            evaluation,
-            dry_run=dry_run,
-            unit=unit.name,
-            errors=source_errors(observation),
-            speculative_config=config,
-        )
-        tell_tuning(self.events, ref, tuned, dry_run=dry_run, unit=unit.name, log=ulog)
-        if unit.name == units_of(spec)[0].name:  # one diagnosis per resource, as in status
-            self.diagnoses.report(self.events, ref, uo.insights, previous, unit=unit.name)
-        decision_log(ulog, evaluation, uo, dry_run)
-        return uo
 
     # ------------------------------------------------------------ status, events, logs
 

@@ -3,8 +3,10 @@ each on its own interval.
 
 A list+watch thread keeps the cache and wakes the schedule on changes (a new generation or a
 manual command is evaluated at once); the schedule evaluates every cached resource when its
-interval has passed, only while this replica leads. What one evaluation does is the
-`Reconciler`'s (`shell.reconciler`), which extends this class with `reconcile`.
+interval has passed, only while this replica leads: the canaries read through Prometheus that
+are due together in one `reconcile_many` (their queries batched), the others one at a time.
+What one evaluation does is the `Reconciler`'s (`shell.reconciler`), which extends this class
+with `reconcile` and `reconcile_many`.
 
 Sharding: a canary first seen here waits until one interval after its last evaluation by any
 replica (`resume_schedule`), and `take_over` resumes it from the cluster.
@@ -15,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubernetes import watch
 
-from alphagate.config import GROUP, PLURAL, VERSION
+from alphagate.config import GROUP, PLURAL, VERSION, SourceKind
 from alphagate.errors import KubeError
 from alphagate.kube.client import Kube, call
 from alphagate.kube.status import ANN_COMMAND_ID, parse_time
@@ -90,6 +92,12 @@ class WatchLoop:
     def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Evaluated:
         """Evaluate one resource once and act."""
         raise NotImplementedError
+
+    def reconcile_many(
+        self, keys: Sequence[tuple[str, str]], *, now: float | None = None
+    ) -> Sequence[Evaluated]:
+        """Evaluate resources once each (the `Reconciler` observes them together)."""
+        return [self.reconcile(ns, name, now=now) for ns, name in keys]
 
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: drop it from the cache."""
@@ -247,11 +255,18 @@ class WatchLoop:
                 self._kick.wait(tick)
                 self._kick.clear()
                 continue
-            now = self.clock()
-            for ns, name in self.due(now):
+            due = self.due(self.clock())
+            # Canaries read through Prometheus are evaluated together, at one `now`: their
+            # queries are batched. The others one at a time, each at its own `now`.
+            batched = [k for k in due if self._batchable(k)]
+            done: list[tuple[tuple[str, str], Evaluated]] = []
+            for ns, name in (k for k in due if k not in batched):
                 if stop.is_set() or not self.leading.is_set():
                     break
-                out = self.reconcile(ns, name)
+                done.append(((ns, name), self.reconcile(ns, name)))
+            if batched and not stop.is_set() and self.leading.is_set():
+                done += zip(batched, self.reconcile_many(batched), strict=True)
+            for (ns, name), out in done:
                 interval = self._interval_of(ns, name)
                 with self._lock:
                     entry = self._cache.get((ns, name))
@@ -267,6 +282,14 @@ class WatchLoop:
             )
             self._kick.wait(max(wait, 0.01))
             self._kick.clear()
+
+    def _batchable(self, key: tuple[str, str]) -> bool:
+        """Read through Prometheus (as cached): worth observing with the others due."""
+        with self._lock:
+            entry = self._cache.get(key)
+        spec = (entry.obj.get("spec") if entry is not None else None) or {}
+        source = spec.get("source") if isinstance(spec, dict) else None
+        return isinstance(source, dict) and source.get("kind") == SourceKind.PROMETHEUS.value
 
     def _interval_of(self, namespace: str, name: str) -> float:
         with self._lock:

@@ -6,8 +6,17 @@ label names their selectors use, sends those queries once per group (at most :da
 pools), each matching the union of the pools' values and grouped ``by`` those names as well,
 and answers each pool from the group's answers by its own values. The sums are the same: every
 pool is one combination of those values, so its points are exactly the points of that
-combination. A query that fails fails it for every pool of the group, classified as one pool's
-failure would be.
+combination.
+
+A shared query that fails for a reason the query itself may cause (refused by Prometheus, too
+many samples or bytes, partial data: :data:`QUERY_KINDS`) is asked again for each pool alone,
+so a pool answers exactly as :meth:`PrometheusSource.observe` would and one canary's query can
+never fail the others. A failure of the server (unreachable, timed out, 5xx) fails every pool
+of the group, as it fails one canary at a time.
+
+:func:`observe_each` is what a caller holding many canaries' reads uses (the reconciler, once
+per cycle): reads of Prometheus sources that share an endpoint, a deadline and a window are
+batched; every other read is the source's own ``observe``.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ from typing import Final
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
-from alphagate.errors import SourceError
+from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.sources import Source
 from alphagate.sources.common import error_text, failed_observation, pools_of
 from alphagate.sources.prometheus import (
     POOL_LEVEL,
@@ -34,6 +44,9 @@ from alphagate.sources.prometheus import (
 
 MAX_POOLS: Final = 256
 """Pools per batch: bounds the length of a query's matchers and the size of its answer."""
+
+QUERY_KINDS: Final = frozenset((*POOL_LEVEL, SourceErrorKind.TOO_LARGE))
+"""Shared-query failures the query may cause: each pool then asks its own query."""
 
 _RE2_SPECIAL: Final = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
@@ -104,16 +117,27 @@ class _PoolAsker:
         self.names = {getattr(own, f.name): f.name for f in fields(PoolQueries)}
         self.want = tuple((label_name(k), v) for k, v in labels.items())
 
-    def _mine(self, points: list[Point]) -> list[Point]:
-        want = self.want
-        return [p for p in points if all(p.labels.get(k) == v for k, v in want)]
+    def _mine(self, name: str, ask: tuple[float, float, float] | float) -> list[Point] | None:
+        """The pool's points of the shared answer; None when the pool must ask alone."""
+        try:
+            points = self.batch.answer(name, ask)
+        except SourceError as err:
+            if err.kind in QUERY_KINDS and len(self.batch.pools) > 1:
+                return None
+            raise
+        want = self.want  # a missing label matches "" in PromQL, so .get(k, "")
+        return [p for p in points if all(p.labels.get(k, "") == v for k, v in want)]
 
     def query(self, expr: str, *, at: float | None = None) -> list[Point]:
         assert at is not None
-        return self._mine(self.batch.answer(self.names[expr], at))
+        got = self._mine(self.names[expr], at)
+        return self.batch.source.query(expr, at=at) if got is None else got
 
     def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]:
-        return self._mine(self.batch.answer(self.names[expr], (start, end, step)))
+        got = self._mine(self.names[expr], (start, end, step))
+        if got is None:
+            return self.batch.source.query_range(expr, start=start, end=end, step=step)
+        return got
 
 
 def observe_many(
@@ -191,4 +215,54 @@ def observe_many(
     return out
 
 
-__all__ = ["MAX_POOLS", "observe_many", "union_matchers"]
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One canary's read in a cycle: its source, its policy, its window."""
+
+    source: Source
+    spec: SpeculativeCanarySpec
+    start: float
+    end: float
+    interval_seconds: float
+
+
+def _batch_key(read: Read) -> tuple[object, ...] | None:
+    """Reads that may share queries have equal keys; None: read alone."""
+    src = read.source
+    if not isinstance(src, PrometheusSource):
+        return None
+    endpoint = src.endpoint.model_dump_json()
+    return (endpoint, src.timeout_seconds, read.start, read.end, read.interval_seconds)
+
+
+def observe_each(reads: Sequence[Read]) -> list[Observation]:
+    """Each read's Observation, in order: Prometheus reads that share an endpoint, a deadline
+    and a window through one :func:`observe_many` (the first such source asks for all); any
+    other read through its source's own ``observe``. May raise what a source raises."""
+    out: list[Observation | None] = [None] * len(reads)
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, read in enumerate(reads):
+        key = _batch_key(read)
+        if key is None:
+            out[i] = read.source.observe(
+                read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
+            )
+        else:
+            groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        first = reads[members[0]]
+        assert isinstance(first.source, PrometheusSource)
+        got = observe_many(
+            first.source,
+            [reads[i].spec for i in members],
+            start=first.start,
+            end=first.end,
+            interval_seconds=first.interval_seconds,
+        )
+        for i, obs in zip(members, got, strict=True):
+            out[i] = obs
+    assert all(o is not None for o in out)
+    return [o for o in out if o is not None]
+
+
+__all__ = ["MAX_POOLS", "QUERY_KINDS", "Read", "observe_each", "observe_many", "union_matchers"]
