@@ -1,4 +1,4 @@
-"""Reports for people: a Markdown summary and a PNG timeline of alpha, state and P99.
+"""Reports for people: a Markdown summary and a PNG timeline of alpha, state and latency.
 
 Shared by `demo` and `backtest` so both tell a run's story the same way. Input is a list of
 `Point`s (one per evaluation) built from core Evaluations; this module only renders.
@@ -67,6 +67,12 @@ class Point:
     failing: tuple[str, ...] = ()  # names of the checks that failed in this evaluation
     failing_kinds: tuple[CheckKind, ...] = ()  # their kinds (what code branches on)
     cause: Cause | None = None  # the transition's cause, when the state changed
+    latency_quantile: float = math.nan  # the quantile the latency guard compares (0.99: P99)
+
+
+def quantile_name(q: float) -> str:
+    """ "P99" for 0.99; "quantile" when unknown (labels say what the guard compared)."""
+    return f"P{q * 100:g}" if math.isfinite(q) else "quantile"
 
 
 def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan) -> Point:
@@ -81,6 +87,7 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
         combined = SliceAlpha(c.value, c.lower, c.upper, c.drafts, 1.0)
     canary_p99 = baseline_p99 = math.nan
     metric = ""
+    quantile = math.nan
     latency: dict[str, tuple[float, float]] = {}
     for check in evaluation.checks:
         ev = check.evidence
@@ -92,6 +99,7 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
             if not math.isnan(cp) and (math.isnan(canary_p99) or cp > canary_p99):
                 canary_p99, baseline_p99 = cp, bp
                 metric = ev.metric.value
+                quantile = ev.quantile
     tr = evaluation.transition
     return Point(
         t=evaluation.at - start,
@@ -112,6 +120,7 @@ def point(evaluation: Evaluation, *, start: float, truth_alpha: float = math.nan
         failing=tuple(c.name for c in evaluation.checks if c.verdict is Verdict.FAIL),
         failing_kinds=tuple(c.kind for c in evaluation.checks if c.verdict is Verdict.FAIL),
         cause=tr.cause if tr is not None else None,
+        latency_quantile=quantile,
     )
 
 
@@ -145,7 +154,7 @@ def _flip_label(p: Point) -> str:
     if p.action == Action.DISABLE:
         kinds = set(p.failing_kinds)
         if kinds == {CheckKind.LATENCY}:
-            return "rollback: P99"
+            return f"rollback: {quantile_name(p.latency_quantile)}"
         if kinds & {CheckKind.ACCEPTANCE, CheckKind.FLOOR}:
             return "rollback: alpha"
         return "rollback"
@@ -261,7 +270,8 @@ def plot(
         "perStepScaled": "per step, scaled",
         "perStepAbsolute": "per step",
     }
-    ax_p.set_ylabel(f"P99 ms ({words.get(metric, metric)})" if metric else "P99 ms")
+    q = quantile_name(next((p.latency_quantile for p in points if p.latency_metric), math.nan))
+    ax_p.set_ylabel(f"{q} ms ({words.get(metric, metric)})" if metric else f"{q} ms")
     ax_p.set_xlabel("seconds since start")
     if any(p.latency for p in points):
         ax_p.legend(loc="upper right", fontsize=7, ncol=2, framealpha=0.9)

@@ -3,10 +3,11 @@
 Everything runs on 127.0.0.1 (see `alphagate.sandbox.demo`): a simulated fleet with two
 traffic slices, the API server double with the Deployments and a SpeculativeCanary, a local
 kubelet, Prometheus when installed (pod scraping otherwise) and the controller in enforce
-mode. The terminal shows alpha per slice with its interval, the gate, the state, P99 per token
-of canary against baseline, the last decision and why, a progress bar and recent events;
-``--no-live`` prints one line per decision instead. At the end a report (Markdown and a PNG
-timeline) is written to ``--out``; ``--json`` prints a summary of the transitions.
+mode. The terminal shows alpha per slice with its interval, the gate, the state, the latency
+quantile the guard compares (per token, canary against baseline), the last decision and why,
+a progress bar and recent events; ``--no-live`` prints one line per decision instead. At the
+end a report (Markdown and a PNG timeline) is written to ``--out``; ``--json`` prints a
+summary of the transitions.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rich.text import Text
 
 from alphagate.core.model import CheckKind
 from alphagate.errors import AlphagateError
+from alphagate.report import quantile_name
 from alphagate.sandbox.demo import (
     DEFAULT_OUT,
     Decision,
@@ -56,7 +58,7 @@ STATE_STYLE = {
 VERDICT_STYLE = {"Pass": "green", "Fail": "bold red", "Inconclusive": "yellow", "Error": "bold red"}
 MILESTONES = (
     ("enabled", "speculation enabled"),
-    ("rolled_back_on_p99", "P99 rollback"),
+    ("rolled_back_on_p99", "latency rollback"),
     ("re_enabled", "re-enabled"),
     ("rolled_back_on_alpha", "alpha rollback"),
     ("early_reprobe", "early re-probe"),
@@ -95,7 +97,8 @@ def decision_line(d: Decision) -> str:
         lat = " ".join(
             f"{n or 'canary'} {_ms(cq)}/{_ms(bq)}" for n, (cq, bq) in sorted(p.latency.items())
         )
-        parts.append(f"P99/token canary/baseline ms: {lat}")
+        q = quantile_name(p.latency_quantile)
+        parts.append(f"{q}/token canary/baseline ms: {lat}")
     if p.transition:
         parts.append(f"[{p.transition}]")
     parts.append(p.reason)
@@ -130,7 +133,7 @@ def render(snap: Snapshot) -> RenderableType:
         ("drafts", "right"),
         ("weight", "right"),
         ("true α", "right"),
-        ("P99/token canary", "right"),
+        (f"{quantile_name(point.latency_quantile if point else math.nan)}/token canary", "right"),
         ("baseline", "right"),
         ("verdict", "left"),
     ):
@@ -186,7 +189,8 @@ def render(snap: Snapshot) -> RenderableType:
         ("gate ", "bold"),
         f"rollback when alpha's upper bound < {lo:.2f}, enable when its lower bound > {hi:.2f}",
         ("  ·  latency ", "bold"),
-        "P99 per output token, canary vs baseline",
+        f"{quantile_name(point.latency_quantile if point else math.nan)} per output token, "
+        "canary vs baseline",
     )
 
     # --- state and decision

@@ -25,6 +25,7 @@ from alphagate.core.model import (
     ExceedanceTest,
     FloorEvidence,
     LatencyEvidence,
+    LatencyUndecided,
     NoData,
     PoolLatency,
     PoolObservation,
@@ -219,17 +220,18 @@ def _failing_alpha(result: CheckResult) -> tuple[Estimate, float] | None:
 
 
 def decisive(result: CheckResult, windows: int) -> bool:
-    """Is this failing alpha check as strong as `windows` disjoint failing windows?
+    """Is this failing check as strong as `windows` disjoint failing windows?
 
     n independent windows that each fail at the one-sided level (1 - confidence) / 2 have a
     joint false rate of ((1 - confidence) / 2) ** n at the gate. One window whose upper bound
     at that joint level, on the estimate's own standard error and degrees of freedom, is
     below the threshold carries the same evidence, so it may roll back alone. Few batches
     have few degrees of freedom and heavy t tails, so with two pods this almost never holds:
-    two disjoint windows are then still needed. False for any other kind of check."""
+    two disjoint windows are then still needed. A failing latency check: `_decisive_latency`.
+    False for any other kind of check."""
     found = _failing_alpha(result)
     if found is None:
-        return False
+        return _decisive_latency(result, windows)
     e, threshold = found
     if windows <= 1:
         return True
@@ -238,6 +240,23 @@ def decisive(result: CheckResult, windows: int) -> bool:
     tail = ((1.0 - e.confidence) / 2.0) ** windows
     q = t_quantile(1.0 - tail, e.dof)
     return math.isfinite(q) and e.value + q * e.std_error < threshold
+
+
+def _decisive_latency(result: CheckResult, windows: int) -> bool:
+    """A failing latency check as strong as `windows` disjoint failing windows: its smallest
+    p-value, Bonferroni-corrected over the window's tests, at or below significance ** windows
+    (the joint false rate of that many independent windows failing at `significance`)."""
+    ev = result.evidence
+    if result.verdict is not Verdict.FAIL or not isinstance(ev, LatencyEvidence):
+        return False
+    if windows <= 1:
+        return True
+    if ev.speedup is not None or ev.bounds:
+        mean = ev.speedup.p_regressed if ev.speedup is not None else math.nan
+        ps = [p for p in (mean, *(b.p_value for b in ev.bounds)) if math.isfinite(p)]
+    else:
+        ps = [ev.test.p_value] if ev.test is not None and math.isfinite(ev.test.p_value) else []
+    return bool(ps) and min(ps) * len(ps) <= ev.significance**windows
 
 
 def shortfall(result: CheckResult, band: float) -> float:
@@ -253,6 +272,32 @@ def shortfall(result: CheckResult, band: float) -> float:
 
 
 # ---------------------------------------------------------------- latency
+
+
+_NO_DATA_L: Final = (LatencyUndecided.NO_DATA,)
+_FEW: Final = (LatencyUndecided.FEW_OBSERVATIONS,)
+_UNTESTABLE: Final = (LatencyUndecided.UNTESTABLE,)
+
+
+def _tail_text(t: ExceedanceTest, guard: LatencyGuard, unit: str) -> str:
+    """Why the canary's tail is not shown within the limit, with the numbers that say what
+    is missing (how many observations would show it at this share)."""
+    q = f"P{guard.quantile * 100:g}"
+    worth = ""
+    if math.isfinite(t.effective) and t.effective < 0.95 * t.total:
+        worth = f", worth {t.effective:.0f} independent ones (clustered in time and pods)"
+    share = (
+        f"{t.fraction:.2%} of them above {_fmt(t.edge)} s{worth}; allowed {t.expected_fraction:.2%}"
+        f", upper bound {t.upper:.2%} (p={_fmt(t.p_within, 2)})"
+    )
+    if math.isinf(t.needed):
+        need = "more than the allowed share lies above it, so no amount of data shows it"
+    else:
+        need = f"about {t.needed:,.0f} {unit} would show it at this share"
+    return (
+        f"{q} from {t.total:,.0f} canary {unit} cannot be told within "
+        f"+{guard.max_regression_ratio:.0%}: {share}; {need}"
+    )
 
 
 def _describe(guard: LatencyGuard, tokens_per_step: float | None) -> str:
@@ -299,7 +344,13 @@ def check_latency(
     limit_seconds: float | None = None
     exceeded: ExceedanceTest | None = None
 
-    def result(verdict: Verdict, text: str, *, prefix: bool = True) -> CheckResult:
+    def result(
+        verdict: Verdict,
+        text: str,
+        *,
+        prefix: bool = True,
+        undecided: tuple[LatencyUndecided, ...] = (),
+    ) -> CheckResult:
         evidence = LatencyEvidence(
             metric=metric,
             quantile=guard.quantile,
@@ -311,6 +362,7 @@ def check_latency(
             baseline=b_read,
             limit_seconds=limit_seconds,
             test=exceeded,
+            undecided=undecided,
         )
         reason = f"{what}: {text}" if prefix else text
         return CheckResult(CheckKind.LATENCY, verdict, reason, evidence, slice)
@@ -340,7 +392,9 @@ def check_latency(
         _histogram(baseline, metric) if baseline is not None and baseline.error is None else None
     )
     if c_hist is None:
-        return result(Verdict.INCONCLUSIVE, "no canary histogram in the window")
+        return result(
+            Verdict.INCONCLUSIVE, "no canary histogram in the window", undecided=_NO_DATA_L
+        )
     bad = histogram.problem(c_hist)
     if bad is not None:
         return result(Verdict.ERROR, f"bad canary histogram: {bad}")
@@ -351,13 +405,16 @@ def check_latency(
                 return result(Verdict.ERROR, f"bad baseline histogram: {bad}")
             b_hist = None
     elif not absolute:
-        return result(Verdict.INCONCLUSIVE, "no baseline histogram in the window")
+        return result(
+            Verdict.INCONCLUSIVE, "no baseline histogram in the window", undecided=_NO_DATA_L
+        )
 
     if metric is LatencyMetric.PER_STEP_SCALED:
         if tokens_per_step is None or not math.isfinite(tokens_per_step) or tokens_per_step < 1:
             return result(
                 Verdict.INCONCLUSIVE,
                 "no measured tokens per step to scale the canary's per-step latency by",
+                undecided=_NO_DATA_L,
             )
         scaled_by = tokens_per_step
         c_hist = histogram.scale(c_hist, 1.0 / tokens_per_step)
@@ -376,11 +433,13 @@ def check_latency(
         return result(
             Verdict.INCONCLUSIVE,
             f"too few canary observations ({c_hist.total:.0f} < minCount {guard.min_count})",
+            undecided=_FEW,
         )
     if not absolute and b_hist is not None and b_hist.total < guard.min_count:
         return result(
             Verdict.INCONCLUSIVE,
             f"too few baseline observations ({b_hist.total:.0f} < minCount {guard.min_count})",
+            undecided=_FEW,
         )
 
     if absolute:
@@ -388,7 +447,9 @@ def check_latency(
         limit_text = f"the stutter limit {_fmt(limit)} s"
     else:
         if not (math.isfinite(b_p) and b_p >= 0):
-            return result(Verdict.INCONCLUSIVE, f"baseline quantile is {_fmt(b_p)}")
+            return result(
+                Verdict.INCONCLUSIVE, f"baseline quantile is {_fmt(b_p)}", undecided=_UNTESTABLE
+            )
         limit = b_p * (1.0 + guard.max_regression_ratio)
         limit_text = f"baseline {_fmt(b_p)} s +{guard.max_regression_ratio:.0%} = {_fmt(limit)} s"
     limit_seconds = limit
@@ -401,25 +462,58 @@ def check_latency(
             Verdict.INCONCLUSIVE,
             f"{values}; no finite canary bucket bound at or above {limit_text}: the buckets "
             f"cannot test it",
+            undecided=_UNTESTABLE,
         )
     expected = 1.0 - q
     k, n = round(ex.above), round(ex.total)
     p_value = binomial_sf(k, n, expected)
-    exceeded = ExceedanceTest(ex.edge, ex.above, ex.fraction, expected, p_value)
+    exceeded = replace(
+        latency.within_test(
+            ex.edge, ex.above, ex.total, expected=expected, significance=guard.significance
+        ),
+        p_value=p_value,
+    )
     test = (
         f"{ex.fraction:.2%} of {n} canary observations exceed {_fmt(ex.edge)} s (the bucket "
         f"bound at or above {limit_text}); allowed {expected:.2%}, p={_fmt(p_value, 2)}"
     )
     if math.isnan(p_value):
-        return result(Verdict.INCONCLUSIVE, f"{values}; exceedance test undefined")
+        return result(
+            Verdict.INCONCLUSIVE, f"{values}; exceedance test undefined", undecided=_UNTESTABLE
+        )
     if p_value < guard.significance:
         return result(Verdict.FAIL, f"regressed: {values}; {test} < {_fmt(guard.significance)}")
+    missing: list[tuple[LatencyUndecided, str]] = []
     if ex.fraction > expected:
+        missing.append(
+            (
+                LatencyUndecided.POSSIBLE_REGRESSION,
+                f"possible regression, not significant: {test} >= {_fmt(guard.significance)}",
+            )
+        )
+    if not exceeded.p_within <= guard.significance:
+        missing.append(
+            (LatencyUndecided.TAIL_NOT_SHOWN, _tail_text(exceeded, guard, "observations"))
+        )
+    if not absolute and c_p > limit:
+        missing.append(
+            (
+                LatencyUndecided.QUANTILE_ABOVE_LIMIT,
+                f"canary P{q * 100:g} {_fmt(c_p)} s is above the limit {_fmt(limit)} s",
+            )
+        )
+    if missing:
+        undecided = tuple(u for u, _ in missing)
         return result(
             Verdict.INCONCLUSIVE,
-            f"possible regression, not significant: {values}; {test} >= {_fmt(guard.significance)}",
+            f"{values}; not shown within the limit: " + "; ".join(t for _, t in missing),
+            undecided=undecided,
         )
-    return result(Verdict.PASS, f"within limit: {values}; {test}")
+    return result(
+        Verdict.PASS,
+        f"within limit: {values}; {test}; shown at most {expected:.2%} "
+        f"(upper bound {exceeded.upper:.2%}, p={_fmt(exceeded.p_within, 2)})",
+    )
 
 
 def _pool_read(hist: Buckets | None, q: float) -> PoolLatency | None:
@@ -437,45 +531,63 @@ def _by_sums(
     slice: str | None,
 ) -> CheckResult:
     """The guard on exact sums and per-bound exceedance over independent batches
-    (core/latency.py): FAIL when the mean test or any bound's test rejects after Holm."""
+    (core/latency.py): FAIL when the mean test or any bound's test rejects after Holm.
+
+    PASS needs the evidence that the canary is within the margin (intersection-union: each
+    part at `significance`): the speed-up's one-sided lower bound at or above
+    1 / (1 + margin); the canary's share above the bucket bound at or above the limit
+    (baseline quantile x (1 + margin)) shown at most 1 - quantile; its quantile, read like
+    histogram_quantile, not above the limit; and no bound's share above its allowed share.
+    Anything not shown is INCONCLUSIVE, with what is missing in `undecided`."""
     what = "time per output token (per token, exact means and every bucket bound)"
+    q = guard.quantile
+    margin = guard.max_regression_ratio
     report = latency.compare(
         canary.tpot_samples,
         baseline.tpot_samples,
-        quantile=guard.quantile,
-        margin=guard.max_regression_ratio,
+        quantile=q,
+        margin=margin,
         significance=guard.significance,
         batch_seconds=guard.batch_seconds,
     )
     c_count = math.fsum(t.count for t in canary.tpot_samples)
     b_count = math.fsum(t.count for t in baseline.tpot_samples)
     sp = report.speedup
+    c_read = _pool_read(report.canary_hist or canary.tpot, q)
+    b_read = _pool_read(report.baseline_hist or baseline.tpot, q)
     evidence = LatencyEvidence(
         metric=guard.metric,
-        quantile=guard.quantile,
-        max_regression_ratio=guard.max_regression_ratio,
+        quantile=q,
+        max_regression_ratio=margin,
         significance=guard.significance,
         min_count=guard.min_count,
-        canary=_pool_read(canary.tpot, guard.quantile),
-        baseline=_pool_read(baseline.tpot, guard.quantile),
+        canary=c_read,
+        baseline=b_read,
+        limit_seconds=report.limit,
+        test=report.tail,
         speedup=sp,
         bounds=report.bounds,
     )
 
-    def result(verdict: Verdict, text: str) -> CheckResult:
-        return CheckResult(CheckKind.LATENCY, verdict, f"{what}: {text}", evidence, slice)
+    def result(
+        verdict: Verdict, text: str, undecided: tuple[LatencyUndecided, ...] = ()
+    ) -> CheckResult:
+        typed = replace(evidence, undecided=undecided) if undecided else evidence
+        return CheckResult(CheckKind.LATENCY, verdict, f"{what}: {text}", typed, slice)
 
     if c_count < guard.min_count or b_count < guard.min_count:
         return result(
             Verdict.INCONCLUSIVE,
             f"too few observations (canary {c_count:.0f}, baseline {b_count:.0f} < minCount "
             f"{guard.min_count})",
+            _FEW,
         )
     if sp is None:
         return result(
             Verdict.INCONCLUSIVE,
             "fewer than two independent batches (pods or blocks of batchSeconds) in a pool: "
             "no honest comparison",
+            (LatencyUndecided.FEW_BATCHES,),
         )
     means = (
         f"canary {_fmt(sp.canary_mean * 1e3)} ms vs baseline {_fmt(sp.baseline_mean * 1e3)} ms "
@@ -484,9 +596,7 @@ def _by_sums(
     if report.regressed:
         parts = []
         if report.mean_rejected:
-            parts.append(
-                f"mean above baseline +{guard.max_regression_ratio:.0%} (p={sp.p_regressed:.2g})"
-            )
+            parts.append(f"mean above baseline +{margin:.0%} (p={sp.p_regressed:.2g})")
         parts += [
             f"{b.canary_fraction:.2%} above {_fmt(b.bound)} s vs the baseline's "
             f"{b.baseline_fraction:.2%} above {_fmt(b.baseline_bound)} s "
@@ -498,10 +608,84 @@ def _by_sums(
             Verdict.FAIL,
             f"regressed: {means}; " + "; ".join(parts) + f" (Holm at {_fmt(guard.significance)})",
         )
+    missing = _not_shown(report, guard, c_read, b_read)
+    if missing:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"{means}; not shown within the limit: " + "; ".join(t for _, t in missing),
+            tuple(u for u, _ in missing),
+        )
+    tail = report.tail
+    assert tail is not None  # _not_shown reports a missing tail test
+    return result(
+        Verdict.PASS,
+        f"within limit: {means}, its lower bound above {1.0 / (1.0 + margin):.3f} "
+        f"(p={_fmt(sp.p_within, 2)}); {tail.fraction:.2%} of {tail.total:,.0f} canary requests "
+        f"above {_fmt(tail.edge)} s (the bound at or above the limit {_fmt(report.limit or 0)} "
+        f"s), shown at most {tail.expected_fraction:.2%} (upper bound {tail.upper:.2%}); no "
+        f"bucket bound shows more slow requests",
+    )
+
+
+def _not_shown(
+    report: latency.TailReport,
+    guard: LatencyGuard,
+    c_read: PoolLatency | None,
+    b_read: PoolLatency | None,
+) -> list[tuple[LatencyUndecided, str]]:
+    """What the exact-sums evidence does not show of "within the margin", with the numbers."""
+    sp = report.speedup
+    assert sp is not None
+    margin = guard.max_regression_ratio
+    q = f"P{guard.quantile * 100:g}"
+    out: list[tuple[LatencyUndecided, str]] = []
+    if not sp.p_within <= guard.significance:
+        out.append(
+            (
+                LatencyUndecided.MEAN_NOT_SHOWN,
+                f"the mean is not shown within +{margin:.0%}: the speed-up's lower bound is "
+                f"not above {1.0 / (1.0 + margin):.3f} (p={_fmt(sp.p_within, 2)})",
+            )
+        )
+    tail = report.tail
+    if report.limit is None:
+        out.append((LatencyUndecided.UNTESTABLE, f"the baseline's {q} is unknown"))
+    elif tail is None:
+        out.append(
+            (
+                LatencyUndecided.UNTESTABLE,
+                f"no finite bucket bound at or above the limit {_fmt(report.limit)} s "
+                f"(baseline {q} +{margin:.0%}): the buckets cannot test it",
+            )
+        )
+    elif not tail.p_within <= guard.significance:
+        out.append((LatencyUndecided.TAIL_NOT_SHOWN, _tail_text(tail, guard, "requests")))
+    if (
+        report.limit is not None
+        and c_read is not None
+        and b_read is not None
+        and c_read.quantile_seconds > report.limit
+    ):
+        out.append(
+            (
+                LatencyUndecided.QUANTILE_ABOVE_LIMIT,
+                f"canary {q} {_fmt(c_read.quantile_seconds * 1e3)} ms is above the limit "
+                f"{_fmt(report.limit * 1e3)} ms (baseline {_fmt(b_read.quantile_seconds * 1e3)}"
+                f" ms +{margin:.0%})",
+            )
+        )
     over = [b for b in report.bounds if b.canary_fraction > b.allowed_fraction]
-    if sp.value < 1.0 / (1.0 + guard.max_regression_ratio) or over:
-        return result(Verdict.INCONCLUSIVE, f"possible regression, not significant: {means}")
-    return result(Verdict.PASS, f"within limit: {means}; no bucket bound shows more slow requests")
+    if over:
+        b = max(over, key=lambda x: x.canary_fraction - x.allowed_fraction)
+        out.append(
+            (
+                LatencyUndecided.POSSIBLE_REGRESSION,
+                f"possible regression, not significant: {b.canary_fraction:.2%} above "
+                f"{_fmt(b.bound)} s against {b.allowed_fraction:.2%} allowed "
+                f"(p={_fmt(b.p_value, 2)}; {len(over)} bound(s) over)",
+            )
+        )
+    return out
 
 
 def verdict_counts(checks: Iterable[CheckResult]) -> Mapping[Verdict, int]:

@@ -243,7 +243,15 @@ def evaluate(
         fail_kinds=fail_kinds,
         evidence=_evidence(combined, estimates, weights, results, verdict),
         force=force,
-        decisive=any(checks.decisive(c, gate.consecutive_windows) for c in results),
+        decisive=any(
+            checks.decisive(
+                c,
+                spec.latency.consecutive_windows
+                if c.kind is CheckKind.LATENCY
+                else gate.consecutive_windows,
+            )
+            for c in results
+        ),
         shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
     )
     withheld: Suitability | None = None

@@ -27,15 +27,18 @@ regression unless its tail is slower by more than the margin. Pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
+from alphagate.core import histogram
 from alphagate.core.batching import Ratio, blocks, ratio, welch_dof
-from alphagate.core.model import BoundTest, LatencySample, SpeedUp
-from alphagate.core.stats import t_cdf, t_quantile
+from alphagate.core.model import BoundTest, Buckets, ExceedanceTest, LatencySample, SpeedUp
+from alphagate.core.stats import betainc, binomial_sf, t_cdf, t_quantile
 
 BATCH_SECONDS: Final = 60.0
+_MAX_NEEDED: Final = 1e9  # observations: beyond this "needed" reads as never
+_BISECT: Final = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,13 @@ class TailReport:
     speedup: SpeedUp | None
     bounds: tuple[BoundTest, ...]
     mean_rejected: bool
+    # The non-inferiority side: both pools pooled over the common layout (for the quantile
+    # as histogram_quantile reads it), the limit (1 + margin) x the baseline's quantile, and
+    # the canary's share above the bucket bound at or above it against 1 - quantile.
+    canary_hist: Buckets | None = None
+    baseline_hist: Buckets | None = None
+    limit: float | None = None
+    tail: ExceedanceTest | None = None
 
     @property
     def regressed(self) -> bool:
@@ -84,8 +94,10 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
     se = math.sqrt(var)
     log_s = math.log(baseline.value) - math.log(canary.value)
     q = t_quantile(0.5 + confidence / 2.0, dof) if math.isfinite(dof) else 1.959963984540054
-    # H0: log(canary / baseline) <= log(1 + margin)
-    stat = (-log_s - math.log1p(margin)) / se if se > 0 else math.copysign(math.inf, -log_s)
+    # H0: log(canary / baseline) <= log(1 + margin) (a regression if rejected); the reverse
+    # H0': log(canary / baseline) >= log(1 + margin) (within the margin if rejected)
+    gap = -log_s - math.log1p(margin)
+    stat = gap / se if se > 0 else math.copysign(math.inf, gap)
     return SpeedUp(
         value=math.exp(log_s),
         lower=math.exp(log_s - q * se),
@@ -97,6 +109,7 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
         baseline_count=baseline.den,
         dof=dof,
         p_regressed=_sf(stat, dof),
+        p_within=_sf(-stat, dof),
     )
 
 
@@ -151,6 +164,100 @@ def common_bounds(
     return sorted(frozenset.intersection(*layouts))
 
 
+def binomial_cdf(k: float, n: float, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), continuous in k and n through the incomplete beta
+    (exact at integers): the test on effective counts, which are rarely whole."""
+    if math.isnan(k) or math.isnan(n) or math.isnan(p) or not 0.0 <= p <= 1.0 or n < 0:
+        return math.nan
+    if k < 0:
+        return 0.0
+    if k >= n or p == 0.0:
+        return 1.0
+    if p == 1.0:
+        return 0.0
+    return betainc(n - k, k + 1.0, 1.0 - p)
+
+
+def _bisect(f: Callable[[float], bool], lo: float, hi: float) -> float:
+    """The point in [lo, hi] where f turns from False to True (f(hi) True), in log space when
+    both are positive; a bounded number of steps."""
+    logs = lo > 0
+    a, b = (math.log(lo), math.log(hi)) if logs else (lo, hi)
+    for _ in range(_BISECT):
+        mid = (a + b) / 2.0
+        if f(math.exp(mid) if logs else mid):
+            b = mid
+        else:
+            a = mid
+    return math.exp(b) if logs else b
+
+
+def within_test(
+    edge: float,
+    above: float,
+    total: float,
+    *,
+    expected: float,
+    significance: float,
+    se: float = math.nan,
+) -> ExceedanceTest:
+    """Both one-sided tests of a share of observations above a bucket bound against
+    `expected` (1 - quantile): significantly above (a regression), and shown at or below
+    (non-inferiority, what a Pass needs). `se` is the share's clustered standard error over
+    independent batches: its ratio to the binomial one (the design effect, at least 1) turns
+    `total` into the effective number of independent observations; NaN means independent.
+    `needed` is how many observations, at the same share and design effect, would show it
+    within (inf: the share itself is above `expected`)."""
+    nan = math.nan
+    if not (total > 0 and math.isfinite(total) and math.isfinite(above)):
+        return ExceedanceTest(edge, above, nan, expected, nan, total, nan, nan, nan, nan)
+    share = min(1.0, max(0.0, above / total))
+    deff = 1.0
+    binomial_var = share * (1.0 - share) / total
+    if binomial_var > 0 and math.isfinite(se):
+        deff = max(1.0, se * se / binomial_var)
+    n = total / deff
+    k = share * n
+    p_value = 1.0 if k <= 0 else 1.0 - binomial_cdf(k - 1.0, n, expected)
+    if abs(k - round(k)) < 1e-9 and deff == 1.0:
+        p_value = binomial_sf(round(k), round(n), expected)  # exact at whole counts
+    p_within = binomial_cdf(k, n, expected)
+    upper = 1.0
+    if share < 1.0:
+        upper = _bisect(lambda x: binomial_cdf(k, n, x) <= significance, share, 1.0)
+    needed = math.inf
+    if share < expected:
+        if p_within <= significance:
+            needed = total
+        else:
+            n_min = _bisect(
+                lambda m: binomial_cdf(share * m, m, expected) <= significance, n, _MAX_NEEDED
+            )
+            needed = n_min * deff if n_min < _MAX_NEEDED else math.inf
+    return ExceedanceTest(
+        edge=edge,
+        above=above,
+        fraction=share,
+        expected_fraction=expected,
+        p_value=p_value,
+        total=total,
+        effective=n,
+        upper=upper,
+        p_within=p_within,
+        needed=needed,
+    )
+
+
+def pooled(samples: Sequence[LatencySample], layout: Sequence[float]) -> Buckets | None:
+    """One cumulative histogram over the samples at the common finite bounds `layout`."""
+    usable = [s.buckets for s in samples if s.buckets is not None and s.buckets.total > 0]
+    if not usable or not layout:
+        return None
+    counts = [math.fsum(_cum_at(b.bounds, b.counts, x) for b in usable) for x in layout]
+    total = math.fsum(b.total for b in usable)
+    return Buckets(bounds=(*layout, math.inf), counts=(*counts, total))
+
+
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected at family-wise level `alpha`."""
     order = sorted(
@@ -201,4 +308,56 @@ def compare(
     p_values = [s.p_regressed if s is not None else math.nan, *(t.p_value for t in tests)]
     rejected = holm(p_values, significance)
     bounds = tuple(replace(t, rejected=r) for t, r in zip(tests, rejected[1:], strict=True))
-    return TailReport(speedup=s, bounds=bounds, mean_rejected=rejected[0])
+    c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
+    limit, tail = _tail_within(
+        canary,
+        b_hist,
+        layout,
+        quantile=quantile,
+        margin=margin,
+        significance=significance,
+        batch_seconds=batch_seconds,
+    )
+    return TailReport(
+        speedup=s,
+        bounds=bounds,
+        mean_rejected=rejected[0],
+        canary_hist=c_hist,
+        baseline_hist=b_hist,
+        limit=limit,
+        tail=tail,
+    )
+
+
+def _tail_within(
+    canary: Sequence[LatencySample],
+    b_hist: Buckets | None,
+    layout: Sequence[float],
+    *,
+    quantile: float,
+    margin: float,
+    significance: float,
+    batch_seconds: float,
+) -> tuple[float | None, ExceedanceTest | None]:
+    """(limit, test): the canary's share above the first common bound at or above the limit
+    (1 + margin) x the baseline's quantile (histogram_quantile), tested both ways against
+    1 - quantile over the canary's independent batches. (None, None) without a baseline
+    quantile; (limit, None) when no finite bound reaches the limit."""
+    b_q = histogram.quantile(quantile, b_hist)
+    if not (math.isfinite(b_q) and b_q >= 0):
+        return None, None
+    limit = b_q * (1.0 + margin)
+    edge = next((x for x in layout if x >= limit * (1.0 - 1e-12)), None)
+    if edge is None:
+        return limit, None
+    share = _above(canary, edge, batch_seconds)
+    if share is None:
+        return limit, None
+    return limit, within_test(
+        edge,
+        share.num,
+        share.den,
+        expected=1.0 - quantile,
+        significance=significance,
+        se=share.se,
+    )

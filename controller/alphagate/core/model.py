@@ -386,16 +386,48 @@ class PoolLatency:
     bucket_hi: float
 
 
+class LatencyUndecided(StrEnum):
+    """What a latency check could not show (its verdict is Inconclusive). A Pass needs evidence
+    that the canary is within the margin, not only the absence of a significant regression."""
+
+    # Fewer observations than latency.minCount on a side.
+    FEW_OBSERVATIONS = "few-observations"
+    # Fewer than two independent batches in a pool: no honest spread.
+    FEW_BATCHES = "few-batches"
+    # A histogram or the measured tokens per step is missing from the window.
+    NO_DATA = "no-data"
+    # The baseline's quantile is not a number, or no finite bucket bound reaches the limit.
+    UNTESTABLE = "untestable"
+    # The measured speed-up's lower bound is below 1 / (1 + maxRegressionRatio).
+    MEAN_NOT_SHOWN = "mean-not-shown"
+    # The canary's share above the bucket bound at or above the limit is not shown to be at
+    # most 1 - quantile (too few requests, or too many of them above it).
+    TAIL_NOT_SHOWN = "tail-not-shown"
+    # The canary's quantile, read like histogram_quantile, is above the limit.
+    QUANTILE_ABOVE_LIMIT = "quantile-above-limit"
+    # A bucket bound's canary share is above its allowed share, not significantly.
+    POSSIBLE_REGRESSION = "possible-regression"
+
+
 @dataclass(frozen=True, slots=True)
 class ExceedanceTest:
     """The bucket question: the share of canary observations above `edge` (the bucket bound
-    at or above the limit) against the share a canary within the limit may have."""
+    at or above the limit) against the share a canary within the limit may have.
+
+    Both directions: `p_value` asks "significantly above?" (a regression), `p_within` asks
+    "shown at or below?" (the evidence a Pass needs), each an exact binomial test on the
+    effective number of observations (`total` over the design effect of clustered batches)."""
 
     edge: float
     above: float
     fraction: float
     expected_fraction: float
     p_value: float
+    total: float = math.nan
+    effective: float = math.nan  # independent observations the batches are worth
+    upper: float = math.nan  # one-sided upper confidence bound of `fraction`, at significance
+    p_within: float = math.nan  # p of "fraction >= expected_fraction"; small: shown within
+    needed: float = math.nan  # observations that would show it at this fraction (inf: never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,6 +445,9 @@ class SpeedUp:
     dof: float
     # one-sided p-value of "canary mean > baseline mean x (1 + margin)"
     p_regressed: float
+    # one-sided p-value of "canary mean >= baseline mean x (1 + margin)": small when the
+    # canary is shown within the margin (the speed-up's lower bound above 1 / (1 + margin))
+    p_within: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,6 +481,8 @@ class LatencyEvidence:
     # one exceedance test per bucket bound (Holm-corrected together)
     speedup: SpeedUp | None = None
     bounds: tuple[BoundTest, ...] = ()
+    # what an Inconclusive check could not show (empty when it passed, failed or errored)
+    undecided: tuple[LatencyUndecided, ...] = ()
 
     @property
     def worst_bound(self) -> BoundTest | None:
@@ -494,7 +531,14 @@ class LatencyEvidence:
                 "fraction_above": ev(t.fraction),
                 "expected_fraction": t.expected_fraction,
                 "p_value": ev(t.p_value),
+                "tail_edge": ev(t.edge),
+                "tail_fraction_above": ev(t.fraction),
+                "tail_upper": ev(t.upper),
+                "tail_p_within": ev(t.p_within),
+                "tail_needed": ev(t.needed),
             }
+        if self.undecided:
+            out["undecided"] = ",".join(u.value for u in self.undecided)
         if self.speedup is not None:
             sp = self.speedup
             out |= {
@@ -504,6 +548,7 @@ class LatencyEvidence:
                 "canary_mean_seconds": ev(sp.canary_mean),
                 "baseline_mean_seconds": ev(sp.baseline_mean),
                 "p_value_mean": ev(sp.p_regressed),
+                "p_within_mean": ev(sp.p_within),
             }
         worst = self.worst_bound
         if worst is not None:

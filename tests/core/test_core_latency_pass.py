@@ -1,0 +1,308 @@
+"""A latency Pass needs evidence that the canary is within the margin, not only the absence of a
+significant regression (non-inferiority). What the evidence cannot show reads Inconclusive,
+with the typed cause and the numbers; regressions still Fail, and a strong one alone is as good
+as the windows a rollback needs (`checks.decisive`).
+
+Windows are built the way vLLM reports them: one time per output token per finished request
+(`vllm:request_time_per_output_token_seconds`), per pod per 30 s scrape, in vLLM's default
+buckets (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import latencytraffic
+import numpy as np
+import pytest
+
+from alphagate.config import LatencyGuard
+from alphagate.core import checks, latency
+from alphagate.core.model import (
+    BoundTest,
+    Buckets,
+    CheckKind,
+    CheckResult,
+    LatencyEvidence,
+    LatencySample,
+    LatencyUndecided,
+    PoolObservation,
+    Role,
+    Verdict,
+)
+
+BOUNDS = latencytraffic.VLLM_BOUNDS
+GUARD = LatencyGuard()  # P99, +10%, significance 0.05
+
+
+def _pod(values: list[np.ndarray], pod: str) -> list[LatencySample]:
+    """One pod's per-interval TPOT observations as histogram increments with exact sums."""
+    out = []
+    finite = np.array(BOUNDS[:-1])
+    for i, v in enumerate(values):
+        v = np.sort(np.asarray(v, dtype=float))
+        cum = tuple(float(c) for c in np.searchsorted(v, finite, side="right"))
+        out.append(
+            LatencySample(
+                count=float(v.size),
+                sum=float(v.sum()),
+                buckets=Buckets(bounds=BOUNDS, counts=(*cum, float(v.size))),
+                pod=pod,
+                start=30.0 * i,
+                end=30.0 * (i + 1),
+            )
+        )
+    return out
+
+
+def _lognormal(
+    rng: np.random.Generator, *, median: float, sigma: float, per_interval: int, pod: str
+) -> list[LatencySample]:
+    return _pod(
+        [median * np.exp(sigma * rng.standard_normal(per_interval)) for _ in range(10)], pod
+    )
+
+
+def _judge(
+    canary: list[LatencySample], baseline: list[LatencySample], guard: LatencyGuard = GUARD
+) -> tuple[CheckResult, LatencyEvidence]:
+    r = checks.check_latency(
+        PoolObservation("chat", Role.CANARY, tpot_samples=tuple(canary)),
+        PoolObservation("chat", Role.BASELINE, tpot_samples=tuple(baseline)),
+        guard=guard,
+    )
+    assert r.kind is CheckKind.LATENCY and isinstance(r.evidence, LatencyEvidence)
+    return r, r.evidence
+
+
+def _tail_4x(rng: np.random.Generator, n: int, pod: str) -> list[np.ndarray]:
+    """n requests over 10 intervals: 96% at 4-9 ms, 4% at 30-45 ms (P99 ~4x a fast pool's)."""
+    per = [n // 10] * 10
+    out = []
+    for k in per:
+        slow = rng.random(k) < 0.04
+        v = np.where(slow, rng.uniform(0.030, 0.045, k), rng.uniform(0.004, 0.009, k))
+        out.append(v)
+    return out
+
+
+def test_p99_four_times_the_baseline_from_few_requests_is_inconclusive() -> None:
+    # The real-vLLM log: "latency Pass (P99/token canary 41.9 ms, baseline 9.9 ms)" from a
+    # window with few finished requests. 120 canary requests cannot show a P99 within +10%.
+    rng = np.random.default_rng(3)
+    canary = _pod(_tail_4x(rng, 60, "c0"), "c0") + _pod(_tail_4x(rng, 60, "c1"), "c1")
+    baseline = [
+        s
+        for pod in ("b0", "b1")
+        for s in _pod([rng.uniform(0.004, 0.009, 30) for _ in range(10)], pod)
+    ]
+    r, e = _judge(canary, baseline)
+    assert r.verdict is Verdict.INCONCLUSIVE, r.reason  # too few requests for a Fail either
+    assert e.canary is not None and e.baseline is not None
+    assert e.canary.quantile_seconds > 3.0 * e.baseline.quantile_seconds  # the display P99s
+    assert LatencyUndecided.QUANTILE_ABOVE_LIMIT in e.undecided
+    assert LatencyUndecided.TAIL_NOT_SHOWN in e.undecided
+    t = e.test
+    assert t is not None and t.total == pytest.approx(120)
+    assert t.edge == 0.025  # the first bound at or above 9.9 ms +10%
+    assert t.fraction > t.expected_fraction and math.isinf(t.needed)
+
+
+def test_an_equal_p99_from_120_requests_cannot_be_told_within_the_margin() -> None:
+    # Nothing above the limit's bound, but 120 requests cannot show a 1% tail: Inconclusive,
+    # saying how many would (about 300 with none above it).
+    rng = np.random.default_rng(4)
+    canary = _lognormal(rng, median=0.015, sigma=0.15, per_interval=6, pod="c0") + _lognormal(
+        rng, median=0.015, sigma=0.15, per_interval=6, pod="c1"
+    )
+    baseline = _lognormal(rng, median=0.015, sigma=0.15, per_interval=60, pod="b0") + _lognormal(
+        rng, median=0.015, sigma=0.15, per_interval=60, pod="b1"
+    )
+    r, e = _judge(canary, baseline)
+    assert r.verdict is Verdict.INCONCLUSIVE, r.reason
+    assert LatencyUndecided.TAIL_NOT_SHOWN in e.undecided
+    t = e.test
+    assert t is not None and t.total == pytest.approx(120) and t.above == 0
+    assert t.upper > t.expected_fraction and t.p_within > GUARD.significance
+    assert 250 < t.needed < 350  # ln(0.05) / ln(0.99) = 298 requests with none above
+    assert r.flat_evidence()["undecided"] == "tail-not-shown"
+
+
+def test_a_clearly_faster_canary_with_enough_requests_passes() -> None:
+    rng = np.random.default_rng(5)
+    canary = _lognormal(rng, median=0.012, sigma=0.25, per_interval=150, pod="c0") + _lognormal(
+        rng, median=0.012, sigma=0.25, per_interval=150, pod="c1"
+    )
+    baseline = _lognormal(rng, median=0.015, sigma=0.25, per_interval=150, pod="b0") + _lognormal(
+        rng, median=0.015, sigma=0.25, per_interval=150, pod="b1"
+    )
+    r, e = _judge(canary, baseline)
+    assert r.verdict is Verdict.PASS, r.reason
+    assert e.undecided == ()
+    sp, t = e.speedup, e.test
+    assert sp is not None and sp.p_within <= GUARD.significance and sp.value > 1.1
+    assert t is not None and t.p_within <= GUARD.significance
+    assert t.upper <= t.expected_fraction
+    assert e.limit_seconds is not None and t.edge >= e.limit_seconds
+    assert e.canary is not None and e.canary.quantile_seconds <= e.limit_seconds
+
+
+def test_an_equal_canary_with_a_wide_mean_interval_is_inconclusive_on_the_mean() -> None:
+    # Two pods whose per-interval means swing +-25%: the means cannot be told within +10%.
+    rng = np.random.default_rng(6)
+
+    def swinging(pod: str, median: float) -> list[LatencySample]:
+        scale = 1.0 + 0.25 * rng.standard_normal(10)
+        return _pod(
+            [median * s * np.exp(0.1 * rng.standard_normal(200)) for s in scale],
+            pod,
+        )
+
+    canary = swinging("c0", 0.03) + swinging("c1", 0.03)
+    baseline = swinging("b0", 0.03) + swinging("b1", 0.03)
+    r, e = _judge(canary, baseline)
+    assert r.verdict is Verdict.INCONCLUSIVE, r.reason
+    assert LatencyUndecided.MEAN_NOT_SHOWN in e.undecided
+    sp = e.speedup
+    assert sp is not None and sp.p_within > GUARD.significance
+    assert sp.lower < 1.0 / 1.1
+
+
+@pytest.mark.parametrize("slowdown", [1.5, 2.0])
+def test_regressions_still_fail(slowdown: float) -> None:
+    rng = np.random.default_rng(7)
+    pool = latencytraffic.Pool(rate=3.0)
+    canary = latencytraffic.pool_samples(
+        rng, latencytraffic.Pool(rate=3.0, slowdown=slowdown), intervals=10, prefix="c"
+    )
+    baseline = latencytraffic.pool_samples(rng, pool, intervals=10, prefix="b")
+    r, e = _judge(canary, baseline)
+    assert r.verdict is Verdict.FAIL, r.reason
+    assert e.undecided == ()
+    assert e.speedup is not None and e.speedup.value < 1.0 / 1.1
+
+
+def _mixed_pod(
+    rng: np.random.Generator, name: str, n: int, factor: float, share: float
+) -> list[LatencySample]:
+    """n requests per interval around 15 ms; a `share` of them `factor` times slower."""
+    out = []
+    for _ in range(10):
+        v = 0.015 * np.exp(0.2 * rng.standard_normal(n))
+        out.append(np.where(rng.random(n) < share, v * factor, v))
+    return _pod(out, name)
+
+
+def test_a_pass_never_shows_a_quantile_above_the_limit() -> None:
+    # Across tail shapes, sizes and slowdowns: whatever passes has its displayed (pooled,
+    # histogram_quantile) quantile within the limit, and its tail shown within it.
+    passed = 0
+    for seed in range(40):
+        rng = np.random.default_rng(100 + seed)
+        n = int(rng.choice([20, 60, 200]))
+        tail = float(rng.choice([0.0, 0.01, 0.03]))
+        slow = float(rng.choice([1.0, 1.2, 2.0, 4.0]))
+        canary = _mixed_pod(rng, "c0", n, slow, tail) + _mixed_pod(rng, "c1", n, slow, tail)
+        baseline = _mixed_pod(rng, "b0", n, 1.0, 0.0) + _mixed_pod(rng, "b1", n, 1.0, 0.0)
+        r, e = _judge(canary, baseline)
+        if r.verdict is not Verdict.PASS:
+            continue
+        passed += 1
+        assert e.canary is not None and e.baseline is not None and e.limit_seconds is not None
+        assert e.canary.quantile_seconds <= e.limit_seconds
+        assert e.canary.quantile_seconds <= 1.1 * e.baseline.quantile_seconds + 1e-12
+        assert e.test is not None and e.test.p_within <= GUARD.significance
+    assert passed >= 5  # the property was exercised
+
+
+def test_histogram_path_needs_the_tail_shown_too() -> None:
+    # One pooled histogram (no per-pod samples): 150 requests, none above the bound, is not
+    # enough for a P99; 3,000 is.
+    def hist(n: int) -> Buckets:
+        v = np.sort(0.015 * np.exp(0.2 * np.random.default_rng(n).standard_normal(n)))
+        finite = np.array(BOUNDS[:-1])
+        cum = tuple(float(c) for c in np.searchsorted(v, finite, side="right"))
+        return Buckets(bounds=BOUNDS, counts=(*cum, float(n)), sum=float(v.sum()))
+
+    def judge(n: int) -> tuple[CheckResult, LatencyEvidence]:
+        r = checks.check_latency(
+            PoolObservation("chat", Role.CANARY, tpot=hist(n)),
+            PoolObservation("chat", Role.BASELINE, tpot=hist(n + 1)),
+            guard=LatencyGuard(min_count=100),
+        )
+        assert isinstance(r.evidence, LatencyEvidence)
+        return r, r.evidence
+
+    small, e = judge(150)
+    assert small.verdict is Verdict.INCONCLUSIVE, small.reason
+    assert e.undecided == (LatencyUndecided.TAIL_NOT_SHOWN,)
+    assert e.test is not None and e.test.above == 0 and e.test.p_within > 0.05
+    large, e = judge(3000)
+    assert large.verdict is Verdict.PASS, large.reason
+    assert e.test is not None and e.test.p_within <= 0.05 and e.undecided == ()
+
+
+def test_within_test_is_the_exact_binomial_on_effective_counts() -> None:
+    t = latency.within_test(0.05, 0.0, 300.0, expected=0.01, significance=0.05)
+    assert t.p_within == pytest.approx(0.99**300)
+    assert t.upper == pytest.approx(1 - 0.05 ** (1 / 300), rel=1e-6)  # Clopper-Pearson, k = 0
+    # Clustered batches are worth fewer requests: a design effect of 4 quarters them.
+    binomial_se = math.sqrt(0.005 * 0.995 / 2000)
+    clustered = latency.within_test(
+        0.05, 10.0, 2000.0, expected=0.01, significance=0.05, se=2 * binomial_se
+    )
+    assert clustered.effective == pytest.approx(500.0)
+    independent = latency.within_test(0.05, 10.0, 2000.0, expected=0.01, significance=0.05)
+    assert independent.p_within < clustered.p_within
+    assert latency.binomial_cdf(3, 1000, 0.01) == pytest.approx(
+        sum(math.comb(1000, i) * 0.01**i * 0.99 ** (1000 - i) for i in range(4))
+    )
+
+
+# ---------------------------------------------------------------- decisive latency failures
+
+
+def test_a_strong_regression_is_decisive_alone() -> None:
+    rng = np.random.default_rng(8)
+    canary = latencytraffic.pool_samples(
+        rng, latencytraffic.Pool(rate=3.0, slowdown=2.0), intervals=10, prefix="c"
+    )
+    baseline = latencytraffic.pool_samples(
+        rng, latencytraffic.Pool(rate=3.0), intervals=10, prefix="b"
+    )
+    r, _ = _judge(canary, baseline)
+    assert r.verdict is Verdict.FAIL
+    assert checks.decisive(r, 2) and checks.decisive(r, 3)
+
+
+def test_a_marginal_regression_needs_its_windows() -> None:
+    # Significant at 0.05, but not at 0.05 ** 2 after Bonferroni over the window's tests.
+    weak = BoundTest(0.05, 0.02, 0.025, 0.01, 0.011, p_value=0.004, rejected=True)
+    other = BoundTest(0.075, 0.001, 0.05, 0.5, 0.5, p_value=0.9)
+    e = LatencyEvidence(
+        metric=GUARD.metric,
+        quantile=0.99,
+        max_regression_ratio=0.1,
+        significance=0.05,
+        min_count=100,
+        bounds=(weak, other),
+    )
+    fail = CheckResult(CheckKind.LATENCY, Verdict.FAIL, "regressed", e)
+    assert not checks.decisive(fail, 2)  # 2 x 0.004 > 0.05 ** 2
+    assert checks.decisive(fail, 1)
+    strong = replace(e, bounds=(replace(weak, p_value=1e-4), other))
+    assert checks.decisive(CheckResult(CheckKind.LATENCY, Verdict.FAIL, "regressed", strong), 2)
+    undecided = CheckResult(CheckKind.LATENCY, Verdict.INCONCLUSIVE, "not shown", strong)
+    assert not checks.decisive(undecided, 2)
+
+
+def test_equal_latency_with_stalls_is_never_decisive() -> None:
+    decisive = 0
+    for seed in range(60):
+        rng = np.random.default_rng(20_000 + seed)
+        canary = latencytraffic.pool_samples(rng, latencytraffic.Pool(), intervals=10, prefix="c")
+        baseline = latencytraffic.pool_samples(rng, latencytraffic.Pool(), intervals=10, prefix="b")
+        r, _ = _judge(canary, baseline)
+        decisive += checks.decisive(r, 2)
+    assert decisive == 0
