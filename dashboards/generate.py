@@ -151,7 +151,7 @@ def stat_panel(title: str, description: str, unit: str, query: prom.Dataquery) -
         .datasource(DS)
         .unit(unit)
         .height(4)
-        .span(4)
+        .span(3)  # eight across the top row
         .with_target(query)
         .graph_mode(common.BigValueGraphMode.AREA)
         .color_mode(common.BigValueColorMode.VALUE)
@@ -299,6 +299,47 @@ def build() -> db.Dashboard:
             "Seconds since the last evaluation whose metrics read succeeded.",
             "s",
             q(f"time() - max(alphagate_last_success_timestamp_seconds{{{C}}})", "age"),
+        )
+    )
+    dash = dash.with_panel(
+        stat_panel(
+            "Longest verdict age",
+            "Probing or On: the longest the canary went without a conclusive verdict (Pass or "
+            "Fail) in the range, every window Inconclusive or Error; speculation runs unchecked "
+            "meanwhile. At staleness.afterSeconds (default 30 min) AlphagateVerdictStale fires.",
+            "s",
+            q(
+                f"max(max_over_time(alphagate_verdict_age_seconds{{{C}}}[$__range]))",
+                "verdict age",
+            ),
+        ).thresholds(
+            db.ThresholdsConfig()
+            .mode(dm.ThresholdsMode.ABSOLUTE)
+            .steps(
+                [
+                    dm.Threshold(value=None, color="green"),
+                    dm.Threshold(value=900, color="orange"),
+                    dm.Threshold(value=1800, color="red"),
+                ]
+            )
+        )
+    )
+    dash = dash.with_panel(
+        stat_panel(
+            "Timing problems",
+            "Problems of the policy's timing against the scrape interval right now (core/timing:"
+            " a window or interval spanning fewer than two scrapes leaves increase() empty at "
+            "times). 0: it fits. See the TimingFits condition; AlphagateTimingTooShort fires.",
+            "none",
+            q(
+                'count(alphagate_timing_problem{namespace="$namespace", '
+                'canary=~"$canary|$canary/.*"}) or on() vector(0)',
+                "problems",
+            ),
+        ).thresholds(
+            db.ThresholdsConfig()
+            .mode(dm.ThresholdsMode.ABSOLUTE)
+            .steps([dm.Threshold(value=None, color="green"), dm.Threshold(value=1, color="red")])
         )
     )
     dash = dash.with_panel(

@@ -140,7 +140,9 @@ def test_timing_too_short_for_the_scrape_interval_is_warned_once(
     cr = canary_cr(source={"kind": "prometheus", "prometheus": {}})
     seed(apiserver, cr=cr)
     clock = Clock()
-    rec = _reconciler(kube, IdleSource(apiserver, scrape_interval=30.0), clock)
+    registry = CollectorRegistry()
+    source = IdleSource(apiserver, scrape_interval=30.0)
+    rec = _reconciler(kube, source, clock, registry)
     _step(rec, clock, 4)
     fits = _condition(apiserver, "TimingFits")
     assert fits is not None and fits.status == "False" and fits.reason == "TimingTooShort"
@@ -148,8 +150,16 @@ def test_timing_too_short_for_the_scrape_interval_is_warned_once(
     warned = [e for e in _events(apiserver) if e[1] == "TimingTooShort"]
     # one Event per problem (interval, window), each sent once over four evaluations
     assert len(warned) == 2 and all(e[3] == 1 for e in warned)
+    # and a gauge per problem for as long as it holds (the AlphagateTimingTooShort alert)
+    problems = {
+        dict(labels)["problem"]
+        for (name, labels), value in _metrics(registry).items()
+        if name == "alphagate_timing_problem" and value == 1
+    }
+    assert problems == {"interval-too-short", "window-too-short"}
 
-    fine = _reconciler(kube, IdleSource(apiserver, scrape_interval=2.0), clock)
-    _step(fine, clock)
+    source.scrape_interval = 2.0  # Prometheus now scrapes every 2 s
+    _step(rec, clock)
     fits = _condition(apiserver, "TimingFits")
     assert fits.status == "True" and fits.reason == "Fits"
+    assert not [k for k in _metrics(registry) if k[0] == "alphagate_timing_problem"]

@@ -208,6 +208,7 @@ def test_record_exports_every_named_metric(recorder: exporter.Recorder) -> None:
         "alphagate_predicted_speedup_ratio",
         "alphagate_spec_invalid",
         "alphagate_verdict_age_seconds",
+        "alphagate_timing_problem",  # only while the timing does not fit the scrapes
     }
     only_on_demand |= {metric_names.SHARDS, metric_names.SHARD_HELD, metric_names.SHARD_UNITS}
     only_on_demand |= metric_names.INSIGHT_NAMES  # given with insights (core.insights)
@@ -496,3 +497,24 @@ def test_verdict_age_follows_the_core(recorder: exporter.Recorder) -> None:
     )
     s = scrape(recorder.registry)
     assert not [k for k in s if k[0] == "alphagate_verdict_age_seconds"]
+
+
+def test_timing_problems_show_while_they_hold(recorder: exporter.Recorder) -> None:
+    """alphagate_timing_problem: 1 per current problem, removed once it clears or the canary
+    is forgotten (set every evaluation by shell.timing_warnings)."""
+    recorder.timing(
+        namespace="llm", canary="chat", problems=["interval-too-short", "window-too-short"]
+    )
+    recorder.timing(namespace="llm", canary="code", problems=["window-too-short"])
+    s = scrape(recorder.registry)
+    assert value(s, "alphagate_timing_problem", namespace="llm", canary="chat",
+                 problem="interval-too-short") == 1  # fmt: skip
+    recorder.timing(namespace="llm", canary="chat", problems=["window-too-short"])
+    s = scrape(recorder.registry)
+    shown = {(dict(k[1])["canary"], dict(k[1])["problem"]) for k in s
+             if k[0] == "alphagate_timing_problem"}  # fmt: skip
+    assert shown == {("chat", "window-too-short"), ("code", "window-too-short")}
+    recorder.timing(namespace="llm", canary="chat", problems=[])
+    recorder.forget(namespace="llm", canary="code")
+    s = scrape(recorder.registry)
+    assert not [k for k in s if k[0] == "alphagate_timing_problem"]

@@ -203,6 +203,10 @@ def _evaluate_into(stack: dict[str, Any]) -> list[Any]:
             )
             out.append(ev)
             memory = ev.memory
+            if command is None and ev.verdict_age_seconds is not None:
+                # while On the age is exported; let Prometheus scrape it before the disable
+                # removes it, so the verdict-age panel has a sample in its range
+                prom.wait_for(f'alphagate_verdict_age_seconds{{canary="{CANARY}"}}', timeout=30)
     return out
 
 

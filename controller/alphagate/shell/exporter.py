@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,6 +235,16 @@ class Recorder(MetricFamilies):
                 self._invalid.add((namespace, name))
                 self.spec_invalid.labels(namespace, name).set(1)
 
+    def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None:
+        """The policy's timing problems right now (core/timing, every evaluation): 1 for each,
+        and the series of problems that cleared removed."""
+        with self._lock:
+            for values in list(self.timing_problem._metrics):  # no public listing
+                if values[:2] == (namespace, canary) and values[2] not in problems:
+                    self.timing_problem.remove(*values)
+            for problem in problems:
+                self.timing_problem.labels(namespace, canary, problem).set(1)
+
     def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:
         """Count one failed read by kind (a bounded set; None counts as "unknown")."""
         label = kind.value if kind is not None else UNKNOWN_ERROR_KIND
@@ -301,6 +311,7 @@ class Recorder(MetricFamilies):
                 self.source_errors,
                 self.duration,
                 self.warnings,
+                self.timing_problem,
             ):
                 for values in list(metric._metrics):  # no public listing in prometheus_client
                     if mine(values[0], values[1]):

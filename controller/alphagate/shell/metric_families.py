@@ -43,6 +43,7 @@ from alphagate.shell.metric_names import (
     SPEC_INVALID,
     SPECULATION_ENABLED,
     STATE,
+    TIMING_PROBLEM,
     VERDICT_AGE,
     WARNINGS,
     WINDOW_DRAFTS,
@@ -169,6 +170,13 @@ class MetricFamilies:
             "Probing or On: seconds since the last conclusive verdict (Pass or Fail), or since "
             "the enable if later; absent while nothing is judged (staleness.afterSeconds).",
             _CANARY,
+        )
+        self.timing_problem = gauge(
+            TIMING_PROBLEM,
+            "1 per problem while the policy's timing does not fit the scrape interval "
+            "(core/timing: window-too-short or interval-too-short, so increase() is empty at "
+            "times and reads as no data; staleness-too-short); absent when it fits.",
+            (*_CANARY, "problem"),
         )
         self.warnings = Counter(
             WARNINGS.removesuffix("_total"),

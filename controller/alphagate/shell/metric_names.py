@@ -46,6 +46,8 @@ PREDICTED_SPEEDUP: Final = "alphagate_predicted_speedup_ratio"
 ERROR_STREAK: Final = "alphagate_error_streak"
 # Probing/On: seconds since the last conclusive verdict (the staleness guard's clock)
 VERDICT_AGE: Final = "alphagate_verdict_age_seconds"
+# 1 per problem while the policy's timing does not fit the scrape interval (core/timing)
+TIMING_PROBLEM: Final = "alphagate_timing_problem"
 LEADER: Final = "alphagate_leader"
 BUILD_INFO: Final = "alphagate_build_info"
 WARNINGS: Final = "alphagate_warnings_total"
@@ -96,6 +98,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         PREDICTED_SPEEDUP,
         ERROR_STREAK,
         VERDICT_AGE,
+        TIMING_PROBLEM,
         LEADER,
         BUILD_INFO,
         WARNINGS,

@@ -137,7 +137,7 @@ class Reconciler(WatchLoop):
         self._memories: dict[tuple[str, str], dict[str, Memory]] = {}
         self.diagnoses = Diagnoses()  # the diagnosis findings last reported
         self._tracked: set[tuple[str, str]] = set()
-        self.timing_warnings = TimingWarnings(self.events)  # told once per change
+        self.timing_warnings = TimingWarnings(self.events, self.recorder)  # told once per change
         self.evaluations = 0
 
     # ------------------------------------------------------------ sources

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final, Protocol
 
 from alphagate.config import SpeculativeCanarySpec
@@ -36,6 +36,8 @@ class Recorder(Protocol):
         self, kind: SourceErrorKind | None, *, namespace: str, canary: str
     ) -> None: ...
 
+    def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None: ...
+
     def record(
         self,
         evaluation: Evaluation,
@@ -60,6 +62,9 @@ class NullRecorder:
 
     def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:
         """Nothing to count."""
+
+    def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None:
+        """Nothing to show."""
 
     def record(
         self,

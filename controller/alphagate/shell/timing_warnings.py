@@ -6,6 +6,7 @@ from `kube.freshness.timing_fits`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -14,14 +15,17 @@ from alphagate.core import timing
 from alphagate.core.model import Observation
 from alphagate.kube.events import EventRecorder, ObjectRef, timing_events
 from alphagate.kube.freshness import timing_fits
+from alphagate.shell.reporting import METRIC_ERRORS, NullRecorder, Recorder
 
 
 class TimingWarnings:
     """Per resource, the timing problems last warned about (generation, scrape interval,
-    problems): an Event and a log line once, not every interval."""
+    problems): an Event and a log line once, not every interval; the metric every interval
+    (`alphagate_timing_problem`, for its alert)."""
 
-    def __init__(self, events: EventRecorder) -> None:
+    def __init__(self, events: EventRecorder, recorder: Recorder | None = None) -> None:
         self.events = events
+        self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
         self._lock = threading.Lock()
         self._warned: dict[tuple[str, str], tuple[Any, ...]] = {}
 
@@ -49,6 +53,12 @@ class TimingWarnings:
         with self._lock:
             new = bool(advice) and self._warned.get(key) != seen
             self._warned[key] = seen
+        with contextlib.suppress(*METRIC_ERRORS):
+            self.recorder.timing(
+                namespace=ref.namespace,
+                canary=ref.name,
+                problems=sorted({w.problem.value for w in advice}),
+            )
         if new:
             log.warning(
                 "timing_too_short",
