@@ -78,6 +78,7 @@ class _Batch:
     interval: float
     shared: PoolQueries | None = None
     answers: dict[str, list[Point] | SourceError] = field(default_factory=dict)
+    indexed: dict[str, dict[tuple[str, ...], list[Point]]] = field(default_factory=dict)
 
     def queries(self) -> PoolQueries:
         if self.shared is None:
@@ -108,6 +109,21 @@ class _Batch:
             raise got
         return got
 
+    def by_values(
+        self, name: str, ask: tuple[float, float, float] | float
+    ) -> dict[tuple[str, ...], list[Point]]:
+        """The shared answer `name` grouped by the values of `keys` (a missing label is ""):
+        each pool takes its own group, so a batch costs one pass over its points, not one
+        per pool (200 pools and some 10^5 points at 5,000 pods)."""
+        got = self.indexed.get(name)
+        if got is None:
+            got = {}
+            keys = self.keys
+            for p in self.answer(name, ask):
+                got.setdefault(tuple(p.labels.get(k, "") for k in keys), []).append(p)
+            self.indexed[name] = got
+        return got
+
 
 class _PoolAsker:
     """Answers one pool's queries from its batch's shared answers (an `Asker`)."""
@@ -115,18 +131,20 @@ class _PoolAsker:
     def __init__(self, batch: _Batch, own: PoolQueries, labels: Mapping[str, str]) -> None:
         self.batch = batch
         self.names = {getattr(own, f.name): f.name for f in fields(PoolQueries)}
-        self.want = tuple((label_name(k), v) for k, v in labels.items())
+        wanted = {label_name(k): v for k, v in labels.items()}
+        # a pool whose keys collapse to one label name with two values matches nothing
+        agree = all(wanted[label_name(k)] == v for k, v in labels.items())
+        self.key = tuple(wanted.get(k, "") for k in batch.keys) if agree else None
 
     def _mine(self, name: str, ask: tuple[float, float, float] | float) -> list[Point] | None:
         """The pool's points of the shared answer; None when the pool must ask alone."""
         try:
-            points = self.batch.answer(name, ask)
+            groups = self.batch.by_values(name, ask)
         except SourceError as err:
             if err.kind in QUERY_KINDS and len(self.batch.pools) > 1:
                 return None
             raise
-        want = self.want  # a missing label matches "" in PromQL, so .get(k, "")
-        return [p for p in points if all(p.labels.get(k, "") == v for k, v in want)]
+        return [] if self.key is None else groups.get(self.key, [])
 
     def query(self, expr: str, *, at: float | None = None) -> list[Point]:
         assert at is not None
