@@ -15,6 +15,27 @@ from alphagate.errors import ConfigError, EndpointError, PolicyError, SourceErro
 from alphagate.sources import FailedSource, make_source
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig, load
 from alphagate.sources.prometheus import PrometheusSource
+from alphagate.sources.scrape import ScrapeSource
+
+
+def test_the_admin_chooses_what_encoding_pods_are_asked_for(tmp_path: Path) -> None:
+    scraped = SpeculativeCanarySpec.model_validate({**spec(), "source": {"kind": "podScrape"}})
+    path = tmp_path / "config.yaml"
+    for text, want in (
+        ("prometheus: []\n", "identity"),  # the default: plain pages (cheaper CPU both ends)
+        ("podScrape: {acceptEncoding: gzip}\n", "gzip"),
+        ("podScrape: {acceptEncoding: identity}\n", "identity"),
+    ):
+        path.write_text(text)
+        source = make_source(scraped, core_api=object(), endpoints=load(path))
+        assert isinstance(source, ScrapeSource)
+        assert source.accept_encoding == want
+    default = make_source(scraped, core_api=object())  # no configuration at all
+    assert isinstance(default, ScrapeSource) and default.accept_encoding == "identity"
+    path.write_text("podScrape: {acceptEncoding: br}\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert "podScrape.acceptEncoding" in str(caught.value)
 
 
 def spec(prometheus: dict[str, Any] | None = None) -> dict[str, Any]:

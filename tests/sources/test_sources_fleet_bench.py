@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from alphagate.bench import fleet
+from alphagate.bench import fleet, fleet_cycle
 from alphagate.sandbox.pageserver import Pages
 from alphagate.sources import exposition
 from alphagate.testing import prometheus as promtest
@@ -39,7 +39,7 @@ def test_pages_grow_like_counters_and_stay_parseable() -> None:
 
 
 def test_layout_gives_every_pod_one_canary_and_role() -> None:
-    groups = fleet.layout(103, 50)
+    groups = fleet_cycle.layout(103, 50)
     pods = [i for _, canary, baseline in groups for i in canary + baseline]
     assert sorted(pods) == list(range(103))
     assert all(canary and baseline for _, canary, baseline in groups)
@@ -53,6 +53,9 @@ def test_quick_run_reports_every_number(capsys: pytest.CaptureFixture[str]) -> N
     parser = got["parser"]
     assert set(parser) >= {"prometheus_client", "alphagate", "str.splitlines (ceiling)"}
     assert all(v > 0 for v in parser.values())
+    steps = got["page_costs"]  # what a page costs after its GET: inflate, decode, parse
+    assert {"inflate gzip (zlib)", "decode UTF-8", "parse (alphagate)"} <= set(steps)
+    assert all(v > 0 for v in steps.values())
     kinds = {(c["source"], c["pods"]) for c in got["cycles"]}
     assert kinds == {("scrape", 20), ("scrape", 40), ("prometheus", 20), ("prometheus", 40)}
     # The Prometheus path: up to 15 queries a pool one canary at a time, up to 15 for every

@@ -30,7 +30,8 @@ from typing import Any, Final
 import yaml
 from kubernetes import watch
 
-from alphagate.bench.fleet import CLK_TCK, PageServer, _machine, _page
+from alphagate.bench.fleet import PageServer, _machine, _page
+from alphagate.bench.fleet_cycle import CLK_TCK
 from alphagate.config import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from alphagate.kube.client import API_ERRORS, Kube
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate

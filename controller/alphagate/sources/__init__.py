@@ -66,7 +66,8 @@ def make_source(
 ) -> Source:
     """The source a policy asks for. Prometheus: the endpoint the policy names among those the
     admin configured (`endpoints`). Pod scraping lists pods with `core_api` (a kubernetes
-    CoreV1Api; built from kubeconfig or the in-cluster account when None) in `namespace`.
+    CoreV1Api; built from kubeconfig or the in-cluster account when None) in `namespace`,
+    asking for the encoding the admin chose (`endpoints.pod_scrape`).
     Never raises for a bad or unknown endpoint: the source then reports it on every read."""
     if spec.source.kind is SourceKind.PROMETHEUS:
         from alphagate.sources.prometheus import PrometheusSource
@@ -84,7 +85,8 @@ def make_source(
         from alphagate.kube.client import api_client, load_configuration
 
         core_api = client.CoreV1Api(api_client(load_configuration()))
-    return ScrapeSource(KubeDiscovery(core_api, namespace))
+    encoding = (endpoints or SourcesConfig()).pod_scrape.accept_encoding
+    return ScrapeSource(KubeDiscovery(core_api, namespace), accept_encoding=encoding)
 
 
 def factory(
