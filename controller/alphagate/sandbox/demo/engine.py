@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import math
 import queue
 import shutil
 import tempfile
@@ -20,11 +18,13 @@ from typing import Any
 
 from alphagate import report
 from alphagate.config import Aggregation, SpeculativeCanary, dump, parse
-from alphagate.core.model import Action, Evaluation, State, Verdict
+from alphagate.core.model import Action, State
 from alphagate.errors import PolicyError, SandboxError
-from alphagate.sandbox.apiserver import ApiError, ApiServer
+from alphagate.sandbox.apiserver import ApiServer
 from alphagate.sandbox.demo import results
 from alphagate.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
+from alphagate.sandbox.demo.feed import ClusterFeed
+from alphagate.sandbox.demo.hearing import hear, log_line
 from alphagate.sandbox.demo.inputs import (
     check_fit,
     deployment_objects,
@@ -43,10 +43,8 @@ from alphagate.sandbox.demo.view import (
     DemoResult,
     LogLine,
     Snapshot,
-    cause_of,
-    failing_checks,
 )
-from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner
+from alphagate.sandbox.kubelet import KubeletRunner
 from alphagate.sandbox.pod_runtime import SimRuntime
 
 
@@ -115,7 +113,6 @@ class Demo:
         self._truth: dict[str, dict[str, float]] = {}
         self._chaos: list[ChaosRecord] = []
         self._chaos_runner: ChaosRunner | None = None
-        self._seen_events: set[str] = set()
         self._t0_wall = 0.0
         self._clock = _PausedClock()
         self._cleanup: list[tuple[str, Callable[[], None]]] = []
@@ -123,8 +120,7 @@ class Demo:
         self._notes: list[str] = []
         self._finished = False
         self.endpoints: dict[str, str] = {}
-        self._next_pool_event = 0
-        self._events_checked = 0.0
+        self._feed = ClusterFeed(self.scenario, self.namespace, self._say, self._notes)
         self._first_rollback: float | None = None  # scenario seconds, for the chaos timing
         self._confirmed: list[float] = []
         # parts
@@ -180,6 +176,7 @@ class Demo:
         self.api = ApiServer(kubelet=None)
         self.api.start()
         api = self.api
+        self._feed.api = api
         self._defer("API server", api.stop)
         api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
         api.put(build_crd())
@@ -358,12 +355,12 @@ class Demo:
                     name: {"alpha": s.alpha, "share": s.share} for name, s in truth.slices.items()
                 }
         if not final:
-            self._pool_events(t)
+            self._feed.pool_events(t)
             self._run_chaos(t)
         if self.kubelet is not None:
             for kev in self.kubelet.events():
-                self._kubelet_line(kev)
-        self._k8s_events(force=final)
+                self._feed.kubelet_line(kev, self._wall_to_sim(kev.at))
+        self._feed.k8s_events(force=final)
         while True:
             try:
                 wall, out = self._outcomes.get_nowait()
@@ -371,121 +368,21 @@ class Demo:
                 break
             self._outcome(wall, out)
 
-    def _pool_events(self, t: float) -> None:
-        """Scenario changes to pools, as a person would make them: `replicas` scales the
-        Deployment, `restart` deletes its pods; other pool fields are not applied here."""
-        while self._next_pool_event < len(self.scenario.timeline):
-            ev = self.scenario.timeline[self._next_pool_event]
-            if ev.at > t:
-                return
-            self._next_pool_event += 1
-            if self.api is None:
-                continue
-            for name, patch in ev.pools.items():
-                fields = patch.model_fields_set
-                if "replicas" in fields and patch.replicas is not None:
-                    dep = self.api.get("deployments", self.namespace, name, group="apps")
-                    dep["spec"]["replicas"] = patch.replicas
-                    self.api.put(dep)
-                    self._say("scenario", f"{name} scaled to {patch.replicas}", t=ev.at)
-                ignored = sorted(f for f in fields if f != "replicas")
-                if ignored:
-                    note = (
-                        f"t={ev.at:.0f} s: the scenario's change of {', '.join(ignored)} on "
-                        f"pool {name} is not applied in the demo (the controller owns the "
-                        "canary's config; the kubelet runs the pods)"
-                    )
-                    self._notes.append(note)
-                    self._say("demo", note, "yellow", t=ev.at)
-            for name in ev.restart:
-                for pod in self.api.objects("pods", self.namespace):
-                    if pod["metadata"].get("labels", {}).get("app") == name:
-                        with contextlib.suppress(ApiError):  # already gone
-                            self.api.delete("pods", self.namespace, pod["metadata"]["name"])
-                self._say("scenario", f"{name}: pods restarted", t=ev.at)
-
-    def _kubelet_line(self, ev: KubeletEvent) -> None:
-        """Rollouts, and pods that went away or failed (not every start and ready)."""
-        if ev.kind in ("deleted", "restarted", "failed", "rollout"):
-            style = "red" if ev.kind in ("failed", "restarted", "deleted") else "dim"
-            self._say("kubelet", ev.message, style, t=self._wall_to_sim(ev.at))
-
-    def _k8s_events(self, *, force: bool = False) -> None:
-        """Events the controller wrote to Kubernetes (what `kubectl get events` shows)."""
-        if self.api is None:
-            return
-        now = time.monotonic()
-        if now - self._events_checked < 0.5 and not force:
-            return
-        self._events_checked = now
-        try:
-            events = self.api.objects("events", self.namespace)
-        except ApiError:
-            return
-        for ev in events:
-            uid = ev.get("metadata", {}).get("uid", "")
-            count = ev.get("count", 1)
-            key = f"{uid}/{count}"
-            if key in self._seen_events:
-                continue
-            self._seen_events.add(key)
-            kind = ev.get("type", "Normal")
-            if ev.get("reason") in (
-                "SpeculationEnabled",
-                "SpeculationDisabled",
-                "SourceErrors",
-                "PatchFailed",
-                "FlipRefused",
-                "RolloutTimeout",
-            ):
-                self._say(
-                    "event",
-                    f"{kind} {ev.get('reason')}: {str(ev.get('message', ''))[:160]}",
-                    "yellow" if kind == "Warning" else "",
-                )
-
     def _outcome(self, wall: float, out: Any) -> None:
         t = self._wall_to_sim(wall)
-        unit = out.units[0] if out.units else None
-        evaluation: Evaluation | None = unit.evaluation if unit is not None else None
-        error = ""
-        if out.spec_error:
-            error = out.spec_error
-        elif unit is not None and unit.error is not None:
-            error = f"not applied: {unit.error}"
-        if evaluation is not None:
-            truth = math.nan
-            if self._truth and evaluation.weights and evaluation.combined is not None:
-                w = {k: v for k, v in evaluation.weights.items() if k in self._truth}
-                total = math.fsum(w.values())
-                if total > 0:
-                    truth = math.fsum(self._truth[k]["alpha"] * v for k, v in w.items()) / total
-            point = report.point(evaluation, start=self._t0_wall, truth_alpha=truth)
-            point = dataclasses.replace(point, t=t)
-            if error and unit is not None and unit.error is not None:
-                point = dataclasses.replace(point, reason=f"{point.reason} — {error}")
-            memory = unit.memory if unit is not None and unit.memory is not None else None
-            state = (memory or evaluation.memory).state.value
-            self._state = state
-            self._spec_on = unit.speculation_on if unit is not None else None
-            self._last_alpha = dict((memory or evaluation.memory).last_alpha)
-        else:
-            point = report.Point(
-                t=t,
-                at=wall,
-                state=self._state,
-                action=Action.HOLD.value,
-                reason=f"not evaluated: {error}" if error else "not evaluated",
-                verdict=Verdict.ERROR.value,
-                speculation_on=bool(self._spec_on),
-            )
-        decision = Decision(
+        heard = hear(
+            out,
             t=t,
-            point=point,
-            evaluation=evaluation,
-            error=error,
-            applied=bool(unit and unit.applied),
+            wall=wall,
+            t0_wall=self._t0_wall,
+            truth=self._truth,
+            state=self._state,
+            speculation_on=self._spec_on,
         )
+        decision, point = heard.decision, heard.decision.point
+        self._state, self._spec_on = heard.state, heard.speculation_on
+        if heard.last_alpha is not None:
+            self._last_alpha = heard.last_alpha
         with self._lock:
             self._decisions.append(decision)
             self._last = decision
@@ -495,22 +392,9 @@ class Demo:
             self._first_rollback = t
         if point.transition == f"{State.PROBING.value} -> {State.ON.value}":
             self._confirmed.append(t)
-        if point.transition:
-            why = ""
-            if point.action == Action.DISABLE.value:
-                why = f" [{cause_of(failing_checks(evaluation)) or 'see checks'}]"
-            self._say(
-                "controller",
-                f"{point.transition}: {point.action}{why} — {point.reason}",
-                "bold green"
-                if point.action == Action.ENABLE.value
-                else "bold red"
-                if point.action == Action.DISABLE.value
-                else "bold",
-                t=t,
-            )
-        elif error:
-            self._say("controller", f"{point.verdict}: {error[:200]}", "red", t=t)
+        line = log_line(decision)
+        if line is not None:
+            self._say("controller", line[0], line[1], t=t)
         if self.on_decision is not None:
             with contextlib.suppress(Exception):  # last resort: the view's hook must not stop us
                 self.on_decision(decision)
@@ -536,8 +420,10 @@ class Demo:
             what, fn = self._cleanup.pop()
             try:
                 fn()
-            except Exception as exc:  # keep stopping the rest
-                self._notes.append(f"stopping {what} failed: {exc!r}")
+            except Exception as exc:
+                # last resort: a part may fail to stop in any way (a process, a server thread, a
+                # temp dir); the rest must still stop, and the note names the error's type
+                self._notes.append(f"stopping {what} failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------ results
 

@@ -137,7 +137,7 @@ def check_fit(
 
 def fleet_scenario(scenario: Any) -> Any:
     """The scenario without its pool changes: in the demo the kubelet runs the pods, so pool
-    changes go through the API instead (see `Demo._pool_events`)."""
+    changes go through the API instead (see `feed.ClusterFeed.pool_events`)."""
     timeline = [ev.model_copy(update={"pools": {}, "restart": []}) for ev in scenario.timeline]
     return scenario.model_copy(update={"timeline": timeline})
 
