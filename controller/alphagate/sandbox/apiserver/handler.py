@@ -112,9 +112,12 @@ def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
             except ApiError as err:
                 code = err.code
                 self._send(err.code, err.status())
-            except Exception as exc:  # a bug in the double: say so, as a 500 Status
+            except Exception as exc:
+                # last resort: one request must not take the server thread down; whatever
+                # escaped is a bug in the double, answered as a 500 Status naming its type
                 code = 500
-                self._send(500, ApiError(500, f"API server double: {exc!r}").status())
+                text = f"API server double: {type(exc).__name__}: {exc}"
+                self._send(500, ApiError(500, text).status())
             finally:
                 server._record(
                     RecordedRequest(
