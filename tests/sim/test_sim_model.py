@@ -8,15 +8,11 @@ import numpy as np
 import pytest
 
 from alphagate import vllm
+from alphagate.sim.acceptance import AcceptanceTable
+from alphagate.sim.counters import EngineCounters
+from alphagate.sim.decode import DecodeParams, Load, step_time
 from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.model import (
-    AcceptanceTable,
-    DecodeParams,
-    Engine,
-    EngineCounters,
-    Load,
-    step_time,
-)
+from alphagate.sim.model import Engine
 from alphagate.sim.scenario import load_scenario
 
 

@@ -10,15 +10,10 @@ import pytest
 
 from alphagate import vllm
 from alphagate.sim.acceptance import draw_request_alpha
+from alphagate.sim.counters import EngineCounters
+from alphagate.sim.decode import DecodeParams, Load, Stalls, output_lengths
 from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.model import (
-    DecodeParams,
-    Engine,
-    EngineCounters,
-    Load,
-    Stalls,
-    output_lengths,
-)
+from alphagate.sim.model import Engine
 from alphagate.sim.pod import PodSnapshot
 from alphagate.sim.scenario import parse_scenario
 

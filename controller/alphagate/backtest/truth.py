@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from alphagate.core.model import Action
 from alphagate.report import Point
-from alphagate.sim.fleet import PodTruth, Truth
+from alphagate.sim.truth import PodTruth, Truth
 
 _EPS = 1e-9
 

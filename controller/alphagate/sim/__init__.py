@@ -15,9 +15,9 @@ Traffic is per request (own acceptance, log-normal lengths), pods stall now and 
 timeline events may ramp; ``scenarios/README.md`` documents the fields and their defaults.
 """
 
+from alphagate.sim.decode import DecodeParams, Load
 from alphagate.sim.exposition import render
-from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot, PodTruth, SliceTruth, Truth
-from alphagate.sim.model import DecodeParams, Load
+from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot
 from alphagate.sim.pod import (
     PodSnapshot,
     PodSpec,
@@ -29,6 +29,7 @@ from alphagate.sim.pod import (
 from alphagate.sim.recording import Recording, RecordingWriter, read_recording, record
 from alphagate.sim.scenario import Scenario, load_scenario, parse_scenario
 from alphagate.sim.server import SimServer
+from alphagate.sim.truth import PodTruth, SliceTruth, Truth
 
 __all__ = [
     "DecodeParams",

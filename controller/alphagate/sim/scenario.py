@@ -50,7 +50,7 @@ from pydantic import (
 
 from alphagate import yamlpos
 from alphagate.errors import ScenarioError
-from alphagate.sim.model import DecodeParams, Stalls
+from alphagate.sim.decode import DecodeParams, Stalls
 from alphagate.sim.pod import spec_config_from_dict
 
 _DURATION = re.compile(
