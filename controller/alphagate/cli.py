@@ -26,6 +26,7 @@ COMMAND_MODULES: Final = (
     "alphagate.commands.evaluate",
     "alphagate.commands.run",
     "alphagate.commands.control",
+    "alphagate.commands.status",
     "alphagate.commands.crd",
     "alphagate.commands.backtest",
     "alphagate.commands.demo",

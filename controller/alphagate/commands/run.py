@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from alphagate import logs
-from alphagate.commands.control import CONTEXT, KUBECONFIG, SERVER
+from alphagate.commands.kubeopts import CONTEXT, KUBECONFIG, SERVER
 from alphagate.kube.lease import DEFAULT_LEASE_NAME
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sources.endpoints import SourcesConfig
