@@ -9,7 +9,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kube_support import BASE_ARGS, NS, FakeSource, canary_cr, speculating
@@ -18,6 +18,9 @@ from alphagate.kube.client import Kube
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.shell.reconciler import Outcome
+
+if TYPE_CHECKING:
+    from conftest import WaitFor
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -41,16 +44,6 @@ def apiserver(sharded_rbac: Rbac) -> Iterator[ApiServer]:
     """The controller held to the shipped Roles with the sharded overlay's (shard Leases)."""
     with ApiServer(rbac=sharded_rbac) as server:
         yield server
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 class Log:
@@ -120,7 +113,9 @@ def replica(apiserver: ApiServer, identity: str, log: Log) -> Controller:
     return Controller(opts, kube=kube, source_factory=source, on_outcome=log.hook(identity))
 
 
-def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: ApiServer) -> None:
+def test_three_replicas_share_300_canaries_through_a_replica_death(
+    apiserver: ApiServer, wait_for: WaitFor
+) -> None:
     names = [f"c{i:03d}" for i in range(CANARIES)]
     for name in names:
         dep = DeploymentTemplate(f"{name}-canary", NS, args=list(BASE_ARGS), replicas=1)
@@ -138,7 +133,12 @@ def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: Ap
     for r in replicas.values():
         r.start()
     try:
-        wait_for(lambda: len(log.by_canary()) == CANARIES, 90, "every canary evaluated once")
+        wait_for(
+            lambda: len(log.by_canary()) == CANARIES,
+            90,
+            "every canary evaluated once",
+            poll_seconds=0.1,
+        )
         time.sleep(INTERVAL)
         victim = replicas.pop("replica-c")
         victim.stop(release=False)  # dies without a goodbye: its Leases just expire
@@ -153,7 +153,12 @@ def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: Ap
 
         # Bounded, not timed: on a quiet machine this takes one interval and the lease; on
         # 2 cores shared by many sessions, longer. The gap is printed, never asserted.
-        wait_for(every_canary_taken_over, 150, "every canary evaluated again by a live replica")
+        wait_for(
+            every_canary_taken_over,
+            150,
+            "every canary evaluated again by a live replica",
+            poll_seconds=0.1,
+        )
         time.sleep(INTERVAL)
 
         def settled() -> dict[str, dict[int, float]] | None:
@@ -166,7 +171,12 @@ def test_three_replicas_share_300_canaries_through_a_replica_death(apiserver: Ap
             return view if held == list(range(12)) and total == CANARIES else None
 
         try:
-            shards = wait_for(settled, 90, "the shard metrics to cover 12 shards, 300 canaries")
+            shards = wait_for(
+                settled,
+                90,
+                "the shard metrics to cover 12 shards, 300 canaries",
+                poll_seconds=0.1,
+            )
         except AssertionError:
             shards = {n: held_shards(r) for n, r in replicas.items()}  # shown below
     finally:
