@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from alphagate.sandbox.apiserver.deployments import DeploymentTemplate
 from alphagate.sandbox.apiserver.resources import now_rfc3339
 
 if TYPE_CHECKING:
@@ -105,46 +105,25 @@ class ArgoRolloutCompleter:
         server.set_status(PLURAL, ns, name, healthy_status(current), group=GROUP)
 
 
-@dataclass(slots=True)
-class ArgoRolloutTemplate:
+class ArgoRolloutTemplate(DeploymentTemplate):
     """A minimal Argo Rollout carrying vLLM (a canary strategy with two steps), already Healthy
-    at its first revision."""
-
-    name: str
-    namespace: str = "default"
-    container: str = "vllm"
-    image: str = "vllm/vllm-openai:latest"
-    args: list[str] = field(default_factory=lambda: ["--model", "m", "--port", "8000"])
-    replicas: int = 1
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
+    at its first revision: the Deployment template's pod template, with Argo's kind, strategy
+    and status."""
 
     def build(self) -> dict[str, Any]:
-        labels = {"app": self.name, **self.labels}
+        base = DeploymentTemplate.build(self)
+        spec = base["spec"]
         obj: dict[str, Any] = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "labels": dict(labels),
-                "annotations": dict(self.annotations),
-                "generation": 1,
-            },
+            "metadata": {**base["metadata"], "generation": 1},
             "spec": {
-                "replicas": self.replicas,
-                "selector": {"matchLabels": {"app": self.name}},
+                "replicas": spec["replicas"],
+                "selector": spec["selector"],
                 "strategy": {
                     "canary": {"steps": [{"setWeight": 50}, {"pause": {"duration": "30s"}}]}
                 },
-                "template": {
-                    "metadata": {"labels": dict(labels)},
-                    "spec": {
-                        "containers": [
-                            {"name": self.container, "image": self.image, "args": list(self.args)}
-                        ]
-                    },
-                },
+                "template": spec["template"],
             },
         }
         obj["status"] = healthy_status(obj)
