@@ -137,29 +137,24 @@ def build_status(
             now=now,
             generation=generation,
         )
-    if any(isinstance(u.error, ArgsError) for u in units):
-        u = next(u for u in units if isinstance(u.error, ArgsError))
-        conditions = set_condition(
-            conditions,
-            ConditionType.SPEC_VALID,
-            False,
-            "ArgsUneditable",
-            str(u.error),
-            now=now,
-            generation=generation,
-        )
-    if any(isinstance(u.error, ClaimedError) for u in units):
-        # one canary per Deployment: this policy targets one another canary owns
-        u = next(u for u in units if isinstance(u.error, ClaimedError))
-        conditions = set_condition(
-            conditions,
-            ConditionType.SPEC_VALID,
-            False,
-            "TargetClaimed",
-            str(u.error),
-            now=now,
-            generation=generation,
-        )
+    # A target whose args cannot be edited, or one another canary owns (one canary per
+    # Deployment), makes the spec invalid: the first unit with that error says why.
+    refusals: tuple[tuple[type[Exception], str], ...] = (
+        (ArgsError, "ArgsUneditable"),
+        (ClaimedError, "TargetClaimed"),
+    )
+    for error_type, reason in refusals:
+        refused = next((u for u in units if isinstance(u.error, error_type)), None)
+        if refused is not None:
+            conditions = set_condition(
+                conditions,
+                ConditionType.SPEC_VALID,
+                False,
+                reason,
+                str(refused.error),
+                now=now,
+                generation=generation,
+            )
 
     # evidence (combined: one evaluation; perSlice: merged across units)
     slices = [s for e in evs for s in slice_evidence(e)]

@@ -108,35 +108,26 @@ def set_condition(
     text: Literal["True", "False", "Unknown"] = (
         "Unknown" if status is None else ("True" if status else "False")
     )
-    out: list[Condition] = []
-    replaced = False
-    for c in conditions:
-        if c.type == str(kind):
-            stamp = c.last_transition_time if c.status == text else rfc3339(now)
-            out.append(
-                Condition(
-                    type=str(kind),
-                    status=text,
-                    reason=reason,
-                    message=message[:1024],
-                    last_transition_time=stamp,
-                    observed_generation=generation,
-                )
-            )
-            replaced = True
-        else:
-            out.append(c)
-    if not replaced:
-        out.append(
-            Condition(
-                type=str(kind),
-                status=text,
-                reason=reason,
-                message=message[:1024],
-                last_transition_time=rfc3339(now),
-                observed_generation=generation,
-            )
+
+    def condition(stamp: str) -> Condition:
+        return Condition(
+            type=str(kind),
+            status=text,
+            reason=reason,
+            message=message[:1024],
+            last_transition_time=stamp,
+            observed_generation=generation,
         )
+
+    # lastTransitionTime moves only when the status flips
+    out = [
+        condition(c.last_transition_time if c.status == text else rfc3339(now))
+        if c.type == str(kind)
+        else c
+        for c in conditions
+    ]
+    if not any(c.type == str(kind) for c in conditions):
+        out.append(condition(rfc3339(now)))
     order = [t.value for t in ConditionType]
     out.sort(key=lambda c: (order.index(c.type) if c.type in order else len(order), c.type))
     return out
