@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from evaluate_support import POLICY, chat_scenario, scrape_target_args
 from typer.testing import CliRunner
 
 from alphagate.cli import app
@@ -20,54 +21,12 @@ from alphagate.sim.server import SimServer
 
 runner = CliRunner()
 
-POLICY = """\
-apiVersion: alphagate.io/v1alpha1
-kind: SpeculativeCanary
-metadata: {name: chat, namespace: llm}
-spec:
-  target: {name: chat-canary}
-  baseline: {name: chat-baseline}
-  speculativeConfig: {method: ngram, num_speculative_tokens: 4}
-  slices:
-    - name: chat
-      canary: {matchLabels: {role: canary, slice: chat}}
-      baseline: {matchLabels: {role: baseline, slice: chat}}
-  acceptance: {minDrafts: 50}
-  latency: {minCount: 5}
-  timing: {intervalSeconds: 2, windowSeconds: 10, warmupSeconds: 0}
-  source: {kind: podScrape}
-"""
-
 
 def scenario(alpha: float) -> Scenario:
-    return Scenario.model_validate(
-        {
-            "name": "evaluate-cli",
-            "seed": 5,
-            "tick": 0.5,
-            "traffic": {"rate": 30},
-            # Alike requests of one length: two pods over one minute must agree on alpha
-            # for this test of the command (realistic spread is the simulator's own test).
-            "slices": {
-                "chat": {
-                    "alpha": alpha,
-                    "output_tokens": 64,
-                    "output_sigma": 0,
-                    "request_spread": 1e4,
-                }
-            },
-            "pools": [
-                {
-                    "name": "chat-canary",
-                    "role": "canary",
-                    "slice": "chat",
-                    "replicas": 2,
-                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
-                },
-                {"name": "chat-baseline", "role": "baseline", "slice": "chat", "replicas": 1},
-            ],
-        }
-    )
+    # Alike requests of one length: two pods over one minute must agree on alpha for this test
+    # of the command (realistic spread is the simulator's own test).
+    chat = {"alpha": alpha, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
+    return chat_scenario("evaluate-cli", seed=5, rate=30, chat=chat)
 
 
 @pytest.fixture
@@ -85,17 +44,9 @@ def low_alpha_fleet() -> Iterator[SimServer]:
         yield sim
 
 
-def targets(sim: SimServer) -> list[str]:
-    out: list[str] = []
-    for name in sim.ports:
-        role = "canary" if "canary" in name else "baseline"
-        out += ["--scrape-target", f"chat:{role}={sim.url(name)}"]
-    return out
-
-
 def test_evaluate_scrape_targets_json(policy: Path, low_alpha_fleet: SimServer) -> None:
     result = runner.invoke(
-        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--json"]
+        app, ["evaluate", "--policy", str(policy), *scrape_target_args(low_alpha_fleet), "--json"]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -115,7 +66,15 @@ def test_evaluate_scrape_targets_json(policy: Path, low_alpha_fleet: SimServer) 
 
 def test_evaluate_text_says_it_never_acts(policy: Path, low_alpha_fleet: SimServer) -> None:
     result = runner.invoke(
-        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--state", "On"]
+        app,
+        [
+            "evaluate",
+            "--policy",
+            str(policy),
+            *scrape_target_args(low_alpha_fleet),
+            "--state",
+            "On",
+        ],
     )
     assert result.exit_code == 0, result.output
     out = result.output
@@ -129,7 +88,7 @@ def test_evaluate_reports_the_draft_length_and_outputs(
     policy: Path, low_alpha_fleet: SimServer
 ) -> None:
     result = runner.invoke(
-        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--json"]
+        app, ["evaluate", "--policy", str(policy), *scrape_target_args(low_alpha_fleet), "--json"]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -142,7 +101,15 @@ def test_evaluate_reports_the_draft_length_and_outputs(
     outputs = data["insights"]["outputs"]
     assert outputs["finding"] == "clear" and outputs["meanOutputTokens"] == pytest.approx(64.0)
     text = runner.invoke(
-        app, ["evaluate", "--policy", str(policy), *targets(low_alpha_fleet), "--state", "On"]
+        app,
+        [
+            "evaluate",
+            "--policy",
+            str(policy),
+            *scrape_target_args(low_alpha_fleet),
+            "--state",
+            "On",
+        ],
     )
     assert f"draft length K={k}:" in text.output
 
@@ -165,7 +132,7 @@ def test_one_shot_of_one_canary_pod_is_inconclusive_with_a_typed_cause(
     fleet = Fleet(one_canary_pod(0.3))
     fleet.advance_to(120.0)
     with SimServer(fleet, speed=30.0) as sim:
-        args = ["evaluate", "--policy", str(policy), *targets(sim), "--json"]
+        args = ["evaluate", "--policy", str(policy), *scrape_target_args(sim), "--json"]
         result = runner.invoke(app, [*args, "--scrape-seconds", str(sample_seconds)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)

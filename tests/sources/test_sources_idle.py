@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from evaluate_support import POLICY, chat_scenario, scrape_target_args
 from typer.testing import CliRunner
 
 from alphagate.cli import app
@@ -45,46 +46,11 @@ from alphagate.testing.prometheus import PrometheusServer, available
 
 runner = CliRunner()
 
-POLICY = """\
-apiVersion: alphagate.io/v1alpha1
-kind: SpeculativeCanary
-metadata: {name: chat, namespace: llm}
-spec:
-  target: {name: chat-canary}
-  baseline: {name: chat-baseline}
-  speculativeConfig: {method: ngram, num_speculative_tokens: 4}
-  slices:
-    - name: chat
-      canary: {matchLabels: {role: canary, slice: chat}}
-      baseline: {matchLabels: {role: baseline, slice: chat}}
-  acceptance: {minDrafts: 50}
-  latency: {minCount: 5}
-  timing: {intervalSeconds: 2, windowSeconds: 10, warmupSeconds: 0}
-  source: {kind: podScrape}
-"""
-
 
 def idle_scenario() -> Scenario:
     """A speculating canary and a plain baseline that receive no requests at all."""
-    return Scenario.model_validate(
-        {
-            "name": "idle-canary",
-            "seed": 3,
-            "tick": 0.5,
-            "traffic": {"rate": 0.0},
-            "slices": {"chat": {"alpha": 0.7, "output_tokens": 64, "output_sigma": 0}},
-            "pools": [
-                {
-                    "name": "chat-canary",
-                    "role": "canary",
-                    "slice": "chat",
-                    "replicas": 2,
-                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
-                },
-                {"name": "chat-baseline", "role": "baseline", "slice": "chat", "replicas": 1},
-            ],
-        }
-    )
+    chat = {"alpha": 0.7, "output_tokens": 64, "output_sigma": 0}
+    return chat_scenario("idle-canary", seed=3, rate=0.0, chat=chat)
 
 
 @pytest.fixture
@@ -108,9 +74,7 @@ def test_evaluate_reports_an_idle_canary_as_speculating_with_no_data(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
-    args: list[str] = []
-    for (_, role), targets in _targets(idle).items():
-        args += [a for t in targets for a in ("--scrape-target", f"chat:{role.value}={t.url}")]
+    args = scrape_target_args(idle)
     result = runner.invoke(app, ["evaluate", "--policy", str(policy), *args, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
