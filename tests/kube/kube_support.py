@@ -22,6 +22,18 @@ K = 4
 CFG = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4}
 BASE_ARGS = ["--model", "/models/tiny", "--port", "8000"]
 INTERVAL = 10.0
+FAST_TIMING = {
+    "intervalSeconds": 0.4,
+    "windowSeconds": 0.4,
+    "warmupSeconds": 0,
+    "minDwellSeconds": 0,
+    "probeSeconds": 30,
+    "maxFlipsPerHour": 60,
+    "rolloutTimeoutSeconds": 30,
+    "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
+}
+"""Sub-second timing for a controller run in-process or as `alphagate run` (no warm-up, no
+dwell, a flip budget that never binds)."""
 
 
 def _slice(name: str, **extra: Any) -> dict[str, Any]:

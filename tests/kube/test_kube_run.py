@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from kube_support import NS, FakeSource, canary_cr, seed, speculating
+from kube_support import FAST_TIMING, NS, FakeSource, canary_cr, seed, speculating
 
 from alphagate.kube.client import Kube
 from alphagate.kube.status import parse_status
@@ -23,18 +23,6 @@ from alphagate.shell.controller import Controller, RunOptions
 
 if TYPE_CHECKING:
     from conftest import WaitFor
-
-
-FAST = {
-    "intervalSeconds": 0.4,
-    "windowSeconds": 0.4,
-    "warmupSeconds": 0,
-    "minDwellSeconds": 0,
-    "probeSeconds": 30,
-    "maxFlipsPerHour": 60,
-    "rolloutTimeoutSeconds": 30,
-    "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
-}
 
 
 def controller(apiserver: ApiServer, identity: str, source: FakeSource) -> Controller:
@@ -59,7 +47,7 @@ def state(apiserver: ApiServer) -> str | None:
 def test_two_replicas_one_acts_and_the_other_takes_over(
     apiserver: ApiServer, wait_for: WaitFor
 ) -> None:
-    seed(apiserver, cr=canary_cr(timing=FAST))
+    seed(apiserver, cr=canary_cr(timing=FAST_TIMING))
     alpha = {"chat": 0.72}
     source = FakeSource(apiserver, lambda s: alpha[s])
     a = controller(apiserver, "replica-a", source).start()
@@ -102,7 +90,7 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
 def test_controller_without_leader_election_acts_at_once(
     apiserver: ApiServer, wait_for: WaitFor
 ) -> None:
-    seed(apiserver, cr=canary_cr(timing=FAST))
+    seed(apiserver, cr=canary_cr(timing=FAST_TIMING))
     source = FakeSource(apiserver, lambda s: 0.72)
     opts = RunOptions(namespace=NS, leader_elect=False, serve_metrics=False, watch_timeout=2.0)
     seen: list[str] = []
@@ -138,7 +126,7 @@ def test_controller_without_leader_election_acts_at_once(
 def test_alphagate_run_command_serves_probes_and_logs_json(
     apiserver: ApiServer, wait_for: WaitFor, tmp_path: Path
 ) -> None:
-    seed(apiserver, cr=canary_cr(timing=FAST))
+    seed(apiserver, cr=canary_cr(timing=FAST_TIMING))
     import socket
 
     # the process authenticates as the controller's ServiceAccount: held to the shipped Roles

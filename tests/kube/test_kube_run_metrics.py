@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from kube_support import NS, FakeSource, canary_cr, seed
+from kube_support import FAST_TIMING, NS, FakeSource, canary_cr, seed
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -17,18 +17,6 @@ from alphagate.shell.controller import Controller, RunOptions
 
 if TYPE_CHECKING:
     from conftest import WaitFor
-
-
-FAST = {
-    "intervalSeconds": 0.4,
-    "windowSeconds": 0.4,
-    "warmupSeconds": 0,
-    "minDwellSeconds": 0,
-    "probeSeconds": 30,
-    "maxFlipsPerHour": 60,
-    "rolloutTimeoutSeconds": 30,
-    "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
-}
 
 
 def samples(c: Controller) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -55,7 +43,7 @@ def _start(apiserver: ApiServer) -> Controller:
 
 def test_a_refused_patch_counts_as_a_forbidden_warning(wait_for: WaitFor) -> None:
     with ApiServer(rbac=Rbac.allow_all().deny("patch", "apps", "deployments")) as apiserver:
-        seed(apiserver, cr=canary_cr(timing=FAST))
+        seed(apiserver, cr=canary_cr(timing=FAST_TIMING))
         c = _start(apiserver)
         try:
             labels = {"namespace": NS, "canary": "chat", "reason": "Forbidden"}
@@ -74,7 +62,7 @@ def test_a_refused_patch_counts_as_a_forbidden_warning(wait_for: WaitFor) -> Non
 def test_an_invalid_spec_sets_the_gauge_until_fixed(
     apiserver: ApiServer, wait_for: WaitFor
 ) -> None:
-    bad = canary_cr(timing=FAST)
+    bad = canary_cr(timing=FAST_TIMING)
     bad["spec"]["acceptance"] = {"disableBelow": 0.6, "enableAbove": 0.5}
     seed(apiserver, cr=bad)
     c = _start(apiserver)
@@ -92,7 +80,7 @@ def test_an_invalid_spec_sets_the_gauge_until_fixed(
 def test_the_verdict_api_is_served_next_to_the_metrics(
     apiserver: ApiServer, wait_for: WaitFor
 ) -> None:
-    seed(apiserver, cr=canary_cr(timing=FAST))
+    seed(apiserver, cr=canary_cr(timing=FAST_TIMING))
     opts = RunOptions(namespace=NS, leader_elect=False, metrics_port=0, watch_timeout=2.0)
     source = FakeSource(apiserver, lambda s: 0.72)
     c = Controller(
