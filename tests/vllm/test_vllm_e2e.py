@@ -123,12 +123,18 @@ def canary_policy(prometheus_url: str, cooldown_s: float) -> dict[str, Any]:
     """The SpeculativeCanary under test (enforce mode, one slice, short timings).
 
     Latency guard: per token (`vllm:request_time_per_output_token_seconds`, one observation
-    per request, so a speculating canary is compared like for like), P99, and an allowed
-    regression of +100%. On these 2 shared cores the two pods' per-token P99 differ by tens of
-    percent between identical runs from CPU contention alone (measured: either pod ahead by
-    up to one coarse bucket), and at ~2 requests/s per pod a window holds a few dozen
-    requests, so the default +10% would judge the scheduler, not speculation. With +100% the
-    guard still runs and must PASS for a probe to be confirmed; the rollback here is alpha's.
+    per request, so a speculating canary is compared like for like), P75, and an allowed
+    regression of +100%. A latency Pass needs evidence that the canary is within the margin,
+    and at ~2 requests/s per pod a 16 s window holds ~30 requests: a P99 cannot be shown from
+    them (about 300 are needed with none above the limit), so a P99 guard would stay
+    Inconclusive and no probe would ever be confirmed. P75 can be shown from a few dozen
+    (simulated with this window and contention: 90% of windows Pass when the canary is as
+    fast, 55% when it is 1.3x slower, 6% when 1.85x). On these 2 shared cores the two pods'
+    per-token times differ by tens of percent between identical runs from CPU contention
+    alone (measured: either pod's P99 ahead by up to one coarse bucket), so the default +10%
+    would judge the scheduler, not speculation.
+    The guard still runs on the real histograms and must PASS (mean and P75 shown within
+    +100%) for a probe to be confirmed; the rollback here is alpha's.
     """
     return {
         "apiVersion": "alphagate.io/v1alpha1",
@@ -159,7 +165,7 @@ def canary_policy(prometheus_url: str, cooldown_s: float) -> dict[str, Any]:
             "latency": {
                 "enabled": True,
                 "metric": "perToken",
-                "quantile": 0.99,
+                "quantile": 0.75,
                 "maxRegressionRatio": 1.0,
                 "minCount": 20,
                 "consecutiveWindows": 2,
@@ -264,7 +270,10 @@ class Decisions:
             lat_text = f" latency {lat[0].verdict.value}"
             if isinstance(e, LatencyEvidence) and e.canary is not None and e.baseline is not None:
                 cq, bq = e.canary.quantile_seconds, e.baseline.quantile_seconds
-                lat_text += f" (P99/token canary {cq * 1000:.1f} ms, baseline {bq * 1000:.1f} ms)"
+                q = f"P{e.quantile * 100:g}"
+                lat_text += f" ({q}/token canary {cq * 1000:.1f} ms, baseline {bq * 1000:.1f} ms)"
+            if isinstance(e, LatencyEvidence) and e.undecided:
+                lat_text += " not shown: " + ",".join(u.value for u in e.undecided)
             lat_text += ";"
         if ev.transition is not None:
             t = ev.transition

@@ -666,12 +666,19 @@ def _not_shown(
         and b_read is not None
         and c_read.quantile_seconds > report.limit
     ):
+        hint = ""
+        if c_read.bucket_lo <= report.limit:
+            hint = (
+                f"; the limit lies inside the canary's bucket ({_fmt(c_read.bucket_lo)}, "
+                f"{_fmt(c_read.bucket_hi)}] s, so only finer buckets (vLLM's "
+                f"--custom-histogram-buckets) can tell"
+            )
         out.append(
             (
                 LatencyUndecided.QUANTILE_ABOVE_LIMIT,
                 f"canary {q} {_fmt(c_read.quantile_seconds * 1e3)} ms is above the limit "
                 f"{_fmt(report.limit * 1e3)} ms (baseline {_fmt(b_read.quantile_seconds * 1e3)}"
-                f" ms +{margin:.0%})",
+                f" ms +{margin:.0%}){hint}",
             )
         )
     over = [b for b in report.bounds if b.canary_fraction > b.allowed_fraction]
