@@ -181,9 +181,9 @@ def _trimmed_prometheus(
         evaluation_interval=interval,
         rule_files=[rules],
     ) as prom:
-        _wait_up(prom, pods, timeout=120 + pods / 20)
+        _wait_up(prom, pods, timeout=120 + pods / 5)
         # the recorded rates exist for (nearly) every pod before a window of them is read
-        _wait_up(prom, pods, timeout=120 + pods / 20, expr=f"count({RECORDED})")
+        _wait_up(prom, pods, timeout=120 + pods / 5, expr=f"count({RECORDED})")
         up_at = time.time()
         assert prom.process is not None
         c0, t0 = proc_cpu(prom.process.pid), time.monotonic()
