@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import acceptance, checks, histogram, machine, speedup
+from alphagate.core import acceptance, checks, histogram, machine, shape, speedup
 from alphagate.core.model import (
     Action,
     Cause,
@@ -253,6 +253,7 @@ def evaluate(
             for c in results
         ),
         shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
+        shape=shape.of(observation, names, combined.value if combined is not None else None),
     )
     withheld: Suitability | None = None
     if (

@@ -12,11 +12,11 @@ Rules (design.md §4):
   fail-safe: `errors.failSafeAfter` consecutive ERROR windows with `failSafe: disable`.
 * Data from a rollout in progress, or from before the warm-up after the last rollout or flip
   ended, is never judged: PASS/FAIL there count as INCONCLUSIVE("warm-up").
-* Off/RolledBack -> Probing (ENABLE) once the cooldown has passed (or early, when the traffic
-  share of slices whose last known alpha cleared enableAbove grew by reprobeMixShift), the
-  minimum dwell since the last flip has passed, no source error is pending, and the flip budget
-  has room for the enable AND its possible rollback. Disables are always allowed, so no sliding
-  hour ever holds more than maxFlipsPerHour automatic flips.
+* Off/RolledBack -> Probing (ENABLE) once the cooldown has passed (or early, on evidence that
+  the traffic it failed on is gone: `core.reprobe`), the minimum dwell since the last flip has
+  passed, no source error is pending, and the flip budget has room for the enable AND its
+  possible rollback. Disables are always allowed, so no sliding hour ever holds more than
+  maxFlipsPerHour automatic flips.
 * Rollback cooldown = initial * factor**(index + depth) (capped): index counts rollbacks in a
   row and steps down by one per cooldown.decayAfterSeconds spent On (sustained stability), not
   on a mere confirmation; depth is how decisive this rejection was: one step per full band
@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
+from alphagate.core import reprobe
 from alphagate.core.model import (
     Action,
     Alert,
@@ -63,6 +64,7 @@ from alphagate.core.model import (
     Memory,
     Rollout,
     State,
+    TrafficShape,
     Transition,
     Verdict,
 )
@@ -260,6 +262,7 @@ class _Ctx:
     rollout: Rollout = field(default_factory=Rollout)
     decisive: bool = False  # a failing check carries the evidence of every window needed
     shortfall: float = 0.0  # the failing alpha's distance below its threshold, in bands
+    shape: TrafficShape | None = None  # the window's traffic shape (early re-probe evidence)
 
     def hold(self, reason: str, *extra_alerts: Alert, memory: Memory | None = None) -> Decision:
         return Decision(
@@ -411,6 +414,7 @@ def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decisio
         cooldown_until=until,
         cooldown_index=m.cooldown_index + 1 if advance else m.cooldown_index,
         good_share_at_rollback=ctx.good_share if ctx.good_share is not None else 0.0,
+        shape_failed=ctx.shape,
         state_before_pause=None,
         paused_by=None,
     )
@@ -471,15 +475,8 @@ def _off(ctx: _Ctx) -> Decision:
     if ctx.verdict is Verdict.ERROR:
         return ctx.hold(f"{state}: source error; no probe while the source fails")
     cooldown_over = now >= m.cooldown_until - _EPS
-    shift = (ctx.good_share - m.good_share_at_rollback) if ctx.good_share is not None else None
-    early = (
-        m.state is State.ROLLED_BACK
-        and not cooldown_over
-        and shift is not None
-        and shift > 0
-        and shift >= t.reprobe_mix_shift - _EPS
-    )
-    if not (cooldown_over or early):
+    early = reprobe.early(m, ctx.spec, now=now, good_share=ctx.good_share, shape=ctx.shape)
+    if not cooldown_over and early is None:
         return ctx.hold(
             f"{state}: cooling down, next probe in {m.cooldown_until - now:.0f} s "
             f"(at {wall_time(m.cooldown_until)})"
@@ -498,13 +495,10 @@ def _off(ctx: _Ctx) -> Decision:
         )
     probe = f"probe up to {t.probe_seconds:.0f} s"
     cause = Cause.PROBE
-    if early and shift is not None and ctx.good_share is not None:
+    if early is not None:
         cause = Cause.EARLY_REPROBE
-        why = (
-            f"early re-probe: traffic share of slices whose last alpha cleared enableAbove grew "
-            f"from {m.good_share_at_rollback:.2f} to {ctx.good_share:.2f} (>= reprobeMixShift "
-            f"{t.reprobe_mix_shift:.2f})"
-        )
+        why = f"early re-probe: {early.why}"
+        ctx = replace(ctx, evidence={**ctx.evidence, **early.evidence})
     elif m.last_flip_at is None:
         why = "new canary: enabling speculation to measure alpha first"
     else:
@@ -751,6 +745,7 @@ def step(
     force: bool = False,
     decisive: bool = False,
     shortfall: float = 0.0,
+    shape: TrafficShape | None = None,
 ) -> Decision:
     """Advance the machine by one evaluation window.
 
@@ -761,7 +756,8 @@ def step(
     carries a manual `command` past the guards it would obey (`--force`); `decisive` says a
     failing check carries the evidence of all the windows a rollback needs (it rolls back
     alone); `shortfall` how many bands (enableAbove - disableBelow) the failing alpha lies
-    below its threshold (deepens the cooldown).
+    below its threshold (deepens the cooldown); `shape` the window's traffic shape with its
+    alpha (`core.shape`: the evidence of a shape re-probe).
     """
     memory = memory.model_copy(update={"flip_times": recent_flips(memory, now)})
     start = window_start if window_start is not None else now - spec.timing.window_seconds
@@ -783,6 +779,7 @@ def step(
         rollout=rollout,
         decisive=decisive and effective is Verdict.FAIL,
         shortfall=shortfall,
+        shape=shape,
     )
     if command is not None:
         return _manual(ctx, command, force)
@@ -797,6 +794,7 @@ def step(
         )
 
     memory = _streaks(memory, effective, start=start, now=now, window=spec.timing.window_seconds)
+    memory = reprobe.remember_paid(memory, effective, shape)
     alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)

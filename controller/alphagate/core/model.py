@@ -675,6 +675,22 @@ class DraftMemory(BaseModel):
     history: tuple[DraftChange, ...] = ()
 
 
+class TrafficShape(BaseModel):
+    """What the traffic looked like in one window, as vLLM measures it: finished requests per
+    output-length bucket (`vllm:request_generation_tokens`, every pool of the unit's slices),
+    and the alpha the canary showed on it (None: not measured). `core.shape` compares them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bounds: tuple[float, ...]  # the finite upper bounds (le), ascending
+    counts: tuple[float, ...]  # requests per bucket: one per bound, the last above them all
+    alpha: float | None = None
+
+    @property
+    def total(self) -> float:
+        return math.fsum(self.counts)
+
+
 class Memory(BaseModel):
     """Everything the state machine must remember between evaluations.
 
@@ -699,6 +715,10 @@ class Memory(BaseModel):
     flip_times: tuple[float, ...] = ()  # recent flips, for the flips-per-hour cap
     last_alpha: dict[str, float] = Field(default_factory=dict)  # per slice, last estimate
     good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
+    # the traffic's shape in the last window that passed while speculating, and in the window
+    # that rolled back: a return of the first, away from the second, re-probes early
+    shape_paid: TrafficShape | None = None
+    shape_failed: TrafficShape | None = None
     history: tuple[Transition, ...] = ()
     last_flip_at: float | None = None  # last enable/disable: min dwell and warm-up start here
     paused_by: str | None = None  # "spec" or "manual": who must resume

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print("wrote " + ", ".join(str(p) for p in paths.values()))
         return 0
     all_cases = tuple(c.name for c in suite.SUITE)
-    cases = _names(args.cases, all_cases, "cases") if args.cases else list(all_cases)
+    named = (*all_cases, *(c.name for c in suite.EXTRA_CASES))
+    cases = _names(args.cases, named, "cases") if args.cases else list(all_cases)
     policies = (
         _names(args.policies, (*loop.POLICY_NAMES, *loop.EXTRA_POLICIES), "policies")
         if args.policies

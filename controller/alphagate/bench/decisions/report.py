@@ -259,7 +259,7 @@ def markdown(result: dict[str, Any]) -> str:
                 )
             )
     lines += ["", "## Scenarios", ""]
-    lines += [f"- `{c.name}`: {c.title}" for c in suite.SUITE if c.name in meta["cases"]]
+    lines += [f"- `{c.name}`: {c.title}" for c in suite.BY_NAME.values() if c.name in meta["cases"]]
     lines += ["", "## How each anchor is rendered", ""]
     lines += [f"- **{name}**: {text}" for name, text in anchors.RENDERING.items()]
     lines += ["", "## What the numbers mean", "", (score.__doc__ or "").strip(), ""]

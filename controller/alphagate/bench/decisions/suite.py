@@ -64,9 +64,11 @@ def chain_alpha(p: float, decay: float, k: int) -> float:
 class Case:
     """One scenario of the suite.
 
-    ``alphas`` is the slice alpha as (fraction of the run, value) steps; ``regression`` a
-    (start fraction, per-token slowdown of a speculating canary against the baseline);
-    ``stalls`` turns on per-pod stall episodes (both roles alike).
+    ``alphas`` is the slice alpha as (fraction of the run, value) steps; ``outputs`` the
+    median output length as steps too (a change of mix changes what is generated, not only
+    how well it is drafted); ``regression`` a (start fraction, per-token slowdown of a
+    speculating canary against the baseline); ``stalls`` turns on per-pod stall episodes
+    (both roles alike).
     """
 
     name: str
@@ -83,6 +85,7 @@ class Case:
     # the acceptance chain (chain_alpha); the loop sets the slice's alpha for the K that runs.
     k: int = K
     chain: tuple[tuple[float, float, float], ...] = ()
+    outputs: tuple[tuple[float, int], ...] = ()
 
     def chain_at(self, frac: float) -> tuple[float, float]:
         """(p, decay) of the chain at a fraction of the run."""
@@ -119,10 +122,12 @@ class Case:
             chat["concurrency"] = CONCURRENCY
         else:
             chat["arrival_rate"] = self.open_rate
-        timeline = [
-            {"at": round(frac * duration, 3), "slices": {"chat": {"alpha": value}}}
-            for frac, value in self.alphas[1:]
-        ]
+        steps: dict[float, dict[str, Any]] = {}
+        for frac, value in self.alphas[1:]:
+            steps.setdefault(round(frac * duration, 3), {})["alpha"] = value
+        for frac, tokens in self.outputs:
+            steps.setdefault(round(frac * duration, 3), {})["output_tokens"] = tokens
+        timeline = [{"at": at, "slices": {"chat": patch}} for at, patch in sorted(steps.items())]
         if self.chain:  # the loop sets alpha and decay as the chain and the K that runs say
             chat["decay"] = self.chain[0][2]
             timeline = []
@@ -174,16 +179,29 @@ def _drift() -> tuple[tuple[float, float], ...]:
     return ((0.0, 0.68), *_ramp(0.0, 0.5, 0.68, 0.46, 60), *_ramp(0.5, 1.0, 0.46, 0.68, 60))
 
 
+MIX_CODE: Final = 0.7
+"""The code share at the height of the mix shift."""
+CODE_OUTPUT_RATIO: Final = 1.5625
+"""Code answers run longer than chat turns: 400 against 256 tokens in the repository's own
+chat-to-code scenario (scenarios/chat-to-code.yaml), applied to this suite's chat median."""
+
+
+def _mix_share() -> list[tuple[float, float]]:
+    # The code share: 0 -> 0.7 over 25-30% of the run, back to 0 over 60-65%, in small steps.
+    return [*_ramp(0.25, 0.30, 0.0, MIX_CODE, 10), *_ramp(0.60, 0.65, MIX_CODE, 0.0, 10)]
+
+
 def _mix() -> tuple[tuple[float, float], ...]:
-    # 100% chat (0.70) -> 70% code (0.40) over 20 steps: the pooled alpha falls to 0.49, then
-    # the mix returns. Pooled alpha = share-weighted mean of the two (drafts per step alike).
+    # 100% chat (0.70) -> 70% code (0.40): the pooled alpha falls to 0.49, then the mix
+    # returns. Pooled alpha = share-weighted mean of the two (drafts per step alike).
     chat, code = 0.70, 0.40
-    pooled = round(0.3 * chat + 0.7 * code, 4)
-    return (
-        (0.0, chat),
-        *_ramp(0.25, 0.30, chat, pooled, 10),
-        *_ramp(0.60, 0.65, pooled, chat, 10),
-    )
+    return ((0.0, chat), *((f, round((1 - s) * chat + s * code, 4)) for f, s in _mix_share()))
+
+
+def _mix_outputs() -> tuple[tuple[float, int], ...]:
+    # The same mix's output lengths: one log-normal whose median moves geometrically between
+    # chat's and code's (a mixture of two log-normals with the same spread, to first order).
+    return tuple((f, round(OUTPUT_TOKENS * CODE_OUTPUT_RATIO**s)) for f, s in _mix_share())
 
 
 BEST_K_MOVES: Final = ((0.0, 0.92, 0.02), (1 / 3, 0.9, 0.6), (2 / 3, 0.92, 0.02))
@@ -201,7 +219,8 @@ SUITE: Final[tuple[Case, ...]] = (
          ((0.0, 0.70), (0.25, 0.40))),
     Case("drift", "alpha drifts 0.68 -> 0.46 -> 0.68 over a day (crosses the band twice)",
          _drift(), hours=DAY),
-    Case("mix-shift", "chat -> 70% code (pooled 0.49) at 25-30%, back at 60-65%", _mix()),
+    Case("mix-shift", "chat -> 70% code (pooled 0.49, outputs 1.37x longer) at 25-30%, back"
+         " at 60-65%", _mix(), outputs=_mix_outputs()),
     Case("latency-1.5x", "alpha 0.70; from 25% the canary is 1.5x slower per token",
          ((0.0, 0.70),), regression=(0.25, 1.5)),
     Case("latency-2x", "alpha 0.70; from 25% the canary is 2x slower per token",
@@ -217,4 +236,11 @@ SUITE: Final[tuple[Case, ...]] = (
          " -> chat at 67%", ((0.0, 0.0),), k=5, chain=BEST_K_MOVES),
 )  # fmt: skip
 
-BY_NAME: Final = {c.name: c for c in SUITE}
+EXTRA_CASES: Final[tuple[Case, ...]] = (
+    Case("mix-returns-alpha-not", "mix-shift's traffic, but when its output lengths return at"
+         " 60-65% alpha stays at 0.49 (an early re-probe must not repeat)",
+         tuple((f, a) for f, a in _mix() if f < 0.5), outputs=_mix_outputs()),
+)  # fmt: skip
+"""Cases run only when named (``--cases``): checks of one rule, not part of the suite's score."""
+
+BY_NAME: Final = {c.name: c for c in (*SUITE, *EXTRA_CASES)}
