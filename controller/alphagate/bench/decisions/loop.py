@@ -82,7 +82,7 @@ def make_policy(name: str, seed: int, k: int = suite.K) -> Policy:
             update={"initial_seconds": ONE_SHOT_COOLDOWN, "max_seconds": ONE_SHOT_COOLDOWN}
         )
         timing = spec.timing.model_copy(update={"cooldown": backoff})
-        return Alphagate(name, spec.model_copy(update={"timing": timing}))
+        return Alphagate(name, spec.model_copy(update={"timing": timing}), final=True)
     if name == "argo-rollouts":
         return anchors.Argo(spec)
     if name == "flagger":

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -111,9 +111,12 @@ def canary_alpha(obs: Observation) -> float:
 class Alphagate:
     """alphagate's decision core, driven as the reconciler drives it."""
 
-    def __init__(self, name: str, spec: SpeculativeCanarySpec) -> None:
+    def __init__(self, name: str, spec: SpeculativeCanarySpec, *, final: bool = False) -> None:
         self.name = name
         self.spec = spec
+        # A rollback is final (alphagate-one-shot): no early re-probe either, so the policy
+        # sees no traffic shape (the cooldown is set beyond the run by the caller).
+        self.final = final
         self.interval = spec.timing.interval_seconds
         self.memory = Memory()
         self.source = RecordingSource()
@@ -126,6 +129,9 @@ class Alphagate:
         start, end = machine.read_window(spec, ctx.rollout, ctx.now, memory=self.memory)
         self.source.feed(ctx.snap.pods, ctx.now)
         obs = self.source.observe(spec, start=start, end=end, interval_seconds=self.interval)
+        if self.final:
+            pools = tuple(replace(p, output_lengths=None) for p in obs.pools)
+            obs = replace(obs, pools=pools)
         ev = evaluate(spec, obs, self.memory, ctx.rollout, now=ctx.now)
         k: int | None = None
         if spec.draft_length.tuning.enabled:  # the reconciler's order: machine, then the tuner
