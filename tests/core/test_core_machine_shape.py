@@ -23,6 +23,8 @@ from alphagate.core.model import (
     Action,
     Buckets,
     Cause,
+    CheckKind,
+    CheckResult,
     Memory,
     Observation,
     PoolObservation,
@@ -269,9 +271,8 @@ def test_shape_returns_alpha_does_not_one_reprobe_then_the_cooldown() -> None:
     on = Rollout(completed_at=T0 - 50_000, speculation_on=True)
     m = Memory(state=State.ON, since=T0 - 40_000, last_flip_at=T0 - 40_000)
     t = T0
-    d = machine.step(m, Verdict.PASS, now=t, spec=spec, rollout=on, shape=traffic(1, 0.0, 0.70))
-    assert d.memory.shape_paid is not None and d.memory.shape_paid.alpha == 0.70
-    m = d.memory
+    m = reprobe.remember_paid(m, [passed(CheckKind.ACCEPTANCE)], traffic(1, 0.0, 0.70))
+    assert m.shape_paid is not None and m.shape_paid.alpha == 0.70
     for i in range(2):  # two disjoint failing windows on the code mix
         t += 300
         shp = traffic(10 + i, 0.7, 0.49)
@@ -300,6 +301,32 @@ def test_shape_returns_alpha_does_not_one_reprobe_then_the_cooldown() -> None:
         d = machine.step(m, Verdict.INCONCLUSIVE, now=t, spec=spec, rollout=off, shape=shp)
         assert d.action is Action.HOLD
         m = d.memory
+
+
+def passed(kind: CheckKind, verdict: Verdict = Verdict.PASS) -> CheckResult:
+    return CheckResult(kind, verdict, "")
+
+
+def test_the_paid_shape_is_the_one_alpha_cleared_the_gate_on() -> None:
+    """Recorded when every acceptance check passed while speculating, whatever latency said
+    (a latency check still undecided says nothing about what is generated); never on a
+    failing or undecided alpha, a failing floor, or while off."""
+    shp = traffic(1, 0.0, 0.70)
+    on = Memory(state=State.ON)
+    undecided_latency = [
+        passed(CheckKind.ACCEPTANCE),
+        passed(CheckKind.LATENCY, Verdict.INCONCLUSIVE),
+    ]
+    assert reprobe.remember_paid(on, undecided_latency, shp).shape_paid == shp
+    for results in (
+        [passed(CheckKind.ACCEPTANCE, Verdict.INCONCLUSIVE)],
+        [passed(CheckKind.ACCEPTANCE, Verdict.FAIL)],
+        [passed(CheckKind.ACCEPTANCE), passed(CheckKind.FLOOR, Verdict.FAIL)],
+        [passed(CheckKind.LATENCY)],
+    ):
+        assert reprobe.remember_paid(on, results, shp).shape_paid is None
+    off = Memory(state=State.ROLLED_BACK)
+    assert reprobe.remember_paid(off, [passed(CheckKind.ACCEPTANCE)], shp).shape_paid is None
 
 
 def test_memory_with_shapes_survives_the_record() -> None:

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import acceptance, checks, histogram, machine, shape, speedup
+from alphagate.core import acceptance, checks, histogram, machine, reprobe, shape, speedup
 from alphagate.core.model import (
     Action,
     Cause,
@@ -229,6 +229,9 @@ def evaluate(
             results.extend(_judge(spec, observation, names, estimates, combined, per_slice, suffix))
 
     verdict = checks.overall(results)
+    alpha = combined.value if combined is not None else None
+    window_shape = shape.of(observation, names, alpha)
+    memory = reprobe.remember_paid(memory, results, window_shape)
     fail_kinds = [c.kind for c in results if c.verdict is Verdict.FAIL]
     band = gate.enable_above - gate.disable_below
     decision = machine.step(
@@ -253,7 +256,7 @@ def evaluate(
             for c in results
         ),
         shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
-        shape=shape.of(observation, names, combined.value if combined is not None else None),
+        shape=window_shape,
     )
     withheld: Suitability | None = None
     if (

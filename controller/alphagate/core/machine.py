@@ -794,7 +794,6 @@ def step(
         )
 
     memory = _streaks(memory, effective, start=start, now=now, window=spec.timing.window_seconds)
-    memory = reprobe.remember_paid(memory, effective, shape)
     alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)

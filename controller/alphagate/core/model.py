@@ -715,8 +715,9 @@ class Memory(BaseModel):
     flip_times: tuple[float, ...] = ()  # recent flips, for the flips-per-hour cap
     last_alpha: dict[str, float] = Field(default_factory=dict)  # per slice, last estimate
     good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
-    # the traffic's shape in the last window that passed while speculating, and in the window
-    # that rolled back: a return of the first, away from the second, re-probes early
+    # the traffic's shape in the last window whose alpha cleared the gate while speculating,
+    # and in the window that rolled back: a return of the first, away from the second,
+    # re-probes early (core.reprobe)
     shape_paid: TrafficShape | None = None
     shape_failed: TrafficShape | None = None
     history: tuple[Transition, ...] = ()

@@ -12,19 +12,20 @@ Either only opens the door; the machine's other guards (minimum dwell, room in t
 budget for the enable and its rollback) still apply, and the probe must pass like any other.
 A shape re-probe undoes only the first rollback in a row (MAX_SHAPE_INDEX): a failed one, or
 traffic that swings back and forth, leaves the rest to the cooldown. The machine keeps the
-memory this needs: the shape of the last window that passed while speculating
+memory this needs: the shape of the last window whose alpha passed while speculating
 (`remember_paid`) and the one it rolled back on (`Memory.shape_failed`). Pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import shape as shapes
-from alphagate.core.model import Memory, State, TrafficShape, Verdict
+from alphagate.core.model import CheckKind, CheckResult, Memory, State, TrafficShape, Verdict
 
 _EPS = 1e-9
 MAX_SHAPE_INDEX: Final = 1
@@ -91,10 +92,16 @@ def early(
     )
 
 
-def remember_paid(memory: Memory, verdict: Verdict, shape: TrafficShape | None) -> Memory:
-    """A window that passed while speculating records the shape on which speculation paid."""
-    if verdict is not Verdict.PASS or shape is None:
+def remember_paid(
+    memory: Memory, results: Sequence[CheckResult], shape: TrafficShape | None
+) -> Memory:
+    """A judged window whose alpha cleared the gate while speculating (every acceptance check
+    PASS, no floor FAIL) records the shape on which speculation paid. Alpha alone, not the
+    overall verdict: a latency check still undecided says nothing about what is generated."""
+    if shape is None or memory.state not in (State.PROBING, State.ON):
         return memory
-    if memory.state not in (State.PROBING, State.ON):
+    acceptance = [c for c in results if c.kind is CheckKind.ACCEPTANCE]
+    floors_ok = all(c.verdict is not Verdict.FAIL for c in results if c.kind is CheckKind.FLOOR)
+    if not acceptance or not floors_ok or any(c.verdict is not Verdict.PASS for c in acceptance):
         return memory
     return memory.model_copy(update={"shape_paid": shape})

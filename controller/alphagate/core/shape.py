@@ -10,7 +10,7 @@ request (`vllm:request_generation_tokens`). Code answers, summaries and chat tur
 own length distributions, so a shift of the mix moves the bucket shares, and moves them back
 along the same line when it returns (the shares of a mixture are linear in its weights).
 
-So the machine remembers two shapes (`Memory.shape_paid`: the last window that passed while
+So the machine remembers two shapes (`Memory.shape_paid`: the last window whose alpha passed while
 speculating; `Memory.shape_failed`: the window that rolled back), each with the alpha measured
 on it, and `returned` asks, of the current window's shape while cooling down:
 
