@@ -9,7 +9,7 @@ import random
 import longtraffic
 import pytest
 
-from alphagate.core import acceptance
+from alphagate.core import acceptance, stats
 from alphagate.core.model import (
     AcceptanceSample,
     EstimateMethod,
@@ -111,7 +111,15 @@ def test_pods_are_batches_with_t_on_their_dof() -> None:
     resid = [a - 300 for a in (250, 300, 350, 280, 320, 310, 290, 300)]
     se = math.sqrt(sum((r / (1 - 1 / 8)) ** 2 for r in resid)) / 4000
     assert e.std_error == pytest.approx(se)
-    assert e.upper - e.value == pytest.approx(2.364624 * se, rel=1e-5)
+    # Korn-Graubard on that se and 7 dof: Clopper-Pearson at p(1 - p) / se^2 * (z / t_7)^2
+    n = 0.6 * 0.4 / se**2 * (1.959964 / 2.364624) ** 2
+    assert (e.lower, e.upper) == pytest.approx(
+        (
+            stats.beta_quantile(0.025, 0.6 * n, 0.4 * n + 1),
+            stats.beta_quantile(0.975, 0.6 * n + 1, 0.4 * n),
+        ),
+        rel=1e-5,
+    )
 
 
 def test_two_equal_pods_get_the_unbiased_variance_not_twice_it() -> None:

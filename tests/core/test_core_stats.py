@@ -132,3 +132,31 @@ def test_wilson_known_value() -> None:
 def test_betainc_symmetry() -> None:
     for a, b, x in [(2.0, 3.0, 0.4), (0.5, 7.5, 0.9), (50.0, 60.0, 0.45)]:
         assert stats.betainc(a, b, x) + stats.betainc(b, a, 1 - x) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("q", "a", "b"), [(0.025, 5.0, 6.0), (0.975, 6.0, 5.0), (0.5, 0.7, 3.0), (0.01, 4e5, 2e5)]
+)
+def test_beta_quantile_inverts_betainc(q: float, a: float, b: float) -> None:
+    x = stats.beta_quantile(q, a, b)
+    assert 0.0 < x < 1.0
+    assert stats.betainc(a, b, x) == pytest.approx(q, rel=1e-9)
+
+
+def test_korn_graubard_is_clopper_pearson_at_the_effective_size() -> None:
+    # se^2 = p(1 - p) / 10 on unlimited dof: Clopper-Pearson for 5 of 10, (0.1871, 0.8129).
+    lo, hi = stats.korn_graubard(0.5, math.sqrt(0.025), math.inf, 1e9, 0.95)
+    assert (lo, hi) == pytest.approx((0.187086, 0.812914), abs=1e-6)
+    # Few degrees of freedom shrink the effective size by (z / t)^2: wider.
+    lo4, hi4 = stats.korn_graubard(0.5, math.sqrt(0.025), 4.0, 1e9, 0.95)
+    assert lo4 < lo and hi4 > hi
+    # The effective size never exceeds the units observed.
+    assert stats.korn_graubard(0.5, 1e-9, math.inf, 10, 0.95) == pytest.approx((lo, hi))
+
+
+def test_korn_graubard_leans_the_way_a_proportion_does() -> None:
+    # Above 1/2 the interval reaches further down than up (a symmetric one would not).
+    lo, hi = stats.korn_graubard(0.9, 0.04, 15.0, 1e9, 0.95)
+    assert 0.9 - lo > hi - 0.9 > 0
+    assert stats.korn_graubard(1.0, 0.01, 10.0, 1e9, 0.95) == (0.0, 1.0)
+    assert stats.korn_graubard(0.5, math.nan, 10.0, 1e9, 0.95) == (0.0, 1.0)

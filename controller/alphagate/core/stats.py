@@ -1,10 +1,12 @@
 """Small, exact statistical functions the core needs, written out so the core stays stdlib-only.
 
 Student-t quantiles (for batch-means intervals with few batches), the Wilson score interval,
-and the binomial upper tail (for the bucket-exceedance test). All go through the regularised
-incomplete beta function, evaluated with the Lentz continued fraction (Numerical Recipes §6.4).
-The t quantile starts from Hill's closed-form approximation and refines it on that function:
-two or three evaluations where a bisection needs fifty. Pure functions: no state, no randomness.
+the Korn-Graubard interval (Clopper-Pearson on a design-effect sample size, for a proportion
+from clustered data), and the binomial upper tail (for the bucket-exceedance test). All go
+through the regularised incomplete beta function, evaluated with the Lentz continued fraction
+(Numerical Recipes §6.4). The t quantile starts from Hill's closed-form approximation and
+refines it on that function: two or three evaluations where a bisection needs fifty.
+Pure functions: no state, no randomness.
 """
 
 from __future__ import annotations
@@ -224,6 +226,65 @@ def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:
     centre = (p + z2 / (2.0 * n)) / denom
     half = z / denom * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n))
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The x with I_x(a, b) = q, for a, b > 0: Newton steps on `betainc` (its derivative is
+    the Beta density) from the normal approximation, kept inside a shrinking bracket and
+    halving it whenever a step leaves it; a few evaluations where bisection needs sixty."""
+    if not (a > 0 and b > 0) or math.isnan(q) or not 0.0 <= q <= 1.0:
+        return math.nan
+    if q in (0.0, 1.0):
+        return q
+    log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    mean = a / (a + b)
+    sd = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1.0)))
+    x = min(1.0 - 1e-12, max(1e-12, mean + normal_quantile(q) * sd))
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        g = betainc(a, b, x) - q
+        if g == 0.0:
+            return x
+        if g < 0.0:
+            lo = x
+        else:
+            hi = x
+        log_pdf = log_norm + (a - 1.0) * math.log(x) + (b - 1.0) * math.log1p(-x)
+        pdf = math.exp(log_pdf) if log_pdf < 700.0 else math.inf
+        new = x - g / pdf if pdf > 0.0 else math.nan
+        if not lo < new < hi:
+            new = 0.5 * (lo + hi)
+        if abs(new - x) <= 1e-14 * max(x, 1e-300) or hi - lo <= 1e-15:
+            return new
+        x = new
+    return x
+
+
+def korn_graubard(
+    p: float, se: float, dof: float, n_max: float, confidence: float
+) -> tuple[float, float]:
+    """Korn-Graubard interval for a proportion `p` with design-based standard error `se` on
+    `dof` degrees of freedom (Survey Methodology 24:193, 1998; NCHS's standard for survey
+    proportions).
+
+    The effective sample size p(1 - p) / se^2 (at most `n_max`, the units actually observed),
+    shrunk by (z / t_dof)^2 so the few-cluster margin carries over, feeds a Clopper-Pearson
+    interval. Unlike p +- t se it is asymmetric the way a proportion's sampling law is: a
+    window of a few requests per batch is skewed toward the rare low-acceptance request, and
+    the symmetric interval missed mostly on that side. (0, 1) when it cannot be formed.
+    """
+    if not (0.0 < p < 1.0 and se > 0 and dof > 0) or not math.isfinite(se):
+        return (0.0, 1.0)
+    q = 0.5 + confidence / 2.0
+    z = normal_quantile(q)
+    t = t_quantile(q, dof) if math.isfinite(dof) else z
+    n = min(p * (1.0 - p) / (se * se), n_max) * (z / t) ** 2
+    x = p * n
+    if not (n > 0 and math.isfinite(n)):
+        return (0.0, 1.0)
+    lower = beta_quantile(1.0 - q, x, n - x + 1.0)
+    upper = beta_quantile(q, x + 1.0, n - x)
+    return (lower, upper)
 
 
 def binomial_sf(k: int, n: int, p: float) -> float:

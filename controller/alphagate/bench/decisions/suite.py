@@ -240,6 +240,9 @@ EXTRA_CASES: Final[tuple[Case, ...]] = (
     Case("mix-returns-alpha-not", "mix-shift's traffic, but when its output lengths return at"
          " 60-65% alpha stays at 0.49 (an early re-probe must not repeat)",
          tuple((f, a) for f, a in _mix() if f < 0.5), outputs=_mix_outputs()),
+    Case("many-pods-low-traffic", "alpha 0.65 on 16 canary pods, ~0.02 requests/s per pod "
+         "(open loop, ~6 requests per pod per 300 s window: the interval's coverage edge)",
+         ((0.0, 0.65),), canaries=16, open_rate=0.34, slice_extra={"output_tokens": 300}),
 )  # fmt: skip
 """Cases run only when named (``--cases``): checks of one rule, not part of the suite's score."""
 
