@@ -51,3 +51,23 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def spec_from(base: dict[str, Any], /, **over: Any) -> SpeculativeCanarySpec:
     """`spec_from(BASE, timing={"intervalSeconds": 10})`: `base` with the overrides merged."""
     return SpeculativeCanarySpec.model_validate(merge(base, over))
+
+
+# The state machine tests' spec: Prometheus as the source (no pods to scrape) and the timing
+# every machine test reasons about (30 s interval, 300 s window, 120 s warm-up, 600 s dwell,
+# 900 s probe, 4 flips an hour, cooldown 900 s x2 up to 3,600 s). Tests merge their changes in.
+MACHINE_SPEC: dict[str, Any] = merge(
+    BASE_SPEC,
+    {
+        "source": {"kind": "prometheus", "prometheus": {}},
+        "timing": {
+            "intervalSeconds": 30,
+            "windowSeconds": 300,
+            "warmupSeconds": 120,
+            "minDwellSeconds": 600,
+            "probeSeconds": 900,
+            "maxFlipsPerHour": 4,
+            "cooldown": {"initialSeconds": 900, "factor": 2, "maxSeconds": 3600},
+        },
+    },
+)

@@ -35,7 +35,7 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
-from specs import spec_from
+from specs import MACHINE_SPEC, merge, spec_from
 
 P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
 T0 = 1_000_000.0
@@ -43,29 +43,7 @@ OLD = T0 - 10_000
 SETTLED = Rollout(completed_at=OLD, speculation_on=True)
 SETTLED_OFF = Rollout(completed_at=OLD, speculation_on=False)
 
-BASE: dict[str, Any] = {
-    "target": {"name": "canary"},
-    "baseline": {"name": "baseline"},
-    "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 5},
-    "slices": [
-        {
-            "name": "chat",
-            "canary": {"matchLabels": {"track": "canary"}},
-            "baseline": {"matchLabels": {"track": "baseline"}},
-        }
-    ],
-    "source": {"kind": "prometheus", "prometheus": {}},
-    "timing": {
-        "intervalSeconds": 30,
-        "windowSeconds": 300,
-        "warmupSeconds": 120,
-        "minDwellSeconds": 600,
-        "probeSeconds": 900,
-        "maxFlipsPerHour": 4,
-        "cooldown": {"initialSeconds": 900, "factor": 2, "maxSeconds": 3600},
-    },
-    "latency": {"enabled": False},
-}
+BASE: dict[str, Any] = merge(MACHINE_SPEC, {"latency": {"enabled": False}})
 
 
 def make_spec(**over: Any) -> SpeculativeCanarySpec:

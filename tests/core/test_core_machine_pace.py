@@ -31,31 +31,17 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
+from specs import MACHINE_SPEC, merge
 
 T0 = 1_000_000.0
 OLD = T0 - 100_000
-BASE: dict[str, Any] = {
-    "target": {"name": "canary"},
-    "baseline": {"name": "baseline"},
-    "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 5},
-    "slices": [
-        {
-            "name": "chat",
-            "canary": {"matchLabels": {"track": "canary"}},
-            "baseline": {"matchLabels": {"track": "baseline"}},
-        }
-    ],
-    "source": {"kind": "prometheus", "prometheus": {}},
-    "acceptance": {"disableBelow": 0.55, "enableAbove": 0.60, "consecutiveWindows": 2},
-    "timing": {
-        "intervalSeconds": 30,
-        "windowSeconds": 300,
-        "warmupSeconds": 120,
-        "minDwellSeconds": 600,
-        "maxFlipsPerHour": 4,
-        "cooldown": {"initialSeconds": 3600, "factor": 2, "maxSeconds": 86400},
+BASE: dict[str, Any] = merge(
+    MACHINE_SPEC,
+    {
+        "acceptance": {"disableBelow": 0.55, "enableAbove": 0.60, "consecutiveWindows": 2},
+        "timing": {"cooldown": {"initialSeconds": 3600, "factor": 2, "maxSeconds": 86400}},
     },
-}
+)
 SPEC = SpeculativeCanarySpec.model_validate(BASE)
 SETTLED = Rollout(completed_at=OLD, speculation_on=True)
 F = Verdict.FAIL

@@ -35,32 +35,12 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.kube.status import decode_memories, encode_memories
-from specs import spec_from
+from specs import MACHINE_SPEC, spec_from
 
 BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
 CHAT, CODE = 512.0, 800.0
 SPEC: SpeculativeCanarySpec = spec_from(
-    {
-        "target": {"name": "canary"},
-        "baseline": {"name": "baseline"},
-        "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 5},
-        "slices": [
-            {
-                "name": "chat",
-                "canary": {"matchLabels": {"track": "canary"}},
-                "baseline": {"matchLabels": {"track": "baseline"}},
-            }
-        ],
-        "source": {"kind": "prometheus", "prometheus": {}},
-        "timing": {
-            "intervalSeconds": 30,
-            "windowSeconds": 300,
-            "warmupSeconds": 120,
-            "minDwellSeconds": 600,
-            "maxFlipsPerHour": 4,
-            "cooldown": {"initialSeconds": 43200, "factor": 2, "maxSeconds": 86400},
-        },
-    }
+    MACHINE_SPEC, timing={"cooldown": {"initialSeconds": 43200, "factor": 2, "maxSeconds": 86400}}
 )
 T0 = 1_000_000.0
 ROLLED = Rollout(completed_at=T0 - 50_000, speculation_on=False)
