@@ -27,11 +27,11 @@ from alphagate.sandbox.apiserver.deployments import deployment_status
 from alphagate.shell.reconciler import Outcome, Reconciler
 from alphagate.shell.reporting import NullRecorder
 from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.testing.prometheus import PrometheusServer, available
+from fleets import per_slice_fleet
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -43,32 +43,7 @@ INTERVAL = 3.0
 SLICES = ("chat", "code", "docs")
 ALPHAS = (0.7, 0.5, 0.6)
 
-SCENARIO = Scenario.model_validate(
-    {
-        "name": "live-batch",
-        "seed": 7,
-        "tick": 0.5,
-        "traffic": {"rate": 30},
-        "slices": {
-            s: {"alpha": a, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
-            for s, a in zip(SLICES, ALPHAS, strict=True)
-        },
-        "pools": [
-            pool
-            for s in SLICES
-            for pool in (
-                {
-                    "name": f"{s}-canary",
-                    "role": "canary",
-                    "slice": s,
-                    "replicas": 2,
-                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
-                },
-                {"name": f"{s}-baseline", "role": "baseline", "slice": s, "replicas": 1},
-            )
-        ],
-    }
-)
+SCENARIO = per_slice_fleet("live-batch", 7, SLICES, ALPHAS)
 
 
 def resource(slice_name: str, *, selector: dict[str, str] | None = None) -> dict[str, Any]:

@@ -22,12 +22,12 @@ import pytest
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, Role
 from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prombatch import observe_many, union_matchers
 from alphagate.sources.prometheus import PrometheusSource, recorded_name
 from alphagate.testing.prometheus import PrometheusServer, available
+from fleets import per_slice_fleet
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -38,32 +38,7 @@ RULES = Path(__file__).resolve().parents[2] / "deploy/monitoring/rules/alphagate
 INTERVAL = 3.0
 SLICES = ("chat", "code", "docs")
 
-SCENARIO = Scenario.model_validate(
-    {
-        "name": "prombatch",
-        "seed": 5,
-        "tick": 0.5,
-        "traffic": {"rate": 30},
-        "slices": {
-            s: {"alpha": a, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
-            for s, a in zip(SLICES, (0.7, 0.5, 0.6), strict=True)
-        },
-        "pools": [
-            pool
-            for s in SLICES
-            for pool in (
-                {
-                    "name": f"{s}-canary",
-                    "role": "canary",
-                    "slice": s,
-                    "replicas": 2,
-                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
-                },
-                {"name": f"{s}-baseline", "role": "baseline", "slice": s, "replicas": 1},
-            )
-        ],
-    }
-)
+SCENARIO = per_slice_fleet("prombatch", 5, SLICES, (0.7, 0.5, 0.6))
 
 
 def spec_for(slice_name: str) -> SpeculativeCanarySpec:
