@@ -2,7 +2,9 @@
 
 Inputs are frozen dataclasses the shell fills from a source (Prometheus or pod scrapes);
 outputs carry their evidence so every decision can be explained. Nothing here does I/O.
-Times are Unix seconds (float) supplied by the caller: the core never reads a clock.
+Times are Unix seconds (float) supplied by the caller: the core never reads a clock. The enums
+live in `core.vocab` and the evidence in `core.evidence`; both are re-exported here, so one
+import names the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -14,123 +16,70 @@ from typing import TYPE_CHECKING, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from alphagate.config import LatencyMetric
+from alphagate.core.evidence import (
+    AcceptanceEvidence,
+    BoundTest,
+    CheckResult,
+    Estimate,
+    EstimateMethod,
+    ExceedanceTest,
+    FloorEvidence,
+    LatencyEvidence,
+    LatencyUndecided,
+    PoolLatency,
+    SourceEvidence,
+    SpeedUp,
+    Undecided,
+    WindowEvidence,
+    ev,
+)
+from alphagate.core.vocab import (
+    Action,
+    Alert,
+    Cause,
+    CheckKind,
+    Command,
+    Guard,
+    NoData,
+    Role,
+    State,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from alphagate.core.suitability import Suitability
 from alphagate.errors import SourceErrorKind
 
+# Re-exported: one import names the whole vocabulary.
+__all__ = [
+    "AcceptanceEvidence",
+    "Action",
+    "Alert",
+    "BoundTest",
+    "Cause",
+    "CheckKind",
+    "CheckResult",
+    "Command",
+    "Estimate",
+    "EstimateMethod",
+    "ExceedanceTest",
+    "FloorEvidence",
+    "Guard",
+    "LatencyEvidence",
+    "LatencyUndecided",
+    "NoData",
+    "PoolLatency",
+    "Role",
+    "SourceEvidence",
+    "SpeedUp",
+    "State",
+    "Undecided",
+    "Verdict",
+    "WindowEvidence",
+    "ev",
+]
+
 INF: Final = math.inf
-
-
-class Role(StrEnum):
-    CANARY = "canary"
-    BASELINE = "baseline"
-
-
-class Verdict(StrEnum):
-    """Outcome of one check. Only FAIL flips; INCONCLUSIVE and ERROR hold."""
-
-    PASS = "Pass"
-    FAIL = "Fail"
-    INCONCLUSIVE = "Inconclusive"
-    ERROR = "Error"
-
-
-class State(StrEnum):
-    """Where a canary stands (design.md §4)."""
-
-    OFF = "Off"
-    PROBING = "Probing"
-    ON = "On"
-    ROLLED_BACK = "RolledBack"
-    PAUSED = "Paused"
-    PROMOTED = "Promoted"
-
-
-class Action(StrEnum):
-    """What the shell must do after a decision."""
-
-    ENABLE = "enable"
-    DISABLE = "disable"
-    HOLD = "hold"
-    PROMOTE = "promote"
-
-
-class Command(StrEnum):
-    """A person's instruction (CLI or annotation). Overrides the policy; recorded as "manual"."""
-
-    PAUSE = "pause"
-    RESUME = "resume"
-    ENABLE = "enable"
-    DISABLE = "disable"
-    PROMOTE = "promote"
-
-
-class CheckKind(StrEnum):
-    """What a check judged. Metric labels, status and Events derive from it, never from text."""
-
-    ACCEPTANCE = "acceptance"  # alpha against the gate (combined, or one slice in perSlice)
-    FLOOR = "floor"  # a slice's minAlpha veto in combined mode
-    LATENCY = "latency"  # the P-quantile guard of one slice
-    SOURCE = "source"  # the metrics read failed
-    WINDOW = "window"  # the window may not be judged (rollout or warm-up)
-
-
-class Alert(StrEnum):
-    """A condition a person should hear about; the values are stable metric labels."""
-
-    SOURCE_ERRORS = "source-errors"
-    FLIP_BUDGET = "flip-budget"
-    PROBE_STALLED = "probe-stalled"
-    ROLLOUT_TIMEOUT = "rollout-timeout"
-    # Probing or On with no conclusive verdict for staleness.afterSeconds: speculation runs
-    # unchecked (endless Inconclusive or Error windows)
-    VERDICT_STALE = "verdict-stale"
-
-
-class Cause(StrEnum):
-    """Why a transition happened: what Events, metrics and reports branch on (not the reason).
-
-    UNKNOWN only appears on transitions recorded by a controller that did not store causes."""
-
-    PROBE = "probe"  # Off/RolledBack -> Probing: a new canary, or the cooldown is over
-    EARLY_REPROBE = "early-reprobe"  # the traffic mix shifted towards slices that did well
-    POLICY_PASS = "policy-pass"  # a probe confirmed by consecutive passing windows
-    POLICY_FAIL = "policy-fail"  # consecutive failing windows rolled speculation back
-    FAIL_SAFE = "fail-safe"  # consecutive source errors with failSafe: disable
-    STALE_FAIL_SAFE = "stale-fail-safe"  # no conclusive verdict for staleness.afterSeconds
-    BAKED = "baked"  # on for bakeSeconds with a passing window: promoted
-    SPEC_PAUSE = "spec-pause"  # spec.paused became true
-    SPEC_RESUME = "spec-resume"  # spec.paused became false
-    MANUAL = "manual"  # a person's command, carried out (or a no-op, still recorded)
-    REFUSED = "refused"  # a person's command the machine refused (recorded, nothing changes)
-    UNKNOWN = "unknown"
-
-
-class Guard(StrEnum):
-    """What stands between a person's command and the change: the guards that refused it
-    (cause REFUSED) or that `--force` overrode (cause MANUAL, forced)."""
-
-    FLIP_BUDGET = "flip-budget"  # timing.maxFlipsPerHour leaves no room for it and a rollback
-    MIN_DWELL = "min-dwell"  # timing.minDwellSeconds since the last flip has not passed
-    COOLDOWN = "cooldown"  # the rollback cooldown has not passed
-    PROMOTION_DISABLED = "promotion-disabled"  # promote without promotion.enabled
-    SPECULATION_OFF = "speculation-off"  # promote while the canary does not speculate
-    SPEC_PAUSED = "spec-paused"  # resume while spec.paused is true
-
-
-class NoData(StrEnum):
-    """Why a canary that should speculate shows no drafts in a window: typed evidence of an
-    Inconclusive acceptance check. Never read as "speculation off"."""
-
-    # spec-decode series exist, every increment is zero: speculating, but no traffic
-    NO_TRAFFIC = "no-traffic"
-    # the series exist but the range holds fewer than two scrapes: increase() is empty
-    SPARSE_SCRAPES = "sparse-scrapes"
-    # no spec-decode series at all although speculation should run (rollout, wrong pods)
-    NO_SPEC_SERIES = "no-spec-series"
-    UNKNOWN = "unknown"  # no drafts; the source did not say why
 
 
 # ---------------------------------------------------------------- inputs
@@ -243,374 +192,6 @@ class Rollout:
     in_progress: bool = False
     completed_at: float | None = None  # when the last rollout finished (pods ready)
     speculation_on: bool = False  # does the running pod template carry --speculative-config?
-
-
-# ---------------------------------------------------------------- estimates and checks
-
-
-class EstimateMethod(StrEnum):
-    """How an alpha interval was computed (core/acceptance.py)."""
-
-    # Ratio estimator over independent batches (pods, or blocks of one pod at least
-    # acceptance.batchSeconds long), leverage-corrected, Student t on the batches' dof.
-    BATCH_MEANS = "batch-means"
-    # Every batch shows the same ratio (alpha exactly 0 or 1 everywhere): Wilson over drafts.
-    WILSON_DRAFTS = "wilson-drafts"
-    # Fewer than two independent batches: no honest interval; reported as [0, 1], Inconclusive.
-    INSUFFICIENT = "insufficient-batches"
-    # Several slices: the pooled ratio (effective alpha), Welch-Satterthwaite dof.
-    POOLED = "pooled"
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """alpha with a two-sided interval at `confidence`. `method` says how it was computed."""
-
-    value: float
-    lower: float
-    upper: float
-    confidence: float
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    batches: int
-    method: EstimateMethod
-    # Standard error of `value` and its degrees of freedom (inf for large-sample methods); used
-    # to combine slices. NaN when unknown.
-    std_error: float = math.nan
-    dof: float = math.inf
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        return 1.0 + self.accepted_tokens / self.drafts if self.drafts > 0 else math.nan
-
-    @property
-    def conclusive(self) -> bool:
-        """False when the data could not support an honest interval (too few batches)."""
-        return self.method != EstimateMethod.INSUFFICIENT
-
-
-def ev(value: float) -> float | str:
-    """Evidence value that survives JSON: NaN and infinities become strings."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return value
-
-
-def _estimate_flat(e: Estimate | None) -> dict[str, float | str]:
-    if e is None:
-        return {}
-    return {
-        "alpha": ev(e.value),
-        "lower": ev(e.lower),
-        "upper": ev(e.upper),
-        "confidence": e.confidence,
-        "drafts": ev(e.drafts),
-        "draft_tokens": ev(e.draft_tokens),
-        "accepted_tokens": ev(e.accepted_tokens),
-        "batches": float(e.batches),
-        "method": str(e.method),
-        "mean_acceptance_length": ev(e.mean_acceptance_length),
-    }
-
-
-class Undecided(StrEnum):
-    """Why an acceptance check could not decide (its verdict is Inconclusive)."""
-
-    # No drafts in the window: alpha unknown (`AcceptanceEvidence.no_data` says why).
-    NO_DRAFTS = "no-drafts"
-    # The estimate is not a number.
-    NOT_A_NUMBER = "not-a-number"
-    # Fewer than two independent batches (one pod, or one snapshot of one pod): nothing
-    # measures how much requests differ, so no honest interval exists.
-    FEW_BATCHES = "few-batches"
-    # Fewer drafts than acceptance.minDrafts.
-    FEW_DRAFTS = "few-drafts"
-    # An honest interval that overlaps the hysteresis band.
-    IN_BAND = "in-band"
-
-
-@dataclass(frozen=True, slots=True)
-class AcceptanceEvidence:
-    """The gate an acceptance check applied and the estimate it judged (None: no drafts)."""
-
-    disable_below: float
-    enable_above: float
-    min_drafts: int
-    estimate: Estimate | None = None
-    no_data: NoData | None = None  # why there is no estimate (None: there is one, or an error)
-    # why the check could not decide (None when it passed, failed or errored)
-    undecided: Undecided | None = None
-
-    def flat(self) -> dict[str, float | str]:
-        """Flat JSON-safe view for people (status details, CLI JSON); code reads the fields."""
-        out: dict[str, float | str] = {
-            "disable_below": self.disable_below,
-            "enable_above": self.enable_above,
-            "min_drafts": float(self.min_drafts),
-            **_estimate_flat(self.estimate),
-        }
-        if self.no_data is not None:
-            out["no_data"] = self.no_data.value
-        if self.undecided is not None:
-            out["undecided"] = self.undecided.value
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class FloorEvidence:
-    """A slice's floor (minAlpha) and the slice's estimate (None: no drafts)."""
-
-    min_alpha: float
-    min_drafts: int
-    estimate: Estimate | None = None
-
-    def flat(self) -> dict[str, float | str]:
-        return {
-            "min_alpha": self.min_alpha,
-            "min_drafts": float(self.min_drafts),
-            **_estimate_flat(self.estimate),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class PoolLatency:
-    """One pool's latency quantile as the guard read it: the interpolated value and the
-    bucket (lo, hi] it falls in."""
-
-    count: float
-    quantile_seconds: float
-    bucket_lo: float
-    bucket_hi: float
-
-
-class LatencyUndecided(StrEnum):
-    """What a latency check could not show (its verdict is Inconclusive). A Pass needs evidence
-    that the canary is within the margin, not only the absence of a significant regression."""
-
-    # Fewer observations than latency.minCount on a side.
-    FEW_OBSERVATIONS = "few-observations"
-    # Fewer than two independent batches in a pool: no honest spread.
-    FEW_BATCHES = "few-batches"
-    # A histogram or the measured tokens per step is missing from the window.
-    NO_DATA = "no-data"
-    # The baseline's quantile is not a number, or no finite bucket bound reaches the limit.
-    UNTESTABLE = "untestable"
-    # The measured speed-up's lower bound is below 1 / (1 + maxRegressionRatio).
-    MEAN_NOT_SHOWN = "mean-not-shown"
-    # The canary's share above the bucket bound at or above the limit is not shown to be at
-    # most 1 - quantile (too few requests, or too many of them above it).
-    TAIL_NOT_SHOWN = "tail-not-shown"
-    # The canary's quantile, read like histogram_quantile, is above the limit.
-    QUANTILE_ABOVE_LIMIT = "quantile-above-limit"
-    # A bucket bound's canary share is above its allowed share, not significantly.
-    POSSIBLE_REGRESSION = "possible-regression"
-
-
-@dataclass(frozen=True, slots=True)
-class ExceedanceTest:
-    """The bucket question: the share of canary observations above `edge` (the bucket bound
-    at or above the limit) against the share a canary within the limit may have.
-
-    Both directions: `p_value` asks "significantly above?" (a regression), `p_within` asks
-    "shown at or below?" (the evidence a Pass needs), each an exact binomial test on the
-    effective number of observations (`total` over the design effect of clustered batches)."""
-
-    edge: float
-    above: float
-    fraction: float
-    expected_fraction: float
-    p_value: float
-    total: float = math.nan
-    effective: float = math.nan  # independent observations the batches are worth
-    upper: float = math.nan  # one-sided upper confidence bound of `fraction`, at significance
-    p_within: float = math.nan  # p of "fraction >= expected_fraction"; small: shown within
-    needed: float = math.nan  # observations that would show it at this fraction (inf: never)
-
-
-@dataclass(frozen=True, slots=True)
-class SpeedUp:
-    """Baseline mean time per token over the canary's, with a two-sided interval."""
-
-    value: float
-    lower: float
-    upper: float
-    confidence: float
-    canary_mean: float
-    baseline_mean: float
-    canary_count: float
-    baseline_count: float
-    dof: float
-    # one-sided p-value of "canary mean > baseline mean x (1 + margin)"
-    p_regressed: float
-    # one-sided p-value of "canary mean >= baseline mean x (1 + margin)": small when the
-    # canary is shown within the margin (the speed-up's lower bound above 1 / (1 + margin))
-    p_within: float = math.nan
-
-
-@dataclass(frozen=True, slots=True)
-class BoundTest:
-    """Canary against baseline share of requests above one bucket bound."""
-
-    bound: float
-    canary_fraction: float  # canary share above `bound`
-    baseline_bound: float  # largest bound <= bound / (1 + margin)
-    baseline_fraction: float  # baseline share above `baseline_bound`
-    allowed_fraction: float  # baseline_fraction + slack
-    p_value: float
-    rejected: bool = False  # significant after Holm's correction
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyEvidence:
-    """What the latency guard compared; parts stay None when the check stopped before them."""
-
-    metric: LatencyMetric
-    quantile: float
-    max_regression_ratio: float
-    significance: float
-    min_count: int
-    tokens_per_step: float | None = None
-    canary: PoolLatency | None = None
-    baseline: PoolLatency | None = None
-    limit_seconds: float | None = None
-    test: ExceedanceTest | None = None
-    # perToken on exact sums (core/latency.py): the measured speed-up with the mean test, and
-    # one exceedance test per bucket bound (Holm-corrected together)
-    speedup: SpeedUp | None = None
-    bounds: tuple[BoundTest, ...] = ()
-    # what an Inconclusive check could not show (empty when it passed, failed or errored)
-    undecided: tuple[LatencyUndecided, ...] = ()
-
-    @property
-    def worst_bound(self) -> BoundTest | None:
-        """The bound test with the smallest p-value (the strongest tail evidence)."""
-        tested = [b for b in self.bounds if math.isfinite(b.p_value)]
-        return min(tested, key=lambda b: b.p_value) if tested else None
-
-    @property
-    def ratio(self) -> float | None:
-        """Canary quantile over baseline quantile, when both are finite and the baseline > 0."""
-        if self.canary is None or self.baseline is None:
-            return None
-        c, b = self.canary.quantile_seconds, self.baseline.quantile_seconds
-        if b > 0 and math.isfinite(c) and math.isfinite(b):
-            return c / b
-        return None
-
-    def flat(self) -> dict[str, float | str]:
-        out: dict[str, float | str] = {
-            "metric": self.metric.value,
-            "quantile": self.quantile,
-            "max_regression_ratio": self.max_regression_ratio,
-            "significance": self.significance,
-            "min_count": float(self.min_count),
-        }
-        if self.tokens_per_step is not None:
-            out["tokens_per_step"] = self.tokens_per_step
-        for role, pool in (("canary", self.canary), ("baseline", self.baseline)):
-            if pool is not None:
-                out |= {
-                    f"{role}_count": ev(pool.count),
-                    f"{role}_quantile_seconds": ev(pool.quantile_seconds),
-                    f"{role}_bucket_lo": ev(pool.bucket_lo),
-                    f"{role}_bucket_hi": ev(pool.bucket_hi),
-                }
-        ratio = self.ratio
-        if ratio is not None:
-            out["ratio"] = ev(ratio)
-        if self.limit_seconds is not None:
-            out["limit"] = ev(self.limit_seconds)
-        if self.test is not None:
-            t = self.test
-            out |= {
-                "edge": ev(t.edge),
-                "above": ev(t.above),
-                "fraction_above": ev(t.fraction),
-                "expected_fraction": t.expected_fraction,
-                "p_value": ev(t.p_value),
-                "tail_edge": ev(t.edge),
-                "tail_fraction_above": ev(t.fraction),
-                "tail_upper": ev(t.upper),
-                "tail_p_within": ev(t.p_within),
-                "tail_needed": ev(t.needed),
-            }
-        if self.undecided:
-            out["undecided"] = ",".join(u.value for u in self.undecided)
-        if self.speedup is not None:
-            sp = self.speedup
-            out |= {
-                "speedup": ev(sp.value),
-                "speedup_lower": ev(sp.lower),
-                "speedup_upper": ev(sp.upper),
-                "canary_mean_seconds": ev(sp.canary_mean),
-                "baseline_mean_seconds": ev(sp.baseline_mean),
-                "p_value_mean": ev(sp.p_regressed),
-                "p_within_mean": ev(sp.p_within),
-            }
-        worst = self.worst_bound
-        if worst is not None:
-            out |= {
-                "edge": ev(worst.bound),
-                "fraction_above": ev(worst.canary_fraction),
-                "baseline_edge": ev(worst.baseline_bound),
-                "baseline_fraction_above": ev(worst.baseline_fraction),
-                "p_value": ev(worst.p_value),
-            }
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class WindowEvidence:
-    """Why a window was not judged: where it starts and where the warm-up ends (None: no
-    warm-up, a rollout is in progress)."""
-
-    window_start: float
-    warmup_end: float | None
-
-    def flat(self) -> dict[str, float | str]:
-        end = self.warmup_end if self.warmup_end is not None else math.nan
-        return {"window_start": self.window_start, "warmup_end": ev(end)}
-
-
-@dataclass(frozen=True, slots=True)
-class SourceEvidence:
-    """The failed reads (whole read first), each with its kind (None: unknown)."""
-
-    failures: tuple[tuple[SourceErrorKind | None, str], ...] = ()
-
-    def flat(self) -> dict[str, float | str]:
-        return {f"error_{i}": text for i, (_, text) in enumerate(self.failures)}
-
-
-Evidence = AcceptanceEvidence | FloorEvidence | LatencyEvidence | WindowEvidence | SourceEvidence
-
-
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    """One check's verdict with the typed evidence behind it and a sentence a person can read.
-
-    `slice` is the slice the check is about; None when it covers the whole policy (combined
-    acceptance, source, window) or the policy's only slice. Code reads `kind`, `slice` and
-    `evidence`; `reason` is for people and nothing parses it.
-    """
-
-    kind: CheckKind
-    verdict: Verdict
-    reason: str
-    evidence: Evidence | None = None
-    slice: str | None = None
-
-    @property
-    def name(self) -> str:
-        """`kind` or `kind:slice`: a display name and metric label (derived, never parsed)."""
-        return f"{self.kind.value}:{self.slice}" if self.slice else self.kind.value
-
-    def flat_evidence(self) -> dict[str, float | str]:
-        """The evidence as a flat JSON-safe dict, for people (status details, CLI JSON)."""
-        return self.evidence.flat() if self.evidence is not None else {}
 
 
 # ---------------------------------------------------------------- memory and decisions
