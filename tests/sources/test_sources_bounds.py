@@ -24,7 +24,8 @@ from alphagate.errors import SourceError, SourceErrorKind, redact
 from alphagate.sources import http
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
-from alphagate.sources.prometheus import PrometheusSource, _WatchedFile
+from alphagate.sources.prometheus import PrometheusSource
+from alphagate.sources.promwire import WatchedFile
 from alphagate.sources.scrape import ScrapeSource, read_page
 from specs import SOURCE_SPEC, spec_from
 
@@ -272,7 +273,8 @@ def test_prometheus_huge_position_label_fails_the_query() -> None:
     body = f'{{"status":"success","data":{{"resultType":"matrix","result":[{points}]}}}}'
     answer = whole("200 OK", {"Content-Type": "application/json"}, body.encode())
     with serving(answer) as server, prom(server.base) as src:
-        from alphagate.sources.prometheus import _acceptance, pool_queries
+        from alphagate.sources.prometheus import _acceptance
+        from alphagate.sources.promql import pool_queries
 
         q = pool_queries({"a": "b"}, window_seconds=60, interval_seconds=20)
         with pytest.raises(SourceError) as caught:
@@ -305,13 +307,13 @@ def test_secret_files_are_read_with_a_cap(tmp_path: Path) -> None:
     big = tmp_path / "token"
     big.write_bytes(b"t" * (1 << 20))
     with pytest.raises(SourceError, match="larger than"):
-        _WatchedFile(str(big), "bearer token file").read()
+        WatchedFile(str(big), "bearer token file").read()
     small = tmp_path / "small"
     small.write_text("abc\n")
-    assert _WatchedFile(str(small), "bearer token file").read() == "abc"
+    assert WatchedFile(str(small), "bearer token file").read() == "abc"
     if os.path.exists("/dev/zero"):  # a file that never ends
         with pytest.raises(SourceError, match="not a regular file"):
-            _WatchedFile("/dev/zero", "bearer token file").read()
+            WatchedFile("/dev/zero", "bearer token file").read()
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,8 @@ from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint
-from alphagate.sources.prometheus import PrometheusSource, parse_duration
+from alphagate.sources.prometheus import PrometheusSource
+from alphagate.sources.promql import parse_duration
 from alphagate.sources.scrape import ScrapeSource
 from alphagate.testing.prometheus import PrometheusServer, available
 

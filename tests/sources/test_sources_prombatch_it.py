@@ -25,7 +25,8 @@ from alphagate.sim.fleet import Fleet
 from alphagate.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prombatch import observe_many, union_matchers
-from alphagate.sources.prometheus import PrometheusSource, recorded_name
+from alphagate.sources.prometheus import PrometheusSource
+from alphagate.sources.promql import recorded_name
 from alphagate.testing.prometheus import PrometheusServer, available
 from fleets import per_slice_fleet
 

@@ -20,7 +20,8 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
-from alphagate.sources.prometheus import PrometheusSource, duration, matchers, pool_queries
+from alphagate.sources.prometheus import PrometheusSource
+from alphagate.sources.promql import duration, matchers, pool_queries
 from specs import SOURCE_SPEC, spec_from
 
 START, END, STEP = 1000.0, 1060.0, 20.0

@@ -57,7 +57,7 @@ CAPTURE = (
 )
 RULES = Path(__file__).resolve().parents[3] / "deploy/monitoring/rules/alphagate-batches.yaml"
 RECORDED = "alphagate:vllm_generation_tokens:rate"
-"""A series the shipped rules record per pod (`prometheus.recorded_name`)."""
+"""A series the shipped rules record per pod (`promql.recorded_name`)."""
 
 
 # --------------------------------------------------------------------------- the run

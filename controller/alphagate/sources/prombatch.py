@@ -31,16 +31,9 @@ from alphagate.core.model import Observation, PoolObservation
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources import Source
 from alphagate.sources.common import error_text, failed_observation, pools_of
-from alphagate.sources.prometheus import (
-    POOL_LEVEL,
-    Point,
-    PoolQueries,
-    PrometheusSource,
-    _quote,
-    label_name,
-    pool_queries,
-    queries,
-)
+from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
+from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
+from alphagate.sources.promwire import Point
 
 MAX_POOLS: Final = 256
 """Pools per batch: bounds the length of a query's matchers and the size of its answer."""
@@ -61,9 +54,9 @@ def union_matchers(pools: Sequence[Mapping[str, str]]) -> str:
     for key in sorted({label_name(k) for p in pools for k in p}):
         values = [v for p in pools for k, v in p.items() if label_name(k) == key]
         if len(set(values)) == 1:
-            out.append(f"{key}={_quote(values[0])}")
+            out.append(f"{key}={quote(values[0])}")
         else:
-            out.append(f"{key}=~{_quote(_alternation(values))}")
+            out.append(f"{key}=~{quote(_alternation(values))}")
     return ",".join(out)
 
 

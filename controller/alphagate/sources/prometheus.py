@@ -1,28 +1,7 @@
 """Read a policy's pools from the Prometheus HTTP API (or Thanos, Mimir, VictoriaMetrics).
 
-PromQL used for one pool, with `M` = the pool's matchers (slice role ``matchLabels`` plus
-``source.prometheus.matchLabels``; label keys sanitised as Kubernetes SD does, ``.``/``/`` ->
-``_``), `W` = the window (end - start) and `I` = the interval. Every expression is written for
-both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores, joined with
-``or`` so one pod is never counted twice::
-
-    acceptance batches, range query start+I..end step I, one per counter:
-      sum by (instance, pod) (increase(vllm:spec_decode_num_drafts_total{M}[I]))
-      sum by (instance, pod) (increase(vllm:spec_decode_num_draft_tokens_total{M}[I]))
-      sum by (instance, pod) (increase(vllm:spec_decode_num_accepted_tokens_total{M}[I]))
-      sum by (instance, pod, position)
-        (increase(vllm:spec_decode_num_accepted_tokens_per_pos_total{M}[I]))
-    traffic and pod count, instant at end:
-      sum by (instance, pod) (increase(vllm:generation_tokens_total{M}[W]))
-    latency, instant at end:
-      sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{M}[W]))
-      sum (increase(vllm:inter_token_latency_seconds_sum{M}[W]))
-      (and the same two for vllm:request_time_per_output_token_seconds)
-    spec-decode series present when the range queries came back empty, instant at end:
-      count (last_over_time(vllm:spec_decode_num_drafts_total{M}[W]))
-    scrape interval (unless the endpoint configures scrapeIntervalSeconds), at most every
-    SCRAPE_PROBE_SECONDS: the ``scrapeInterval`` of the active targets whose labels match the
-    pool (``GET /api/v1/targets?state=active``; unknown on backends without that API)
+The PromQL is built in `sources/promql.py`; requests, secrets and answers are
+`sources/promwire.py`.
 
 A canary whose spec-decode counters exist but did not move is speculating with no traffic
 (``no_data`` NO_TRAFFIC); series that exist while every ``increase()`` came back empty mean
@@ -43,14 +22,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
 import ssl
-import stat
 import time
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol, Self
+from collections.abc import Mapping
+from typing import Any, Final, Self
 
 import httpx
 import tenacity
@@ -83,10 +58,26 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 from alphagate.sources.exposition import parse_number
+from alphagate.sources.promql import (
+    PoolQueries,
+    duration,
+    label_name,
+    matchers,
+    parse_duration,
+    pool_queries,
+)
+from alphagate.sources.promwire import (
+    Asker,
+    FileAuth,
+    Point,
+    TransientError,
+    WatchedFile,
+    decode,
+    pod_of,
+    transient,
+    ts,
+)
 
-MAX_SECRET_BYTES: Final = 64 * 1024
-"""A token or password file is read up to this size: a file that never ends is refused."""
-TRANSIENT_STATUS: Final = frozenset((502, 503, 504))
 POOL_LEVEL: Final = frozenset(
     (
         SourceErrorKind.QUERY_ERROR,
@@ -97,272 +88,8 @@ POOL_LEVEL: Final = frozenset(
 )
 """Kinds that concern one query (one pool); every other kind means the server failed."""
 
-_LABEL_NAME_BAD: Final = re.compile(r"[^a-zA-Z0-9_]")
 SCRAPE_PROBE_SECONDS: Final = 600.0
 """The targets' scrape intervals are read again at most this often (one request)."""
-_DURATION_PART: Final = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
-_UNIT_SECONDS: Final = {
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-    "y": 31536000.0,
-}
-
-
-def parse_duration(text: str) -> float | None:
-    """A Prometheus duration (``1m30s``, ``500ms``) in seconds; None when it is not one."""
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    return sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
-
-
-# --------------------------------------------------------------------------- PromQL
-
-
-def label_name(key: str) -> str:
-    """A pod label key as Prometheus' Kubernetes SD stores it (``app.kubernetes.io/x`` ->
-    ``app_kubernetes_io_x``)."""
-    return _LABEL_NAME_BAD.sub("_", key)
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def matchers(labels: Mapping[str, str]) -> str:
-    """``k="v",...`` sorted by key, values escaped."""
-    return ",".join(f"{label_name(k)}={_quote(v)}" for k, v in sorted(labels.items()))
-
-
-def duration(seconds: float) -> str:
-    """A PromQL duration: whole seconds as ``30s``, anything finer in milliseconds."""
-    ms = round(seconds * 1000)
-    if ms <= 0:
-        raise ValueError(f"duration must be positive, got {seconds}")
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-
-def _either(template: Callable[[str], str], name: str) -> str:
-    return f"({template(name)}) or ({template(vllm.escaped(name))})"
-
-
-def increase_by(name: str, m: str, rng: str, by: str) -> str:
-    """``sum by (by) (increase(name{m}[rng]))`` for both spellings of `name`."""
-    grouping = f" by ({by})" if by else ""
-    return _either(lambda n: f"sum{grouping} (increase({n}{{{m}}}[{rng}]))", name)
-
-
-def recorded_name(name: str) -> str:
-    """The series deploy/monitoring/rules/alphagate-batches.yaml records for `name`: its per-pod
-    rate (both spellings merged), evaluated every ``recordedRulesIntervalSeconds``."""
-    return f"alphagate:{vllm.escaped(name).removesuffix(vllm.TOTAL)}:rate"
-
-
-def recorded_by(every: float) -> Callable[[str, str, str, str], str]:
-    """``E * sum by (by) (sum_over_time(recorded{m}[rng]))`` with E the rules' interval: the
-    increase over `rng` from the recorded per-pod rates (one point per E seconds)."""
-
-    def of(name: str, m: str, rng: str, by: str) -> str:
-        grouping = f" by ({by})" if by else ""
-        inner = f"sum{grouping} (sum_over_time({recorded_name(name)}{{{m}}}[{rng}]))"
-        return f"{every:g} * {inner}"
-
-    return of
-
-
-@dataclass(frozen=True, slots=True)
-class PoolQueries:
-    """The PromQL for one pool (see the module docstring)."""
-
-    drafts: str
-    draft_tokens: str
-    accepted: str
-    per_position: str
-    generation_tokens: str
-    itl_buckets: str
-    itl_sum: str
-    tpot_buckets: str
-    tpot_sum: str
-    # per pod per interval, for the latency guard's batches (exact sums)
-    tpot_pod_buckets: str = ""
-    tpot_pod_sum: str = ""
-    # are there spec-decode series at all over the window (when the batches came back empty)
-    spec_present: str = ""
-    # output lengths (finished requests) and requests running per pod, over the window
-    output_length_buckets: str = ""
-    output_length_sum: str = ""
-    running: str = ""
-
-
-def pool_queries(
-    match_labels: Mapping[str, str],
-    *,
-    window_seconds: float,
-    interval_seconds: float,
-    recorded: float | None = None,
-) -> PoolQueries:
-    return queries(
-        matchers(match_labels),
-        window_seconds=window_seconds,
-        interval_seconds=interval_seconds,
-        recorded=recorded,
-    )
-
-
-def queries(
-    m: str,
-    *,
-    window_seconds: float,
-    interval_seconds: float,
-    keys: tuple[str, ...] = (),
-    recorded: float | None = None,
-) -> PoolQueries:
-    """The queries for matchers `m`, each also grouped by the label names `keys` (a batch of
-    pools tells its pools apart by them, see :mod:`alphagate.sources.prombatch`). `recorded`:
-    read the recorded rates, recorded every that many seconds, instead of raw counters (for
-    the families the rules record; the others are read raw)."""
-    w, i = duration(window_seconds), duration(interval_seconds)
-    extra = "".join(f", {k}" for k in keys)
-    by_keys = f" by ({extra[2:]})" if keys else ""
-    pod = "instance, pod" + extra
-    raw = {
-        "spec_present": _either(
-            lambda n: f"count{by_keys} (last_over_time({n}{{{m}}}[{w}]))", vllm.SPEC_DRAFTS
-        ),
-        "output_length_buckets": increase_by(
-            vllm.REQUEST_GENERATION_TOKENS + vllm.BUCKET, m, w, vllm.LE + extra
-        ),
-        "output_length_sum": increase_by(
-            vllm.REQUEST_GENERATION_TOKENS + vllm.SUM, m, w, extra[2:]
-        ),
-        # mean over the window per pod (engines of a pod add up), then the mean over pods
-        "running": _either(
-            lambda n: f"avg{by_keys} (sum by ({pod}) (avg_over_time({n}{{{m}}}[{w}])))",
-            vllm.RUNNING,
-        ),
-    }
-    of: Callable[[str, str, str, str], str] = increase_by
-    if recorded:
-        # One recorded point per `recorded` seconds: a range 1 ms short of the step holds
-        # step / recorded of them whatever the phase (Prometheus 2 ranges include both ends).
-        of = recorded_by(recorded)
-        w, i = duration(window_seconds - 0.001), duration(interval_seconds - 0.001)
-    return PoolQueries(
-        drafts=of(vllm.SPEC_DRAFTS, m, i, pod),
-        draft_tokens=of(vllm.SPEC_DRAFT_TOKENS, m, i, pod),
-        accepted=of(vllm.SPEC_ACCEPTED, m, i, pod),
-        per_position=of(vllm.SPEC_PER_POS, m, i, f"{pod}, {vllm.POSITION}"),
-        generation_tokens=of(vllm.GENERATION_TOKENS, m, w, pod),
-        itl_buckets=of(vllm.ITL + vllm.BUCKET, m, w, vllm.LE + extra),
-        itl_sum=of(vllm.ITL + vllm.SUM, m, w, extra[2:]),
-        tpot_buckets=of(vllm.TPOT + vllm.BUCKET, m, w, vllm.LE + extra),
-        tpot_sum=of(vllm.TPOT + vllm.SUM, m, w, extra[2:]),
-        tpot_pod_buckets=of(vllm.TPOT + vllm.BUCKET, m, i, f"{pod}, {vllm.LE}"),
-        tpot_pod_sum=of(vllm.TPOT + vllm.SUM, m, i, pod),
-        **raw,
-    )
-
-
-# --------------------------------------------------------------------------- HTTP plumbing
-
-
-class _WatchedFile:
-    """A secret file re-read whenever it changes (kubelet rotates projected tokens by swapping
-    a symlink, so the stat of the target changes)."""
-
-    def __init__(self, path: str, what: str) -> None:
-        self.path = path
-        self.what = what
-        self._stamp: tuple[int, int, int] | None = None
-        self._value = ""
-
-    def read(self) -> str:
-        try:
-            st = os.stat(self.path)
-            if not stat.S_ISREG(st.st_mode):
-                raise SourceError(
-                    SourceErrorKind.UNREACHABLE,
-                    f"{self.what} {self.path} is not a regular file",
-                )
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-            if stamp != self._stamp:
-                with open(self.path, "rb") as fh:
-                    raw = fh.read(MAX_SECRET_BYTES + 1)
-                if len(raw) > MAX_SECRET_BYTES:
-                    raise SourceError(
-                        SourceErrorKind.UNREACHABLE,
-                        f"{self.what} {self.path} is larger than {MAX_SECRET_BYTES} bytes",
-                    )
-                self._value = raw.decode("utf-8", errors="strict").strip()
-                self._stamp = stamp
-        except OSError as exc:
-            raise SourceError(
-                SourceErrorKind.UNREACHABLE,
-                f"cannot read {self.what} {self.path}: {exc.strerror or exc}",
-            ) from exc
-        except UnicodeDecodeError:
-            raise SourceError(
-                SourceErrorKind.UNREACHABLE, f"{self.what} {self.path} is not UTF-8 text"
-            ) from None
-        return self._value
-
-
-class _FileAuth(httpx.Auth):
-    """Bearer token or basic auth whose secret lives in a file that may rotate."""
-
-    def __init__(
-        self, *, token: _WatchedFile | None, username: str | None, password: _WatchedFile | None
-    ) -> None:
-        self.token = token
-        self.username = username
-        self.password = password
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        if self.token is not None:
-            request.headers["Authorization"] = f"Bearer {self.token.read()}"
-        elif self.username is not None and self.password is not None:
-            basic = httpx.BasicAuth(self.username, self.password.read())
-            request.headers["Authorization"] = basic._auth_header
-        yield request
-
-
-class _StatusError(SourceError):
-    """HTTP status failure; `status` decides whether it is retried."""
-
-    def __init__(self, status: int, message: str, *, target: str, kind: SourceErrorKind) -> None:
-        self.status = status
-        super().__init__(kind, message, target=target)
-
-
-class _TransientError(SourceError):
-    """A connect error or timeout: worth another attempt."""
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, _StatusError):
-        return exc.status in TRANSIENT_STATUS
-    return isinstance(exc, _TransientError)
-
-
-class Asker(Protocol):
-    """What answers a pool's queries: a PrometheusSource, or a batch of pools."""
-
-    def query(self, expr: str, *, at: float | None = None) -> list[Point]: ...
-
-    def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One value of one series at one time."""
-
-    labels: Mapping[str, str]
-    at: float
-    value: float
 
 
 # --------------------------------------------------------------------------- the source
@@ -395,15 +122,15 @@ class PrometheusSource:
         # (read at, [(target labels, scrape interval seconds)]) from the targets API
         self._targets: tuple[float, list[tuple[dict[str, str], float]]] | None = None
         token = (
-            _WatchedFile(settings.bearer_token_file, "bearer token file")
+            WatchedFile(settings.bearer_token_file, "bearer token file")
             if settings.bearer_token_file
             else None
         )
         basic = settings.basic_auth
-        auth = _FileAuth(
+        auth = FileAuth(
             token=token,
             username=basic.username if basic else None,
-            password=_WatchedFile(basic.password_file, "password file") if basic else None,
+            password=WatchedFile(basic.password_file, "password file") if basic else None,
         )
         verify: ssl.SSLContext | bool = True
         # A bad CA bundle must not crash the controller: every observe reports it instead.
@@ -461,12 +188,12 @@ class PrometheusSource:
         """An instant query; raises SourceError (classified) on any failure."""
         params = {"query": expr}
         if at is not None:
-            params["time"] = _ts(at)
+            params["time"] = ts(at)
         return self._request("api/v1/query", params, "vector", expr)
 
     def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]:
         """A range query; raises SourceError (classified) on any failure."""
-        params = {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)}
+        params = {"query": expr, "start": ts(start), "end": ts(end), "step": ts(step)}
         return self._request("api/v1/query_range", params, "matrix", expr)
 
     def _request(
@@ -480,7 +207,7 @@ class PrometheusSource:
             wait=tenacity.wait_exponential(
                 multiplier=self.backoff_seconds, max=self.max_backoff_seconds
             ),
-            retry=tenacity.retry_if_exception(_transient),
+            retry=tenacity.retry_if_exception(transient),
             reraise=True,
         )
         # One deadline for the query, its retries included: a slow server costs one timeout.
@@ -491,7 +218,7 @@ class PrometheusSource:
                     try:
                         return self._once(path, params, result_type, expr, last)
                     except SourceError as err:
-                        if _transient(err):
+                        if transient(err):
                             last[:] = [err]
                         raise
         raise AssertionError("unreachable")  # pragma: no cover
@@ -522,20 +249,20 @@ class PrometheusSource:
             with self._client.stream("POST", path, data=params) as resp:
                 body = http.read_body(resp, max_bytes=self.max_response_bytes, where=target)
         except httpx.TimeoutException as exc:
-            raise _TransientError(
+            raise TransientError(
                 SourceErrorKind.TIMEOUT,
                 f"{type(exc).__name__}: no complete answer within {self.timeout_seconds}s",
                 target=target,
             ) from exc
         except httpx.ConnectError as exc:
-            raise _TransientError(
+            raise TransientError(
                 SourceErrorKind.UNREACHABLE, f"connect failed: {exc}", target=target
             ) from exc
         except httpx.TransportError as exc:
             raise SourceError(
                 SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=target
             ) from exc
-        return _decode(resp.status_code, resp.headers, body, result_type, target)
+        return decode(resp.status_code, resp.headers, body, result_type, target)
 
     # ----------------------------------------------------------------- observe
 
@@ -655,7 +382,7 @@ class PrometheusSource:
             itl=_buckets(ask, q.itl_buckets, q.itl_sum, end),
             tpot=_buckets(ask, q.tpot_buckets, q.tpot_sum, end),
             tpot_samples=_latency_samples(ask, q, start, end, interval),
-            pods=len({_pod(p.labels) for p in gen}),
+            pods=len({pod_of(p.labels) for p in gen}),
             spec_series=spec_series,
             no_data=no_data,
             output_lengths=_buckets(ask, q.output_length_buckets, q.output_length_sum, end),
@@ -685,7 +412,7 @@ def _acceptance(
     ):
         points = ask.query_range(expr, start=first, end=end, step=interval)
         check_finite((p.value for p in points), name, expr)
-        series[name] = {(_pod(p.labels), p.at): p.value for p in points}
+        series[name] = {(pod_of(p.labels), p.at): p.value for p in points}
     if not series["drafts"]:
         # no series (speculation off: expected) or series with too few scrapes per interval
         present = ask.query(q.spec_present, at=end) if q.spec_present else []
@@ -704,7 +431,7 @@ def _acceptance(
                 f"draft position {pos[:12]!r} is beyond the {MAX_POSITIONS} alphagate accepts",
                 target=q.per_position,
             )
-        per_pos.setdefault((_pod(p.labels), p.at), {})[int(pos)] = p.value
+        per_pos.setdefault((pod_of(p.labels), p.at), {})[int(pos)] = p.value
     out = []
     for key, drafts in series["drafts"].items():
         pod, at = key
@@ -739,13 +466,13 @@ def _latency_samples(
         except ValueError:
             continue
         if not math.isnan(le):
-            counts.setdefault((_pod(p.labels), p.at), {})[le] = p.value
+            counts.setdefault((pod_of(p.labels), p.at), {})[le] = p.value
     if not counts:
         return ()
     sums = {}
     for p in ask.query_range(q.tpot_pod_sum, start=first, end=end, step=interval):
         check_finite((p.value,), "histogram sum", q.tpot_pod_sum)
-        sums[(_pod(p.labels), p.at)] = p.value
+        sums[(pod_of(p.labels), p.at)] = p.value
     out = []
     for (pod, at), by_le in counts.items():
         bounds = tuple(sorted(by_le))
@@ -782,99 +509,3 @@ def _buckets(ask: Asker, buckets_expr: str, sum_expr: str, at: float) -> Buckets
     check_finite((p.value for p in totals), "histogram sum", sum_expr)
     acc.sum = sum(p.value for p in totals) if totals else math.nan
     return acc.to_buckets()
-
-
-# --------------------------------------------------------------------------- decoding
-
-
-def _ts(value: float) -> str:
-    return repr(float(value))
-
-
-def _pod(labels: Mapping[str, str]) -> str:
-    """A batch's pod: the `pod` label when relabelling adds one, else the scrape instance."""
-    return labels.get("pod") or labels.get("instance") or ""
-
-
-def _decode(
-    status_code: int, headers: httpx.Headers, raw: bytes, result_type: str, target: str
-) -> list[Point]:
-    text = raw.decode("utf-8", errors="replace")
-    body: Any = None
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        body = None
-    if 300 <= status_code < 400:
-        location = headers.get("location", "")
-        raise _StatusError(
-            status_code,
-            f"HTTP {status_code} redirect"
-            + (f" to {redact_url(location)}" if location else "")
-            + ": redirects are not followed; configure the endpoint's final URL",
-            target=target,
-            kind=SourceErrorKind.HTTP_STATUS,
-        )
-    if status_code >= 400 or status_code < 200:
-        detail = ""
-        if isinstance(body, dict):
-            detail = f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip(": ")
-        kind = SourceErrorKind.HTTP_STATUS
-        if status_code in (400, 422) and isinstance(body, dict) and "error" in body:
-            kind = SourceErrorKind.QUERY_ERROR
-        elif (
-            status_code in TRANSIENT_STATUS
-            and isinstance(body, dict)
-            and body.get("errorType") == "timeout"
-        ):
-            kind = SourceErrorKind.TIMEOUT
-        snippet = detail or f" {text[:200]!r}"
-        raise _StatusError(status_code, f"HTTP {status_code}{snippet}", target=target, kind=kind)
-    if not isinstance(body, dict):
-        raise SourceError(
-            SourceErrorKind.BAD_JSON,
-            f"response is not a JSON object: {text[:200]!r}",
-            target=target,
-        )
-    status = body.get("status")
-    if status == "error":
-        raise SourceError(
-            SourceErrorKind.QUERY_ERROR,
-            f"{body.get('errorType', 'error')}: {body.get('error', '')}",
-            target=target,
-        )
-    data = body.get("data")
-    if status != "success" or not isinstance(data, dict):
-        raise SourceError(
-            SourceErrorKind.BAD_JSON, f"unexpected response shape: {str(body)[:200]}", target=target
-        )
-    warnings = body.get("warnings")
-    if warnings:
-        raise SourceError(
-            SourceErrorKind.PARTIAL, f"warnings: {'; '.join(map(str, warnings))}", target=target
-        )
-    if data.get("resultType") != result_type or not isinstance(data.get("result"), list):
-        raise SourceError(
-            SourceErrorKind.BAD_JSON,
-            f"expected a {result_type}, got resultType={data.get('resultType')!r}",
-            target=target,
-        )
-    try:
-        return list(_points(data["result"], result_type))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise SourceError(
-            SourceErrorKind.BAD_JSON, f"malformed {result_type}: {exc!r}", target=target
-        ) from exc
-
-
-def _points(result: list[Any], result_type: str) -> Generator[Point, None, None]:
-    for item in result:
-        metric = item["metric"]
-        if not isinstance(metric, dict):
-            raise TypeError("metric is not an object")
-        labels = {str(k): str(v) for k, v in metric.items()}
-        pairs = [item["value"]] if result_type == "vector" else item["values"]
-        for at, value in pairs:
-            if not isinstance(value, str):  # the API sends sample values as strings
-                raise TypeError(f"sample value {value!r} is not a string")
-            yield Point(labels, float(at), parse_number(value))
