@@ -143,6 +143,18 @@ def alpha_band(
     )
 
 
+def traffic_light(*steps: tuple[float, str]) -> db.ThresholdsConfig:
+    """Absolute thresholds: green below the first step, then each (value, color) from there."""
+    return (
+        db.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps(
+            [dm.Threshold(value=None, color="green")]
+            + [dm.Threshold(value=v, color=c) for v, c in steps]
+        )
+    )
+
+
 def stat_panel(title: str, description: str, unit: str, query: prom.Dataquery) -> stat.Panel:
     return (
         stat.Panel()
@@ -264,17 +276,7 @@ def build() -> db.Dashboard:
             "Consecutive evaluations whose metrics read failed. 3 or more raises an alert.",
             "none",
             q(f"max(alphagate_error_streak{{{C}}})", "errors in a row"),
-        ).thresholds(
-            db.ThresholdsConfig()
-            .mode(dm.ThresholdsMode.ABSOLUTE)
-            .steps(
-                [
-                    dm.Threshold(value=None, color="green"),
-                    dm.Threshold(value=1, color="orange"),
-                    dm.Threshold(value=3, color="red"),
-                ]
-            )
-        )
+        ).thresholds(traffic_light((1, "orange"), (3, "red")))
     )
     dash = dash.with_panel(
         stat_panel(
@@ -312,17 +314,7 @@ def build() -> db.Dashboard:
                 f"max(max_over_time(alphagate_verdict_age_seconds{{{C}}}[$__range]))",
                 "verdict age",
             ),
-        ).thresholds(
-            db.ThresholdsConfig()
-            .mode(dm.ThresholdsMode.ABSOLUTE)
-            .steps(
-                [
-                    dm.Threshold(value=None, color="green"),
-                    dm.Threshold(value=900, color="orange"),
-                    dm.Threshold(value=1800, color="red"),
-                ]
-            )
-        )
+        ).thresholds(traffic_light((900, "orange"), (1800, "red")))
     )
     dash = dash.with_panel(
         stat_panel(
@@ -336,11 +328,7 @@ def build() -> db.Dashboard:
                 'canary=~"$canary|$canary/.*"}) or on() vector(0)',
                 "problems",
             ),
-        ).thresholds(
-            db.ThresholdsConfig()
-            .mode(dm.ThresholdsMode.ABSOLUTE)
-            .steps([dm.Threshold(value=None, color="green"), dm.Threshold(value=1, color="red")])
-        )
+        ).thresholds(traffic_light((1, "red")))
     )
     dash = dash.with_panel(
         stat_panel(
@@ -607,16 +595,7 @@ def build() -> db.Dashboard:
             ),
             q(f"max by (slice) (alphagate_latency_ratio{{{S}}})", "controller {{slice}}", "B"),
         )
-        .thresholds(
-            db.ThresholdsConfig()
-            .mode(dm.ThresholdsMode.ABSOLUTE)
-            .steps(
-                [
-                    dm.Threshold(value=None, color="green"),
-                    dm.Threshold(value=1.1, color="red"),
-                ]
-            )
-        )
+        .thresholds(traffic_light((1.1, "red")))
         .thresholds_style(
             cb.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)
         )
