@@ -48,26 +48,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Final, NamedTuple
+from dataclasses import replace
+from typing import Final
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
 from alphagate.core import reprobe
+from alphagate.core.manual import enable_guards, manual
 from alphagate.core.model import (
     Action,
     Alert,
     Cause,
     CheckKind,
     Command,
-    Guard,
     Memory,
     Rollout,
     State,
     TrafficShape,
-    Transition,
     Verdict,
 )
+from alphagate.core.moves import HISTORY_LIMIT, Ctx, Decision, enable_update, flip
 from alphagate.core.window import (
+    EPS,
     HOUR,
     JUDGING,
     READ_MIN_INTERVALS,
@@ -88,12 +89,15 @@ from alphagate.core.window import (
 
 # The window rule and the memory queries live in core.window; callers reach them here too.
 __all__ = [
+    "HISTORY_LIMIT",
     "HOUR",
     "JUDGING",
     "READ_MIN_INTERVALS",
     "SPECULATING",
+    "Decision",
     "cooldown_seconds",
     "effective_state",
+    "enable_guards",
     "flip_room",
     "not_judgeable",
     "read_window",
@@ -106,107 +110,10 @@ __all__ = [
     "windows_needed",
 ]
 
-_EPS: Final = 1e-9  # times within this of each other are equal (float sums of intervals)
-HISTORY_LIMIT: Final = 20
 MAX_DEPTH: Final = 4  # rejection_depth's cap: the cooldown's maxSeconds caps it anyway
 
 
-class Decision(NamedTuple):
-    """What `step` returns: the memory to persist, what the shell must do, and why."""
-
-    memory: Memory
-    action: Action
-    reason: str
-    transition: Transition | None
-    alerts: tuple[Alert, ...] = ()
-
-
 # ---------------------------------------------------------------- the step
-
-
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    memory: Memory
-    verdict: Verdict  # after the warm-up rule
-    unjudged: str | None
-    now: float
-    spec: SpeculativeCanarySpec
-    good_share: float | None
-    fail_kinds: Collection[CheckKind]
-    evidence: Mapping[str, float | str]
-    alerts: tuple[Alert, ...]
-    command: Command | None = None  # the person's command being carried out, if any
-    rollout: Rollout = field(default_factory=Rollout)
-    decisive: bool = False  # a failing check carries the evidence of every window needed
-    shortfall: float = 0.0  # the failing alpha's distance below its threshold, in bands
-    shape: TrafficShape | None = None  # the window's traffic shape (early re-probe evidence)
-
-    def hold(self, reason: str, *extra_alerts: Alert, memory: Memory | None = None) -> Decision:
-        return Decision(
-            memory or self.memory, Action.HOLD, reason, None, (*self.alerts, *extra_alerts)
-        )
-
-    def go(
-        self,
-        to: State,
-        action: Action,
-        reason: str,
-        cause: Cause,
-        *,
-        forced: tuple[Guard, ...] | None = None,
-        **update: Any,
-    ) -> Decision:
-        memory, transition = _move(
-            self.memory,
-            to,
-            reason,
-            cause=cause,
-            command=self.command,
-            now=self.now,
-            evidence=self.evidence,
-            forced=forced,
-            **update,
-        )
-        return Decision(memory, action, reason, transition, self.alerts)
-
-
-def _move(
-    memory: Memory,
-    to: State,
-    reason: str,
-    *,
-    cause: Cause,
-    command: Command | None = None,
-    now: float,
-    evidence: Mapping[str, float | str],
-    forced: tuple[Guard, ...] | None = None,
-    refused: tuple[Guard, ...] = (),
-    **update: Any,
-) -> tuple[Memory, Transition]:
-    transition = Transition(
-        from_state=memory.state,
-        to_state=to,
-        reason=reason,
-        at=now,
-        evidence=dict(evidence),
-        cause=cause,
-        command=command,
-        forced=forced is not None,
-        guards=forced if forced is not None else refused,
-    )
-    fields: dict[str, object] = {
-        "state": to,
-        "since": now if to is not memory.state else memory.since,
-        "pass_streak": 0,
-        "fail_streak": 0,
-        "history": (*memory.history, transition)[-HISTORY_LIMIT:],
-    }
-    fields.update(update)
-    return memory.model_copy(update=fields), transition
-
-
-def _flip(memory: Memory, now: float) -> dict[str, Any]:
-    return {"flip_times": (*memory.flip_times, now), "last_flip_at": now}
 
 
 def _streaks(
@@ -224,10 +131,10 @@ def _streaks(
     if verdict not in (Verdict.PASS, Verdict.FAIL):
         return memory.model_copy(update={"error_streak": errors})
     passed = verdict is Verdict.PASS
-    if passed and memory.fail_streak > 0 and now - start < window - _EPS:
+    if passed and memory.fail_streak > 0 and now - start < window - EPS:
         return memory.model_copy(update={"error_streak": errors, "last_conclusive_at": now})
     own = memory.pass_streak if passed else memory.fail_streak
-    overlaps = start < memory.streak_end - _EPS
+    overlaps = start < memory.streak_end - EPS
     if overlaps and own > 0:
         return memory.model_copy(update={"error_streak": errors, "last_conclusive_at": now})
     count = own + 1 if own > 0 else 1
@@ -240,20 +147,6 @@ def _streaks(
             "last_conclusive_at": now,
         }
     )
-
-
-def _enable_update(ctx: _Ctx) -> dict[str, Any]:
-    """An enable's memory. When the running pod template already carries the config (a new
-    canary created speculating), the patch changes nothing and restarts no pod: it is no flip,
-    so it neither spends the flip budget nor starts a warm-up (the rollout's own completion
-    does)."""
-    noop = ctx.rollout.speculation_on and not ctx.rollout.in_progress
-    return {
-        **({} if noop else _flip(ctx.memory, ctx.now)),
-        "probe_deadline": ctx.now + ctx.spec.timing.probe_seconds,
-        "state_before_pause": None,
-        "paused_by": None,
-    }
 
 
 def decayed_index(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> int:
@@ -270,10 +163,10 @@ def rejection_depth(shortfall: float) -> int:
     band (0 just below the gate), at most MAX_DEPTH."""
     if not math.isfinite(shortfall) or shortfall < 1.0:
         return 0
-    return min(int(shortfall + _EPS), MAX_DEPTH)
+    return min(int(shortfall + EPS), MAX_DEPTH)
 
 
-def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
+def _rollback(ctx: Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
     m = ctx.memory
     index = decayed_index(m, ctx.spec, ctx.now)
     m = m.model_copy(update={"cooldown_index": index})
@@ -287,7 +180,7 @@ def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decisio
         Action.DISABLE,
         text,
         cause,
-        **_flip(m, ctx.now),
+        **flip(m, ctx.now),
         cooldown_until=until,
         cooldown_index=m.cooldown_index + 1 if advance else m.cooldown_index,
         good_share_at_rollback=ctx.good_share if ctx.good_share is not None else 0.0,
@@ -297,7 +190,7 @@ def _rollback(ctx: _Ctx, reason: str, cause: Cause, *, advance: bool) -> Decisio
     )
 
 
-def _fail_safe(ctx: _Ctx) -> Decision | None:
+def _fail_safe(ctx: Ctx) -> Decision | None:
     e = ctx.spec.errors
     if (
         ctx.verdict is Verdict.ERROR
@@ -314,7 +207,7 @@ def _fail_safe(ctx: _Ctx) -> Decision | None:
     return None
 
 
-def _stale_safe(ctx: _Ctx) -> Decision | None:
+def _stale_safe(ctx: Ctx) -> Decision | None:
     """The opt-in staleness fail-safe: roll back once VERDICT_STALE is raised."""
     st = ctx.spec.staleness
     if Alert.VERDICT_STALE in ctx.alerts and st.fail_safe is FailSafe.DISABLE:
@@ -329,7 +222,7 @@ def _stale_safe(ctx: _Ctx) -> Decision | None:
     return None
 
 
-def _fail_text(ctx: _Ctx, to_fail: int) -> str:
+def _fail_text(ctx: Ctx, to_fail: int) -> str:
     m = ctx.memory
     if m.fail_streak >= to_fail:
         return f"{m.fail_streak} consecutive failing windows"
@@ -339,26 +232,26 @@ def _fail_text(ctx: _Ctx, to_fail: int) -> str:
     )
 
 
-def _judged_text(ctx: _Ctx) -> str:
+def _judged_text(ctx: Ctx) -> str:
     if ctx.unjudged is not None:
         return f"not judged ({ctx.unjudged})"
     return f"window {ctx.verdict.value}"
 
 
-def _off(ctx: _Ctx) -> Decision:
+def _off(ctx: Ctx) -> Decision:
     """Off / RolledBack: speculation is off, so alpha cannot be measured; probe on timers."""
     m, t, now = ctx.memory, ctx.spec.timing, ctx.now
     state = m.state.value
     if ctx.verdict is Verdict.ERROR:
         return ctx.hold(f"{state}: source error; no probe while the source fails")
-    cooldown_over = now >= m.cooldown_until - _EPS
+    cooldown_over = now >= m.cooldown_until - EPS
     early = reprobe.early(m, ctx.spec, now=now, good_share=ctx.good_share, shape=ctx.shape)
     if not cooldown_over and early is None:
         return ctx.hold(
             f"{state}: cooling down, next probe in {m.cooldown_until - now:.0f} s "
             f"(at {wall_time(m.cooldown_until)})"
         )
-    if m.last_flip_at is not None and now < m.last_flip_at + t.min_dwell_seconds - _EPS:
+    if m.last_flip_at is not None and now < m.last_flip_at + t.min_dwell_seconds - EPS:
         return ctx.hold(
             f"{state}: minimum dwell, no flip before {m.last_flip_at + t.min_dwell_seconds:.0f} "
             f"(minDwellSeconds {t.min_dwell_seconds:.0f})"
@@ -380,10 +273,10 @@ def _off(ctx: _Ctx) -> Decision:
         why = "new canary: enabling speculation to measure alpha first"
     else:
         why = "cooldown over: probing again"
-    return ctx.go(State.PROBING, Action.ENABLE, f"{why} ({probe})", cause, **_enable_update(ctx))
+    return ctx.go(State.PROBING, Action.ENABLE, f"{why} ({probe})", cause, **enable_update(ctx))
 
 
-def _probing(ctx: _Ctx) -> Decision:
+def _probing(ctx: Ctx) -> Decision:
     m, now = ctx.memory, ctx.now
     safe = _fail_safe(ctx) or _stale_safe(ctx)
     if safe is not None:
@@ -405,7 +298,7 @@ def _probing(ctx: _Ctx) -> Decision:
         f"probing: {_judged_text(ctx)}; pass streak {m.pass_streak}/{to_pass}, "
         f"fail streak {m.fail_streak}/{to_fail}"
     )
-    if now >= m.probe_deadline - _EPS:
+    if now >= m.probe_deadline - EPS:
         return ctx.hold(
             f"{status}; probe deadline {m.probe_deadline:.0f} passed without a verdict "
             f"(insufficient data): still probing, insufficient data never flips",
@@ -414,7 +307,7 @@ def _probing(ctx: _Ctx) -> Decision:
     return ctx.hold(status)
 
 
-def _on(ctx: _Ctx) -> Decision:
+def _on(ctx: Ctx) -> Decision:
     m, now, promo = ctx.memory, ctx.now, ctx.spec.promotion
     safe = _fail_safe(ctx) or _stale_safe(ctx)
     if safe is not None:
@@ -424,7 +317,7 @@ def _on(ctx: _Ctx) -> Decision:
         return _rollback(
             ctx, f"rolled back: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
-    if promo.enabled and ctx.verdict is Verdict.PASS and now >= m.since + promo.bake_seconds - _EPS:
+    if promo.enabled and ctx.verdict is Verdict.PASS and now >= m.since + promo.bake_seconds - EPS:
         return ctx.go(
             State.PROMOTED,
             Action.PROMOTE,
@@ -435,13 +328,13 @@ def _on(ctx: _Ctx) -> Decision:
     return ctx.hold(f"on: {_judged_text(ctx)}; fail streak {m.fail_streak}/{to_fail}")
 
 
-def _promoted(ctx: _Ctx) -> Decision:
+def _promoted(ctx: Ctx) -> Decision:
     return ctx.hold(
         f"promoted at {ctx.memory.since:.0f}: the canary is no longer gated ({_judged_text(ctx)})"
     )
 
 
-def _paused(ctx: _Ctx) -> Decision:
+def _paused(ctx: Ctx) -> Decision:
     m = ctx.memory
     if m.paused_by == "manual":
         return ctx.hold("paused by a person: holding everything until a manual resume")
@@ -456,7 +349,7 @@ def _paused(ctx: _Ctx) -> Decision:
     )
 
 
-HANDLERS: Final[dict[State, Callable[[_Ctx], Decision]]] = {
+HANDLERS: Final[dict[State, Callable[[Ctx], Decision]]] = {
     State.OFF: _off,
     State.ROLLED_BACK: _off,
     State.PROBING: _probing,
@@ -464,147 +357,6 @@ HANDLERS: Final[dict[State, Callable[[_Ctx], Decision]]] = {
     State.PROMOTED: _promoted,
     State.PAUSED: _paused,
 }
-
-
-def enable_guards(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> tuple[Guard, ...]:
-    """The guards an enable must pass now (empty: it may go): the cooldown after a rollback,
-    the minimum dwell since the last flip, and room in the flip budget for the enable and its
-    possible rollback. The automatic probe obeys the same ones (`_off`)."""
-    t = spec.timing
-    out: list[Guard] = []
-    if memory.state is State.ROLLED_BACK and now < memory.cooldown_until - _EPS:
-        out.append(Guard.COOLDOWN)
-    if memory.last_flip_at is not None and now < memory.last_flip_at + t.min_dwell_seconds - _EPS:
-        out.append(Guard.MIN_DWELL)
-    if not flip_room(memory, spec, now):
-        out.append(Guard.FLIP_BUDGET)
-    return tuple(out)
-
-
-def _guard_text(guards: Collection[Guard], memory: Memory, spec: SpeculativeCanarySpec) -> str:
-    t = spec.timing
-    texts = {
-        Guard.COOLDOWN: f"cooldown until {wall_time(memory.cooldown_until)}",
-        Guard.MIN_DWELL: (
-            f"minimum dwell until {wall_time((memory.last_flip_at or 0.0) + t.min_dwell_seconds)}"
-            f" (minDwellSeconds {t.min_dwell_seconds:.0f})"
-        ),
-        Guard.FLIP_BUDGET: (
-            f"flip budget (maxFlipsPerHour {t.max_flips_per_hour} leaves no room for an enable "
-            f"and its rollback)"
-        ),
-        Guard.PROMOTION_DISABLED: "promotion is not enabled in the policy",
-        Guard.SPECULATION_OFF: "speculation is off on the canary; enable it first",
-        Guard.SPEC_PAUSED: "spec.paused is true; set it to false to resume",
-    }
-    return ", ".join(texts[g] for g in guards)
-
-
-def _manual(ctx: _Ctx, command: Command, force: bool) -> Decision:
-    m = ctx.memory
-    on = speculation_on(m)
-
-    def note(text: str, cause: Cause = Cause.MANUAL, refused: tuple[Guard, ...] = ()) -> Decision:
-        """A command that changes nothing is still recorded (same state in and out)."""
-        memory, transition = _move(
-            m,
-            m.state,
-            f"manual: {command.value}: {text}",
-            cause=cause,
-            command=command,
-            now=ctx.now,
-            evidence=ctx.evidence,
-            refused=refused,
-            pass_streak=m.pass_streak,
-            fail_streak=m.fail_streak,
-        )
-        alerts = ctx.alerts
-        if Guard.FLIP_BUDGET in refused:
-            alerts = (*alerts, Alert.FLIP_BUDGET)
-        return Decision(memory, Action.HOLD, transition.reason, transition, alerts)
-
-    def refuse(guards: tuple[Guard, ...]) -> Decision:
-        hatch = " (--force overrides)" if Guard.SPECULATION_OFF not in guards else ""
-        return note(f"refused: {_guard_text(guards, m, ctx.spec)}{hatch}", Cause.REFUSED, guards)
-
-    def forced_text(guards: tuple[Guard, ...]) -> str:
-        return f" (forced past {_guard_text(guards, m, ctx.spec)})" if guards else ""
-
-    if command is Command.PAUSE:
-        if m.state is State.PAUSED:
-            return note("already paused")
-        return ctx.go(
-            State.PAUSED,
-            Action.HOLD,
-            "manual: pause: holding everything until resumed",
-            Cause.MANUAL,
-            state_before_pause=m.state,
-            paused_by="manual",
-        )
-    if command is Command.RESUME:
-        if m.state is not State.PAUSED:
-            return note("not paused")
-        if ctx.spec.paused:
-            return refuse((Guard.SPEC_PAUSED,))
-        before = m.state_before_pause or State.OFF
-        return ctx.go(
-            before,
-            Action.HOLD,
-            f"manual: resume: back to {before.value}",
-            Cause.MANUAL,
-            state_before_pause=None,
-            paused_by=None,
-        )
-    if command is Command.ENABLE:
-        if on:
-            return note("speculation is already on")
-        guards = enable_guards(m, ctx.spec, ctx.now)
-        if guards and not force:
-            return refuse(guards)
-        return ctx.go(
-            State.PROBING,
-            Action.ENABLE,
-            f"manual: enable: probing with speculation on{forced_text(guards)}",
-            Cause.MANUAL,
-            forced=guards if force else None,
-            **_enable_update(ctx),
-        )
-    if command is Command.DISABLE:
-        if not on:
-            return note("speculation is already off")
-        cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
-        return ctx.go(
-            State.ROLLED_BACK,
-            Action.DISABLE,
-            f"manual: disable: next probe after {cooldown:.0f} s cooldown (pause to keep it off)",
-            Cause.MANUAL,
-            **_flip(m, ctx.now),
-            cooldown_until=ctx.now + cooldown,
-            state_before_pause=None,
-            paused_by=None,
-        )
-    # PROMOTE
-    if not on:
-        return refuse((Guard.SPECULATION_OFF,))
-    promo_guards: tuple[Guard, ...] = (
-        () if ctx.spec.promotion.enabled else (Guard.PROMOTION_DISABLED,)
-    )
-    if promo_guards and not force:
-        return refuse(promo_guards)
-    copy = (
-        "copy the speculative config to the stable fleet"
-        if ctx.spec.promotion.stable is not None
-        else "the canary is no longer gated (no promotion.stable to copy to)"
-    )
-    return ctx.go(
-        State.PROMOTED,
-        Action.PROMOTE,
-        f"manual: promote: {copy}{forced_text(promo_guards)}",
-        Cause.MANUAL,
-        forced=promo_guards if force else None,
-        state_before_pause=None,
-        paused_by=None,
-    )
 
 
 def step(
@@ -642,7 +394,7 @@ def step(
     effective = verdict
     if unjudged is not None and verdict in (Verdict.PASS, Verdict.FAIL):
         effective = Verdict.INCONCLUSIVE
-    ctx = _Ctx(
+    ctx = Ctx(
         memory=memory,
         verdict=effective,
         unjudged=unjudged,
@@ -659,7 +411,7 @@ def step(
         shape=shape,
     )
     if command is not None:
-        return _manual(ctx, command, force)
+        return manual(ctx, command, force)
     if spec.paused and memory.state is not State.PAUSED:
         return ctx.go(
             State.PAUSED,
@@ -675,7 +427,7 @@ def step(
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)
     age = verdict_age(memory, now)
-    if age is not None and age >= spec.staleness.after_seconds - _EPS:
+    if age is not None and age >= spec.staleness.after_seconds - EPS:
         alerts = (*alerts, Alert.VERDICT_STALE)
     ctx = replace(ctx, memory=memory, alerts=alerts)
     if memory.state is State.PAUSED:

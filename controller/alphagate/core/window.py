@@ -24,7 +24,7 @@ HOUR: Final = 3600.0
 SPECULATING: Final = frozenset({State.PROBING, State.ON, State.PROMOTED})
 JUDGING: Final = frozenset({State.PROBING, State.ON})  # states whose windows decide a flip
 READ_MIN_INTERVALS: Final = 2  # a window cut after a warm-up keeps at least this many
-_EPS: Final = 1e-9
+EPS: Final = 1e-9
 
 
 def wall_time(at: float) -> str:
@@ -59,7 +59,7 @@ def cooldown_seconds(spec: SpeculativeCanarySpec, index: int) -> float:
 
 def recent_flips(memory: Memory, now: float) -> tuple[float, ...]:
     """Flips inside the sliding hour (now - 1h, now]."""
-    return tuple(t for t in memory.flip_times if now - HOUR < t <= now + _EPS)
+    return tuple(t for t in memory.flip_times if now - HOUR < t <= now + EPS)
 
 
 def flip_room(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> bool:
@@ -95,7 +95,7 @@ def not_judgeable(
     if rollout.in_progress:
         return "rollout in progress"
     end = warmup_end(spec, rollout, memory)
-    if end is not None and window_start < end - _EPS:
+    if end is not None and window_start < end - EPS:
         return f"warm-up: window starts at {window_start:.0f}, warm-up ends at {end:.0f}"
     return None
 
@@ -111,7 +111,7 @@ def _warmup_cut(
     end_of_warmup = warmup_end(spec, rollout, memory)
     if end_of_warmup is not None:
         start = max(start, end_of_warmup)
-    if now - start < min(spec.timing.interval_seconds, spec.timing.window_seconds) - _EPS:
+    if now - start < min(spec.timing.interval_seconds, spec.timing.window_seconds) - EPS:
         return None
     return start
 
