@@ -26,8 +26,8 @@ from typing import Final
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import shape as shapes
 from alphagate.core.model import CheckKind, CheckResult, Memory, State, TrafficShape, Verdict
+from alphagate.core.window import EPS
 
-_EPS = 1e-9
 MAX_SHAPE_INDEX: Final = 1
 """A shape re-probe undoes only the first rollback in a row (`Memory.cooldown_index` after it
 is 1): traffic that keeps swinging gets one early look, then waits for the cooldown, until
@@ -60,12 +60,12 @@ def early(
 ) -> Early | None:
     """The evidence for probing a rolled-back canary before its cooldown ends, or None (also
     when it is not cooling down)."""
-    if memory.state is not State.ROLLED_BACK or now >= memory.cooldown_until - _EPS:
+    if memory.state is not State.ROLLED_BACK or now >= memory.cooldown_until - EPS:
         return None
     t = spec.timing
     if good_share is not None:
         shift = good_share - memory.good_share_at_rollback
-        if shift > 0 and shift >= t.reprobe_mix_shift - _EPS:
+        if shift > 0 and shift >= t.reprobe_mix_shift - EPS:
             return Early(
                 Basis.SLICE_SHARE,
                 f"traffic share of slices whose last alpha cleared enableAbove grew from "

@@ -43,10 +43,10 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
+from alphagate.core.window import EPS
 
 HISTORY_LIMIT: Final = 10
 MAX_COOLDOWN_FACTOR: Final = 8.0
-_EPS: Final = 1e-9
 
 
 class TuneHold(StrEnum):
@@ -295,7 +295,7 @@ def _trial(w: _Win, report: DraftLengthReport | None, speedup: tuple[float, floa
         )
     if w.evaluation.verdict is not Verdict.PASS:
         return w.hold(TuneHold.TRIAL)
-    if w.start < d.streak_end - _EPS and d.confirm_streak > 0:
+    if w.start < d.streak_end - EPS and d.confirm_streak > 0:
         return w.hold(TuneHold.TRIAL)  # overlaps the last counted window: no new evidence
     count = d.confirm_streak + 1
     if count < t.consecutive_windows:
@@ -339,17 +339,17 @@ def _propose(w: _Win, report: DraftLengthReport | None) -> Tuned:
         want, cause = k + 1, DraftCause.LENGTHEN
     if want == k or cause is None:
         return w.hold(TuneHold.KEEP, d.model_copy(update={"target": None, "streak": 0}))
-    if w.start < d.streak_end - _EPS and d.target == want and d.streak > 0:
+    if w.start < d.streak_end - EPS and d.target == want and d.streak > 0:
         return w.hold(TuneHold.AGREEING)  # overlaps the last counted window
     streak = d.streak + 1 if d.target == want else 1
     d = d.model_copy(update={"target": want, "streak": streak, "streak_end": now})
     w = _Win(spec, w.evaluation, w.memory, d, now, w.start, k, w.good, w.evidence)
     if streak < t.consecutive_windows:
         return w.hold(TuneHold.AGREEING)
-    if now < d.cooldown_until - _EPS:
+    if now < d.cooldown_until - EPS:
         return w.hold(TuneHold.COOLDOWN)
     m = w.memory
-    if m.last_flip_at is not None and now < m.last_flip_at + spec.timing.min_dwell_seconds - _EPS:
+    if m.last_flip_at is not None and now < m.last_flip_at + spec.timing.min_dwell_seconds - EPS:
         return w.hold(TuneHold.DWELL)
     if not machine.flip_room(m, spec, now):
         return w.hold(TuneHold.FLIP_BUDGET)
