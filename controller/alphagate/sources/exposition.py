@@ -43,9 +43,11 @@ from alphagate.sources.page_builder import (
     WANTED,
     LabelSet,
     PageBuilder,
+    Want,
     labelled,
     parse_number,
 )
+from alphagate.sources.page_shape import MAX_SHAPE_TEXT, MAX_SHAPES, Shape, compile_shape
 
 # What prometheus_client's text parser raises on a bad page: no error type of its own, just
 # ValueError (bad numbers, labels), LookupError (IndexError/KeyError on cut-off lines), and
@@ -82,38 +84,43 @@ def _family_prefixes() -> str:
     return "|".join(sorted(prefixes))
 
 
-_SAMPLE_AFTER_NAME: Final = (
-    r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*)\})?[ \t]+([^ \t\r\n#]+)[ \t\r]*(?=\n|\Z)'
-    r"|([^\n]*))"
+_NAME_AT_LINE_START: Final = rf"\n[ \t]*(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)"
+_LINE: Final = re.compile(_NAME_AT_LINE_START + r"([^\n]*)")
+"""A line of one of our families (searched in the page with a newline in front): its sample
+name and the raw rest of the line. Only line starts match, so names in comments and label
+values are never looked at; the literal newline and prefix keep the scan in C."""
+_ROW: Final = re.compile(
+    _NAME_AT_LINE_START + r"(?:(?:\{([^}\n]*)\})?[ \t]+([^ \t\r\n#]+)[ \t\r]*(?=\n|\Z)|[^\n]*)"
 )
-_FIND: Final = re.compile(
-    rf"(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*)(?:" + _SAMPLE_AFTER_NAME
-)
-"""A sample of one of our families, anywhere in the page: its name, then either the usual rest
-(plain labels, one value) or, for anything else, the raw rest of the line for the full path.
-The literal prefix and short literal branches keep this one scan in C about as fast as
-``str.splitlines``."""
+"""The same lines as (name, label text, value): a line of another form (a timestamp, an
+exemplar, anything malformed) gives an empty value, and the page goes the line path."""
+_PLAIN_LABELS: Final = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*')
+"""Label text the fast paths read: no escapes, no quotes or braces inside values."""
 _PAIR: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
 
 _LABEL_SETS: dict[str, LabelSet | None] = {}
 """Raw label text -> its parse (None: a duplicate label, for the full path to report). Every pod
 of a model serves the same label texts, so across a fleet almost every line hits. Bounded."""
+_SHAPES: dict[tuple[tuple[str, ...], tuple[str, ...]], Shape] = {}
+"""A page's sample names and label texts -> its compiled shape (`page_shape`). Bounded."""
 _LABEL_SETS_MAX: Final = 4096
 _LABEL_TEXT_CACHED: Final = 512
 """Longer label texts are not cached, so the cache stays under 4096 x 512 characters."""
 
 
 def _label_set(inside: str) -> LabelSet | None:
-    """The parse of plain label text (already checked by _FIND), cached."""
+    """The parse of plain label text, cached (None: not plain, or a duplicate label: the full
+    path reads or reports it)."""
     got = _LABEL_SETS.get(inside, False)
     if got is not False:
         return got  # type: ignore[return-value]
-    found = _PAIR.findall(inside)
-    labels = dict(found)
     result: LabelSet | None = None
-    if len(labels) == len(found):
-        result = labelled(labels)
+    if _PLAIN_LABELS.fullmatch(inside):
+        found = _PAIR.findall(inside)
+        labels = dict(found)
+        if len(labels) == len(found):
+            result = labelled(labels)
     if len(inside) > _LABEL_TEXT_CACHED:  # a hostile label text is parsed, never kept
         return result
     if len(_LABEL_SETS) >= _LABEL_SETS_MAX:
@@ -135,34 +142,79 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
     of every line (for ``alphagate inspect``: a person asked about this page)."""
     if strict:
         return _parse_every_line(text, target)
+    rows = _ROW.findall("\n" + text)
+    if not rows:
+        return _parse_every_line(text, target)
+    names, insides, tokens = zip(*rows, strict=True)
+    skeleton = (names, insides)
+    shape = _SHAPES.get(skeleton)
+    usual = "" not in tokens  # every line is a name, plain labels and a value
+    if shape is not None and usual:
+        joined = "".join(tokens)
+        if joined.isascii() and "_" not in joined:
+            try:
+                return shape.page(list(map(float, tokens)))
+            except ValueError:
+                pass  # the line path names the line
+    page = _parse_lines(text, target)
+    if shape is None and usual:
+        _keep_shape(skeleton)
+    return page
+
+
+def _keep_shape(skeleton: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+    """Keep the shape of a page the line path has just read (see `page_shape`)."""
+    names, insides = skeleton
+    if sum(map(len, insides)) > MAX_SHAPE_TEXT:
+        return
+    rows: list[tuple[Want, LabelSet] | None] = []
+    for name, inside in zip(names, insides, strict=True):
+        what = WANTED.get(name)
+        got = _label_set(inside) if inside else _NO_LABELS
+        if what is not None and got is None:
+            return  # labels the line path reads one by one: never kept
+        rows.append((what, got) if what is not None and got is not None else None)
+    if not any(rows):
+        return  # no line of ours: such pages get the full line-by-line check
+    if len(_SHAPES) >= MAX_SHAPES:
+        _SHAPES.clear()
+    _SHAPES[skeleton] = compile_shape(rows)
+
+
+def _parse_lines(text: str, target: str) -> Page:
+    """Read our families' lines one by one, with every check (a page of a new shape, or one
+    with lines of another form)."""
     builder = PageBuilder(target, text)
     add, add_parsed = builder.add, builder.add_parsed
     wanted = WANTED
     label_set = _label_set
     found = False
-    for m in _FIND.finditer(text):
-        start = m.start()
-        if start and text[start - 1] != "\n":
-            begin = text.rfind("\n", 0, start) + 1
-            if text[begin:start].strip():
-                continue  # in a comment, a label value or another name: not a sample line
-        name, inside, token, other = m.groups()
+    for m in _LINE.finditer("\n" + text):
+        name, rest = m.groups()
         what = wanted.get(name)
         if what is None:
             continue
         found = True
-        if other is None and "_" not in token and token.isascii():
+        start = m.start(1) - 1  # the name's offset in `text`
+        if rest[:1] == "{":
+            close = rest.find("}")
+            inside, tail = (rest[1:close], rest[close + 1 :]) if close > 0 else ("", "")
+        else:
+            inside, tail = "", rest
+        if tail[:1] in (" ", "\t"):
+            parts = tail.split()
+            token = parts[0] if len(parts) == 1 else "_"
             got = label_set(inside) if inside else _NO_LABELS
-            try:
-                value = float(token)
-            except ValueError:
-                value = math.nan  # not a number: the full path says so
-            if got is not None and value == value:  # else the full path
-                add_parsed(what, name, got, value, start)
-                continue
-        line = name + (other if other is not None else text[m.end(1) : m.end()]).rstrip()
+            if got is not None and "_" not in token and token.isascii():
+                try:
+                    value = float(token)
+                except ValueError:
+                    value = math.nan  # not a number: the full path says so
+                if value == value:  # else the full path
+                    add_parsed(what, name, got, value, start)
+                    continue
         try:
-            labels, value = _parse_sample_rest(line, len(name))
+            labels, value = _parse_sample_rest(name + rest.rstrip(), len(name))
         except _Bad as bad:
             raise builder.error(str(bad), start) from None
         add(what, name, labels, value, start)
