@@ -254,7 +254,7 @@ def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
     """Only GET every page (body decompressed), with httpx over threads (how ScrapeSource
     fetched until it moved to aiohttp) or with the `Fetcher` ScrapeSource uses (aiohttp, one
     event loop): the HTTP layer's cost."""
-    urls = [f"http://127.0.0.1:{cfg['ports'][i]}/metrics" for i in range(cfg["pods"])]
+    urls = [_url(cfg, i) for i in range(cfg["pods"])]
     conc = cfg.get("concurrency", 32)
     encoding = cfg.get("encoding", DEFAULT_ENCODING)
     runs: list[dict[str, float]] = []
@@ -305,8 +305,14 @@ def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _url(cfg: dict[str, Any], i: int) -> str:
+    """Pod `i`'s page: ``/metrics`` is plain whatever is asked, as vLLM serves it; ``/metrics/``
+    is gzipped when asked (`alphagate.sandbox.pageserver`)."""
+    return f"http://127.0.0.1:{cfg['ports'][i]}{cfg.get('path', '/metrics')}"
+
+
 def _target(cfg: dict[str, Any], i: int, target: Any) -> Any:
-    return target(url=f"http://127.0.0.1:{cfg['ports'][i]}/metrics", pod=pod_name(i))
+    return target(url=_url(cfg, i), pod=pod_name(i))
 
 
 def try_worker(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:

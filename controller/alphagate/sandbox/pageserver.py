@@ -11,9 +11,11 @@ The page is the real capture's shape (every line of it). Counter-like samples (`
 that keeps histogram buckets cumulative; ``_created`` stamps and gauges stay. Pods fall into a
 few variants that grow at different rates; each (variant, tick) page is rendered and gzipped
 once and shared. Idle keep-alive connections are closed after ``idle_seconds`` (5 s: vLLM's
-uvicorn default). ``Accept-Encoding: gzip`` gets the gzipped page, like prometheus_client's
-/metrics. Requests and bytes are tallied per client kind (``prometheus`` by its User-Agent,
-``other``); ``GET /stats`` on the control port returns the tallies as JSON.
+uvicorn default). Compression is as vLLM 0.32 serves it: ``/metrics`` (its
+prometheus-fastapi-instrumentator route, ``should_gzip`` off) is always plain, whatever
+``Accept-Encoding`` asks; ``/metrics/`` (the prometheus_client ASGI app vLLM mounts behind it)
+is gzipped when asked. Requests and bytes are tallied per client kind (``prometheus`` by its
+User-Agent, ``other``); ``GET /stats`` on the control port returns the tallies as JSON.
 
 Run as ``python -m alphagate.sandbox.pageserver --pods N --page FILE``: it prints one JSON line
 (``{"control": port, "ports": [...]}``) and serves until its stdin closes or ``--max-seconds``.
@@ -42,6 +44,8 @@ MAX_HEAD: Final = 16 * 1024
 OURS_PATH: Final = b"/metrics/alphagate"
 """Serves only the families alphagate reads (a cheap page for a Prometheus that stores only
 those: the query cost is the same as with whole pages, the scraping far lower)."""
+PATHS: Final = (b"/metrics", b"/metrics/", OURS_PATH)
+"""Served paths: plain always, gzip when asked, ours only (gzip when asked)."""
 FAMILIES: Final = (
     vllm.SPEC_PREFIX + "num_",
     vllm.base(vllm.GENERATION_TOKENS),
@@ -176,10 +180,10 @@ class _Conn(asyncio.Protocol):
         close = headers.get(b"connection") == b"close"
         if self.pod is None and path == b"/stats":
             body, ctype, encoding = json.dumps(self.tally.counts).encode(), b"application/json", b""
-        elif self.pod is not None and path.split(b"?")[0] in (b"/metrics", OURS_PATH):
-            only_ours = path.split(b"?")[0] == OURS_PATH
-            plain, zipped = self.pages.page(self.pod, time.time(), only_ours=only_ours)
-            if b"gzip" in headers.get(b"accept-encoding", b""):
+        elif self.pod is not None and path.split(b"?")[0] in PATHS:
+            path = path.split(b"?")[0]
+            plain, zipped = self.pages.page(self.pod, time.time(), only_ours=path == OURS_PATH)
+            if path != b"/metrics" and b"gzip" in headers.get(b"accept-encoding", b""):
                 body, encoding = zipped, b"Content-Encoding: gzip\r\n"
             else:
                 body, encoding = plain, b""

@@ -3,8 +3,10 @@
 A vLLM pod's page is ~55 KB and ~650 lines; alphagate needs about 60 of them (the four
 speculative-decoding counters, generated tokens, and two latency histograms). :func:`parse`
 finds those samples with one regex scan in C (about as fast as ``str.splitlines`` on the page)
-and never touches the other lines in Python; label texts, the same on every pod of a model, are
-parsed once and cached. Together that is ~50x ``prometheus_client`` on the real capture (see
+and never touches the other lines in Python. Every pod of a model serves the same lines in the
+same order: the first page of a shape is read line by line with every check, and its shape is
+kept (:mod:`alphagate.sources.page_shape`), so a later page of that shape only has its values
+converted. Together that is ~70x ``prometheus_client`` on the real capture (see
 ``alphagate.bench.fleet``). A page without any of our lines (an HTML error page served with
 200, garbage) gets the full line-by-line check, so it is an error naming its line, never an
 empty page. :func:`parse_with_client` reads the same page through ``prometheus_client.parser``
