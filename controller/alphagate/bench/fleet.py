@@ -328,13 +328,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             assert prom.process is not None
             pid = prom.process.pid
             # Its first scrapes create every series: measure from the steady state on.
-            time.sleep(SETTLE_INTERVALS * interval)
+            time.sleep((1 if quick else SETTLE_INTERVALS) * interval)
             # Prometheus scraping, measured over the same minutes as the controller's cycles,
             # interval by interval (its Go GC comes in bursts: the mean counts them, the spread
             # shows them).
             s0, c0, t0 = server.stats(), proc_cpu(pid), time.monotonic()
             with _IntervalCpu(pid, interval) as per_interval:
-                side = max(cycles, SIDE_BY_SIDE_CYCLES)
+                side = cycles if quick else max(cycles, SIDE_BY_SIDE_CYCLES)
                 cfg = {**common, "source": "scrape", "pods": prom_pods, "cycles": side}
                 rows.append(("scrape", run_worker(cfg, timeout + side * interval)))
             s1, c1, t1 = server.stats(), proc_cpu(pid), time.monotonic()
