@@ -27,8 +27,16 @@ def real_capture() -> str:
 @pytest.fixture(autouse=True)
 def no_shapes() -> Iterator[None]:
     exposition._SHAPES.clear()
+    exposition._SEEN_ONCE.clear()
     yield
     exposition._SHAPES.clear()
+    exposition._SEEN_ONCE.clear()
+
+
+def known(text: str) -> Page:
+    """Parse `text` twice: a shape is kept when it comes back."""
+    parse(text)
+    return parse(text)
 
 
 def page_of(model: str, drafts: float, itl: list[float]) -> str:
@@ -61,6 +69,8 @@ def fast(text: str) -> Page | int:
 def test_a_known_shape_reads_each_pages_own_values() -> None:
     first, second = page_of("m", 3, [0.01, 0.2]), page_of("m", 8, [0.03, 0.03, 5.0])
     assert parse(first) == parse_with_client(first)
+    assert not exposition._SHAPES  # read once: not kept yet
+    assert known(first) == parse_with_client(first)
     assert len(exposition._SHAPES) == 1
     got = parse(second)
     assert len(exposition._SHAPES) == 1  # the same shape: read from it
@@ -71,7 +81,7 @@ def test_a_known_shape_reads_each_pages_own_values() -> None:
 
 def test_a_bad_value_in_a_known_shape_is_still_an_error_naming_its_line() -> None:
     text = real_capture()
-    parse(text)
+    known(text)
     lines = text.split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("vllm:spec_decode_num_drafts"))
     for bad in ("1_000", "١٢", "12abc"):
@@ -84,7 +94,7 @@ def test_a_bad_value_in_a_known_shape_is_still_an_error_naming_its_line() -> Non
 
 def test_a_timestamp_on_a_known_shape_goes_the_line_path() -> None:
     text = real_capture()
-    parse(text)
+    known(text)
     at = text.index("\n", text.index("\nvllm:generation_tokens_total{") + 1)
     stamped = text[:at] + " 1700000000000" + text[at:]
     assert parse(stamped) == parse_with_client(stamped) == parse(text)
@@ -92,12 +102,16 @@ def test_a_timestamp_on_a_known_shape_goes_the_line_path() -> None:
 
 def test_shapes_are_bounded_in_number_and_text(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(exposition.MAX_SHAPES + 5):
-        parse(page_of(f"model-{i}", 1, [0.1]))
+        known(page_of(f"model-{i}", 1, [0.1]))
         assert 1 <= len(exposition._SHAPES) <= exposition.MAX_SHAPES
+    for i in range(10 * exposition.MAX_SHAPES):  # a new shape every scrape: never compiled
+        parse(page_of(f"once-{i}", 1, [0.1]))
+        assert len(exposition._SEEN_ONCE) <= 8 * exposition.MAX_SHAPES
+    assert not any("once-" in "".join(k[1]) for k in exposition._SHAPES)
     exposition._SHAPES.clear()
     monkeypatch.setattr(exposition, "MAX_SHAPE_TEXT", 100)
     text = page_of("m", 1, [0.1])
-    assert parse(text) == parse(text) == parse_with_client(text)
+    assert parse(text) == known(text) == parse_with_client(text)
     assert not exposition._SHAPES  # its label text is over the bound: read line by line
 
 
@@ -126,7 +140,7 @@ def test_a_known_shape_agrees_with_the_line_path_on_any_mutation(data: st.DataOb
     """The page's shape is kept first; then any mutation of a value, a label or a line gives
     what the line path gives (the same Page, or an error on the same line)."""
     text = _sample()
-    parse(text)
+    known(text)
     assert exposition._SHAPES
     lines = text.split("\n")
     i = data.draw(st.integers(0, len(lines) - 1))

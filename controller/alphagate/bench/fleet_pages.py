@@ -18,6 +18,7 @@ def parser_ratios(text: str, *, rounds: int, budget: float = 20.0) -> dict[str, 
     def cold() -> object:  # a page of a shape not seen before
         exposition._LABEL_SETS.clear()
         exposition._SHAPES.clear()
+        exposition._SEEN_ONCE.clear()
         return exposition.parse(text)
 
     contenders: dict[str, Callable[[], object]] = {

@@ -4,8 +4,8 @@ A vLLM pod's page is ~55 KB and ~650 lines; alphagate needs about 60 of them (th
 speculative-decoding counters, generated tokens, and two latency histograms). :func:`parse`
 finds those samples with one regex scan in C (about as fast as ``str.splitlines`` on the page)
 and never touches the other lines in Python. Every pod of a model serves the same lines in the
-same order: the first page of a shape is read line by line with every check, and its shape is
-kept (:mod:`alphagate.sources.page_shape`), so a later page of that shape only has its values
+same order: a page of a new shape is read line by line with every check, and a shape seen twice
+is kept (:mod:`alphagate.sources.page_shape`), so a later page of that shape only has its values
 converted. Together that is ~70x ``prometheus_client`` on the real capture (see
 ``alphagate.bench.fleet``). A page without any of our lines (an HTML error page served with
 200, garbage) gets the full line-by-line check, so it is an error naming its line, never an
@@ -106,6 +106,9 @@ _LABEL_SETS: dict[str, LabelSet | None] = {}
 of a model serves the same label texts, so across a fleet almost every line hits. Bounded."""
 _SHAPES: dict[tuple[tuple[str, ...], tuple[str, ...]], Shape] = {}
 """A page's sample names and label texts -> its compiled shape (`page_shape`). Bounded."""
+_SEEN_ONCE: set[int] = set()
+"""Hashes of shapes read once: a shape is compiled when it comes back, so pages whose shape
+changes every scrape (a label with a value per scrape) never pay for compiling. Bounded."""
 _LABEL_SETS_MAX: Final = 4096
 _LABEL_TEXT_CACHED: Final = 512
 """Longer label texts are not cached, so the cache stays under 4096 x 512 characters."""
@@ -169,6 +172,12 @@ def _keep_shape(skeleton: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
     names, insides = skeleton
     if sum(map(len, insides)) > MAX_SHAPE_TEXT:
         return
+    seen = hash(skeleton)
+    if seen not in _SEEN_ONCE:
+        if len(_SEEN_ONCE) >= 8 * MAX_SHAPES:
+            _SEEN_ONCE.clear()
+        _SEEN_ONCE.add(seen)
+        return
     rows: list[tuple[Want, LabelSet] | None] = []
     for name, inside in zip(names, insides, strict=True):
         what = WANTED.get(name)
@@ -181,6 +190,7 @@ def _keep_shape(skeleton: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
     if len(_SHAPES) >= MAX_SHAPES:
         _SHAPES.clear()
     _SHAPES[skeleton] = compile_shape(rows)
+    _SEEN_ONCE.discard(seen)
 
 
 def _parse_lines(text: str, target: str) -> Page:

@@ -3,8 +3,9 @@
 Every pod of a model serves the same lines of alphagate's families in the same order, cycle
 after cycle; only the values change. So the line-by-line path (`exposition`) reads a page
 with a new shape once, with every check a page can fail (duplicates, numeric ``le`` and
-``position``, a ``+Inf`` bucket per histogram, the bound on series), and the shape that passed
-is kept: the sequence of sample names and label texts. A later page with exactly that
+``position``, a ``+Inf`` bucket per histogram, the bound on series), and a shape that passes
+a second time is kept: the sequence of sample names and label texts (a page whose shape
+changes every scrape never pays for compiling it). A later page with exactly that
 sequence only has its values converted, in C (`map(float, ...)`), and placed where the shape
 says. Every check above depends on names and labels alone, so it holds for that page too.
 
