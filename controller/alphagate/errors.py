@@ -86,6 +86,9 @@ class SourceErrorKind(StrEnum):
     PARSE = "parse"
     TOO_LARGE = "too_large"
     POD_GONE = "pod_gone"
+    # recorded rates (recording rules) that do not reach the window's end: rules behind,
+    # stopped or not installed; the raw counters may be fine
+    STALE = "stale"
 
 
 class SourceError(AlphagateError):

@@ -18,6 +18,14 @@ Run ``python -m alphagate.bench.fleet`` (``--quick`` for a smoke run). In one ru
 
 Canaries own ``--per-canary`` pods each (a fifth canary, the rest baseline). It prints numbers
 and ratios; it asserts nothing about speed. Every loop is bounded; everything binds 127.0.0.1.
+
+Each row also prints its decisions (actions, verdicts, the typed causes of what held), made
+comparable across sources by `fleet_cycle.worker`: every canary starts Probing, pod scraping
+is measured once its increments cover the window, Prometheus-path policies evaluate every two
+scrape intervals (one holds too few scrapes for a raw ``increase()``), and the window is four
+intervals (two such steps, four scrape increments: the same seconds for every source). The
+pages' alpha is the capture's (0.14 on every pod), far below the gate: a source that reads the
+window rolls back (or fails a first window and holds), one that cannot holds with its cause.
 """
 
 from __future__ import annotations
@@ -268,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "--prometheus-pods", type=int, default=1000, help="pods Prometheus scrapes (0: none)"
     )
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between cycles")
-    parser.add_argument("--window", type=float, default=0.0, help="window (default 3 intervals)")
+    parser.add_argument("--window", type=float, default=0.0, help="window (default 4 intervals)")
     parser.add_argument("--cycles", type=int, default=3, help="measured cycles per run")
     parser.add_argument("--per-canary", type=int, default=50, help="pods per canary")
     parser.add_argument("--page", help="the page to serve (default: the real capture)")
@@ -284,7 +292,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if not sizes or sizes[0] < 2 or sizes[-1] > 10000:
         parser.error("--pods: sizes within 2..10000")
     interval = max(1.0, args.interval)
-    window = args.window or 3 * interval
+    # Four intervals: two steps of the Prometheus path's policy interval (two scrapes each)
+    # and four pod-scrape increments span the same seconds, so every source reads the same
+    # evidence (with three, a Prometheus step covered two thirds of what pod scraping read).
+    window = args.window or 4 * interval
     cycles = max(1, min(args.cycles, 20))
     page, where = _page(args.page)
     text = page.read_text(encoding="utf-8")
@@ -419,6 +430,9 @@ def _report(
         )
         if "rules_seconds" in r:
             print(f"{'':<22} recording rules: {r['rules_seconds']:.3f} s per evaluation")
+        if r.get("actions"):
+            held = f", held for {r['causes']}" if r.get("causes") else ""
+            print(f"{'':<22} decisions: {r['actions']}, verdicts {r['verdicts']}{held}")
     if any(r.get("trimmed") for _, r in rows):
         print("* Prometheus storing only the families alphagate reads (/metrics/alphagate)")
     if prom:

@@ -9,6 +9,7 @@ scrapes the same pods (:func:`targets`). Every loop is bounded in count and time
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import statistics
@@ -142,10 +143,23 @@ def spec_for(name: str, source: dict[str, Any], interval: float, window: float) 
 
 
 def worker(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run `cycles` evaluation cycles (after one warm-up) in this process; numbers as a dict."""
+    """Run `cycles` measured evaluation cycles (after warm-up ones) in this process; numbers
+    as a dict.
+
+    The decisions are comparable across sources: every canary starts each run Probing (a
+    probe under way, its warm-up over), so every measured cycle is a judged window, and a
+    window is only measured once the source covers it. Pod scraping first reads
+    ceil(window / interval) warm-up cycles (a scrape gives increments from the second on, so
+    its first window would hold one interval); the Prometheus path reads one (its history
+    covers the window: `fleet` waits for it). Prometheus-path policies evaluate every
+    MIN_SCRAPES scrape intervals (`core.timing`): over one scrape interval a raw increase() is
+    mostly empty (sparse-scrapes, held), which made the raw rows hold where the recorded rates
+    (a rate over two scrape intervals) decided. Tallies: actions, verdicts, and the typed
+    cause of every Inconclusive or Error check."""
     from alphagate.config import ScrapeSource as ScrapeSettings
     from alphagate.core.evaluate import evaluate
-    from alphagate.core.model import Memory, Role, Rollout
+    from alphagate.core.model import Memory, Role, Rollout, State, Verdict
+    from alphagate.core.timing import MIN_SCRAPES
     from alphagate.sources.discovery import StaticDiscovery, Target
     from alphagate.sources.endpoints import PrometheusEndpoint
     from alphagate.sources.prombatch import observe_many
@@ -153,6 +167,9 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     from alphagate.sources.scrape import ScrapeSource
 
     interval, window = cfg["interval"], cfg["window"]
+    scraping = cfg["source"] == "scrape"
+    # the policy's interval: a pod scrape's batch is one scrape; a raw increase() needs two
+    judged = interval if scraping else MIN_SCRAPES * interval
     conc = cfg.get("concurrency", 32)
     encoding = cfg.get("encoding", DEFAULT_ENCODING)
     rss_start = peak_rss_mb()
@@ -162,9 +179,9 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     units: list[tuple[Any, Any]] = []
     shared: Any = None  # the Prometheus path: one source for every canary (batched queries)
     for name, canary, baseline in layout(cfg["pods"], cfg["per_canary"]):
-        if cfg["source"] == "scrape":
+        if scraping:
             settings = ScrapeSettings(max_concurrency=conc, timeout_seconds=10)
-            spec = spec_for(name, {"kind": "podScrape"}, interval, window)
+            spec = spec_for(name, {"kind": "podScrape"}, judged, window)
             urls = {
                 ("s", Role.CANARY): [_target(cfg, i, Target) for i in canary],
                 ("s", Role.BASELINE): [_target(cfg, i, Target) for i in baseline],
@@ -174,8 +191,9 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             block = {"kind": "prometheus", "prometheus": {}}
-            spec = spec_for(name, block, interval, window)
+            spec = spec_for(name, block, judged, window)
             if shared is None or not cfg.get("batched", True):
+                # the rules record every scrape interval (`fleet` scales them so)
                 every = int(interval) if cfg.get("recorded") else None
                 endpoint = PrometheusEndpoint(
                     url=cfg["prometheus_url"],
@@ -185,8 +203,9 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
                 shared = src = PrometheusSource(endpoint, transport=transport)
             src = shared
         units.append((spec, src))
-    memories = [Memory() for _ in units]
     rollout = Rollout(completed_at=0.0, speculation_on=True)
+    probing = Memory(state=State.PROBING, probe_deadline=float("inf"))
+    memories = [probing for _ in units]
     prom_pid = cfg.get("prometheus_pid")
 
     def read() -> int:  # bytes off the wire: the Prometheus client's, the scrapers'
@@ -195,40 +214,48 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     cycles = []
     errors: dict[str, int] = {}
     actions: dict[str, int] = {}
+    verdicts: dict[str, int] = {}
+    causes: dict[str, int] = {}
     deadline = time.monotonic() + cfg.get("max_seconds", 600)
     next_at = time.time()
-    warmup = 1 if cfg["source"] == "scrape" else 0  # a scrape needs a previous one to subtract
-    for n in range(warmup, cfg["cycles"] + 1):
+    warmup = math.ceil(window / interval - 1e-9) if scraping else 1
+    for n in range(cfg["cycles"] + warmup):
+        measured = n >= warmup
         time.sleep(max(0.0, next_at - time.time()))
         next_at = time.time() + interval
         b0, c0, w0 = read(), self_cpu(), time.perf_counter()
         q0 = transport.requests
         p0 = proc_cpu(prom_pid) if prom_pid else 0.0
         now = time.time()
-        if cfg["source"] == "prometheus" and cfg.get("batched", True):
+        if not scraping and cfg.get("batched", True):
             seen = observe_many(
                 shared,
                 [u[0] for u in units],
                 start=now - window,
                 end=now,
-                interval_seconds=interval,
+                interval_seconds=judged,
             )
         else:
             seen = [
-                src.observe(spec, start=now - window, end=now, interval_seconds=interval)
+                src.observe(spec, start=now - window, end=now, interval_seconds=judged)
                 for spec, src in units
             ]
         for k, ((spec, _), obs) in enumerate(zip(units, seen, strict=True)):
             ev = evaluate(spec, obs, memories[k], rollout, now=now)
+            if not measured:
+                continue  # warm-up: read, not judged
             memories[k] = ev.memory
-            if n:
-                for pool in obs.pools:
-                    if pool.error:
-                        kind = pool.error_kind.value if pool.error_kind else "unknown"
-                        errors[kind] = errors.get(kind, 0) + 1
-                actions[ev.action.value] = actions.get(ev.action.value, 0) + 1
+            for pool in obs.pools:
+                if pool.error:
+                    kind = pool.error_kind.value if pool.error_kind else "unknown"
+                    errors[kind] = errors.get(kind, 0) + 1
+            _tally(actions, ev.action.value)
+            _tally(verdicts, ev.verdict.value)
+            for check in ev.checks:
+                if check.verdict in (Verdict.INCONCLUSIVE, Verdict.ERROR):
+                    _tally(causes, f"{check.kind.value}:{_cause(check.evidence)}")
         wall = time.perf_counter() - w0
-        if n:  # cycle 0 only warms up
+        if measured:
             cycle = {"cpu": self_cpu() - c0, "wall": wall, "bytes": read() - b0}
             cycle["queries"] = transport.requests - q0
             if prom_pid:
@@ -247,7 +274,28 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_mb": peak_rss_mb(),
         "errors": errors,
         "actions": actions,
+        "verdicts": verdicts,
+        "causes": causes,
     }
+
+
+def _tally(counts: dict[str, int], key: str) -> None:
+    counts[key] = counts.get(key, 0) + 1
+
+
+def _cause(evidence: Any) -> str:
+    """A held check's typed cause: its no-data cause, its undecided cause(s), the kinds of
+    its source errors; "not-judged" without evidence (speculation off, warm-up)."""
+    if evidence is None:
+        return "not-judged"
+    for name in ("no_data", "undecided"):
+        got = getattr(evidence, name, None)
+        if got:
+            return "+".join(str(u) for u in got) if isinstance(got, tuple) else str(got)
+    kinds = getattr(evidence, "failures", None)
+    if kinds:
+        return "+".join(sorted({str(k) for k, _ in kinds}))
+    return type(evidence).__name__
 
 
 def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:

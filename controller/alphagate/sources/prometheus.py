@@ -11,6 +11,15 @@ Each (pod, step) point of the range queries becomes one AcceptanceSample (a batc
 means). `increase()` extrapolates to the range edges, so batch values are floats and their sum
 approximates the window's increase within a scrape interval's worth of counts.
 
+With recorded rates (the endpoint's ``recordedRulesIntervalSeconds`` E, the shipped rules
+`deploy/monitoring/rules/alphagate-batches.yaml`) a step's or the window's count is E times the
+sum of the recorded per-pod rates in it: each point is a rate over two rule intervals, so the
+recorded window lags the raw one by about E and reaches about E further back (different edges
+of the same counters, not a different answer). A sum of points cannot tell a window the rules
+covered from one they stopped recording half-way: a pool whose newest recorded point is more
+than RECORDED_LAG_EVALUATIONS rule intervals old at the window's end, or that has raw series
+but no recorded ones, is a pool error of kind STALE (held, never judged on the older part).
+
 Failures never raise out of :meth:`PrometheusSource.observe`: they are classified
 (:class:`~alphagate.errors.SourceErrorKind`) and put on the Observation (the server failed:
 unreachable, timeout, HTTP status, bad JSON) or on the pool (the query failed, returned nothing
@@ -65,6 +74,7 @@ from alphagate.sources.promql import (
     matchers,
     parse_duration,
     pool_queries,
+    recorded_name,
 )
 from alphagate.sources.promwire import (
     Asker,
@@ -84,9 +94,15 @@ POOL_LEVEL: Final = frozenset(
         SourceErrorKind.EMPTY,
         SourceErrorKind.NAN,
         SourceErrorKind.PARTIAL,
+        SourceErrorKind.STALE,
     )
 )
 """Kinds that concern one query (one pool); every other kind means the server failed."""
+
+RECORDED_LAG_EVALUATIONS: Final = 2
+"""Recorded rates whose newest point is older than this many rule intervals at the window's
+end are stale: one evaluation late is the rules' own pace (a point is written after its group
+ran), two missed mean the rules are behind (or stopped)."""
 
 SCRAPE_PROBE_SECONDS: Final = 600.0
 """The targets' scrape intervals are read again at most this often (one request)."""
@@ -357,13 +373,16 @@ class PrometheusSource:
         """One pool's observation; `ask` answers its queries (default: this source, one query
         each; a batch answers them from queries shared by many pools)."""
         labels = {**extra, **ref.match_labels}
+        every = self.reads_recorded(interval)
         q = pool_queries(
             labels,
             window_seconds=end - start,
             interval_seconds=interval,
-            recorded=self.reads_recorded(interval),
+            recorded=every,
         )
         ask = ask or self
+        if every is not None:
+            _recorded_reach(ask, q, end, every, f"{ref.slice}/{ref.role}")
         gen = ask.query(q.generation_tokens, at=end)
         if not gen:
             raise SourceError(
@@ -388,6 +407,36 @@ class PrometheusSource:
             output_lengths=_buckets(ask, q.output_length_buckets, q.output_length_sum, end),
             running=_running(ask, q.running, end),
         )
+
+
+def _recorded_reach(ask: Asker, q: PoolQueries, end: float, every: float, where: str) -> None:
+    """Raise STALE unless the pool's recorded rates reach the window's end.
+
+    The recorded points of a window are summed as its counts, whatever their number: with
+    the rules behind (a slow group skips evaluations and writes late), stopped or removed, a
+    window would be judged on its older part, or on none, as if that were all that happened.
+    So the pool's newest recorded point must be at most RECORDED_LAG_EVALUATIONS rule
+    intervals old at `end`. No recorded series while raw ones exist: the rules are missing.
+    No series at all: nothing to say here (the traffic query reports EMPTY)."""
+    newest = max((p.value for p in ask.query(q.recorded_at, at=end)), default=None)
+    allowed = RECORDED_LAG_EVALUATIONS * every
+    if newest is not None and end - newest <= allowed + 1e-3:
+        return
+    if newest is None:
+        present = ask.query(q.traffic_present, at=end)
+        if not any(p.value > 0 for p in present):
+            return
+        why = (
+            f"no recorded rates ({recorded_name(vllm.GENERATION_TOKENS)}) although the pods' "
+            f"counters exist: are the recording rules (alphagate-batches.yaml) installed?"
+        )
+    else:
+        why = (
+            f"the recorded rates end {end - newest:.1f}s before the window's end (at most "
+            f"{allowed:g}s, {RECORDED_LAG_EVALUATIONS} rule intervals): the recording rules are "
+            f"behind; see prometheus_rule_group_last_duration_seconds"
+        )
+    raise SourceError(SourceErrorKind.STALE, why, target=where)
 
 
 def _running(ask: Asker, expr: str, at: float) -> float | None:

@@ -20,6 +20,12 @@ both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores,
       (and the same two for vllm:request_time_per_output_token_seconds)
     spec-decode series present when the range queries came back empty, instant at end:
       count (last_over_time(vllm:spec_decode_num_drafts_total{M}[W]))
+    with recorded rates (``recordedRulesIntervalSeconds`` E), the counters above become
+    ``E * sum by (...) (sum_over_time(alphagate:<name>:rate{M}[step - 1ms]))``, and first,
+    instant at end, how far the recording rules reach (see ``PrometheusSource``):
+      max (timestamp(alphagate:vllm_generation_tokens:rate{M}))
+    and, only when that is empty, whether the pool has raw series at all:
+      count (last_over_time(vllm:generation_tokens_total{M}[W]))
     scrape interval (unless the endpoint configures scrapeIntervalSeconds), at most every
     SCRAPE_PROBE_SECONDS: the ``scrapeInterval`` of the active targets whose labels match the
     pool (``GET /api/v1/targets?state=active``; unknown on backends without that API)
@@ -128,6 +134,10 @@ class PoolQueries:
     output_length_buckets: str = ""
     output_length_sum: str = ""
     running: str = ""
+    # recorded rates only: when the rules last recorded the pool (the newest point's time),
+    # and whether the pool has raw series (rules missing rather than no pods)
+    recorded_at: str = ""
+    traffic_present: str = ""
 
 
 def pool_queries(
@@ -179,6 +189,13 @@ def queries(
     }
     of: Callable[[str, str, str, str], str] = increase_by
     if recorded:
+        raw["recorded_at"] = (
+            f"max{by_keys} (timestamp({recorded_name(vllm.GENERATION_TOKENS)}{{{m}}}))"
+        )
+        raw["traffic_present"] = _either(
+            lambda n: f"count{by_keys} (last_over_time({n}{{{m}}}[{w}]))",
+            vllm.GENERATION_TOKENS,
+        )
         # One recorded point per `recorded` seconds: a range 1 ms short of the step holds
         # step / recorded of them whatever the phase (Prometheus 2 ranges include both ends).
         of = recorded_by(recorded)

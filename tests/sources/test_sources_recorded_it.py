@@ -1,0 +1,229 @@
+"""Recorded rates against raw counters, through the core: on the same pods and the same window,
+the shipped recording rules give the decision the raw queries give, and recorded rates that do
+not reach the window's end give no decision at all.
+
+The real Prometheus scrapes simulated pods every second and evaluates the shipped rules scaled
+as shipped (group interval = scrape interval, rate range = two of them: 30 s / 1m there, 1 s /
+2 s here). Two slices, four canary pods each: one far above the gate (a Pass), one far below it
+(a Fail strong enough to roll back alone); every canary is Probing with its warm-up over.
+
+Tolerance, alpha recorded against raw: 0.03. Both sum the same counters; the recorded window
+lags the raw one by up to one rule interval and reaches one interval further back (each point
+is a rate over two intervals), so up to 2 s of a 6 s window differ, and the simulator's
+per-request acceptance noise (alpha_noise 0.01, some 150 drafts a second per slice) moves
+alpha by about 0.01 over 2 s. Everything else typed (action, verdicts, causes) must be equal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import (
+    Action,
+    CheckKind,
+    Evaluation,
+    Memory,
+    Observation,
+    Rollout,
+    State,
+    Verdict,
+)
+from alphagate.errors import SourceErrorKind
+from alphagate.sim.fleet import Fleet
+from alphagate.sim.scenario import Scenario
+from alphagate.sim.server import SimServer
+from alphagate.sources.endpoints import PrometheusEndpoint
+from alphagate.sources.prombatch import observe_many
+from alphagate.sources.prometheus import RECORDED_LAG_EVALUATIONS, PrometheusSource
+from alphagate.sources.promql import recorded_name
+from alphagate.testing.prometheus import PrometheusServer, available
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed"),
+]
+
+RULES = Path(__file__).resolve().parents[2] / "deploy/monitoring/rules/alphagate-batches.yaml"
+EVERY = 1  # scrape and rule interval, seconds
+INTERVAL = 2.0  # the policy's: two scrapes, so the raw increase() has data
+WINDOW = 6.0
+ALPHAS = {"good": 0.85, "poor": 0.3}
+DRAFTS = recorded_name("vllm:spec_decode_num_drafts_total")
+
+SCENARIO = Scenario.model_validate(
+    {
+        "name": "recorded-rates",
+        "seed": 16,
+        "tick": 0.5,
+        "traffic": {"rate": 40},
+        "slices": {
+            s: {"alpha": a, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
+            for s, a in ALPHAS.items()
+        },
+        "pools": [
+            pool
+            for s in ALPHAS
+            for pool in (
+                {
+                    "name": f"{s}-canary",
+                    "role": "canary",
+                    "slice": s,
+                    "replicas": 4,
+                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
+                },
+                {"name": f"{s}-baseline", "role": "baseline", "slice": s, "replicas": 1},
+            )
+        ],
+    }
+)
+
+
+def spec_for(slice_name: str) -> SpeculativeCanarySpec:
+    def pool(role: str) -> dict[str, Any]:
+        return {"matchLabels": {"role": role, "slice": slice_name}}
+
+    return SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": f"{slice_name}-canary"},
+            "baseline": {"name": f"{slice_name}-baseline"},
+            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
+            "slices": [
+                {"name": slice_name, "canary": pool("canary"), "baseline": pool("baseline")}
+            ],
+            "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
+            "timing": {"intervalSeconds": INTERVAL, "windowSeconds": WINDOW},
+        }
+    )
+
+
+SPECS = [spec_for(s) for s in ALPHAS]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    rules = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
+    rules.write_text(
+        RULES.read_text()
+        .replace("interval: 30s", f"interval: {EVERY}s")
+        .replace("[1m]", f"[{2 * EVERY}s]")
+    )
+    prom = PrometheusServer(scrape_interval=EVERY, evaluation_interval=EVERY, rule_files=[rules])
+    sim = SimServer(Fleet(SCENARIO), file_sd=prom.targets_path)
+    try:
+        sim.start()
+        prom.start()
+        prom.wait_for_targets(10, timeout=40)
+        # the recorded rates cover the window for every canary pod: one point per second
+        points = int(WINDOW / EVERY)
+        prom.wait_for(f"count(count_over_time({DRAFTS}[{WINDOW:g}s]) >= {points}) >= 8", timeout=40)
+        yield prom
+    finally:
+        prom.close()
+        sim.close()
+
+
+def probing(spec: SpeculativeCanarySpec, obs: Observation, now: float) -> Evaluation:
+    """The evaluation of a canary that is Probing, its warm-up long over."""
+    memory = Memory(state=State.PROBING, probe_deadline=now + 900)
+    return evaluate(spec, obs, memory, Rollout(completed_at=0.0, speculation_on=True), now=now)
+
+
+def typed(e: Evaluation) -> tuple[object, ...]:
+    """Everything typed about a decision but the numbers."""
+    checks = tuple(
+        (
+            c.kind,
+            c.verdict,
+            getattr(c.evidence, "no_data", None),
+            getattr(c.evidence, "undecided", None),
+        )
+        for c in e.checks
+    )
+    cause = e.transition.cause if e.transition else None
+    return (e.action, e.verdict, cause, e.target_speculation_on, checks)
+
+
+def recorded_source(url: str) -> PrometheusSource:
+    return PrometheusSource(PrometheusEndpoint(url=url, recorded_rules_interval_seconds=EVERY))
+
+
+def test_recorded_rates_decide_as_raw_counters_once_they_cover_the_window(
+    stack: PrometheusServer,
+) -> None:
+    end = time.time() - 1.5  # scraped and recorded past it
+    start = end - WINDOW
+    with PrometheusSource(PrometheusEndpoint(url=stack.url)) as raw:
+        want = [raw.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in SPECS]
+    with recorded_source(stack.url) as rec:
+        assert rec.reads_recorded(INTERVAL) == EVERY
+        alone = [rec.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in SPECS]
+        batched = observe_many(rec, SPECS, start=start, end=end, interval_seconds=INTERVAL)
+    for spec, w, a, b in zip(SPECS, want, alone, batched, strict=True):
+        raw_ev, alone_ev, batched_ev = (probing(spec, o, end) for o in (w, a, b))
+        assert typed(alone_ev) == typed(raw_ev) == typed(batched_ev)
+        assert raw_ev.combined is not None and alone_ev.combined is not None
+        assert alone_ev.combined.value == pytest.approx(raw_ev.combined.value, abs=0.03)
+        assert alone_ev.combined.batches == raw_ev.combined.batches == 4  # the canary pods
+    good, poor = (probing(s, o, end) for s, o in zip(SPECS, alone, strict=True))
+    # what was decided: far above the gate passes (confirming needs a second window), far
+    # below it rolls back on its own window
+    assert good.checks[0].verdict is Verdict.PASS and good.action is Action.HOLD
+    assert poor.verdict is Verdict.FAIL and poor.action is Action.DISABLE
+
+
+def held_for_stale(obs: Observation, spec: SpeculativeCanarySpec, now: float) -> None:
+    """Every pool is a typed `stale` Error, and the canary holds: nothing judged."""
+    assert [p.error_kind for p in obs.pools] == [SourceErrorKind.STALE] * 2
+    e = probing(spec, obs, now)
+    assert e.action is Action.HOLD and e.transition is None
+    assert e.verdict is Verdict.ERROR
+    assert not [c for c in e.checks if c.verdict in (Verdict.PASS, Verdict.FAIL)]
+    assert e.combined is None
+
+
+def test_recorded_rates_behind_the_window_end_hold_instead_of_judging_older_points(
+    stack: PrometheusServer,
+) -> None:
+    # The window ends 3 s past the newest recorded point, as when the rules run behind:
+    # its first half still holds recorded points, which alone would roll the poor canary back.
+    end = time.time() + 1.0 + RECORDED_LAG_EVALUATIONS * EVERY
+    start = end - WINDOW
+    held = stack.query(f"count_over_time({DRAFTS}[{WINDOW:g}s])", at=end)
+    assert held and all(float(r["value"][1]) >= 1 for r in held)
+    with recorded_source(stack.url) as rec:
+        alone = [rec.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in SPECS]
+        batched = observe_many(rec, SPECS, start=start, end=end, interval_seconds=INTERVAL)
+    for spec, a, b in zip(SPECS, alone, batched, strict=True):
+        held_for_stale(a, spec, end)
+        held_for_stale(b, spec, end)
+
+
+def test_missing_recorded_rates_hold_even_with_points_left_in_the_window(
+    stack: PrometheusServer,
+) -> None:
+    """Last in this module: it removes the rules from the shared Prometheus."""
+    stack.rule_files = []
+    stack.reload()
+    # the removed group's series are marked stale at once; the raw counters go on
+    stack.wait_for(f"count({DRAFTS})", lambda got: not got, timeout=20)
+    end = time.time() - 0.5
+    left = stack.query(f"count_over_time({DRAFTS}[{WINDOW:g}s])", at=end)
+    assert left, "the window still holds recorded points from before the removal"
+    with recorded_source(stack.url) as rec:
+        got = [
+            rec.observe(s, start=end - WINDOW, end=end, interval_seconds=INTERVAL) for s in SPECS
+        ]
+    for spec, obs in zip(SPECS, got, strict=True):
+        held_for_stale(obs, spec, end)
+    with PrometheusSource(PrometheusEndpoint(url=stack.url)) as raw:
+        poor = raw.observe(SPECS[1], start=end - WINDOW, end=end, interval_seconds=INTERVAL)
+    assert probing(SPECS[1], poor, end).checks[0].kind is CheckKind.ACCEPTANCE
+    assert probing(SPECS[1], poor, end).checks[0].verdict is Verdict.FAIL
