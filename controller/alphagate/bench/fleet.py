@@ -281,8 +281,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--per-canary", type=int, default=50, help="pods per canary")
     parser.add_argument("--page", help="the page to serve (default: the real capture)")
     parser.add_argument("--no-variants", action="store_true", help="skip the tuning variants")
+    parser.add_argument("--quick", action="store_true", help="the smoke run (QUICK_ARGS)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:  # what docs/benchmarks.md and `python -m alphagate.bench --quick` run
+        args = parser.parse_args(
+            [*QUICK_ARGS, *(a for a in argv or sys.argv[1:] if a != "--quick")]
+        )
     if args.worker:
         cfg = json.loads(sys.stdin.read())  # the config comes on stdin: 5,000 ports
         run = fetch_only if cfg["source"].startswith("fetch-") else worker
