@@ -4,8 +4,9 @@ Run ``python -m alphagate.bench.fleet`` (``--quick`` for a smoke run). In one ru
 
 * the page parser on the real capture: ``prometheus_client`` (whole page and pre-filtered), the
   fast path (warm, and on the first page of its shape), and ``str.splitlines`` as the ceiling;
-* one evaluation cycle (fetch, parse, aggregate, decide: ``ScrapeSource.observe`` and the core's
-  ``evaluate`` for every canary) over 100, 1,000 and 5,000 pods served by
+* one evaluation cycle (fetch, parse, aggregate, decide: every canary's pods scraped in one
+  wave as the controller does, ``sources.cycle.observe_each``, and the core's ``evaluate`` for
+  every canary) over 100, 1,000 and 5,000 pods served by
   :mod:`alphagate.sandbox.pageserver` (one asyncio process, a loopback port per pod, the real
   capture's page growing each interval), each size in a fresh process: CPU seconds and wall
   time per cycle, peak RSS, bytes read;
@@ -14,7 +15,8 @@ Run ``python -m alphagate.bench.fleet`` (``--quick`` for a smoke run). In one ru
   the cycle minus its scraping rate), bytes read;
 * Debian's Prometheus 2.42 scraping the same 1,000 pods at the same interval, its CPU seconds
   from ``/proc`` over the same minutes the controller's 1,000-pod cycles ran;
-* what compression and scrape concurrency buy (1,000-pod variants).
+* what compression, scrape concurrency and one wave for every canary buy (1,000-pod
+  variants; "one canary at a time" is ``ScrapeSource.observe`` per canary).
 
 Canaries own ``--per-canary`` pods each (a fifth canary, the rest baseline). It prints numbers
 and ratios; it asserts nothing about speed. Every loop is bounded; everything binds 127.0.0.1.
@@ -382,6 +384,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
             base_cfg = {**common, "source": "scrape", "pods": n, "cycles": max(2, cycles - 1)}
             for label, extra in (
                 ("gzip (/metrics/, zlib inflate)", {"encoding": "gzip", "path": "/metrics/"}),
+                ("one canary at a time", {"batched": False}),
                 ("concurrency 8", {"concurrency": 8}),
                 ("concurrency 16", {"concurrency": 16}),
                 ("HTTP only: httpx, 32 threads", {"source": "fetch-httpx"}),

@@ -160,6 +160,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     from alphagate.core.evaluate import evaluate
     from alphagate.core.model import Memory, Role, Rollout, State, Verdict
     from alphagate.core.timing import MIN_SCRAPES
+    from alphagate.sources.cycle import Read, observe_each
     from alphagate.sources.discovery import StaticDiscovery, Target
     from alphagate.sources.endpoints import PrometheusEndpoint
     from alphagate.sources.prombatch import observe_many
@@ -235,6 +236,8 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
                 end=now,
                 interval_seconds=judged,
             )
+        elif cfg.get("batched", True):  # pod scraping as the controller does: one wave
+            seen = observe_each([Read(src, spec, now - window, now, judged) for spec, src in units])
         else:
             seen = [
                 src.observe(spec, start=now - window, end=now, interval_seconds=judged)

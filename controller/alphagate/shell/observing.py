@@ -1,10 +1,12 @@
 """Observe every resource due in a cycle at once.
 
-One read per resource, all handed to `sources.prombatch.observe_each` together, so Prometheus
-reads that share an endpoint, a deadline and a window become one batch of queries (one query
-per family for up to 256 pools) instead of some 30 queries per canary. The answers are the
-same as one read at a time. A source that raises (a bug; sources report trouble as data) costs
-only its own evaluation: the cycle then reads each resource alone.
+One read per resource, all handed to `sources.cycle.observe_each` together, so Prometheus reads
+that share an endpoint, a deadline and a window become one batch of queries (one query per
+family for up to 256 pools) instead of some 30 queries per canary, and pod scrapes of every
+canary run as one wave of GETs instead of one wave per canary. The answers are the same as one
+read at a time. A source that raises (a bug; sources report trouble as data) costs only its
+own evaluation (an Error naming the exception); should the batching itself raise, the cycle
+reads each resource alone.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from alphagate.core.model import Observation
 from alphagate.shell.outcome import Pending
-from alphagate.sources.prombatch import Read, observe_each
+from alphagate.sources.cycle import Read, observe_each
 
 
 def observe_all(pending: Sequence[Pending], log: Any) -> list[Observation]:
@@ -22,8 +24,9 @@ def observe_all(pending: Sequence[Pending], log: Any) -> list[Observation]:
     reads = [
         Read(p.source, p.spec, p.start, p.now, p.spec.timing.interval_seconds) for p in pending
     ]
+    logs = {id(r): p.log for r, p in zip(reads, pending, strict=True)}
     try:
-        return observe_each(reads)
+        return observe_each(reads, on_raise=lambda r, exc: raised(r, exc, logs[id(r)]))
     except Exception as exc:  # last resort: sources report failures as data, never raise
         log.error("batch_read_raised", error=repr(exc), error_type=type(exc).__name__)
     return [observe_one(r, p.log) for r, p in zip(reads, pending, strict=True)]
@@ -37,10 +40,15 @@ def observe_one(read: Read, log: Any) -> Observation:
             read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
         )
     except Exception as exc:  # last resort: sources report failures as data, never raise
-        log.error("source_raised", error=repr(exc), error_type=type(exc).__name__)
-        return Observation(
-            at=read.end,
-            window_seconds=max(read.end - read.start, 0.0),
-            pools=(),
-            source_error=f"unknown: {exc!r}",
-        )
+        return raised(read, exc, log)
+
+
+def raised(read: Read, exc: Exception, log: Any) -> Observation:
+    """What a read that raised gives: an Observation with no pools, the exception its error."""
+    log.error("source_raised", error=repr(exc), error_type=type(exc).__name__)
+    return Observation(
+        at=read.end,
+        window_seconds=max(read.end - read.start, 0.0),
+        pools=(),
+        source_error=f"unknown: {exc!r}",
+    )

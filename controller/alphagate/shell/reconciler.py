@@ -2,12 +2,12 @@
 
 `reconcile_many` (`reconcile` for one) reads each resource and its canary Deployment(s);
 resumes the core's Memory; observes every resource's pools at once (`shell.observing`:
-Prometheus reads sharing an endpoint and a window become one batch of queries, with the
-answers each canary's own queries give); calls `core.evaluate`; applies the decision with the
-`Actuator` (or, in dry-run, only records it); writes status (`kube.status_builder`); emits an
-Event per transition and per refusal; exports metrics through a `Recorder` and logs one
-structured line per decision (`shell.reporting`). When to evaluate what is the watch loop's
-job (`shell.watch.WatchLoop`, which this class extends).
+Prometheus reads sharing an endpoint and a window become one batch of queries, pod scrapes
+one wave of GETs, with the answers each canary's own read gives); calls `core.evaluate`;
+applies the decision with the `Actuator` (or, in dry-run, only records it); writes status
+(`kube.status_builder`); emits an Event per transition and per refusal; exports metrics through
+a `Recorder` and logs one structured line per decision (`shell.reporting`). When to evaluate
+what is the watch loop's job (`shell.watch.WatchLoop`, which this class extends).
 
 Resuming: the Deployment's record is the truth (`kube.record`). The Memory comes from this
 process's last evaluation when there is one, else from the resource's status, unless a canary
@@ -171,9 +171,10 @@ class Reconciler(WatchLoop):
         self, keys: Sequence[tuple[str, str]], *, now: float | None = None
     ) -> list[Outcome]:
         """Evaluate resources once each, at one `now`, and act: read each, then observe them
-        all at once (Prometheus reads sharing an endpoint and a window are batched:
-        `sources.prombatch.observe_each`), then decide and act for each. The same decisions
-        as one `reconcile` each; an evaluation's duration counts the shared read."""
+        all at once (Prometheus reads sharing an endpoint and a window are batched, pod
+        scrapes run in one wave: `sources.cycle.observe_each`), then decide and act for each.
+        The same decisions as one `reconcile` each; an evaluation's duration counts the shared
+        read."""
         now = self.clock() if now is None else now
         begun = [self._begin(ns, name, now) for ns, name in keys]
         ready = [(out, p) for out, p in begun if p is not None]

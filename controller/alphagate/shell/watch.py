@@ -3,8 +3,9 @@ each on its own interval.
 
 A list+watch thread keeps the cache and wakes the schedule on changes (a new generation or a
 manual command is evaluated at once); the schedule evaluates every cached resource when its
-interval has passed, only while this replica leads: the canaries read through Prometheus that
-are due together in one `reconcile_many` (their queries batched), the others one at a time.
+interval has passed, only while this replica leads: the canaries due together are evaluated
+in one `reconcile_many` (Prometheus queries batched, every canary's pod scrapes in one wave of
+GETs), any other one at a time.
 What one evaluation does is the `Reconciler`'s (`shell.reconciler`), which extends this class
 with `reconcile` and `reconcile_many`.
 
@@ -256,8 +257,8 @@ class WatchLoop:
                 self._kick.clear()
                 continue
             due = self.due(self.clock())
-            # Canaries read through Prometheus are evaluated together, at one `now`: their
-            # queries are batched. The others one at a time, each at its own `now`.
+            # Canaries read through Prometheus or pod scrapes are evaluated together, at one
+            # `now`: queries batched, pods scraped in one wave. Others one at a time.
             batched = [k for k in due if self._batchable(k)]
             done: list[tuple[tuple[str, str], Evaluated]] = []
             for ns, name in (k for k in due if k not in batched):
@@ -284,12 +285,14 @@ class WatchLoop:
             self._kick.clear()
 
     def _batchable(self, key: tuple[str, str]) -> bool:
-        """Read through Prometheus (as cached): worth observing with the others due."""
+        """Read through Prometheus or pod scrapes (as cached): worth observing with the others
+        due (`sources.cycle.observe_each`)."""
         with self._lock:
             entry = self._cache.get(key)
         spec = (entry.obj.get("spec") if entry is not None else None) or {}
         source = spec.get("source") if isinstance(spec, dict) else None
-        return isinstance(source, dict) and source.get("kind") == SourceKind.PROMETHEUS.value
+        kinds = (SourceKind.PROMETHEUS.value, SourceKind.POD_SCRAPE.value)
+        return isinstance(source, dict) and source.get("kind") in kinds
 
     def _interval_of(self, namespace: str, name: str) -> float:
         with self._lock:

@@ -14,11 +14,16 @@ Every GET gets one deadline (connect, headers and body: ``asyncio.timeout``) and
 :class:`alphagate.sources.http.BodyReader`; no redirects, no proxies from the environment, at
 most one content encoding, decoded here in bounded steps. Each page is handed to `on_body` as
 soon as it is read (on the loop thread), so at most `concurrency` bodies are held at once.
+
+Several Fetchers (one per scrape source, each with its own headers, caps and pool) can GET in
+one wave: :meth:`Fetcher.fetch` coroutines run together by :func:`run_together`, sharing a
+semaphore that bounds the wave's GETs in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -52,7 +57,7 @@ def _the_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def _run(coro: Coroutine[Any, Any, R]) -> R:
+def run(coro: Coroutine[Any, Any, R]) -> R:
     """Run `coro` on the fetch loop and wait for it (cancelled if the wait is interrupted)."""
     future: Future[R] = asyncio.run_coroutine_threadsafe(coro, _the_loop())
     try:
@@ -60,6 +65,16 @@ def _run(coro: Coroutine[Any, Any, R]) -> R:
     except BaseException:
         future.cancel()
         raise
+
+
+def run_together(coros: Sequence[Coroutine[Any, Any, R]]) -> list[R | BaseException]:
+    """Run every coroutine concurrently on the fetch loop, in one wait: each one's result or
+    what it raised, in order (one that raises never stops the others)."""
+
+    async def every() -> list[R | BaseException]:
+        return list(await asyncio.gather(*coros, return_exceptions=True))
+
+    return run(every()) if coros else []
 
 
 def where_of(target: Target) -> str:
@@ -99,7 +114,7 @@ class Fetcher:
     def close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
-            _run(session.close())
+            run(session.close())
 
     def get_all(
         self,
@@ -114,46 +129,90 @@ class Fetcher:
         """GET every target, at most `concurrency` at a time, each within `timeout` seconds
         in total; `on_body(target, body, content_type)` or `on_error(target, error)` for
         each, in the order of `targets`. Failures are classified, never raised."""
+        if not targets:
+            return []
+        return run(
+            self.fetch(
+                targets,
+                timeout=timeout,
+                max_bytes=max_bytes,
+                max_lines=max_lines,
+                on_body=on_body,
+                on_error=on_error,
+            )
+        )
 
-        async def every() -> list[R]:
-            session = await self._open()
-            slots = asyncio.Semaphore(self.concurrency)
+    async def fetch(
+        self,
+        targets: Sequence[Target],
+        *,
+        timeout: float,
+        max_bytes: int,
+        max_lines: int | None,
+        on_body: Callable[[Target, bytes, str], R],
+        on_error: Callable[[Target, SourceError], R],
+        room: asyncio.Semaphore | None = None,
+    ) -> list[R]:
+        """:meth:`get_all` as a coroutine on the fetch loop, so several Fetchers' GETs can run
+        in one wave (:func:`run_together`); `room`, shared by the wave, bounds its GETs in
+        flight across Fetchers (taken after this Fetcher's own slot, before the deadline
+        starts). A GET that raises anyway (a bug) raises here once every GET has ended."""
+        session = await self._open()
+        slots = asyncio.Semaphore(self.concurrency)
+        shared = room if room is not None else contextlib.nullcontext()
 
-            async def one(target: Target) -> R:
-                async with slots:
-                    try:
-                        async with asyncio.timeout(timeout):
-                            body, ctype = await self._get(
-                                session, target, max_bytes=max_bytes, max_lines=max_lines
-                            )
-                    except SourceError as exc:
-                        return on_error(target, exc)
-                    except TimeoutError:
-                        err = SourceError(
-                            SourceErrorKind.TIMEOUT,
-                            f"page not complete within {timeout}s",
-                            target=where_of(target),
-                        )
-                        return on_error(target, err)
-                    except aiohttp.ClientConnectorError as exc:
-                        refused = isinstance(exc.os_error, ConnectionRefusedError) or (
-                            exc.os_error.errno == errno.ECONNREFUSED
-                        )
-                        kind = SourceErrorKind.POD_GONE if refused else SourceErrorKind.UNREACHABLE
-                        err = SourceError(kind, str(exc), target=where_of(target))
-                        return on_error(target, err)
-                    except (aiohttp.ClientError, OSError, ValueError) as exc:
-                        err = SourceError(
-                            SourceErrorKind.UNREACHABLE,
-                            f"{type(exc).__name__}: {exc}",
-                            target=where_of(target),
-                        )
-                        return on_error(target, err)
-                    return on_body(target, body, ctype)
+        async def one(target: Target) -> R:
+            async with slots, shared:
+                return await self._one(
+                    session, target, timeout, max_bytes, max_lines, on_body, on_error
+                )
 
-            return list(await asyncio.gather(*(one(t) for t in targets)))
+        out: list[R] = []
+        for r in await asyncio.gather(*(one(t) for t in targets), return_exceptions=True):
+            if isinstance(r, BaseException):
+                raise r
+            out.append(r)
+        return out
 
-        return _run(every()) if targets else []
+    async def _one(
+        self,
+        session: aiohttp.ClientSession,
+        target: Target,
+        timeout: float,
+        max_bytes: int,
+        max_lines: int | None,
+        on_body: Callable[[Target, bytes, str], R],
+        on_error: Callable[[Target, SourceError], R],
+    ) -> R:
+        """One GET within its deadline, classified: `on_body` or `on_error`."""
+        try:
+            async with asyncio.timeout(timeout):
+                body, ctype = await self._get(
+                    session, target, max_bytes=max_bytes, max_lines=max_lines
+                )
+        except SourceError as exc:
+            return on_error(target, exc)
+        except TimeoutError:
+            err = SourceError(
+                SourceErrorKind.TIMEOUT,
+                f"page not complete within {timeout}s",
+                target=where_of(target),
+            )
+            return on_error(target, err)
+        except aiohttp.ClientConnectorError as exc:
+            refused = isinstance(exc.os_error, ConnectionRefusedError) or (
+                exc.os_error.errno == errno.ECONNREFUSED
+            )
+            kind = SourceErrorKind.POD_GONE if refused else SourceErrorKind.UNREACHABLE
+            return on_error(target, SourceError(kind, str(exc), target=where_of(target)))
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            err = SourceError(
+                SourceErrorKind.UNREACHABLE,
+                f"{type(exc).__name__}: {exc}",
+                target=where_of(target),
+            )
+            return on_error(target, err)
+        return on_body(target, body, ctype)
 
     async def _get(
         self,

@@ -14,9 +14,9 @@ so a pool answers exactly as :meth:`PrometheusSource.observe` would and one cana
 never fail the others. A failure of the server (unreachable, timed out, 5xx) fails every pool
 of the group, as it fails one canary at a time.
 
-:func:`observe_each` is what a caller holding many canaries' reads uses (the reconciler, once
-per cycle): reads of Prometheus sources that share an endpoint, a deadline and a window are
-batched; every other read is the source's own ``observe``.
+A caller holding many canaries' reads (the reconciler, once per cycle) goes through
+:func:`alphagate.sources.cycle.observe_each`, which batches Prometheus reads that share an
+endpoint, a deadline and a window here.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Final
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
 from alphagate.errors import SourceError, SourceErrorKind
-from alphagate.sources import Source
 from alphagate.sources.common import error_text, failed_observation, pools_of
 from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
@@ -226,54 +225,4 @@ def observe_many(
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
-    """One canary's read in a cycle: its source, its policy, its window."""
-
-    source: Source
-    spec: SpeculativeCanarySpec
-    start: float
-    end: float
-    interval_seconds: float
-
-
-def _batch_key(read: Read) -> tuple[object, ...] | None:
-    """Reads that may share queries have equal keys; None: read alone."""
-    src = read.source
-    if not isinstance(src, PrometheusSource):
-        return None
-    endpoint = src.endpoint.model_dump_json()
-    return (endpoint, src.timeout_seconds, read.start, read.end, read.interval_seconds)
-
-
-def observe_each(reads: Sequence[Read]) -> list[Observation]:
-    """Each read's Observation, in order: Prometheus reads that share an endpoint, a deadline
-    and a window through one :func:`observe_many` (the first such source asks for all); any
-    other read through its source's own ``observe``. May raise what a source raises."""
-    out: list[Observation | None] = [None] * len(reads)
-    groups: dict[tuple[object, ...], list[int]] = {}
-    for i, read in enumerate(reads):
-        key = _batch_key(read)
-        if key is None:
-            out[i] = read.source.observe(
-                read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
-            )
-        else:
-            groups.setdefault(key, []).append(i)
-    for members in groups.values():
-        first = reads[members[0]]
-        assert isinstance(first.source, PrometheusSource)
-        got = observe_many(
-            first.source,
-            [reads[i].spec for i in members],
-            start=first.start,
-            end=first.end,
-            interval_seconds=first.interval_seconds,
-        )
-        for i, obs in zip(members, got, strict=True):
-            out[i] = obs
-    assert all(o is not None for o in out)
-    return [o for o in out if o is not None]
-
-
-__all__ = ["MAX_POOLS", "QUERY_KINDS", "Read", "observe_each", "observe_many", "union_matchers"]
+__all__ = ["MAX_POOLS", "QUERY_KINDS", "observe_many", "union_matchers"]

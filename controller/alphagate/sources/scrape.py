@@ -22,17 +22,22 @@ A pod that refuses the connection (it vanished after listing: ``pod_gone``) is l
 pool. Other failures (timeout, malformed or oversized page, HTTP status) are kept in
 :attr:`ScrapeSource.failures` and fail the pool only when more than ``max_failed_fraction`` of
 its pods failed, or all did. Nothing here raises for source trouble.
+
+A read is three steps: :meth:`ScrapeSource.plan` (discovery), the GETs, and
+:meth:`ScrapeSource.finish` (increments and pools). ``observe`` runs them for one canary;
+:mod:`alphagate.sources.scrapebatch` runs many sources' GETs in one wave between them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Self
+from typing import Any, Final, Self
 
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
@@ -57,7 +62,7 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.exposition import Hist, Page
-from alphagate.sources.fetcher import Fetcher, where_of
+from alphagate.sources.fetcher import Fetcher, run, where_of
 from alphagate.sources.increments import PodState, check_page, latency_sample
 
 ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
@@ -125,6 +130,23 @@ def _not_json(body: bytes, content_type: str, where: str) -> None:
 # --------------------------------------------------------------------------- the source
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One read between discovery and assembly: its settings, pools and their targets."""
+
+    settings: ScrapeSettings
+    refs: list[PoolRef]
+    found: Mapping[tuple[str, Role], list[Target] | SourceError]
+    start: float
+    end: float
+    interval: float
+
+    def targets(self) -> list[Target]:
+        """Every pool's targets, each URL once (a pod in two pools is scraped once)."""
+        every = (t for v in self.found.values() if isinstance(v, list) for t in v)
+        return list({t.url: t for t in every}.values())
+
+
 class ScrapeSource:
     """A `Source` that scrapes pods. Stateful: keep one per policy across evaluations."""
 
@@ -147,7 +169,8 @@ class ScrapeSource:
         self._fetcher: Fetcher | None = None
         self._states: dict[tuple[str, Role, str], PodState] = {}
         self._retention = 0.0
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        """Held by a read from :meth:`plan` to :meth:`finish` (`observe`, or a cycle's wave)."""
         self.failures: dict[tuple[str, Role], list[SourceError]] = {}
         """Per pool, the pods that failed in the last observe (kept even when tolerated)."""
         self.bytes_read = 0
@@ -176,20 +199,43 @@ class ScrapeSource:
 
     def scrape(self, targets: Iterable[Target], settings: ScrapeSettings) -> dict[str, Scraped]:
         """Scrape each distinct URL once, at most `maxConcurrency` at a time."""
-        unique = {t.url: t for t in targets}
+        unique = list({t.url: t for t in targets}.values())
         if not unique:
             return {}
+        return run(self.scraping(unique, settings))
+
+    def scraping(
+        self,
+        unique: Sequence[Target],
+        settings: ScrapeSettings,
+        room: asyncio.Semaphore | None = None,
+    ) -> Coroutine[Any, Any, dict[str, Scraped]]:
+        """:meth:`scrape` of distinct targets as a coroutine to run on the fetch loop, in a
+        wave with other sources' (`room`: the wave's bound on GETs in flight). Call it on the
+        caller's thread: it may replace the source's Fetcher."""
         fetcher = self._http(settings)
+        return self._fetch(fetcher, unique, settings, room)
+
+    async def _fetch(
+        self,
+        fetcher: Fetcher,
+        unique: Sequence[Target],
+        settings: ScrapeSettings,
+        room: asyncio.Semaphore | None,
+    ) -> dict[str, Scraped]:
+        if not unique:
+            return {}
         before = fetcher.bytes_read
         clock = self.clock
         try:
-            results = fetcher.get_all(
-                list(unique.values()),
+            results = await fetcher.fetch(
+                unique,
                 timeout=settings.timeout_seconds,
                 max_bytes=settings.max_body_bytes,
                 max_lines=settings.max_lines,
                 on_body=lambda t, body, ctype: scraped(t, body, ctype, clock()),
                 on_error=lambda t, err: Scraped(t, clock(), error=err),
+                room=room,
             )
         finally:
             self.bytes_read += fetcher.bytes_read - before
@@ -207,12 +253,15 @@ class ScrapeSource:
 
         Pod-scraping reads the present: `end` is taken as now and increments are those whose
         midpoint lies after `start`."""
-        with self._lock:
-            return self._observe(spec, start=start, end=end, interval=interval_seconds)
+        with self.lock:
+            plan = self.plan(spec, start=start, end=end, interval=interval_seconds)
+            return self.finish(plan, self.scrape(plan.targets(), plan.settings))
 
-    def _observe(
+    def plan(
         self, spec: SpeculativeCanarySpec, *, start: float, end: float, interval: float
-    ) -> Observation:
+    ) -> Plan:
+        """A read's first step: its settings and every pool's targets (or why there are none).
+        The caller holds the source's lock from here to :meth:`finish`."""
         settings = self.settings or scrape_settings(spec)
         window = max(end - start, 0.0)
         self._retention = max(self._retention, window + 2 * interval)
@@ -228,14 +277,24 @@ class ScrapeSource:
                     SourceErrorKind.UNREACHABLE,
                     f"discovery failed: {exc!r}",  # repr names the type
                 )
-        everything = [t for v in found.values() if isinstance(v, list) for t in v]
-        scraped = self.scrape(everything, settings)
+        return Plan(settings, refs, found, start=start, end=end, interval=interval)
+
+    def finish(self, plan: Plan, scraped: Mapping[str, Scraped]) -> Observation:
+        """A read's last step: the pods' pages (by URL) into increments and every pool's
+        PoolObservation over the plan's window."""
         now = self.clock()
         self.failures = {}
-        pools = [self._pool(ref, found[(ref.slice, ref.role)], scraped, start) for ref in refs]
+        pools = [
+            self._pool(ref, plan.found[(ref.slice, ref.role)], scraped, plan.start)
+            for ref in plan.refs
+        ]
         self._prune(now)
+        window = max(plan.end - plan.start, 0.0)
         return Observation(
-            at=end, window_seconds=window, pools=tuple(pools), scrape_interval_seconds=interval
+            at=plan.end,
+            window_seconds=window,
+            pools=tuple(pools),
+            scrape_interval_seconds=plan.interval,
         )
 
     def _pool(

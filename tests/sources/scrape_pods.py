@@ -1,0 +1,104 @@
+"""vLLM-like pods for scrape tests: real prometheus_client metrics served over HTTP on
+127.0.0.1, and a clock the tests move."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from alphagate import vllm
+
+
+class FakePod:
+    """A vLLM-like pod: real prometheus_client metrics, served over HTTP on 127.0.0.1.
+
+    `mode` switches the answer: "ok", "hang" (never answers within the test bound),
+    "garbage", "huge", "status" (HTTP 500)."""
+
+    def __init__(self, name: str, *, speculating: bool = True, model: str = "m") -> None:
+        self.name = name
+        self.model = model
+        self.speculating = speculating
+        self.mode = "ok"
+        self.release = threading.Event()
+        self.restart()
+        pod = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if pod.mode == "hang":
+                    pod.release.wait(10)
+                    return
+                if pod.mode == "status":
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                body = pod.body()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+    def restart(self) -> None:
+        """A new process: fresh registry, counters from zero, new _created stamps."""
+        reg = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.registry = reg
+        if self.speculating:
+            self.drafts = Counter(vllm.base(vllm.SPEC_DRAFTS), "h", labels, registry=reg)
+            self.tokens = Counter(vllm.base(vllm.SPEC_DRAFT_TOKENS), "h", labels, registry=reg)
+            self.accepted = Counter(vllm.base(vllm.SPEC_ACCEPTED), "h", labels, registry=reg)
+            self.per_pos = Counter(
+                vllm.base(vllm.SPEC_PER_POS), "h", [*labels, "position"], registry=reg
+            )
+        self.gen = Counter(vllm.base(vllm.GENERATION_TOKENS), "h", labels, registry=reg)
+        self.itl = Histogram(vllm.ITL, "h", labels, buckets=vllm.ITL_BUCKETS, registry=reg)
+
+    def work(self, drafts: int, accepted_per_draft: int, k: int = 4, itl: float = 0.02) -> None:
+        """`drafts` drafts of K tokens with `accepted_per_draft` accepted each."""
+        if self.speculating:
+            self.drafts.labels(self.model, "0").inc(drafts)
+            self.tokens.labels(self.model, "0").inc(drafts * k)
+            self.accepted.labels(self.model, "0").inc(drafts * accepted_per_draft)
+            for i in range(accepted_per_draft):
+                self.per_pos.labels(self.model, "0", str(i)).inc(drafts)
+        self.gen.labels(self.model, "0").inc(drafts * (1 + accepted_per_draft))
+        for _ in range(drafts):
+            self.itl.labels(self.model, "0").observe(itl)
+
+    def body(self) -> bytes:
+        if self.mode == "garbage":
+            return b'vllm:generation_tokens_total{engine="0" 12\n'
+        if self.mode == "huge":
+            return b"# padding\n" * 200_000
+        return generate_latest(self.registry)
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
