@@ -62,7 +62,8 @@ class Log:
             with self.lock:
                 self.flips[out.name] += flipped
                 if out.status_written:  # else dropped (its shard moved meanwhile) or failed
-                    started = time.monotonic() - out.duration_seconds
+                    # the `now` it decided for (a cycle's canaries share one), on this clock
+                    started = time.monotonic() - (time.time() - out.now)
                     self.rows.append((out.name, identity, started, flipped))
 
         return record

@@ -96,6 +96,8 @@ class Outcome:
     spec_invalid: bool = False  # the policy itself is wrong (not a transient API failure)
     gone: bool = False
     duration_seconds: float = 0.0
+    now: float = 0.0
+    """The time it decided for: the clock when its cycle began (one for a cycle's batch)."""
 
     @property
     def evaluation(self) -> Evaluation | None:

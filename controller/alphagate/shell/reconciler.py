@@ -207,7 +207,7 @@ class Reconciler(WatchLoop):
         """Read the resource and its Deployments: what its observation needs, or None when
         the evaluation ends here (gone, unreadable, an invalid spec)."""
         started = time.monotonic()
-        out = Outcome(namespace, name)
+        out = Outcome(namespace, name, now=now)
         log = self._log.bind(namespace=namespace, canary=name)
         pending: Pending | None = None
         try:
