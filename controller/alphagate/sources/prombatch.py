@@ -9,10 +9,12 @@ pool is one combination of those values, so its points are exactly the points of
 combination.
 
 A shared query that fails for a reason the query itself may cause (refused by Prometheus, too
-many samples or bytes, partial data: :data:`QUERY_KINDS`) is asked again for each pool alone,
-so a pool answers exactly as :meth:`PrometheusSource.observe` would and one canary's query can
-never fail the others. A failure of the server (unreachable, timed out, 5xx) fails every pool
-of the group, as it fails one canary at a time.
+many samples or bytes, partial data: :data:`QUERY_KINDS`) is asked again of each half of the
+batch, and so on down to a pool alone, which asks its own query: a batch too large for the
+server's limits costs a few queries more, a pool answers exactly as
+:meth:`PrometheusSource.observe` would, and one canary's query can never fail the others. A
+failure of the server (unreachable, timed out, 5xx) fails every pool of the group, as it fails
+one canary at a time.
 
 A caller holding many canaries' reads (the reconciler, once per cycle) goes through
 :func:`alphagate.sources.cycle.observe_each`, which batches Prometheus reads that share an
@@ -71,6 +73,20 @@ class _Batch:
     shared: PoolQueries | None = None
     answers: dict[str, list[Point] | SourceError] = field(default_factory=dict)
     indexed: dict[str, dict[tuple[str, ...], list[Point]]] = field(default_factory=dict)
+    halves: tuple[_Batch, _Batch] | None = None
+
+    def half(self, index: int) -> tuple[_Batch, int]:
+        """The half of this batch holding its pool `index`, and the pool's index there. A
+        query refused for the batch's sake is asked of each half, and so on down: a batch
+        too large for the server's limits costs a few queries more, not one per pool."""
+        if self.halves is None:
+            mid = len(self.pools) // 2
+            self.halves = (
+                _Batch(self.source, self.keys, self.pools[:mid], self.window, self.interval),
+                _Batch(self.source, self.keys, self.pools[mid:], self.window, self.interval),
+            )
+        first = len(self.halves[0].pools)
+        return (self.halves[0], index) if index < first else (self.halves[1], index - first)
 
     def queries(self) -> PoolQueries:
         if self.shared is None:
@@ -120,8 +136,10 @@ class _Batch:
 class _PoolAsker:
     """Answers one pool's queries from its batch's shared answers (an `Asker`)."""
 
-    def __init__(self, batch: _Batch, own: PoolQueries, labels: Mapping[str, str]) -> None:
-        self.batch = batch
+    def __init__(
+        self, batch: _Batch, index: int, own: PoolQueries, labels: Mapping[str, str]
+    ) -> None:
+        self.batch, self.index = batch, index
         self.names = {getattr(own, f.name): f.name for f in fields(PoolQueries)}
         wanted = {label_name(k): v for k, v in labels.items()}
         # a pool whose keys collapse to one label name with two values matches nothing
@@ -129,13 +147,20 @@ class _PoolAsker:
         self.key = tuple(wanted.get(k, "") for k in batch.keys) if agree else None
 
     def _mine(self, name: str, ask: tuple[float, float, float] | float) -> list[Point] | None:
-        """The pool's points of the shared answer; None when the pool must ask alone."""
-        try:
-            groups = self.batch.by_values(name, ask)
-        except SourceError as err:
-            if err.kind in QUERY_KINDS and len(self.batch.pools) > 1:
-                return None
-            raise
+        """The pool's points of the shared answer, or of the halves that answered it when
+        the server refused the query for the batch's sake; None when the pool must ask
+        alone (its half of one pool was refused too)."""
+        batch, index = self.batch, self.index
+        while True:
+            try:
+                groups = batch.by_values(name, ask)
+                break
+            except SourceError as err:
+                if err.kind not in QUERY_KINDS or len(self.batch.pools) == 1:
+                    raise
+                if len(batch.pools) == 1:
+                    return None
+                batch, index = batch.half(index)
         return [] if self.key is None else groups.get(self.key, [])
 
     def query(self, expr: str, *, at: float | None = None) -> list[Point]:
@@ -172,14 +197,14 @@ def observe_many(
         extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
         units.extend((extra, {**extra, **ref.match_labels}) for ref in pools_of(spec))
     batches: dict[tuple[str, ...], list[_Batch]] = {}
-    placed: list[_Batch] = []
+    placed: list[tuple[_Batch, int]] = []
     for _, labels in units:
         keys = tuple(sorted({label_name(k) for k in labels}))
         group = batches.setdefault(keys, [])
         if not group or len(group[-1].pools) >= MAX_POOLS:
             group.append(_Batch(source, keys, [], window, interval_seconds))
+        placed.append((group[-1], len(group[-1].pools)))
         group[-1].pools.append(labels)
-        placed.append(group[-1])
     out: list[Observation] = []
     k = 0
     for spec in specs:
@@ -187,7 +212,7 @@ def observe_many(
         scrapes: list[float] = []
         failed: SourceError | None = None
         for ref in pools_of(spec):
-            batch, (extra, labels) = placed[k], units[k]
+            (batch, index), (extra, labels) = placed[k], units[k]
             k += 1
             if failed is not None:
                 continue
@@ -197,7 +222,7 @@ def observe_many(
                 interval_seconds=interval_seconds,
                 recorded=source.reads_recorded(interval_seconds),
             )
-            asker = _PoolAsker(batch, own, labels)
+            asker = _PoolAsker(batch, index, own, labels)
             try:
                 pools.append(source._pool(ref, extra, start, end, interval_seconds, ask=asker))
                 measured = source._scrape_interval(labels)
