@@ -11,6 +11,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from alphagate import vllm
+from alphagate.core.model import Role
+from alphagate.sources.discovery import StaticDiscovery, Target
 
 
 class FakePod:
@@ -102,3 +104,13 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def static(canary: list[FakePod], baseline: list[FakePod]) -> StaticDiscovery:
+    """One slice, "chat": these pods as its canary and baseline pools."""
+    return StaticDiscovery(
+        {
+            ("chat", Role.CANARY): [Target(p.url, pod=p.name) for p in canary],
+            ("chat", Role.BASELINE): [Target(p.url, pod=p.name) for p in baseline],
+        }
+    )

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from scrape_pods import Clock, FakePod
+from scrape_pods import Clock, FakePod, static
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
 from alphagate.sandbox.apiserver import Rbac
 from alphagate.sources.common import PoolRef
-from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
+from alphagate.sources.discovery import KubeDiscovery
 from alphagate.sources.scrape import ScrapeSource, read_page
 from specs import SOURCE_SPEC, spec_from
 
@@ -34,15 +34,6 @@ def pods() -> Iterator[list[FakePod]]:
 def make_spec(**scrape: Any) -> SpeculativeCanarySpec:
     return spec_from(
         SOURCE_SPEC, source={"kind": "podScrape", "scrape": {"timeoutSeconds": 1.0, **scrape}}
-    )
-
-
-def static(canary: list[FakePod], baseline: list[FakePod]) -> StaticDiscovery:
-    return StaticDiscovery(
-        {
-            ("chat", Role.CANARY): [Target(p.url, pod=p.name) for p in canary],
-            ("chat", "baseline"): [Target(p.url, pod=p.name) for p in baseline],
-        }
     )
 
 

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from scrape_pods import Clock, FakePod
+from scrape_pods import Clock, FakePod, static
 
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
@@ -53,15 +53,6 @@ def opened() -> Iterator[list[ScrapeSource]]:
 def spec(**scrape: Any) -> SpeculativeCanarySpec:
     return spec_from(
         SOURCE_SPEC, source={"kind": "podScrape", "scrape": {"timeoutSeconds": 5.0, **scrape}}
-    )
-
-
-def static(canary: list[FakePod], baseline: list[FakePod]) -> StaticDiscovery:
-    return StaticDiscovery(
-        {
-            ("chat", Role.CANARY): [Target(p.url, pod=p.name) for p in canary],
-            ("chat", Role.BASELINE): [Target(p.url, pod=p.name) for p in baseline],
-        }
     )
 
 
