@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
@@ -29,7 +28,7 @@ from alphagate.sources.prombatch import observe_many, union_matchers
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.promql import recorded_name
 from alphagate.testing.prometheus import PrometheusServer, available
-from fleets import per_slice_fleet
+from fleets import per_slice_fleet, slice_spec
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -44,21 +43,7 @@ SCENARIO = per_slice_fleet("prombatch", 5, SLICES, (0.7, 0.5, 0.6))
 
 
 def spec_for(slice_name: str) -> SpeculativeCanarySpec:
-    def pool(role: str) -> dict[str, Any]:
-        return {"matchLabels": {"role": role, "slice": slice_name}}
-
-    return SpeculativeCanarySpec.model_validate(
-        {
-            "target": {"name": f"{slice_name}-canary"},
-            "baseline": {"name": f"{slice_name}-baseline"},
-            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
-            "slices": [
-                {"name": slice_name, "canary": pool("canary"), "baseline": pool("baseline")}
-            ],
-            "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
-            "timing": {"intervalSeconds": INTERVAL, "windowSeconds": 4 * INTERVAL},
-        }
-    )
+    return slice_spec(slice_name, interval=INTERVAL, window=4 * INTERVAL)
 
 
 @pytest.fixture(scope="module")

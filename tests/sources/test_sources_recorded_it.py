@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,13 +36,13 @@ from alphagate.core.model import (
 )
 from alphagate.errors import SourceErrorKind
 from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import Scenario
 from alphagate.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prombatch import observe_many
 from alphagate.sources.prometheus import RECORDED_LAG_EVALUATIONS, PrometheusSource
 from alphagate.sources.promql import recorded_name
 from alphagate.testing.prometheus import PrometheusServer, available
+from fleets import per_slice_fleet, slice_spec
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -58,53 +57,12 @@ WINDOW = 6.0
 ALPHAS = {"good": 0.85, "poor": 0.3}
 DRAFTS = recorded_name("vllm:spec_decode_num_drafts_total")
 
-SCENARIO = Scenario.model_validate(
-    {
-        "name": "recorded-rates",
-        "seed": 16,
-        "tick": 0.5,
-        "traffic": {"rate": 40},
-        "slices": {
-            s: {"alpha": a, "output_tokens": 64, "output_sigma": 0, "request_spread": 1e4}
-            for s, a in ALPHAS.items()
-        },
-        "pools": [
-            pool
-            for s in ALPHAS
-            for pool in (
-                {
-                    "name": f"{s}-canary",
-                    "role": "canary",
-                    "slice": s,
-                    "replicas": 4,
-                    "speculative_config": {"method": "ngram", "num_speculative_tokens": 4},
-                },
-                {"name": f"{s}-baseline", "role": "baseline", "slice": s, "replicas": 1},
-            )
-        ],
-    }
+SCENARIO = per_slice_fleet(
+    "recorded-rates", 16, list(ALPHAS), list(ALPHAS.values()), rate=40, canary_pods=4
 )
 
 
-def spec_for(slice_name: str) -> SpeculativeCanarySpec:
-    def pool(role: str) -> dict[str, Any]:
-        return {"matchLabels": {"role": role, "slice": slice_name}}
-
-    return SpeculativeCanarySpec.model_validate(
-        {
-            "target": {"name": f"{slice_name}-canary"},
-            "baseline": {"name": f"{slice_name}-baseline"},
-            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
-            "slices": [
-                {"name": slice_name, "canary": pool("canary"), "baseline": pool("baseline")}
-            ],
-            "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
-            "timing": {"intervalSeconds": INTERVAL, "windowSeconds": WINDOW},
-        }
-    )
-
-
-SPECS = [spec_for(s) for s in ALPHAS]
+SPECS = [slice_spec(s, interval=INTERVAL, window=WINDOW) for s in ALPHAS]
 
 
 @pytest.fixture(scope="module")
