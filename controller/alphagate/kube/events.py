@@ -78,6 +78,10 @@ class Reason(StrEnum):
     FORCED = "CommandForced"  # a manual command carried past its guards with --force
     VERDICT_STALE = "VerdictStale"  # Probing/On without a conclusive verdict for too long
     TIMING_TOO_SHORT = "TimingTooShort"  # interval/window too short for the scrape interval
+    # On the coordination Lease: this replica's --shards/--leader-elect disagrees with the
+    # record, so it owns no canary (kube.coordination); and when it agrees again.
+    OWNERSHIP_REFUSED = "OwnershipRefused"
+    OWNERSHIP_RESUMED = "OwnershipResumed"
 
 
 class EventType(StrEnum):

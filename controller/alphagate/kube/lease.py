@@ -7,6 +7,10 @@ gives up leadership when it could not renew for `renew_deadline`. Writes carry t
 resourceVersion, so two candidates racing for an expired Lease get one 200 and one 409.
 A clean stop releases the Lease (empty holder) so a standby takes over at once.
 
+The Lease also records how the replicas split the work (`kube.coordination`): a leader writes
+`leader` on every renewal, and a replica that finds the Lease live with another record (sharded
+replicas renew it too) refuses to lead and says why (`on_refusal`).
+
 The kubernetes package ships a LeaderElection, but it uses the global default client, cannot
 be stopped, and exits the process on bad arguments; this one is stoppable and testable.
 """
@@ -27,6 +31,13 @@ from kubernetes import client
 
 from alphagate.errors import KubeError, NotFoundError
 from alphagate.kube.client import API_ERRORS, call
+from alphagate.kube.coordination import (
+    GROUP_LABEL,
+    RECORD_ROLE,
+    ROLE_LABEL,
+    Coordination,
+    Refusal,
+)
 from alphagate.logs import get as get_logger
 
 DEFAULT_LEASE_NAME = "alphagate-controller"
@@ -53,6 +64,8 @@ class LeaderElector:
         retry_period: float = 2.0,
         on_started_leading: Callable[[], None] | None = None,
         on_stopped_leading: Callable[[], None] | None = None,
+        on_refusal: Callable[[Refusal | None], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError(
@@ -68,6 +81,10 @@ class LeaderElector:
         self.retry_period = retry_period
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
+        self.on_refusal = on_refusal
+        self.clock = clock
+        self.coordination = Coordination.leader()
+        self.refusal: Refusal | None = None  # the Lease records another way of splitting work
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -83,7 +100,7 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """Leading, and the last renewal is fresh: a process that was stalled (GC, CPU
         starvation) past its renew deadline is not the leader, even before its loop notices."""
-        return self._leading.is_set() and time.monotonic() - self._last_renew < self.renew_deadline
+        return self._leading.is_set() and self.clock() - self._last_renew < self.renew_deadline
 
     def wait_until_leader(self, timeout: float) -> bool:
         return self._leading.wait(timeout)
@@ -111,9 +128,16 @@ class LeaderElector:
             lease_transitions=transitions,
         )
 
+    def _record(self, meta: client.V1ObjectMeta) -> client.V1ObjectMeta:
+        """The Lease's metadata with this replica's way of splitting the work recorded (and the
+        labels sharded replicas list their Leases by)."""
+        meta.annotations = {**(meta.annotations or {}), **self.coordination.annotations()}
+        meta.labels = {**(meta.labels or {}), GROUP_LABEL: self.name, ROLE_LABEL: RECORD_ROLE}
+        return meta
+
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this elector holds the Lease afterwards."""
-        now = time.monotonic()
+        now = self.clock()
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace)
         except client.ApiException as exc:
@@ -121,7 +145,9 @@ class LeaderElector:
                 self._log.info("lease_read_failed", status=exc.status)
                 return False
             body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                metadata=self._record(
+                    client.V1ObjectMeta(name=self.name, namespace=self.namespace)
+                ),
                 spec=self._spec(acquire=None, transitions=0),
             )
             try:
@@ -130,6 +156,7 @@ class LeaderElector:
                 self._log.info("lease_create_failed", status=create_exc.status)
                 return False
             self._observed, self._observed_at = (self.identity, ""), now
+            self._refused(None)
             return True
         except API_ERRORS as exc:  # unreachable API: not leader this round
             self._log.info("lease_read_failed", error=str(exc), error_type=type(exc).__name__)
@@ -144,12 +171,23 @@ class LeaderElector:
         if holder and holder != self.identity:
             duration = float(spec.lease_duration_seconds or self.lease_duration)
             if self._observed_at + duration > now:
-                return False  # held by someone else and not expired on our clock
+                # held by someone else and not expired on our clock: a standby, unless the
+                # Lease records another way of splitting the work (then say so)
+                meta = lease.metadata
+                recorded = Coordination.recorded(meta.annotations if meta is not None else None)
+                where = f"{self.namespace}/{self.name}"
+                self._refused(
+                    None
+                    if recorded == self.coordination
+                    else Refusal(where, self.coordination, recorded, holder)
+                )
+                return False
         if holder == self.identity:
             new_spec = self._spec(acquire=spec.acquire_time, transitions=transitions)
         else:
             new_spec = self._spec(acquire=None, transitions=transitions + 1)
         lease.spec = new_spec
+        lease.metadata = self._record(lease.metadata or client.V1ObjectMeta(name=self.name))
         try:
             self._api.replace_namespaced_lease(self.name, self.namespace, lease)
         except client.ApiException as exc:
@@ -158,7 +196,31 @@ class LeaderElector:
         except API_ERRORS as exc:  # the transport: not leader this round
             self._log.info("lease_update_failed", error=str(exc), error_type=type(exc).__name__)
             return False
+        self._refused(None)
         return True
+
+    def _refused(self, refusal: Refusal | None) -> None:
+        """Keep `refusal` and tell `on_refusal` when it changes (started, changed or ended)."""
+        if refusal == self.refusal:
+            return
+        self.refusal = refusal
+        if refusal is not None:
+            self._log.warning(
+                "ownership_refused",
+                recorded=str(refusal.recorded),
+                ours=str(refusal.ours),
+                holder=refusal.holder,
+                message=refusal.message,
+            )
+        else:
+            self._log.info("ownership_agreed", ours=str(self.coordination))
+        if self.on_refusal is not None:
+            try:
+                self.on_refusal(refusal)
+            except Exception as exc:  # last resort: a callback bug must not stop the election
+                self._log.error(
+                    "refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__
+                )
 
     def release(self) -> None:
         """Give the Lease up (empty holder) if we hold it, so a standby need not wait."""
@@ -176,31 +238,26 @@ class LeaderElector:
 
     # ------------------------------------------------------------ the loop
 
+    def run_round(self) -> None:
+        """One attempt to acquire or renew, then lead or stop leading (tests call it with a
+        virtual clock; `run` calls it every `retry_period`)."""
+        started = self.clock()  # a renewal counts from before its request: conservative
+        if self.try_acquire_or_renew():
+            self._last_renew = started
+            self._set_leading(True)
+            return
+        if self._leading.is_set() and self.clock() - self._last_renew >= self.renew_deadline:
+            self._log.warning("leadership_lost", since_renew=self.clock() - self._last_renew)
+            self._set_leading(False)
+
     def run(self, stop: threading.Event | None = None) -> None:
         """Campaign and lead until `stop` is set. Leadership lost -> campaign again."""
         stop = stop or self._stop
         while not stop.is_set():
-            if not self.try_acquire_or_renew():
-                stop.wait(self.retry_period)
-                continue
-            self._lead(stop)
+            self.run_round()
+            stop.wait(self.retry_period)
         if self._leading.is_set():
             self._set_leading(False)
-
-    def _lead(self, stop: threading.Event) -> None:
-        self._last_renew = time.monotonic()
-        self._set_leading(True)
-        while not stop.wait(self.retry_period):
-            if self.try_acquire_or_renew():
-                self._last_renew = time.monotonic()
-                continue
-            if time.monotonic() - self._last_renew >= self.renew_deadline:
-                self._log.warning(
-                    "leadership_lost", since_renew=time.monotonic() - self._last_renew
-                )
-                self._set_leading(False)
-                return
-        self._set_leading(False)
 
     def _set_leading(self, leading: bool) -> None:
         """Flip the leading flag, then run the callback (so the work the callback starts sees
@@ -245,6 +302,7 @@ class LeaderElector:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self._set_leading(False)  # stop acting before the Lease is handed back
         if release and was_leader:
             self.release()
 

@@ -18,6 +18,16 @@ takes them on its next round. Any shard seen free or expired for `lease_duration
 whoever sees it (members may disagree for a round while one joins), so none waits longer than
 about `lease_duration` plus a round. A replica that dies stops renewing its member and shard
 Leases together; the others take its shards within `lease_duration` plus one `retry_period`.
+
+Every replica of the group must hash with the same shard count, or two of them own one canary
+(shard 1 of 3 and shard 2 of 4 share canaries). So the count is recorded on the group's
+coordination Lease (named like the group, also the leader-election Lease: see
+:mod:`alphagate.kube.coordination`). Each round a replica writes that record (with the
+resourceVersion it listed); it holds shards only while its own write of the record is within
+`renew_deadline`, and a replica that finds the record live with another count, or held by a
+leader, releases what it holds and owns nothing (`refusal`, `on_refusal`) until that record's
+replicas are gone. Members count each other for the round-robin only when they record the same
+configuration.
 """
 
 from __future__ import annotations
@@ -33,11 +43,16 @@ from typing import Any, Final
 from kubernetes import client
 
 from alphagate.kube.client import API_ERRORS
+from alphagate.kube.coordination import (
+    GROUP_LABEL,
+    RECORD_ROLE,
+    ROLE_LABEL,
+    Coordination,
+    Refusal,
+)
 from alphagate.kube.lease import default_identity
 from alphagate.logs import get as get_logger
 
-GROUP_LABEL: Final = "alphagate.io/shard-group"
-ROLE_LABEL: Final = "alphagate.io/lease-role"
 DEFAULT_GROUP: Final = "alphagate"
 
 
@@ -59,7 +74,8 @@ class ShardLeases:
     """This replica's share of the shard Leases; `start()` runs the rounds in a thread.
 
     `on_change(gained, lost)` runs after a round that changed what this replica holds (lost
-    shards are already not held when it runs, so work for them has stopped)."""
+    shards are already not held when it runs, so work for them has stopped). `on_refusal`
+    runs when this replica starts or stops refusing to own anything (see the module's text)."""
 
     def __init__(
         self,
@@ -73,6 +89,7 @@ class ShardLeases:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         on_change: Callable[[frozenset[int], frozenset[int]], None] | None = None,
+        on_refusal: Callable[[Refusal | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if shards < 1:
@@ -87,17 +104,21 @@ class ShardLeases:
         self.shards = shards
         self.group = group
         self.identity = identity or default_identity()
+        self.coordination = Coordination.sharded(shards)
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.on_change = on_change
+        self.on_refusal = on_refusal
         self.clock = clock
         self._renewed: dict[int, float] = {}  # shard -> monotonic time of our last renew
+        self._confirmed: float | None = None  # round start of our last write of the record
         self._observed: dict[str, tuple[tuple[str, str], float]] = {}  # lease -> (rec, since)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.members: list[str] = []  # live members as of the last round
+        self.members: list[str] = []  # live members of our configuration as of the last round
+        self.refusal: Refusal | None = None  # set while the record disagrees with ours
         self._rounds = 0
         self._log = get_logger("shards").bind(group=group, identity=self.identity)
 
@@ -107,15 +128,25 @@ class ShardLeases:
         return f"{self.group}-shard-{shard}"
 
     @property
+    def record_lease(self) -> str:
+        """The coordination Lease: the group's name (the leader-election Lease's)."""
+        return self.group
+
+    @property
     def member_lease(self) -> str:
         name = "".join(c if c.isalnum() or c in "-." else "-" for c in self.identity.lower())
         return f"{self.group}-member-{name}"[:253].rstrip("-.")
 
     def holds(self, shard: int) -> bool:
-        """Held and renewed within `renew_deadline` (a stalled replica stops acting in time)."""
+        """Held and renewed within `renew_deadline`, and the record (our shard count) written
+        by us within it too (a stalled or refusing replica stops acting in time)."""
         with self._lock:
             at = self._renewed.get(shard)
-        return at is not None and self.clock() - at < self.renew_deadline
+            confirmed = self._confirmed
+        if at is None or confirmed is None:
+            return False
+        now = self.clock()
+        return now - at < self.renew_deadline and now - confirmed < self.renew_deadline
 
     def held(self) -> frozenset[int]:
         return frozenset(s for s in range(self.shards) if self.holds(s))
@@ -136,11 +167,6 @@ class ShardLeases:
             lease_transitions=transitions,
         )
 
-    def _meta(self, name: str, role: str) -> client.V1ObjectMeta:
-        return client.V1ObjectMeta(
-            name=name, namespace=self.namespace, labels={GROUP_LABEL: self.group, ROLE_LABEL: role}
-        )
-
     def _seen_for(self, name: str, spec: Any, now: float) -> float:
         """How long this replica has seen the Lease's (holder, renewTime) unchanged."""
         record = (
@@ -154,11 +180,20 @@ class ShardLeases:
         return now - previous[1]
 
     def _write(self, lease: Any, name: str, role: str) -> bool:
+        """Create or replace (with the resourceVersion read) one Lease of the group, labelled
+        and carrying this replica's configuration."""
+        labels = {GROUP_LABEL: self.group, ROLE_LABEL: role}
+        annotations = self.coordination.annotations()
         try:
-            if lease.metadata is not None and lease.metadata.resource_version:
+            meta = lease.metadata
+            if meta is not None and meta.resource_version:
+                meta.labels = {**(meta.labels or {}), **labels}
+                meta.annotations = {**(meta.annotations or {}), **annotations}
                 self._api.replace_namespaced_lease(name, self.namespace, lease)
             else:
-                lease.metadata = self._meta(name, role)
+                lease.metadata = client.V1ObjectMeta(
+                    name=name, namespace=self.namespace, labels=labels, annotations=annotations
+                )
                 self._api.create_namespaced_lease(self.namespace, lease)
         except client.ApiException as exc:
             if exc.status != 409:
@@ -169,45 +204,153 @@ class ShardLeases:
             return False
         return True
 
-    def run_round(self) -> None:
-        """Renew, acquire and release once; then report what changed."""
-        before = self.held()
-        now = self.clock()
+    def _list(self) -> dict[str, Any] | None:
+        """The group's Leases by name, the record included (read by name when a leader that
+        predates the labels wrote it); None when the API cannot be read."""
         try:
             listed: list[Any] = self._api.list_namespaced_lease(
                 self.namespace, label_selector=f"{GROUP_LABEL}={self.group}"
             ).items
-        except API_ERRORS as exc:  # keep what we hold until renew_deadline runs out
+            leases = {lease.metadata.name: lease for lease in listed}
+            if self.record_lease not in leases:
+                record = self._read(self.record_lease)
+                if record is not None:
+                    leases[self.record_lease] = record
+        except API_ERRORS as exc:
             self._log.info("lease_list_failed", error=str(exc)[:200])
-            self._report(before)
-            return
-        leases: dict[str, Any] = {lease.metadata.name: lease for lease in listed}
-        member = leases.get(self.member_lease) or client.V1Lease(metadata=None, spec=None)
-        member.spec = self._spec(self.identity, acquire=None, transitions=0)
-        self._write(member, self.member_lease, "member")
-        live = [self.identity]
+            return None
+        return leases
+
+    def _read(self, name: str) -> Any:
+        """One Lease by name, None when there is none (other API errors raise)."""
+        try:
+            return self._api.read_namespaced_lease(name, self.namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _live_members(self, leases: dict[str, Any], now: float) -> list[str]:
+        """Members of our configuration renewed within `lease_duration` as we saw them."""
+        live = []
         for name, lease in leases.items():
             labels = lease.metadata.labels or {}
             if labels.get(ROLE_LABEL) != "member" or name == self.member_lease:
                 continue
             spec = lease.spec
-            if (
-                spec
-                and spec.holder_identity
-                and (self._seen_for(name, spec, now) < self.lease_duration)
+            if not (spec and spec.holder_identity):
+                continue
+            recorded = Coordination.recorded(lease.metadata.annotations)
+            if recorded == self.coordination and self._seen_for(name, spec, now) < (
+                self.lease_duration
             ):
                 live.append(spec.holder_identity)
-        self.members = sorted(set(live))
+        return live
+
+    def run_round(self) -> None:
+        """Announce, confirm the record, then renew, acquire and release once; then report
+        what changed."""
+        before = self.held()
+        now = self.clock()
+        leases = self._list()
+        if leases is None:  # keep what we hold until renew_deadline runs out
+            self._report(before)
+            return
+        for name, lease in leases.items():
+            # Watch every Lease of the group, even while refusing: a record or shard whose
+            # holder died is then known expired as soon as it is, not a lease later.
+            self._seen_for(name, lease.spec, now)
+        member = leases.get(self.member_lease) or client.V1Lease(metadata=None, spec=None)
+        member.spec = self._spec(self.identity, acquire=None, transitions=0)
+        announced = self._write(member, self.member_lease, "member")
+        self.members = sorted({self.identity, *self._live_members(leases, now)})
         self._rounds += 1
-        if self._rounds == 1:
+        if self._rounds == 1 or not announced:
             # The first round only announces this replica: taking shards before seeing the
-            # others' member Leases would take them all, to hand most back a round later.
+            # others' member Leases would take them all, to hand most back a round later (and
+            # a replica writes the record only a round after its member Lease is seen).
+            self._report(before)
+            return
+        if not self._confirm(leases.get(self.record_lease), now):
+            if self.refusal is not None:
+                self._release_all(leases)
             self._report(before)
             return
         wanted = assignment(self.members, self.shards)
         for shard in range(self.shards):
             self._shard_round(shard, leases.get(self.shard_lease(shard)), wanted[shard], now)
         self._report(before)
+
+    def _confirm(self, record: Any, now: float, *, retry: bool = True) -> bool:
+        """Write the record (our shard count, this replica as its last renewer) unless it is
+        live with another configuration; True when written."""
+        spec: Any = record.spec if record is not None else None
+        holder = (spec.holder_identity or "") if spec else ""
+        recorded = (
+            Coordination.recorded(record.metadata.annotations) if record is not None else None
+        )
+        seen = self._seen_for(self.record_lease, spec, now)
+        duration = float((spec.lease_duration_seconds if spec else None) or self.lease_duration)
+        if holder and recorded != self.coordination and seen < max(duration, self.lease_duration):
+            lease = f"{self.namespace}/{self.record_lease}"
+            self._refuse(Refusal(lease, self.coordination, recorded, holder))
+            return False
+        transitions = int(spec.lease_transitions or 0) if spec else 0
+        fresh = record if record is not None else client.V1Lease(metadata=None, spec=None)
+        fresh.spec = self._spec(
+            self.identity,
+            acquire=spec.acquire_time if spec and recorded == self.coordination else None,
+            transitions=transitions + (recorded != self.coordination),
+        )
+        if self._write(fresh, self.record_lease, RECORD_ROLE):
+            with self._lock:
+                self._confirmed = now
+            self._refuse(None)
+            return True
+        if not retry:
+            return False
+        # Another replica wrote it since we listed (most often one of ours renewing it): read
+        # it again and decide once more.
+        try:
+            again = self._read(self.record_lease)
+        except API_ERRORS as exc:
+            self._log.info("lease_read_failed", lease=self.record_lease, error=str(exc)[:200])
+            return False
+        return self._confirm(again, now, retry=False)
+
+    def _refuse(self, refusal: Refusal | None) -> None:
+        """Keep `refusal`; on a change, stop acting (when refusing), log and tell."""
+        if refusal == self.refusal:
+            return
+        self.refusal = refusal
+        if refusal is not None:
+            with self._lock:
+                self._renewed.clear()
+                self._confirmed = None
+            self._log.warning(
+                "ownership_refused",
+                recorded=str(refusal.recorded),
+                ours=str(refusal.ours),
+                holder=refusal.holder,
+                message=refusal.message,
+            )
+        else:
+            self._log.info("ownership_agreed", ours=str(self.coordination))
+        if self.on_refusal is not None:
+            try:
+                self.on_refusal(refusal)
+            except Exception as exc:  # last resort: a callback bug must not stop the rounds
+                self._log.error(
+                    "refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__
+                )
+
+    def _release_all(self, leases: dict[str, Any]) -> None:
+        """Hand back every shard Lease this replica still holds (it refuses: the record's
+        replicas may take them at once)."""
+        for shard in range(self.shards):
+            lease = leases.get(self.shard_lease(shard))
+            if lease is not None and lease.spec and lease.spec.holder_identity == self.identity:
+                self._release(shard, lease)
 
     def _shard_round(self, shard: int, lease: Any, owner: str, now: float) -> None:
         name = self.shard_lease(shard)
@@ -281,8 +424,10 @@ class ShardLeases:
         return self
 
     def stop(self, *, release: bool = True, timeout: float = 5.0) -> None:
-        """Stop the rounds; with `release`, hand every shard back and delete the member Lease
-        (without it, the Leases just stop being renewed: what a crash looks like)."""
+        """Stop the rounds; with `release`, hand every shard back, release the record when no
+        other live replica of our configuration is left (so the next configuration takes over
+        at once) and delete the member Lease (without it, the Leases just stop being renewed:
+        what a crash looks like)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -290,6 +435,7 @@ class ShardLeases:
         held = self.held()
         with self._lock:
             self._renewed.clear()
+            self._confirmed = None
         if not release:
             return
         before = held
@@ -300,6 +446,7 @@ class ShardLeases:
                     self._release(shard, lease)
             except API_ERRORS as exc:  # best effort: the Lease expires anyway
                 self._log.info("shard_release_failed", shard=shard, error=str(exc)[:200])
+        self._release_record()
         try:
             self._api.delete_namespaced_lease(self.member_lease, self.namespace)
         except API_ERRORS as exc:
@@ -307,5 +454,26 @@ class ShardLeases:
         if before and self.on_change is not None:
             self._report(before)
 
+    def _release_record(self) -> None:
+        """The last live replica of our configuration hands the record back (with the
+        resourceVersion of the listing that found no other: a write since is a 409)."""
+        leases = self._list()
+        if leases is None:
+            return
+        record = leases.get(self.record_lease)
+        if record is None or record.spec is None or not record.spec.holder_identity:
+            return
+        if Coordination.recorded(record.metadata.annotations) != self.coordination:
+            return
+        others = self._live_members(leases, self.clock())
+        if others:
+            return  # they keep renewing it: nothing changes for the canaries
+        spec: Any = record.spec
+        record.spec = self._spec(
+            None, acquire=spec.acquire_time, transitions=int(spec.lease_transitions or 0)
+        )
+        if self._write(record, self.record_lease, RECORD_ROLE):
+            self._log.info("record_released", configuration=str(self.coordination))
 
-__all__ = ["ShardLeases", "assignment", "shard_of"]
+
+__all__ = ["DEFAULT_GROUP", "ShardLeases", "assignment", "shard_of"]

@@ -19,7 +19,8 @@ from typing import Any
 
 from alphagate import logs
 from alphagate.kube.client import Kube, load_configuration
-from alphagate.kube.events import EventRecorder
+from alphagate.kube.coordination import Refusal
+from alphagate.kube.events import EventRecorder, EventType, ObjectRef, Reason
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
 from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Recorder, new_registry
@@ -119,11 +120,12 @@ class Controller:
         )
         self.elector: LeaderElector | None = None
         self.shards: ShardLeases | None = None
+        self.lease_namespace = opts.lease_namespace or _pod_namespace()
         if opts.shards > 0:
             # Every replica works, each on the canaries of the shards it holds.
             self.shards = ShardLeases(
                 self.kube.api_client,
-                namespace=opts.lease_namespace or _pod_namespace(),
+                namespace=self.lease_namespace,
                 shards=opts.shards,
                 group=opts.lease_name,
                 identity=self.identity,
@@ -131,6 +133,7 @@ class Controller:
                 renew_deadline=opts.renew_deadline,
                 retry_period=opts.retry_period,
                 on_change=self._shards_changed,
+                on_refusal=self._refusal_changed,
             )
             self.reconciler.owns = self.shards.owns
             self.reconciler.resume_schedule = True
@@ -143,7 +146,7 @@ class Controller:
             self.reconciler.leading.clear()
             self.elector = LeaderElector(
                 self.kube.api_client,
-                namespace=opts.lease_namespace or _pod_namespace(),
+                namespace=self.lease_namespace,
                 name=opts.lease_name,
                 identity=self.identity,
                 lease_duration=opts.lease_duration,
@@ -151,6 +154,7 @@ class Controller:
                 retry_period=opts.retry_period,
                 on_started_leading=self._started_leading,
                 on_stopped_leading=self._stopped_leading,
+                on_refusal=self._refusal_changed,
             )
             self.reconciler.may_act = lambda: self.elector is not None and self.elector.is_leader
         else:
@@ -186,6 +190,29 @@ class Controller:
                 self.reconciler.hand_over(namespace, name)
             elif shard in gained:
                 self.reconciler.take_over(namespace, name)
+
+    def _refusal_changed(self, refusal: Refusal | None) -> None:
+        """The coordination Lease disagrees (or agrees again) with this replica's --shards /
+        --leader-elect: say so on the Lease (an Event) and in the metrics; the Lease modules
+        have logged it and stopped acting already."""
+        self.recorder.ownership_refused.set(1.0 if refusal is not None else 0.0)
+        ref = ObjectRef(
+            namespace=self.lease_namespace,
+            name=self.opts.lease_name,
+            kind="Lease",
+            api_version="coordination.k8s.io/v1",
+        )
+        if refusal is not None:
+            # emit, not warning(): the warnings counter is per canary, and a Lease is none
+            self.events.emit(ref, EventType.WARNING, Reason.OWNERSHIP_REFUSED, refusal.message)
+        else:
+            self.events.emit(
+                ref,
+                EventType.NORMAL,
+                Reason.OWNERSHIP_RESUMED,
+                f"replica {self.identity} agrees with the Lease's record again and may own "
+                "canaries",
+            )
 
     @property
     def is_leader(self) -> bool:

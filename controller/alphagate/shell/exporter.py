@@ -69,6 +69,7 @@ from alphagate.shell.metric_names import (
     MEASURED_SPEEDUP,
     MEASURED_SPEEDUP_LOWER,
     MEASURED_SPEEDUP_UPPER,
+    OWNERSHIP_REFUSED,
     PREDICTED_SPEEDUP,
     SHORT_OUTPUTS,
     SLICE_WEIGHT,
@@ -113,6 +114,13 @@ class Recorder(MetricFamilies):
         self._shards = None
         r.register(ShardCollector(self))
         self.leader = Gauge(LEADER, "1 while this replica holds the leader lease.", registry=r)
+        self.ownership_refused = Gauge(
+            OWNERSHIP_REFUSED,
+            "1 while this replica owns no canary because the coordination Lease records another "
+            "--shards / --leader-elect (its OwnershipRefused Event says which).",
+            registry=r,
+        )
+        self.ownership_refused.set(0)
         self.build_info = Gauge(BUILD_INFO, "alphagate version, value 1.", ("version",), registry=r)
         self.build_info.labels(__version__).set(1)
         self.leader.set(0)

@@ -49,6 +49,8 @@ VERDICT_AGE: Final = "alphagate_verdict_age_seconds"
 # 1 per problem while the policy's timing does not fit the scrape interval (core/timing)
 TIMING_PROBLEM: Final = "alphagate_timing_problem"
 LEADER: Final = "alphagate_leader"
+# 1 while this replica owns nothing: the coordination Lease records another --shards or mode
+OWNERSHIP_REFUSED: Final = "alphagate_ownership_refused"
 BUILD_INFO: Final = "alphagate_build_info"
 WARNINGS: Final = "alphagate_warnings_total"
 SPEC_INVALID: Final = "alphagate_spec_invalid"
@@ -100,6 +102,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         VERDICT_AGE,
         TIMING_PROBLEM,
         LEADER,
+        OWNERSHIP_REFUSED,
         BUILD_INFO,
         WARNINGS,
         SPEC_INVALID,
