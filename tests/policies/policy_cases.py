@@ -205,4 +205,45 @@ CASES = [
         source=CODE,
         cross_field=True,
     ),
+    # the baseline is never flipped: target = baseline, or a slice naming it
+    Case(
+        "    name: llama-3-1-8b-chat-canary\n",
+        "    name: llama-3-1-8b-chat-baseline\n",
+        "spec",
+        "target and baseline are the same Deployment 'llama-3-1-8b-chat-baseline'",
+        cross_field=True,
+    ),
+    Case(
+        "        name: qwen-coder-canary\n",
+        "        name: qwen-coder-baseline\n",
+        "spec",
+        "slice code names the baseline Deployment 'qwen-coder-baseline'",
+        source=CODE,
+        cross_field=True,
+    ),
+    # label keys and values as the API server checks them: a ',' would split the selector
+    Case(
+        "matchLabels: {app: llama-3-1-8b, slice: chat, role: canary}",
+        'matchLabels: {app: "llama-3-1-8b,tier", slice: chat, role: canary}',
+        "spec.slices[0].canary.matchLabels",
+        "value of app 'llama-3-1-8b,tier'",
+    ),
+    Case(
+        "matchLabels: {app: llama-3-1-8b, slice: chat, role: baseline}",
+        'matchLabels: {"app name": llama-3-1-8b, slice: chat, role: baseline}',
+        "spec.slices[0].baseline.matchLabels",
+        "key 'app name'",
+    ),
+    Case(
+        "matchLabels: {app: llama-3-1-8b, slice: chat, role: canary}",
+        'matchLabels: {app: llama-3-1-8b, "Example.COM/slice": chat, role: canary}',
+        "spec.slices[0].canary.matchLabels",
+        "key 'Example.COM/slice': the prefix",
+    ),
+    Case(
+        "matchLabels: {app: llama-3-1-8b, slice: chat, role: canary}",
+        'matchLabels: {app: llama-3-1-8b, slice: "chat!=x", role: canary}',
+        "spec.slices[0].canary.matchLabels",
+        "value of slice 'chat!=x'",
+    ),
 ]

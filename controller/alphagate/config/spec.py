@@ -148,6 +148,25 @@ class SpeculativeCanarySpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _baseline_is_not_flipped(self) -> SpeculativeCanarySpec:
+        """The baseline is the reference speculation is judged against: flipping it would
+        compare the canary with itself (and restart the baseline's pods)."""
+        if self.target.key == self.baseline.key:
+            raise ValueError(
+                f"target and baseline are the same {self.target.kind.value} "
+                f"{self.target.name!r}: the baseline is the reference speculation is judged "
+                "against, never flipped"
+            )
+        baseline = self.baseline.key
+        flipped = [s.name for s in self.slices if s.deployment and s.deployment.key == baseline]
+        if flipped:
+            raise ValueError(
+                f"slice {', '.join(flipped)} names the baseline {self.baseline.kind.value} "
+                f"{self.baseline.name!r} as its deployment: the baseline is never flipped"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _tuning_holds_k(self) -> SpeculativeCanarySpec:
         t, k = self.draft_length.tuning, self.k
         if t.min_k > k or (t.max_k is not None and t.max_k < k):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from alphagate.config import labels
 from alphagate.config.base import PositiveSeconds, Ratio, StrictModel
 from alphagate.config.enums import WorkloadKind
 
@@ -55,6 +56,14 @@ class PodSelector(StrictModel):
             " series)."
         ),
     )
+
+    @field_validator("match_labels")
+    @classmethod
+    def _labels_valid(cls, value: dict[str, str]) -> dict[str, str]:
+        found = labels.problems(value)
+        if found:
+            raise ValueError("; ".join(found))
+        return value
 
 
 class Slice(StrictModel):

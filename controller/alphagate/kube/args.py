@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from alphagate.errors import KubeError
+from alphagate.kube import invocation
 
 LONG: Final = "--speculative-config"
 LONG_UNDERSCORE: Final = "--speculative_config"
@@ -143,48 +144,15 @@ def read(args: Sequence[str]) -> dict[str, Any] | None:
     return config or None
 
 
-SHELLS: Final = frozenset(("sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"))
-LAUNCHERS: Final = frozenset(("env", "tini", "dumb-init", "exec", "nice", "numactl", "taskset"))
-
-
-def _base(token: str) -> str:
-    return token.rsplit("/", 1)[-1]
-
-
-def _invokes_vllm(tokens: Sequence[str]) -> bool:
-    """`vllm serve`, or python running a `vllm.*` module, as separate tokens."""
-    for i, token in enumerate(tokens):
-        if _base(token) == "vllm":
-            return True
-        if token == "-m" and i + 1 < len(tokens) and tokens[i + 1].startswith("vllm."):
-            return True
-    return False
-
-
-def check_invocation(command: Sequence[str], args: Sequence[str]) -> None:
-    """Refuse a container whose vLLM arguments alphagate could not edit safely.
-
-    An argument added after `sh -c "vllm serve ..."` becomes the shell's `$0`, never reaching
-    vLLM; one given to a script reaches whatever the script does with it. Either way status
-    would say On while vLLM runs without speculation. Accepted: no `command` (the image's
-    entrypoint, vLLM's own images run `vllm serve`) with arguments that do not start a shell,
-    or a `command` that visibly runs vLLM (`vllm serve`, `python -m vllm.entrypoints...`,
-    possibly behind env/tini). Raises ArgsError naming what was found.
-    """
-    tokens = [*command, *args]
-    head = [t for t in tokens if _base(t) not in LAUNCHERS and "=" not in t][:1]
-    if head and _base(head[0]) in SHELLS:
-        raise ArgsError(
-            f"the container runs a shell ({' '.join(tokens[:3])[:80]!r}...): arguments alphagate"
-            " adds would reach the shell, not vLLM; run vLLM directly (command: [vllm, serve], "
-            "args: [MODEL, ...])"
-        )
-    if command and not _invokes_vllm(command) and not _invokes_vllm(args):
-        raise ArgsError(
-            f"the container's command {_base(command[0])!r} does not visibly run vLLM (a "
-            "script?): alphagate cannot tell whether the arguments it edits reach vLLM; run "
-            "vLLM directly (command: [vllm, serve]) or leave command to the image's entrypoint"
-        )
+def check_invocation(command: Sequence[str], args: Sequence[str], image: str = "") -> None:
+    """Refuse a container whose argv does not visibly run vLLM, so that the flag alphagate adds
+    would never reach it (a shell, a launcher option that rewrites the argv, a script, another
+    program such as postgres): `alphagate.kube.invocation` says what counts. Raises ArgsError
+    naming what was found."""
+    try:
+        invocation.check(command, args, image)
+    except invocation.InvocationError as exc:
+        raise ArgsError(str(exc)) from None
 
 
 def has_speculation(args: Sequence[str]) -> bool:

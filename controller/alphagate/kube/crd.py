@@ -96,6 +96,23 @@ VALIDATIONS: Final[dict[str, list[dict[str, str]]]] = {
             "message": "aggregation perSlice needs its own deployment on every slice",
             "fieldPath": ".slices",
         },
+        {
+            "rule": "self.target.name != self.baseline.name"
+            " || (has(self.target.kind) ? self.target.kind : 'Deployment')"
+            " != (has(self.baseline.kind) ? self.baseline.kind : 'Deployment')",
+            "message": "target and baseline are the same workload: the baseline is the reference"
+            " speculation is judged against, never flipped",
+            "fieldPath": ".baseline",
+        },
+        {
+            "rule": "self.slices.all(s, !has(s.deployment)"
+            " || s.deployment.name != self.baseline.name"
+            " || (has(s.deployment.kind) ? s.deployment.kind : 'Deployment')"
+            " != (has(self.baseline.kind) ? self.baseline.kind : 'Deployment'))",
+            "message": "a slice names the baseline as its deployment: the baseline is never"
+            " flipped",
+            "fieldPath": ".slices",
+        },
     ],
     "spec.acceptance": [
         {

@@ -174,7 +174,10 @@ def workload_state(obj: Any, container: str, kind: str | WorkloadKind) -> Worklo
     index, c = _container(template or {}, container, what)
     args = tuple(str(a) for a in c.get("args") or ())
     command = tuple(str(a) for a in c.get("command") or ())
-    argsmod.check_invocation(command, args)
+    try:
+        argsmod.check_invocation(command, args, str(c.get("image") or ""))
+    except argsmod.ArgsError as exc:
+        raise argsmod.ArgsError(f"{what}, container {container!r}: {exc}") from None
     config = argsmod.read(args)
     where = "args"
     if config is None:
