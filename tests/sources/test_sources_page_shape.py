@@ -123,6 +123,18 @@ def test_pages_without_our_lines_never_leave_a_shape() -> None:
 
 
 _JUNK = st.sampled_from([*'vllm:_spec{}="\\,# \t\n0123456789.+-eInfNa', "\r", "é", "\x0c"])
+_PIECES = st.sampled_from(
+    [
+        "\n# EOF\n",  # lines after it
+        "# EOF",
+        "-",  # a negative count
+        "0",  # le="0.10" beside le="0.1"; position="01"
+        "\u00b2",  # '²': str.isdigit() but not int()
+        "\u0661",  # Arabic-Indic one: int() reads it
+        ',position="1"',
+        ',le="0.1"',
+    ]
+)
 
 
 def _sample() -> str:
@@ -147,7 +159,35 @@ def test_a_known_shape_agrees_with_the_line_path_on_any_mutation(data: st.DataOb
     line = lines[i]
     pos = data.draw(st.integers(0, len(line)))
     cut = data.draw(st.integers(0, 3))
-    junk = data.draw(st.text(_JUNK, max_size=6))
+    junk = data.draw(st.text(_JUNK, max_size=6) | st.lists(_PIECES, max_size=3).map("".join))
     lines[i] = line[:pos] + junk + line[pos + cut :]
     mutated = "\n".join(lines)
     assert fast(mutated) == line_path(mutated)
+
+
+def test_the_mutations_reach_the_strict_cases() -> None:
+    """The pieces the property test inserts do hit each strict rule on this sample (so the
+    agreement above covers them), each an error naming its line on both paths."""
+    text = _sample()
+    lines = text.split("\n")
+    at = {
+        "le": next(i for i, x in enumerate(lines) if 'le="0.1"' in x),
+        "pos": next(i for i, x in enumerate(lines) if 'position="1"' in x),
+        "drafts": next(i for i, x in enumerate(lines) if x.startswith("vllm:spec_decode_num_dr")),
+    }
+    cases = {
+        "duplicate bucket": (at["le"], lambda x: x.replace('le="0.1"', 'le="0.10"')),
+        "position 1 is already": (at["pos"], lambda x: x.replace('"1"', '"01"')),
+        "position label": (at["pos"], lambda x: x.replace('position="1"', 'position="\u0661"')),
+        "never negative": (at["drafts"], lambda x: x.replace(" ", " -", 1)),
+    }
+    for words, (i, change) in cases.items():
+        known(text)
+        mutated = "\n".join([*lines[:i], change(lines[i]), *lines[i + 1 :]])
+        if "already" in words or "duplicate" in words:  # a second spelling after the first
+            mutated = "\n".join([*lines[: i + 1], change(lines[i]), *lines[i + 1 :]])
+        with pytest.raises(ExpositionError, match=words) as info:
+            parse(mutated)
+        assert fast(mutated) == line_path(mutated) == info.value.line > 0
+    eof = "\n".join([*lines[:3], "# EOF", *lines[3:]])
+    assert fast(eof) == line_path(eof) == 5

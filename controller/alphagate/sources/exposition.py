@@ -13,7 +13,8 @@ empty page. :func:`parse_with_client` reads the same page through ``prometheus_c
 and gives the same :class:`Page`: it is the reference the fast path is tested against.
 
 Both accept the classic text format (0.0.4), OpenMetrics (``# EOF``, exemplars, timestamps)
-and the escaped ``vllm_`` sample names Prometheus 2 scrapes produce. Malformed samples of our
+and the escaped ``vllm_`` sample names Prometheus 2 scrapes produce; a line after ``# EOF``
+is an error. Malformed samples of our
 families raise :class:`~alphagate.errors.ExpositionError` naming the 1-based line. Sample names
 are matched exactly: ``..._created`` gauges are never mistaken for counters.
 
@@ -145,6 +146,7 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
     of those lines gets the full line-by-line check, so an HTML error page or garbage served
     with status 200 is an error naming its line, not an empty page. `strict` checks the shape
     of every line (for ``alphagate inspect``: a person asked about this page)."""
+    _check_eof(text, target)
     if strict:
         return _parse_every_line(text, target)
     rows = _ROW.findall("\n" + text)
@@ -158,9 +160,11 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
         joined = "".join(tokens)
         if joined.isascii() and "_" not in joined:
             try:
-                return shape.page(list(map(float, tokens)))
+                values = list(map(float, tokens))
             except ValueError:
-                pass  # the line path names the line
+                values = []  # the line path names the line
+            if values and min(values) >= 0:  # a negative (or NaN) value: the line path judges it
+                return shape.page(values)
     page = _parse_lines(text, target)
     if shape is None and usual:
         _keep_shape(skeleton)
@@ -193,9 +197,31 @@ def _keep_shape(skeleton: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
     _SEEN_ONCE.discard(seen)
 
 
+def _check_eof(text: str, target: str) -> None:
+    """OpenMetrics ends at `# EOF`: anything but blank lines after it is refused (a page that
+    goes on is two pages, or a truncated one pasted onto another), naming its line."""
+    at = text.find("# EOF")
+    while at >= 0:
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        if (at == 0 or text[at - 1] == "\n") and text[at:end].rstrip(" \t\r") == "# EOF":
+            rest = text[end:]
+            extra = len(rest) - len(rest.lstrip())
+            if extra < len(rest):
+                line = text.count("\n", 0, end + extra) + 1
+                raise ExpositionError(
+                    "content after '# EOF' (the end of an OpenMetrics page)",
+                    line=line,
+                    target=target,
+                )
+            return
+        at = text.find("# EOF", at + 1)
+
+
 def _parse_lines(text: str, target: str) -> Page:
     """Read our families' lines one by one, with every check (a page of a new shape, or one
     with lines of another form)."""
+    _check_eof(text, target)
     builder = PageBuilder(target, text)
     add, add_parsed = builder.add, builder.add_parsed
     wanted = WANTED
@@ -237,6 +263,7 @@ def _parse_lines(text: str, target: str) -> Page:
 
 def _parse_every_line(text: str, target: str) -> Page:
     """The same result, checking the shape of every line (used for pages without our lines)."""
+    _check_eof(text, target)
     builder = PageBuilder(target, text)
     wanted = WANTED
     offset = 0
@@ -349,6 +376,7 @@ def parse_with_client(text: str, *, target: str = "", prefilter: bool = False) -
     keeps the client's parsing of the lines that matter)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    _check_eof(text, target)
     if prefilter:
         text = "\n".join(_prefiltered(text.split("\n")))
     builder = PageBuilder(target)

@@ -154,16 +154,25 @@ def latency_sample(inc: Increment, hist: Hist) -> LatencySample | None:
 
 
 def check_page(series: Iterable[Series], target: str) -> None:
-    """Values must be finite and draft positions plausible (a position label sizes a list)."""
+    """Values must be finite, counts never negative (a negative counter would read as a reset
+    and then as growth) and draft positions plausible (a position label sizes a list)."""
     for s in series:
-        values = [*s.counters.values(), *s.per_position.values(), *s.gauges.values()]
+        counts = [*s.counters.values(), *s.per_position.values()]
         for h in s.histograms.values():
-            values.extend(h.buckets.values())
-        for v in values:
+            counts.extend(h.buckets.values())
+            if math.isfinite(h.count):
+                counts.append(h.count)
+        for v in (*counts, *s.gauges.values()):
             if not math.isfinite(v):
                 raise SourceError(
                     SourceErrorKind.NAN, f"series {dict(s.labels)} has value {v}", target=target
                 )
+        if counts and min(counts) < 0:
+            raise SourceError(
+                SourceErrorKind.PARSE,
+                f"series {dict(s.labels)} has a negative count ({min(counts):g})",
+                target=target,
+            )
         for pos in (*s.per_position, *s.per_position_created):
             if not 0 <= pos < MAX_POSITIONS:
                 raise SourceError(

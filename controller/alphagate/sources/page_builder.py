@@ -1,6 +1,7 @@
 """Building a `Page` sample by sample: which sample names alphagate reads (`WANTED`), numbers
 and label sets as Prometheus writes them, and the checks a parser of single lines cannot make
-(duplicates, a bound on series, numeric `le` and `position`, a `+Inf` bucket per histogram).
+(duplicates, `le` bounds compared as numbers as Prometheus normalises them, a bound on series,
+ASCII `position`s, counts that are never negative, a `+Inf` bucket per histogram).
 Both parsers in `exposition` feed it."""
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ WANTED: Final = _table()
 """Exact sample names read (both spellings) -> what they carry."""
 
 _SKIP_LABELS: Final = frozenset((vllm.LE, vllm.POSITION))
+_COUNTS: Final = frozenset(("counter", "pos", "bucket", "count"))
+"""Sample kinds that count something: a negative value is a broken page, not a reset."""
 
 
 def parse_number(token: str) -> float:
@@ -118,6 +121,12 @@ class PageBuilder:
             raise self.error(f"duplicate sample {name}{{{fmt_labels(labels)}}}", at)
         seen.add(ident)
         kind, fam = what.kind, what.family
+        if value < 0 and kind in _COUNTS:
+            raise self.error(
+                f"{name}{{{fmt_labels(labels)}}} is {value:g}: a counter or bucket count is never "
+                "negative",
+                at,
+            )
         series = self.page.series.get(key)
         if series is None:
             if len(self.page.series) >= MAX_SERIES:
@@ -136,6 +145,12 @@ class PageBuilder:
             if bound != bound:  # NaN: absent or not a number
                 le = labels.get(vllm.LE)
                 raise self.error(f"{name} needs a numeric le label, got {le!r}", at)
+            if bound in hist.buckets:  # le="0.1" and le="0.10": one bound, as Prometheus reads it
+                raise self.error(
+                    f"duplicate bucket {name}{{{fmt_labels(labels)}}}: le={bound:g} is already "
+                    "on the page (Prometheus normalises le, so both are one series)",
+                    at,
+                )
             hist.buckets[bound] = value
         elif isinstance(fam, Hist):
             hist = series.histograms.get(fam)
@@ -157,12 +172,18 @@ class PageBuilder:
                 series.created[fam] = value
         else:
             raw = labels.get(vllm.POSITION)
-            if raw is None or not raw.isdigit() or len(raw) > 6:
+            # ASCII digits only: str.isdigit() also takes '²' and '١' (int() reads the latter)
+            if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > 6:
                 raise self.error(f"{name} needs a numeric position label, got {raw!r}", at)
-            if kind == "pos":
-                series.per_position[int(raw)] = value
-            else:
-                series.per_position_created[int(raw)] = value
+            positions = series.per_position if kind == "pos" else series.per_position_created
+            pos = int(raw)
+            if pos in positions:  # position="01" beside position="1"
+                raise self.error(
+                    f"duplicate sample {name}{{{fmt_labels(labels)}}}: position {pos} is already "
+                    "on the page",
+                    at,
+                )
+            positions[pos] = value
 
     def finish(self) -> Page:
         for (key, fam), at in self.hist_at.items():
