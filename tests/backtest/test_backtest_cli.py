@@ -182,7 +182,7 @@ def test_garbled_line_is_named(
         (lambda ls: ls[:1], r"has no snapshots"),
         (
             lambda ls: [*ls[:3], '{"type": "snapshot", "t": 0, "pods": []}\n', *ls[3:]],
-            r":4: bad recording line: 'time'",
+            r":4: bad recording line: time: Field required",
         ),
         (lambda ls: [*ls[:3], '{"type": "mystery"}\n'], r":4: bad recording line: unknown line"),
     ],

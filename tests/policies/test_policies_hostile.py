@@ -5,6 +5,9 @@ resource as JSON from the API) accept exactly the same documents."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from alphagate import config, yamlload
+from alphagate import config, files, yamlload
 from alphagate.cli import app
 from alphagate.commands.policy import load_file
 from alphagate.errors import PolicyError
@@ -123,3 +126,41 @@ def test_the_shipped_policy_is_accepted_by_both() -> None:
     assert doc.ok
     wire = json.loads(json.dumps(yaml.safe_load(CHAT.read_text())))
     assert config.parse(wire) == doc.resource
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["policy", "check", "{path}"], "cannot read: not a regular file: a FIFO"),
+        (["inspect", "{path}"], "cannot read: not a regular file: a FIFO"),
+        (
+            ["run", "--config", "{path}", "--server", "http://127.0.0.1:9", "--exit-after", "1"],
+            "cannot read: not a regular file: a FIFO",
+        ),
+    ],
+    ids=["policy-check", "inspect", "run-config"],
+)
+def test_a_fifo_is_refused_before_it_is_opened(tmp_path: Path, args: list[str], says: str) -> None:
+    """`open()` on a FIFO waits for a writer forever: `policy check`, `inspect` and
+    `run --config` refuse it (and devices, sockets, directories) instead. In a child process
+    with a deadline, so a regression fails rather than hangs the suite."""
+    fifo = tmp_path / "named-pipe"
+    os.mkfifo(fifo)
+    argv = [sys.executable, "-m", "alphagate", *(a.format(path=fifo) for a in args)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(args[:2])} waited on the FIFO")
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert says in output and str(fifo) in output, output
+    assert "Traceback" not in output
+
+
+def test_read_regular_refuses_devices_and_directories(tmp_path: Path) -> None:
+    for path, kind in (("/dev/null", "a character device"), (str(tmp_path), "a directory")):
+        with pytest.raises(OSError, match=f"not a regular file: {kind}"):
+            files.read_regular(path, 10)
+    ok = tmp_path / "f"
+    ok.write_bytes(b"x" * 20)
+    assert files.read_regular(ok, 10) == b"x" * 11  # the bound plus one: the caller can tell

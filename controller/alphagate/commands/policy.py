@@ -24,7 +24,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from alphagate import config, specconfig, yamlload, yamlpos
+from alphagate import config, files, specconfig, yamlload, yamlpos
 from alphagate.core import timing
 from alphagate.errors import PolicyError
 
@@ -102,8 +102,7 @@ def load_file(path: Path) -> list[Document]:
     (alphagate.yamlload), then validated by the same `config.parse` the controller uses."""
     name = str(path)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(yamlload.MAX_BYTES + 1)
+        raw = files.read_regular(path, yamlload.MAX_BYTES)
         if len(raw) > yamlload.MAX_BYTES:
             raise yamlload.YamlLimitError(f"larger than {yamlload.MAX_BYTES} bytes")
         text = raw.decode("utf-8")

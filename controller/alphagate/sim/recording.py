@@ -58,8 +58,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from alphagate import vllm
+from pydantic import ValidationError
+
+from alphagate import files, vllm
 from alphagate.errors import ScenarioError
+from alphagate.sim import recording_schema as schema
 from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot
 from alphagate.sim.pod import PodSnapshot
 from alphagate.sim.truth import PodTruth, SliceTruth, Truth
@@ -168,42 +171,79 @@ def _truth_from_json(t: float, data: dict[str, Any]) -> Truth:
     return Truth(t, slices, pods)
 
 
-def iter_recording(path: str | Path) -> Iterator[dict[str, Any] | FleetSnapshot | FleetEvent]:
-    """Stream a recording: the header dict first, then snapshots and events in order."""
-    p = Path(path)
+MAX_LINE_BYTES = 256 << 20
+"""One recording line (a snapshot of every pod) past this is refused, not read into memory."""
+
+
+def _lines(p: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a recording file: a regular file only (a FIFO would block), each
+    line bounded, UTF-8."""
     try:
-        fh = p.open(encoding="utf-8")
+        fh = files.open_regular(p)
     except OSError as exc:
         raise ScenarioError(f"{p}: cannot read recording: {exc.strerror}") from exc
     with fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+        lineno = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise ScenarioError(
+                    f"{p}:{lineno}: bad recording line: longer than {MAX_LINE_BYTES} bytes"
+                )
             try:
-                obj = json.loads(line)
-                kind = obj.get("type")
-                if lineno == 1:
-                    if kind != "header" or obj.get("format") != FORMAT:
-                        raise ValueError(f"not an {FORMAT} file (no header line)")
-                    if obj.get("version") != VERSION:
-                        raise ValueError(f"unsupported version {obj.get('version')!r}")
-                    yield obj
-                elif kind == "snapshot":
-                    t, time = float(obj["t"]), float(obj["time"])
-                    yield FleetSnapshot(
-                        t=t,
-                        time=time,
-                        pods=[PodSnapshot.from_json(d, t=t, time=time) for d in obj["pods"]],
-                        truth=_truth_from_json(t, obj["truth"]),
-                    )
-                elif kind == "event":
-                    yield FleetEvent(
-                        float(obj["t"]), str(obj["kind"]), str(obj["message"]), str(obj["pod"])
-                    )
-                else:
-                    raise ValueError(f"unknown line type {kind!r}")
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ScenarioError(f"{p}:{lineno}: bad recording line: {exc}") from exc
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ScenarioError(f"{p}:{lineno}: bad recording line: not UTF-8") from None
+
+
+def _item(obj: Any, first: bool) -> dict[str, Any] | FleetSnapshot | FleetEvent:
+    """One decoded line, checked (`recording_schema`) and built; raises ValueError or
+    ValidationError."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    if first:
+        if kind != "header" or obj.get("format") != FORMAT:
+            raise ValueError(f"not an {FORMAT} file (no header line)")
+        if obj.get("version") != VERSION:
+            raise ValueError(f"unsupported version {obj.get('version')!r}")
+        schema.Header.model_validate(obj)
+        return obj
+    if kind == "snapshot":
+        schema.Snapshot.model_validate(obj)  # types and bounds: what follows cannot fail
+        t, time = float(obj["t"]), float(obj["time"])
+        return FleetSnapshot(
+            t=t,
+            time=time,
+            pods=[PodSnapshot.from_json(d, t=t, time=time) for d in obj["pods"]],
+            truth=_truth_from_json(t, obj["truth"]),
+        )
+    if kind == "event":
+        schema.Event.model_validate(obj)
+        return FleetEvent(float(obj["t"]), str(obj["kind"]), str(obj["message"]), str(obj["pod"]))
+    raise ValueError(f"unknown line type {kind!r}")
+
+
+def iter_recording(path: str | Path) -> Iterator[dict[str, Any] | FleetSnapshot | FleetEvent]:
+    """Stream a recording: the header dict first, then snapshots and events in order. A line
+    that is not what the writer writes is a ScenarioError naming the file, line and field."""
+    p = Path(path)
+    for lineno, line in _lines(p):
+        if not line.strip():
+            continue
+        try:
+            item = _item(json.loads(line), lineno == 1)
+        except ValidationError as exc:
+            problem = schema.problem(exc)
+            raise ScenarioError(f"{p}:{lineno}: bad recording line: {problem}") from None
+        except RecursionError:
+            raise ScenarioError(f"{p}:{lineno}: bad recording line: nested too deeply") from None
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+            raise ScenarioError(f"{p}:{lineno}: bad recording line: {exc}") from exc
+        yield item
 
 
 def read_recording(path: str | Path) -> Recording:

@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from alphagate import yamlload
+from alphagate import files, yamlload
 from alphagate.config import StrictModel, TimeoutSeconds
 from alphagate.errors import ConfigError, EndpointError
 from alphagate.sources.common import redact_url
@@ -180,8 +180,7 @@ def load(path: Path) -> SourcesConfig:
     """The controller's config file; ConfigError naming the file and field when it is wrong."""
     where = str(path)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        raw = files.read_regular(path, MAX_CONFIG_BYTES)
         if len(raw) > MAX_CONFIG_BYTES:
             raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes", where=where)
         docs = yamlload.load_all(raw.decode("utf-8"), max_bytes=MAX_CONFIG_BYTES)

@@ -39,6 +39,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
+from alphagate import files
 from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import (
@@ -454,8 +455,7 @@ def read_page(
         assert result.page is not None
         return result.page
     try:
-        with open(target, "rb") as fh:
-            body = fh.read(max_body_bytes + 1)
+        body = files.read_regular(target, max_body_bytes)
     except OSError as exc:
         raise SourceError(
             SourceErrorKind.UNREACHABLE, f"cannot read: {exc.strerror or exc}", target=target
