@@ -131,3 +131,16 @@ def test_increments_never_turn_negative_counts_into_growth() -> None:
     with pytest.raises(SourceError, match="negative count") as info:
         check_page(page.series.values(), "pod-a")
     assert info.value.kind is SourceErrorKind.PARSE
+
+
+def test_an_openmetrics_page_keeps_its_shape_and_its_end() -> None:
+    """`# EOF` at the end is found in the same scan as our lines: the page's shape is kept and
+    read from, and the same page with a line after its end is still refused."""
+    page = SPEC + histogram("0.1") + "# EOF\n"
+    first = parse(page)
+    assert parse(page) == first
+    assert exposition._SHAPES  # kept: the end line is not one of the shape's rows
+    assert parse(page) == first == exposition._parse_lines(page, "")
+    with pytest.raises(ExpositionError, match="after '# EOF'") as info:
+        parse(page + 'vllm:generation_tokens_total{model_name="m"} 5\n')
+    assert info.value.line == 9

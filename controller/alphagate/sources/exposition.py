@@ -92,11 +92,15 @@ _LINE: Final = re.compile(_NAME_AT_LINE_START + r"([^\n]*)")
 """A line of one of our families (searched in the page with a newline in front): its sample
 name and the raw rest of the line. Only line starts match, so names in comments and label
 values are never looked at; the literal newline and prefix keep the scan in C."""
+_EOF: Final = "# EOF"
 _ROW: Final = re.compile(
-    _NAME_AT_LINE_START + r"(?:(?:\{([^}\n]*)\})?[ \t]+([^ \t\r\n#]+)[ \t\r]*(?=\n|\Z)|[^\n]*)"
+    rf"\n[ \t]*(vllm[:_](?:{_family_prefixes()})[a-zA-Z0-9_:]*|{_EOF})"
+    r"(?:(?:\{([^}\n]*)\})?[ \t]+([^ \t\r\n#]+)[ \t\r]*(?=\n|\Z)|[^\n]*)"
 )
 """The same lines as (name, label text, value): a line of another form (a timestamp, an
-exemplar, anything malformed) gives an empty value, and the page goes the line path."""
+exemplar, anything malformed) gives an empty value, and the page goes the line path. A line
+starting `# EOF` is a row too (name `# EOF`), so an OpenMetrics end is found in the same scan
+(a `str.find` of it cost a sixth of a page's parse)."""
 _PLAIN_LABELS: Final = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*",?)*')
 """Label text the fast paths read: no escapes, no quotes or braces inside values."""
 _PAIR: Final = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
@@ -146,13 +150,18 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
     of those lines gets the full line-by-line check, so an HTML error page or garbage served
     with status 200 is an error naming its line, not an empty page. `strict` checks the shape
     of every line (for ``alphagate inspect``: a person asked about this page)."""
-    _check_eof(text, target)
     if strict:
         return _parse_every_line(text, target)
     rows = _ROW.findall("\n" + text)
     if not rows:
         return _parse_every_line(text, target)
     names, insides, tokens = zip(*rows, strict=True)
+    if _EOF in names:  # an OpenMetrics end: nothing may follow it
+        _check_eof(text, target)
+        rows = [row for row in rows if row[0] != _EOF]
+        if not rows:
+            return _parse_every_line(text, target)
+        names, insides, tokens = zip(*rows, strict=True)
     skeleton = (names, insides)
     shape = _SHAPES.get(skeleton)
     usual = "" not in tokens  # every line is a name, plain labels and a value
