@@ -50,7 +50,8 @@ def test_a_replay_loops_and_keeps_every_request_of_the_trace() -> None:
     t, prompts, outputs = replay.between(0.0, trace.span)
     assert t.size == trace.arrival.size
     assert sorted(outputs.tolist()) == sorted(trace.output.tolist())
-    assert np.all(np.diff(t) >= 0) and 0 <= t[0] and t[-1] < trace.span
+    assert sorted(prompts.tolist()) == sorted(trace.prompt.tolist())
+    assert np.all(np.diff(t) >= 0) and t[0] >= 0 and t[-1] < trace.span
     # the second loop is the first one again, one span later
     t2, _, o2 = replay.between(trace.span, 2 * trace.span)
     assert np.allclose(t2 - trace.span, t) and np.array_equal(o2, outputs)
