@@ -370,6 +370,19 @@ def _latency_table(agg: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _regret_matrix(agg: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+    """Mean regret % over seeds, one row per scored scenario, one column per policy."""
+    policies = [p for p in meta["policies"] if p != "oracle"]
+    rows = [c for c in meta.get("scored", []) if any(_cell(agg, c, p) for p in policies)]
+    if not rows:
+        return []
+    lines = [_row(["scenario", *policies]), _row(["---"] * (1 + len(policies)))]
+    for case in rows:
+        cells = [_cell(agg, case, p) for p in policies]
+        lines.append(_row([case, *(_num(c["regret_pct"]) if c else "-" for c in cells)]))
+    return lines
+
+
 def _bins_table(agg: dict[str, Any]) -> list[str]:
     shown = [
         c
@@ -431,6 +444,10 @@ def markdown(result: dict[str, Any]) -> str:
     if latency:
         lines += ["", "## Latency regressions", ""]
         lines += latency
+    matrix = _regret_matrix(agg, meta)
+    if matrix:
+        lines += ["", "## Regret per scenario and policy", ""]
+        lines += matrix
     lines += ["", "## Every policy per scenario", ""]
     lines += _all_table(agg)
     bins = _bins_table(agg)
@@ -540,7 +557,7 @@ def _plot_coverage(ax: Any, agg: dict[str, Any]) -> None:
     top.axvline(3.5, color="black", lw=0.5, ls="--")
     top.set_xlim(0, 20)
     top.set_xlabel("truth below the lower bound, % (x; limit 3.5% dashed)")
-    ax.set_title("alphagate's 95% alpha interval", fontsize=10)
+    ax.set_title("alphagate's 95% alpha interval", fontsize=10, pad=36)
 
 
 def _plot_delays(ax: Any, agg: dict[str, Any]) -> None:
