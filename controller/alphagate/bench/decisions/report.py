@@ -158,8 +158,8 @@ def _per_day_checks(agg: dict[str, Any]) -> list[Check]:
             f"at most 0.25 false rollbacks per simulated day at alpha {suite.IN_BAND:g},"
             " every topology and trace",
             f"worst {worst['false_rollbacks_per_day']:.2f}/d ({worst['case']},"
-            f" {worst['false_rollbacks']} in {worst['days']:.0f} d); {len(over)} of"
-            f" {len(day)} cases above; all: {total} in {days:.0f} d",
+            f" {worst['false_rollbacks']} in {worst['days']:.1f} d); {len(over)} of"
+            f" {len(day)} cases above; all: {total} in {days:.1f} d",
             not over if len(day) == expected else (False if over else None),
         )
     ]
