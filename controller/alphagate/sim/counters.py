@@ -33,6 +33,7 @@ class Histograms:
         self.names = list(families)
         self.index = {name: i for i, name in enumerate(self.names)}
         self.bounds = [np.asarray(b, dtype=np.float64) for b in families.values()]
+        self.layout: dict[str, tuple[float, ...]] = {n: tuple(b) for n, b in families.items()}
         self.sizes = [len(b) + 1 for b in families.values()]
         self.offsets = [0, *itertools.accumulate(self.sizes)][:-1]
         self._starts = np.asarray(self.offsets, dtype=np.int64)
@@ -90,18 +91,21 @@ class Histograms:
         return self._cache
 
 
-def _histograms() -> Histograms:
-    return Histograms(
-        {
-            vllm.TTFT: vllm.TTFT_BUCKETS,
-            vllm.ITL: vllm.ITL_BUCKETS,
-            vllm.TPOT: vllm.TPOT_BUCKETS,
-            vllm.E2E: vllm.E2E_BUCKETS,
-            vllm.QUEUE_TIME: vllm.QUEUE_TIME_BUCKETS,
-            vllm.DECODE_TIME: vllm.DECODE_TIME_BUCKETS,
-            vllm.REQUEST_GENERATION_TOKENS: vllm.GENERATION_LENGTH_BUCKETS,
-        }
-    )
+def default_bounds() -> dict[str, tuple[float, ...]]:
+    """vLLM's default bucket bounds of every histogram the simulator exports."""
+    return {
+        vllm.TTFT: vllm.TTFT_BUCKETS,
+        vllm.ITL: vllm.ITL_BUCKETS,
+        vllm.TPOT: vllm.TPOT_BUCKETS,
+        vllm.E2E: vllm.E2E_BUCKETS,
+        vllm.QUEUE_TIME: vllm.QUEUE_TIME_BUCKETS,
+        vllm.DECODE_TIME: vllm.DECODE_TIME_BUCKETS,
+        vllm.REQUEST_GENERATION_TOKENS: vllm.GENERATION_LENGTH_BUCKETS,
+    }
+
+
+def _histograms(custom: dict[str, tuple[float, ...]] | None = None) -> Histograms:
+    return Histograms({**default_bounds(), **(custom or {})})
 
 
 @dataclass
@@ -123,8 +127,12 @@ class EngineCounters:
     running: int = 0
     waiting: int = 0
     histograms: Histograms = field(default_factory=_histograms)
+    #: Bounds set by --custom-histogram-buckets, per histogram (the others keep vLLM's).
+    custom_bounds: dict[str, tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
+        if self.custom_bounds:
+            self.histograms = _histograms(self.custom_bounds)
         if self.accept_counts.size != self.k + 1:
             self.accept_counts = np.zeros(self.k + 1, dtype=np.int64)
 

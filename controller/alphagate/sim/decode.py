@@ -40,9 +40,16 @@ class Stalls:
     slowdown: float = 4.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Load:
-    """What one pod is asked to serve during a tick (its slice's traffic, per pod)."""
+    """What one pod is asked to serve during a tick (its slice's traffic, per pod).
+
+    Open loop draws Poisson ``arrival_rate`` arrivals with model lengths, unless the router
+    dealt replayed requests: ``arrivals`` (seconds into the tick, ascending) with their
+    ``arrival_output`` and ``arrival_prompt`` token counts. ``bad_share`` of new requests are
+    bad ones (their acceptance drawn around ``bad_alpha`` with concentration ``bad_spread``),
+    the others around the alpha that keeps the drafts' mean at ``alpha``.
+    """
 
     alpha: float
     arrival_rate: float = 0.0
@@ -55,6 +62,12 @@ class Load:
     output_tokens: int = 256
     output_sigma: float = 1.0
     max_output_tokens: int = 8192
+    arrivals: FloatArray | None = None
+    arrival_output: FloatArray | None = None
+    arrival_prompt: FloatArray | None = None
+    bad_share: float = 0.0
+    bad_alpha: float = 0.2
+    bad_spread: float = 5.0
 
 
 def output_lengths(z: FloatArray, load: Load) -> FloatArray:

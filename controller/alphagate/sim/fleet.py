@@ -32,7 +32,9 @@ from alphagate.sim.pod import (
     parse_speculative_args,
     spec_args,
 )
+from alphagate.sim.router import Router
 from alphagate.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
+from alphagate.sim.traces import Replay, load_trace, seed_offset
 from alphagate.sim.truth import PodTruth, SliceTruth, Truth
 
 
@@ -94,6 +96,11 @@ class Fleet:
         #: Drifts under way: (slice or "" for traffic, field) -> (start, length, from, to).
         self._ramps: dict[tuple[str, str], tuple[float, float, float, float]] = {}
         self.traffic_rate = scenario.traffic.rate
+        #: Slices replaying a trace: their replay and router, built at the first tick.
+        self._replays: dict[str, Replay] = {}
+        self._routers: dict[str, Router] = {}
+        #: Replayed requests that found no ready pod of their slice (lost, as a router 503s).
+        self.dropped: dict[str, int] = dict.fromkeys(scenario.slices, 0)
         self.pools: dict[str, PoolSpec] = {p.name: p for p in scenario.pools}
         self._pool_next: dict[str, int] = {p.name: 0 for p in scenario.pools}
         self.create_pools = create_pools
@@ -175,6 +182,7 @@ class Fleet:
             model_name=self.scenario.model_name,
             load_time=pool.load_time,
             latency_scale=pool.latency_scale,
+            traffic_weight=pool.traffic_weight,
             alpha_offset=offset,
             params=decode.params(),
             stalls=(pool.stalls or self.scenario.stalls).params(),
@@ -304,23 +312,42 @@ class Fleet:
                 self.restart(pod.name)
 
     # --- time -------------------------------------------------------------------------------
-    def _slice_rate(self, sl: SliceSpec) -> float:
+    def _replay(self, name: str, sl: SliceSpec) -> Replay:
+        replay = self._replays.get(name)
+        if replay is None:
+            assert sl.trace is not None
+            trace = load_trace(sl.trace.name)
+            crc = zlib.crc32(name.encode())
+            offset = sl.trace.offset
+            if offset is None:
+                offset = seed_offset(trace, self.seed * 7919 + crc % 7919)
+            replay = Replay(trace, offset=offset, scale=sl.trace.scale, seed=self.seed ^ crc)
+            self._replays[name] = replay
+            self._routers[name] = Router(sl.trace.router)
+        return replay
+
+    def _slice_rate(self, sl: SliceSpec, name: str = "") -> float:
+        if sl.trace is not None and name:
+            return self._replay(name, sl).rate
         if sl.arrival_rate is not None:
             return sl.arrival_rate
         total = sum(s.share for s in self.slices.values() if s.arrival_rate is None)
         return self.traffic_rate * sl.share / total if total > 0 else 0.0
 
-    def _compute_loads(self) -> dict[str, Load]:
-        ready: dict[str, int] = dict.fromkeys(self.slices, 0)
+    def _pod_loads(self) -> dict[str, Load]:
+        """What each ready pod serves in the coming tick: its slice's traffic, split by the
+        pods' router weights (Poisson), dealt request by request (a trace), or its own
+        clients (closed loop)."""
+        ready: dict[str, list[SimPod]] = {name: [] for name in self.slices}
         for pod in self.pods.values():
             if pod.ready:
-                ready[pod.spec.slice] += 1
-        loads = {}
+                ready[pod.spec.slice].append(pod)
+        loads: dict[str, Load] = {}
         for name, sl in self.slices.items():
-            n = max(ready[name], 1)
-            loads[name] = Load(
+            pods = ready[name]
+            bad = sl.bad_requests
+            base = Load(
                 alpha=sl.alpha,
-                arrival_rate=self._slice_rate(sl) / n,
                 concurrency=sl.concurrency,
                 alpha_noise=sl.alpha_noise,
                 decay=sl.decay,
@@ -330,8 +357,47 @@ class Fleet:
                 output_tokens=sl.output_tokens,
                 output_sigma=sl.output_sigma,
                 max_output_tokens=sl.max_output_tokens,
+                bad_share=bad.share if bad is not None else 0.0,
+                bad_alpha=bad.alpha if bad is not None else 0.2,
+                bad_spread=bad.spread if bad is not None else 5.0,
             )
+            if sl.trace is not None:
+                loads.update(self._dealt(name, sl, pods, base))
+                continue
+            total_w = sum(p.spec.traffic_weight for p in pods) or 1.0
+            rate = self._slice_rate(sl)
+            for pod in pods:
+                share = pod.spec.traffic_weight / total_w
+                loads[pod.name] = replace(base, arrival_rate=rate * share)
         return loads
+
+    def _dealt(self, name: str, sl: SliceSpec, pods: list[SimPod], base: Load) -> dict[str, Load]:
+        """The trace's requests of the coming tick, dealt to the ready pods by the router."""
+        replay = self._replay(name, sl)
+        times, prompts, outputs = replay.between(self.now, self.now + self.tick)
+        if not pods:
+            self.dropped[name] += int(times.size)
+            return {}
+        pods = sorted(pods, key=lambda p: p.name)
+        which = self._routers[name].deal(
+            times.size,
+            [p.name for p in pods],
+            [p.spec.traffic_weight for p in pods],
+            [p.engine.running + p.engine.waiting for p in pods],
+        )
+        mean_prompt = float(replay.prompt.mean()) if replay.prompt.size else sl.prompt_tokens
+        out: dict[str, Load] = {}
+        for i, pod in enumerate(pods):
+            mine = which == i
+            p = prompts[mine]
+            out[pod.name] = replace(
+                base,
+                arrivals=times[mine] - self.now,
+                arrival_output=np.minimum(outputs[mine], sl.max_output_tokens),
+                arrival_prompt=p,
+                prompt_tokens=max(1, round(float(p.mean()) if p.size else mean_prompt)),
+            )
+        return out
 
     def _apply_ramps(self) -> None:
         """Move drifting numbers to their value at the middle of the coming tick."""
@@ -362,11 +428,11 @@ class Fleet:
             if pod.phase == "loading" and self.now >= pod.ready_at:
                 pod.update_phase(self.now)
                 self._log("ready", f"{pod.name} ready (k={pod.k})", pod.name)
-        loads = self._compute_loads()
+        loads = self._pod_loads()
         dt = self.tick
         for pod in self.pods.values():
             if pod.phase == "ready":
-                pod.tick(dt, loads[pod.spec.slice])
+                pod.tick(dt, loads[pod.name])
                 if pod.truth is not None:
                     self.generated[pod.spec.slice] += pod.truth.generated
         self.now = round(self.now + dt, 9)
@@ -422,7 +488,7 @@ class Fleet:
                 name=name,
                 alpha=sl.alpha,
                 share=sl.share,
-                arrival_rate=self._slice_rate(sl),
+                arrival_rate=self._slice_rate(sl, name),
                 concurrency=sl.concurrency,
                 ready_pods=ready[name],
                 pods_alpha=sum(expected[name]) / len(expected[name]) if expected[name] else None,

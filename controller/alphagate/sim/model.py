@@ -78,10 +78,14 @@ MAX_REQUEST_SAMPLES = 256
 
 
 #: Rows of the in-flight request array: decode tokens left, output length, own acceptance,
-#: arrival time, first-token time (engine time), decode steps so far, and the set alpha it was
-#: drawn around (slice alpha + pod offset at admission, without the wander).
-REM, LEN, ACC, ARR, FIRST, STEPS, SET = range(7)
-ROWS = 7
+#: arrival time, first-token time (engine time), decode steps so far, the set alpha it was
+#: drawn around (slice alpha + pod offset at admission, without the wander; a rare bad
+#: request's own mean), and its slowness (1; ``tail_factor`` for a request the tail-only
+#: latency regression slows: it decodes once every that many engine steps).
+REM, LEN, ACC, ARR, FIRST, STEPS, SET, SLOW = range(8)
+ROWS = 8
+#: Rows of a waiting request: output length and prompt tokens (NaN: drawn from the model).
+Q_LEN, Q_PROMPT = range(2)
 #: Rows of a tick's segment array: local start, steps used, local end, finished (0/1).
 S_START, S_USED, S_END, S_DONE = range(4)
 
@@ -112,6 +116,13 @@ class Engine:
         self.slow = 0.0
         self.req: FloatArray = _empty()
         self.queue: FloatArray = np.zeros(0)  # arrival times of waiting requests
+        self.queue_x: FloatArray = np.zeros((2, 0))  # their lengths and prompts (Q_LEN ...)
+        self.tail_share = 0.0  # share of new requests the tail-only regression slows
+        self.tail_factor = 1.0
+        self._prompt_tokens = 0.0  # prompt tokens admitted in the tick
+        #: Time per output token of each request finished in the last tick (all of them, not
+        #: the histogram's sample): the exact tail, for calibrating latency regressions.
+        self.finished_tpot: FloatArray = np.zeros(0)
         self.mean_batch = 0.0
         self.last_admitted = 0.0
         self.stall_start = math.inf
@@ -164,6 +175,7 @@ class Engine:
         sigma = p.jitter
         per_draft = load.draft_fill * k
         t0 = self.t
+        self.finished_tpot = np.zeros(0)
 
         # Alpha wander and engine slowness: AR(1) processes whose stationary standard deviations
         # (alpha_noise; jitter / 3 in log step time) do not depend on the tick length.
@@ -183,21 +195,32 @@ class Engine:
         running = req.shape[1]
         closed = load.concurrency is not None
         queue = self.queue
+        px = self.queue_x  # lengths and prompts of `pending`, column by column
         suppress = 0
         if closed:
             conc = int(load.concurrency or 0)
             clients = running + queue.size
             if clients < conc:
                 queue = np.concatenate([queue, np.full(conc - clients, t0)])
+                px = np.concatenate([px, np.full((2, conc - clients), np.nan)], axis=1)
             elif clients > conc:
                 drop = min(queue.size, clients - conc)
                 queue = queue[: queue.size - drop]
+                px = px[:, : px.shape[1] - drop]
                 suppress = clients - conc - drop  # finishing clients that do not come back
             pending = queue - t0
         else:
-            n_arr = int(rng.poisson(load.arrival_rate * dt)) if load.arrival_rate > 0 else 0
-            new = np.sort(rng.random(n_arr)) * dt
+            if load.arrivals is not None:  # replayed requests the router dealt to this pod
+                new = np.asarray(load.arrivals, dtype=np.float64)
+                lengths = load.arrival_output if load.arrival_output is not None else new * np.nan
+                prompts = load.arrival_prompt if load.arrival_prompt is not None else new * np.nan
+                new_x = np.stack([lengths, prompts])
+            else:
+                n_arr = int(rng.poisson(load.arrival_rate * dt)) if load.arrival_rate > 0 else 0
+                new = np.sort(rng.random(n_arr)) * dt
+                new_x = np.full((2, n_arr), np.nan)
             pending = np.concatenate([queue - t0, new]) if queue.size else new
+            px = np.concatenate([px, new_x], axis=1) if queue.size else new_x
 
         # Step time of the tick: batch estimate, prefill share, slowness, stall.
         b_est = max(1, round(0.5 * (running + self.mean_batch)))
@@ -224,10 +247,10 @@ class Engine:
         n = min(pending.size, max(p.max_num_seqs - running, 0))
         admitted = n
         if n:
-            new, new_start, waits = self._admit(pending[:n], pending[:n], t0, dt, alpha, load,
-                                                prefill_one)  # fmt: skip
+            new, new_start, waits = self._admit(pending[:n], pending[:n], px[:, :n], t0, dt,
+                                                alpha, load, prefill_one)  # fmt: skip
             adm.append(waits)
-            pending = pending[n:]
+            pending, px = pending[n:], px[:, n:]
             if running:
                 cohort = np.concatenate([req, new], axis=1)
                 start = np.concatenate([start, new_start])
@@ -239,7 +262,8 @@ class Engine:
             rounds += 1
             if cohort.shape[1]:
                 s0 = start * (s_total / dt) if plain else np.interp(start, bp_t, bp_s)
-                s1 = np.minimum(s0 + cohort[REM] / (1.0 + per_draft * cohort[ACC]), s_total)
+                steps = cohort[REM] * cohort[SLOW] / (1.0 + per_draft * cohort[ACC])
+                s1 = np.minimum(s0 + steps, s_total)
                 seg = np.empty((4, start.size))
                 seg[S_START] = start
                 seg[S_USED] = s1 - s0
@@ -252,17 +276,22 @@ class Engine:
                     if closed and freed.size:
                         back = freed[suppress:]
                         suppress = max(suppress - freed.size, 0)
-                        pending = np.sort(np.concatenate([pending, back]))
+                        pending = np.concatenate([pending, back])
+                        px = np.concatenate([px, np.full((2, back.size), np.nan)], axis=1)
+                        order = np.argsort(pending, kind="stable")
+                        pending, px = pending[order], px[:, order]
                     slots = np.sort(np.concatenate([slots, freed]))
             n = min(pending.size, slots.size)
             if n == 0 or rounds >= MAX_ROUNDS:
                 break
             at = np.maximum(pending[:n], slots[:n])
-            cohort, start, waits = self._admit(at, pending[:n], t0, dt, alpha, load, prefill_one)
+            cohort, start, waits = self._admit(at, pending[:n], px[:, :n], t0, dt, alpha, load,
+                                               prefill_one)  # fmt: skip
             adm.append(waits)
-            slots, pending = slots[n:], pending[n:]
+            slots, pending, px = slots[n:], pending[n:], px[:, n:]
             admitted += n
         self.queue = pending + t0
+        self.queue_x = px
         self.last_admitted = float(admitted)
         self.t = t0 + dt
         if self.stall_end <= self.t:
@@ -276,35 +305,66 @@ class Engine:
         self,
         at: FloatArray,
         arrived: FloatArray,
+        x: FloatArray,
         t0: float,
         dt: float,
         alpha: float,
         load: Load,
         prefill_one: float,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """New requests admitted at local times ``at`` (arrived at ``arrived``): the requests,
-        when their decoding starts, and (queue wait, time to first token) for each."""
+        """New requests admitted at local times ``at`` (arrived at ``arrived``; ``x`` their
+        output lengths and prompts, NaN where the model draws them): the requests, when their
+        decoding starts, and (queue wait, time to first token) for each."""
         rng = self.rng
         n = at.size
         sigma = self.params.jitter
         z = rng.standard_normal(2 * n)
         out = np.empty((ROWS, n))
-        out[LEN] = output_lengths(z[:n], load)
+        given = x[Q_LEN]
+        drawn = output_lengths(z[:n], load)
+        out[LEN] = np.where(np.isnan(given), drawn, np.maximum(given, 1.0))
         out[REM] = out[LEN] - 1.0
+        set_alpha = min(max(load.alpha + self.alpha_offset, 0.0), 1.0)
+        out[SET] = set_alpha
         if self.k:
             per_draft = load.draft_fill * self.k
-            out[ACC] = draw_request_alpha(rng, n, alpha, load.request_spread, per_draft)
+            if load.bad_share > 0:
+                self._draw_mixture(out, alpha, set_alpha, load, per_draft)
+            else:
+                out[ACC] = draw_request_alpha(rng, n, alpha, load.request_spread, per_draft)
         else:
             out[ACC] = alpha
-        first = at + prefill_one * np.exp(z[n:] * sigma - sigma * sigma / 2)
+        out[SLOW] = 1.0
+        if self.tail_share > 0 and self.tail_factor != 1.0:
+            out[SLOW][rng.random(n) < self.tail_share] = self.tail_factor
+        prompts = x[Q_PROMPT]
+        pre = np.where(np.isnan(prompts), prefill_one, prompts * (prefill_one / load.prompt_tokens))
+        self._prompt_tokens += float(np.where(np.isnan(prompts), load.prompt_tokens, prompts).sum())
+        first = at + pre * np.exp(z[n:] * sigma - sigma * sigma / 2)
         out[ARR] = arrived + t0
         out[FIRST] = first + t0
         out[STEPS] = 0.0
-        out[SET] = min(max(load.alpha + self.alpha_offset, 0.0), 1.0)
         waits = np.empty((2, n))
         waits[0] = at - arrived
         waits[1] = first - arrived
         return out, np.minimum(first, dt), waits
+
+    def _draw_mixture(
+        self, out: FloatArray, alpha: float, set_alpha: float, load: Load, per_draft: float
+    ) -> None:
+        """Own acceptances when a share of requests are bad ones (Beta around ``bad_alpha``):
+        the good ones are drawn around the alpha that keeps the drafts' mean at ``alpha``."""
+        rng = self.rng
+        n = out.shape[1]
+        bad = np.less(rng.random(n), load.bad_share)
+        nb = int(np.count_nonzero(bad))
+        good_alpha = mixture_good_alpha(alpha, load.bad_share, load.bad_alpha, per_draft)
+        acc = np.empty(n)
+        acc[~bad] = draw_request_alpha(rng, n - nb, good_alpha, load.request_spread, per_draft)
+        acc[bad] = draw_request_alpha(rng, nb, load.bad_alpha, load.bad_spread, per_draft)
+        out[ACC] = acc
+        good_set = mixture_good_alpha(set_alpha, load.bad_share, load.bad_alpha, per_draft)
+        out[SET] = np.where(bad, load.bad_alpha, good_set)
 
     def _account(
         self,
@@ -337,7 +397,8 @@ class Engine:
             w, picked = _sample(rng, wait_ttft)
             hist.observe(vllm.QUEUE_TIME, picked[0], w)
             hist.observe(vllm.TTFT, picked[1], w)
-        c.prompt_tokens += admitted * load.prompt_tokens
+        c.prompt_tokens += round(self._prompt_tokens)
+        self._prompt_tokens = 0.0
 
         # ITL: one observation per step per running request, the step's duration. Steps that
         # carry a new request's prefill chunk are longer by it; steps in a stall are slower.
@@ -366,7 +427,7 @@ class Engine:
         used = seg[S_USED]
         done = seg[S_DONE] > 0
         n = used.size
-        d = np.floor(used + rng.random(n))
+        d = np.floor(used / req[SLOW] + rng.random(n))
         total_steps = float(d.sum())
         acc = req[ACC]
         accepted = 0.0
@@ -409,6 +470,7 @@ class Engine:
             obs[0] = decode / np.maximum(length - 1.0, 1.0) * jit
             obs[1] = decode
             obs[2] = t_end - f[ARR]
+            self.finished_tpot = obs[0][length > 1]
             w, picked = _sample(rng, obs[:, length > 1])
             hist.observe(vllm.TPOT, picked[0], w)
             hist.observe(vllm.DECODE_TIME, picked[1], w)
@@ -428,7 +490,7 @@ class Engine:
             tps = (total_steps + accepted) / total_steps
             time_per_token = busy_sum / (total_steps + accepted)
             ok = used > 0
-            per_token = busy[ok] / used[ok] / (1.0 + k * load.draft_fill * acc[ok])
+            per_token = busy[ok] * req[SLOW][ok] / used[ok] / (1.0 + k * load.draft_fill * acc[ok])
             i = max(math.ceil(0.99 * per_token.size) - 1, 0)
             p99 = float(np.sort(per_token)[i])
         else:
@@ -452,6 +514,25 @@ class Engine:
             finished=n_fin,
             stalled=stalled / dt,
         )
+
+
+def mixture_good_alpha(alpha: float, share: float, bad_alpha: float, per_draft: float) -> float:
+    """The good requests' alpha when a ``share`` of requests are bad (drafts-weighted mean
+    ``bad_alpha``) and the drafts' overall mean must be ``alpha``.
+
+    A request of acceptance ``a`` verifies drafts in proportion to ``1 / (1 + c*a)``
+    (``c = per_draft``) and the draws are tilted so that its component's drafts follow its Beta
+    (sim.acceptance), so a component's share of the drafts is its share of the requests over
+    ``1 + c * mean``. Solving ``alpha = (1 - w) * good + w * bad_alpha`` for ``good``: clipped
+    to [0, 1] (an alpha the mixture cannot reach gets the nearest it can)."""
+    if share <= 0:
+        return alpha
+    b = share / (1.0 + per_draft * bad_alpha)
+    g = 1.0 - share
+    den = g + b * per_draft * (bad_alpha - alpha)
+    if den <= 0:
+        return 1.0
+    return min(max((g * alpha + b * (alpha - bad_alpha)) / den, 0.0), 1.0)
 
 
 def _sample(rng: np.random.Generator, rows: FloatArray) -> tuple[float, FloatArray]:

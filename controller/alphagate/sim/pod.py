@@ -12,6 +12,7 @@ the new start. A pod serves exactly one traffic slice, carried by its labels
 
 from __future__ import annotations
 
+import itertools
 import json
 import zlib
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,20 @@ Phase = Literal["loading", "ready", "stopped"]
 Role = Literal["canary", "baseline"]
 
 _SPEC_FLAGS = ("--speculative-config", "--speculative_config", "-sc")
+_BUCKET_FLAGS = ("--custom-histogram-buckets", "--custom_histogram_buckets")
+#: vLLM's --custom-histogram-buckets families and the histograms each sets (vLLM's
+#: config/observability.py); families whose histograms the simulator does not export are
+#: accepted and ignored, as they change nothing it shows.
+BUCKET_FAMILIES: dict[str, tuple[str, ...]] = {
+    "inter_token_latency": (vllm.ITL, vllm.TPOT),
+    "time_to_first_token": (vllm.TTFT,),
+    "request_latency": (vllm.E2E, vllm.QUEUE_TIME, vllm.DECODE_TIME),
+    "request_tokens": (vllm.REQUEST_GENERATION_TOKENS,),
+    "iteration_tokens": (),
+    "request_params_n": (),
+    "request_num_preemptions": (),
+    "kv_cache_residency": (),
+}
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,63 @@ def parse_speculative_args(args: list[str]) -> SpecConfig | None:
     return spec_config_from_dict(raw, f"container args: {flag_seen}")
 
 
+def _flag_value(args: list[str], flags: tuple[str, ...]) -> tuple[str, str] | None:
+    """(flag, value) of the last occurrence of any of ``flags`` (argparse: the last wins)."""
+    found: tuple[str, str] | None = None
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name in flags:
+            if eq:
+                found = (name, value)
+            else:
+                if i + 1 >= len(args):
+                    raise ScenarioError(f"container args: {name} needs a JSON value")
+                found = (name, args[i + 1])
+                i += 1
+        i += 1
+    return found
+
+
+def parse_histogram_buckets(args: list[str]) -> dict[str, tuple[float, ...]]:
+    """Bounds a ``--custom-histogram-buckets JSON`` arg sets, per exported histogram name.
+
+    The JSON maps vLLM's bucket families to ascending positive bounds, as vLLM takes it.
+    Raises ScenarioError naming the family on a bad value; no flag gives {}.
+    """
+    found = _flag_value(args, _BUCKET_FLAGS)
+    if found is None:
+        return {}
+    flag, text = found
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"container args: {flag}: invalid JSON ({exc.msg})") from exc
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"container args: {flag}: must map bucket families to bounds")
+    out: dict[str, tuple[float, ...]] = {}
+    for family, bounds in raw.items():
+        if family not in BUCKET_FAMILIES:
+            known = ", ".join(BUCKET_FAMILIES)
+            raise ScenarioError(f"container args: {flag}: unknown family {family!r} ({known})")
+        ok = (
+            isinstance(bounds, list)
+            and bounds
+            and all(
+                isinstance(b, int | float) and not isinstance(b, bool) and b > 0 for b in bounds
+            )
+        )
+        values = tuple(float(b) for b in bounds) if ok else ()
+        if not ok or any(b >= c for b, c in itertools.pairwise(values)):
+            raise ScenarioError(
+                f"container args: {flag}: {family}: expected ascending positive bounds, "
+                f"got {bounds!r}"
+            )
+        for name in BUCKET_FAMILIES[family]:
+            out[name] = values
+    return out
+
+
 def spec_args(config: SpecConfig | dict[str, Any] | None) -> list[str]:
     """Container args that set ``config`` (empty when speculation is off)."""
     if config is None:
@@ -122,6 +194,10 @@ class PodSpec:
     alpha_offset: float = 0.0
     params: DecodeParams = field(default_factory=DecodeParams)
     stalls: Stalls = field(default_factory=Stalls)
+    traffic_weight: float = 1.0  # the router's weight for this pod (open loop, traces)
+    # A tail-only latency regression: this share of new requests decodes tail_factor x slower.
+    tail_share: float = 0.0
+    tail_factor: float = 1.0
 
     def labels(self) -> dict[str, str]:
         """Target labels identifying the pod (file-SD labels, Kubernetes pod labels)."""
@@ -143,11 +219,19 @@ class HistSnapshot:
     sum: float
     count: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"buckets": list(self.buckets), "sum": self.sum, "count": self.count}
+    def to_json(self, default: tuple[float, ...] | None = None) -> dict[str, Any]:
+        """Bounds are written only when they differ from ``default`` (vLLM's layout)."""
+        out: dict[str, Any] = {"buckets": list(self.buckets), "sum": self.sum, "count": self.count}
+        if self.bounds != default:
+            out["bounds"] = list(self.bounds)
+        return out
 
     @classmethod
     def from_json(cls, bounds: tuple[float, ...], data: dict[str, Any]) -> HistSnapshot:
+        """From a recording; ``bounds`` are vLLM's default unless the JSON carries its own."""
+        own = data.get("bounds")
+        if own is not None:
+            bounds = tuple(float(b) for b in own)
         return cls(bounds, tuple(int(x) for x in data["buckets"]), float(data["sum"]),
                    int(data["count"]))  # fmt: skip
 
@@ -195,7 +279,9 @@ class PodSnapshot:
             "per_pos": list(self.per_pos),
             "success": self.success,
             "gauges": self.gauges,
-            "histograms": {k: v.to_json() for k, v in self.histograms.items()},
+            "histograms": {
+                k: v.to_json(vllm.HISTOGRAM_BUCKETS.get(k)) for k, v in self.histograms.items()
+            },
         }
 
     @classmethod
@@ -279,7 +365,9 @@ class SimPod:
             alpha_offset=self.spec.alpha_offset,
             stalls=self.spec.stalls,
         )
-        self.counters = EngineCounters(k=self.k)
+        self.counters = EngineCounters(
+            k=self.k, custom_bounds=parse_histogram_buckets(list(self.spec.args)) or None
+        )
 
     def apply_args(self, args: list[str], *, now: float) -> bool:
         """Run with new container args; restarts (and returns True) only if they differ.
@@ -289,6 +377,7 @@ class SimPod:
         if list(args) == list(self.spec.args) and self.phase != "stopped":
             return False
         config = parse_speculative_args(list(args))
+        parse_histogram_buckets(list(args))  # refuse a bad layout before restarting
         self.spec = replace(self.spec, args=tuple(args))
         self.config = config
         self.restart(now=now)
@@ -330,6 +419,8 @@ class SimPod:
         """Serve ``load`` for ``dt`` seconds (only when ready)."""
         if self.phase != "ready":
             return
+        self.engine.tail_share = self.spec.tail_share
+        self.engine.tail_factor = self.spec.tail_factor
         self.truth = self.engine.tick(dt, load, self.counters, scale=self.spec.latency_scale)
         self.generated_total += self.truth.generated
 
@@ -360,7 +451,7 @@ class SimPod:
             success=dict(c.success),
             gauges={vllm.RUNNING: c.running, vllm.WAITING: c.waiting},
             histograms={
-                name: HistSnapshot(vllm.HISTOGRAM_BUCKETS[name], tuple(b), total, b[-1])
+                name: HistSnapshot(c.histograms.layout[name], tuple(b), total, b[-1])
                 for name, (b, total) in c.histograms.read().items()
             },
         )

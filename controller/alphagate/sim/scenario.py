@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -51,7 +52,8 @@ from pydantic import (
 from alphagate import yamlpos
 from alphagate.errors import ScenarioError
 from alphagate.sim.decode import DecodeParams, Stalls
-from alphagate.sim.pod import spec_config_from_dict
+from alphagate.sim.pod import parse_histogram_buckets, spec_config_from_dict
+from alphagate.sim.traces import load_trace
 
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$"
@@ -108,6 +110,31 @@ class DecodeSpec(_Strict):
         return DecodeParams(**self.model_dump())
 
 
+class TraceSpec(_Strict):
+    """Replay a real request trace as the slice's traffic (alphagate.sim.traces): arrivals
+    and token counts from the file, dealt to the slice's ready pods by ``router``.
+
+    ``name`` is a shipped trace (``azure-conv-2023``, ``azure-code-2023``) or a CSV path with
+    the same columns; ``offset`` where in the trace the run starts (default: drawn from the
+    fleet's seed, so seeds see different hours of it); ``scale`` keeps that share of the
+    requests (< 1) or superposes shifted copies (> 1). The trace loops for longer runs."""
+
+    name: str = Field(min_length=1)
+    offset: Duration | None = None
+    scale: float = Field(default=1.0, gt=0, le=100)
+    router: Literal["round-robin", "least-outstanding"] = "round-robin"
+
+
+class BadRequests(_Strict):
+    """Rare requests the draft cannot follow: ``share`` of new requests draw their acceptance
+    from Beta(alpha * spread, (1 - alpha) * spread) (the default, Beta(1, 4)); the others are
+    drawn so that the slice's drafts still average the slice's ``alpha``."""
+
+    share: float = Field(ge=0, le=0.5)
+    alpha: Fraction = 0.2
+    spread: float = Field(default=5.0, gt=0)
+
+
 class SliceSpec(_Strict):
     """A traffic slice: a routable pool of requests with its own acceptance."""
 
@@ -123,6 +150,8 @@ class SliceSpec(_Strict):
     max_output_tokens: int = Field(default=8192, ge=2)
     concurrency: int | None = Field(default=None, ge=0)
     arrival_rate: float | None = Field(default=None, ge=0)
+    trace: TraceSpec | None = None
+    bad_requests: BadRequests | None = None
 
 
 class SlicePatch(_Strict):
@@ -173,6 +202,14 @@ class Traffic(_Strict):
     rate: float = Field(default=20.0, ge=0, description="requests per second over all slices")
 
 
+def _check_extra_args(value: list[str]) -> list[str]:
+    try:
+        parse_histogram_buckets(list(value))
+    except ScenarioError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def _check_spec_config(value: object) -> object:
     if value is not None:
         try:
@@ -194,7 +231,13 @@ class PoolSpec(_Strict):
     slice: str
     replicas: int = Field(default=1, ge=0, le=1000)
     speculative_config: SpecConfigField = None
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: Annotated[list[str], AfterValidator(_check_extra_args)] = Field(
+        default_factory=list,
+        description="more container args, e.g. --custom-histogram-buckets JSON (as vLLM's)",
+    )
+    traffic_weight: float = Field(
+        default=1.0, gt=0, description="each pod's weight in the router (open loop, traces)"
+    )
     load_time: Duration = 30.0
     latency_scale: float = Field(default=1.0, gt=0)
     alpha_offset: float = Field(default=0.0, ge=-1, le=1)
@@ -284,6 +327,16 @@ def _cross_check(s: Scenario, source: str, root: yaml.Node | None) -> None:
             fail(
                 ("slices", name), "give either concurrency (closed loop) or arrival_rate, not both"
             )
+        if sl.trace is not None:
+            if sl.concurrency is not None or sl.arrival_rate is not None:
+                fail(
+                    ("slices", name, "trace"),
+                    "a trace is the slice's arrivals: drop concurrency and arrival_rate",
+                )
+            try:
+                load_trace(sl.trace.name)
+            except ScenarioError as exc:
+                fail(("slices", name, "trace", "name"), str(exc))
     last = 0.0
     current = {name: sl.model_dump() for name, sl in s.slices.items()}
     for i, ev in enumerate(s.timeline):
@@ -303,6 +356,13 @@ def _cross_check(s: Scenario, source: str, root: yaml.Node | None) -> None:
                 fail(
                     ("timeline", i, "slices", name),
                     "after this event the slice has both concurrency and arrival_rate",
+                )
+            if merged["trace"] is not None and (
+                merged["concurrency"] is not None or merged["arrival_rate"] is not None
+            ):
+                fail(
+                    ("timeline", i, "slices", name),
+                    "the slice replays a trace: it cannot also take concurrency or arrival_rate",
                 )
             current[name] = merged
         for name in [*ev.pools, *ev.restart]:

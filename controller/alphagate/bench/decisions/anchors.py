@@ -1,50 +1,76 @@
 """The tools a platform team would use today, each rendered from its documented semantics.
 
-All read the same pods through the same pod-scrape source as alphagate (so the same counters,
-resets and histogram buckets). Argo and Flagger query what the task gives them, the raw
-alpha = sum(increase(accepted)) / sum(increase(drafted)) over the canary pods in the window,
-and nothing else; Kayenta adds latency from the per-token histogram.
+All read the same pods as alphagate (the same counters, resets and histogram buckets). Each
+gets the latency metric the tool would use: Argo a canary/baseline ratio of the policy's P99
+per token, Flagger its built-in request-duration check (the canary's P99 request duration
+against a fixed limit), Kayenta its Mann-Whitney judge on the per-minute mean per token; the
+in-engine gate sees acceptance only, as TensorRT-LLM's does. Thresholds come from the shipped
+policy (its gate, quantile and margin), never from the case.
 
 None of them turns speculation back on by itself: a rollback ends the release attempt
 (Argo: Degraded until a new rollout; Flagger: Failed until a new revision; Kayenta: a failed
-execution), and the in-engine gate disables speculation for the process's life. The exact
-rendering of each is in ``RENDERING`` and in docs/benchmarks.md beside the table.
+execution), and the in-engine gate disables speculation for the process's life. Flagger
+promotes as it does: after its analysis reaches maxWeight it copies the canary to the primary
+and stops analysing. The exact rendering of each is in ``RENDERING`` and in
+docs/benchmarks.md beside the table.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
 
+from alphagate import vllm
 from alphagate.backtest.recorded import RecordingSource
 from alphagate.bench.decisions import kayenta, suite
 from alphagate.bench.decisions.policies import Ctx, Want, canary_alpha
 from alphagate.config import SpeculativeCanarySpec
+from alphagate.core import histogram
 from alphagate.core.model import Buckets, Observation, Role
 from alphagate.sim.acceptance import draw_request_alpha
+from alphagate.sim.pod import PodSnapshot
+
+IN_ENGINE_ALPHA: Final = suite.GATE - 0.05
+"""Where a team sets TensorRT-LLM's gate: one band (the shipped policy's 0.55-0.60 band is 0.05
+wide) below the break-even, because its decision is permanent and its 100-request mean is
+noisy; set at the gate it would turn off canaries that sit at the gate by noise alone."""
+FLAGGER_STEPS: Final = 5
+"""stepWeight 10, maxWeight 50: five successful iterations to reach maxWeight, a sixth
+promotes."""
 
 RENDERING: Final = {
     "argo-rollouts": (
-        "Background AnalysisRun, one metric measured every 1 m over [5m]: raw alpha with "
-        "successCondition result >= 0.55 (no failureCondition, so NaN = Failed); failureLimit 3 "
-        "(cumulative: the 4th failure fails the run), consecutiveErrorLimit 4 (an empty result, "
-        "no ready canary pod, is an Error; the 5th in a row fails the run); a failed run aborts "
-        "the rollout: speculation off until a new rollout (never, within a run)."
+        "Background AnalysisRun with two metrics, each measured every 1 m over [5m]: raw alpha "
+        "with successCondition result >= 0.55, and the canary/baseline ratio of "
+        "histogram_quantile(0.99) of vllm:request_time_per_output_token_seconds with "
+        "successCondition result <= 1.1 (the shipped policy's quantile and margin); no "
+        "failureCondition, so NaN = Failed. failureLimit 3 per metric (cumulative: the 4th "
+        "failure fails the run), consecutiveErrorLimit 4 (an empty result, no ready canary pod, "
+        "is an Error; the 5th in a row fails the run); a failed run aborts the rollout: "
+        "speculation off until a new rollout (never, within a run)."
     ),
     "flagger": (
-        "Analysis every 1 m (interval 1m, so the metric window is [1m]): raw alpha with "
-        "thresholdRange min 0.55; a value below it or no value (NaN, no traffic) is a failed "
-        "check; failedChecks is cumulative and rollback comes at threshold 5; the analysis never "
-        "completes (the canary is held at its weight), and a rollback stays until a new "
-        "revision (never, within a run)."
+        "Analysis every 1 m (interval 1m, so the metric window is [1m]), stepWeight 10, "
+        "maxWeight 50, threshold 5: raw alpha with thresholdRange min 0.55, and the built-in "
+        "request-duration check (histogram_quantile(0.99) of the canary's request duration, "
+        "vllm:e2e_request_latency_seconds) with a fixed thresholdRange max, set as a team sets "
+        "it from its dashboard: 1.1 x what one healthy baseline pod's 1-minute P99 stays "
+        "under in 95% of minutes (measured on a healthy hour of the same fleet). A "
+        "value out of range or none (NaN, no traffic) is a failed check and halts advancement; "
+        "failedChecks is cumulative and rollback comes at 5 (for good). Five passing "
+        "iterations reach maxWeight and the sixth promotes: the canary's config goes to the "
+        "primary and the analysis ends (Succeeded), so speculation stays on."
     ),
     "in-engine": (
         "TensorRT-LLM's SpeculationGate in each canary pod: after every completed request, the "
-        "mean accepted tokens per draft over the last 100 completed requests; below K x 0.55 "
-        "speculation is disabled for the process's life, with no restart. The benchmark draws "
+        "mean accepted tokens per draft over the last 100 completed requests; below K x 0.50 "
+        "(acceptance_length_threshold one band below the 0.55 gate: the decision is "
+        "permanent) speculation is disabled for the process's life, with no restart. It has "
+        "no latency metric, as the engine's gate has none. The benchmark draws "
         "each request completed in a 30 s step from the simulator's own per-request model "
         "(sim.acceptance.draw_request_alpha around the pod's measured ratio in that step, "
         "request_spread of the slice), as the engine would see them complete."
@@ -71,13 +97,72 @@ def _mean_per_token(buckets: Buckets | None) -> float:
     return buckets.sum / buckets.total
 
 
+class _Scraped:
+    """A tool that queries Prometheus sees every scrape, not only those at its own checks:
+    ``watch`` reads the pods at every step between them (the loop calls it), so the first
+    check already has the minute before it, as a Prometheus query would."""
+
+    spec: SpeculativeCanarySpec
+    source: RecordingSource
+    interval: float
+
+    def watch(self, ctx: Ctx) -> None:
+        self.source.feed(ctx.snap.pods, ctx.now)
+        self.source.observe(
+            self.spec, start=ctx.now - self.interval, end=ctx.now, interval_seconds=self.interval
+        )
+
+
 def _empty(obs: Observation) -> bool:
     """The query returns no series at all (Argo: an Error, not a NaN)."""
     canary = obs.pool("chat", Role.CANARY)
     return canary is None or canary.error is not None or canary.pods == 0
 
 
-class Argo:
+def _ratio_of_quantiles(obs: Observation, q: float) -> float:
+    """histogram_quantile(q) of the canary's per-token histogram over the baseline's (NaN when
+    either side has no observation in the window)."""
+    canary = obs.pool("chat", Role.CANARY)
+    base = obs.pool("chat", Role.BASELINE)
+    c = histogram.quantile(q, canary.tpot) if canary is not None else math.nan
+    b = histogram.quantile(q, base.tpot) if base is not None else math.nan
+    return c / b if b > 0 else math.nan
+
+
+def window_buckets(
+    before: dict[str, PodSnapshot], now: Sequence[PodSnapshot], name: str, role: str
+) -> Buckets | None:
+    """``sum by (le)(increase(name_bucket{role}[window]))`` over the pods, from each pod's
+    snapshot at the window's start (``before``) to now; a restart counts from zero, as
+    Prometheus' reset handling does. None when no pod of the role has the histogram."""
+    bounds: tuple[float, ...] | None = None
+    total: list[float] = []
+    sum_ = 0.0
+    for snap in now:
+        if snap.labels.get("role") != role or not snap.ready:
+            continue
+        h = snap.histograms.get(name)
+        if h is None:
+            continue
+        prev = before.get(snap.name)
+        p = prev.histograms.get(name) if prev is not None else None
+        if p is None or prev is None or prev.restarts != snap.restarts or p.count > h.count:
+            inc, s = [float(x) for x in h.buckets], h.sum
+        else:
+            inc = [float(x - y) for x, y in zip(h.buckets, p.buckets, strict=True)]
+            s = h.sum - p.sum
+        if bounds is None:
+            bounds, total = h.bounds, [0.0] * len(inc)
+        if h.bounds != bounds:
+            continue  # mixed layouts: Prometheus would not sum them either
+        total = [x + y for x, y in zip(total, inc, strict=True)]
+        sum_ += s
+    if bounds is None:
+        return None
+    return Buckets((*bounds, math.inf), tuple(total), sum_)
+
+
+class Argo(_Scraped):
     name = "argo-rollouts"
     interval = 60.0
     window = 300.0
@@ -87,9 +172,11 @@ class Argo:
     def __init__(self, spec: SpeculativeCanarySpec) -> None:
         self.spec = spec
         self.source = RecordingSource()
-        self.failed = 0
+        self.failed = {"alpha": 0, "latency": 0}
         self.errors = 0
         self.aborted = False
+        self.quantile = spec.latency.quantile
+        self.max_ratio = 1.0 + spec.latency.max_regression_ratio
 
     def decide(self, ctx: Ctx) -> Want:
         if self.aborted:
@@ -104,37 +191,57 @@ class Argo:
                 self.aborted = True
             return Want(not self.aborted)
         self.errors = 0
-        if not canary_alpha(obs) >= suite.GATE:  # NaN compares false: Failed
-            self.failed += 1
-            if self.failed > self.failure_limit:
-                self.aborted = True
+        results = {
+            "alpha": canary_alpha(obs) >= suite.GATE,  # NaN compares false: Failed
+            "latency": _ratio_of_quantiles(obs, self.quantile) <= self.max_ratio,
+        }
+        for metric, ok in results.items():
+            if not ok:
+                self.failed[metric] += 1
+                if self.failed[metric] > self.failure_limit:
+                    self.aborted = True
         return Want(not self.aborted)
 
 
-class Flagger:
+class Flagger(_Scraped):
     name = "flagger"
     interval = 60.0
     window = 60.0
     threshold = 5
 
-    def __init__(self, spec: SpeculativeCanarySpec) -> None:
+    def __init__(self, spec: SpeculativeCanarySpec, duration_limit: float) -> None:
         self.spec = spec
         self.source = RecordingSource()
         self.failed_checks = 0
         self.rolled_back = False
+        self.promoted = False
+        self.advances = 0
+        self.quantile = spec.latency.quantile
+        self.duration_limit = duration_limit  # seconds (thresholdRange max, fixed)
+        self.before: dict[str, PodSnapshot] = {}
 
     def decide(self, ctx: Ctx) -> Want:
         if self.rolled_back:
             return Want(False)
+        if self.promoted:
+            return Want(True)
         self.source.feed(ctx.snap.pods, ctx.now)
         obs = self.source.observe(
             self.spec, start=ctx.now - self.window, end=ctx.now, interval_seconds=self.interval
         )
         alpha = canary_alpha(obs)
-        if math.isnan(alpha) or alpha < suite.GATE:
-            self.failed_checks += 1
+        e2e = window_buckets(self.before, ctx.snap.pods, vllm.E2E, "canary")
+        self.before = {p.name: p for p in ctx.snap.pods}
+        duration = histogram.quantile(self.quantile, e2e) if e2e is not None else math.nan
+        ok = alpha >= suite.GATE and duration <= self.duration_limit  # NaN: failed
+        if not ok:
+            self.failed_checks += 1  # halt advancement
             if self.failed_checks >= self.threshold:
                 self.rolled_back = True
+        elif self.advances < FLAGGER_STEPS:
+            self.advances += 1
+        else:
+            self.promoted = True
         return Want(not self.rolled_back)
 
 
@@ -146,7 +253,7 @@ class InEngine:
 
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng([seed, 0x1E6])
-        self.threshold = suite.K * suite.GATE
+        self.threshold = suite.K * IN_ENGINE_ALPHA
         self.last: dict[str, tuple[int, float, float, float]] = {}
         self.recent: dict[str, deque[float]] = {}
         self.off: set[str] = set()
@@ -186,7 +293,7 @@ class InEngine:
         return Want(True, frozenset(self.off))
 
 
-class Kayenta:
+class Kayenta(_Scraped):
     name = "kayenta"
     interval = 60.0
     begin_after = 300.0

@@ -8,25 +8,27 @@ The rollout status the policy sees is the pods' own (in progress while any canar
 
 What a run records, every ``STEP``: the true alpha, whether the oracle would speculate, the
 share of canary pods speculating, the canary pods' generated and drafted tokens (from the
-simulator's counters, restarts included) and the alpha those drafts have in expectation (the
-simulator's ``drafted_alpha``: after a change it lags the set alpha by a request's life).
-Stall episodes and injected latency regressions are drawn from the seed alone, so every
-policy meets the same ones.
+simulator's counters, restarts included), the alpha those drafts have in expectation (the
+simulator's ``drafted_alpha``: after a change it lags the set alpha by a request's life) and
+the time speculation saved on them in the policy's own terms (``saving``). Stall episodes and
+injected latency regressions are drawn from the seed alone, so every policy meets the same
+ones.
+
+A policy that raises does not end the run: the exception and its traceback are recorded and
+the canary holds its state, as the controller holds on an Error.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import numpy as np
-
-from alphagate.bench.decisions import anchors, suite
+from alphagate.bench.decisions import anchors, calibrate, suite
 from alphagate.bench.decisions.policies import (
     Alphagate,
     Ctx,
@@ -43,11 +45,6 @@ TICK: Final = 30.0
 STEP: Final = 30.0
 WARMUP_SECONDS: Final = 60.0
 WARMUP_SLOWDOWN: Final = 1.3
-# Stall episodes the loop applies while the simulator cannot (suite.STALLS when it can).
-STALL_EVERY: Final = 1200.0  # mean seconds between episodes, per pod
-STALL_SECONDS: Final = (30.0, 90.0)
-STALL_SLOWDOWN: Final = 4.0
-CALIBRATION_SECONDS: Final = 1200.0
 
 POLICY_NAMES: Final = (
     "oracle",
@@ -65,7 +62,14 @@ EXTRA_POLICIES: Final = (K_TUNING,)
 cases with an acceptance chain (``suite.Case.chain``), where alpha follows the K that runs."""
 
 
-def make_policy(name: str, seed: int, k: int = suite.K) -> Policy:
+def saving(alpha: float, k: int, gate: float = suite.GATE) -> float:
+    """Share of a token's time speculation saves at true alpha, in the shipped policy's terms:
+    a speculative step costs what ``1 + k * gate`` plain tokens cost (the gate is where it
+    breaks even, by the policy's definition) and yields ``1 + k * alpha`` tokens."""
+    return 1.0 - (1.0 + k * gate) / (1.0 + k * alpha)
+
+
+def make_policy(name: str, seed: int, k: int = suite.K, case: suite.Case | None = None) -> Policy:
     spec = shipped_spec(k=k)
     if name == "oracle":
         return Oracle()
@@ -86,7 +90,14 @@ def make_policy(name: str, seed: int, k: int = suite.K) -> Policy:
     if name == "argo-rollouts":
         return anchors.Argo(spec)
     if name == "flagger":
-        return anchors.Flagger(spec)
+        # thresholdRange max, fixed as a team sets it from its dashboard: the policy's margin
+        # above what one healthy baseline pod's 1-minute P99 request duration stays under in
+        # 95% of minutes (over a healthy hour of the same fleet)
+        limit = math.inf
+        if case is not None:
+            p95 = calibrate.healthy(case).minute_duration_p95
+            limit = (1.0 + spec.latency.max_regression_ratio) * p95
+        return anchors.Flagger(spec, limit)
     if name == "in-engine":
         return anchors.InEngine(seed)
     if name == "kayenta":
@@ -111,8 +122,14 @@ class RunResult:
     drafts: list[float] = field(default_factory=list)  # canary draft tokens in the step
     # Expected accepted / drafted of those drafts (NaN when none): the coverage score's truth.
     drafted_alpha: list[float] = field(default_factory=list)
+    # canary time saved by speculation in the step, in token-times (see saving)
+    value: list[float] = field(default_factory=list)
+    ready: list[int] = field(default_factory=list)  # canary pods ready at the step
     flips: list[tuple[float, str]] = field(default_factory=list)  # (t, "enable"/"disable")
     restarts: int = 0
+    restart_log: list[tuple[float, int]] = field(default_factory=list)  # (t, pods restarted)
+    exceptions: list[str] = field(default_factory=list)  # tracebacks of the policy's raises
+    regression_at: float | None = None
     # Every alpha interval alphagate reported: (t, lower, upper, window start, batches,
     # honest, decisive); see policies.IntervalRecord.
     intervals: list[tuple[float, float, float, float, int, bool, bool]] = field(
@@ -121,76 +138,44 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _stall_schedule(
-    seed: int, pods: list[str], duration: float
-) -> dict[str, list[tuple[float, float]]]:
-    """Per pod, (start, end) of its stall episodes: Poisson starts, 30-90 s long."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    for i, name in enumerate(sorted(pods)):
-        rng = np.random.default_rng([seed, i, 0x57A11])
-        spans = []
-        t = float(rng.exponential(STALL_EVERY))
-        while t < duration:
-            spans.append((t, t + float(rng.uniform(*STALL_SECONDS))))
-            t += float(rng.exponential(STALL_EVERY))
-        out[name] = spans
-    return out
-
-
-@functools.lru_cache(maxsize=32)
-def healthy_ratio(case_name: str) -> float:
-    """A speculating canary's mean time per token over the baseline's, healthy (no regression):
-    the injected regression scales the canary so the ratio becomes the case's target."""
-    case = suite.BY_NAME[case_name]
-    fleet = Fleet(case.scenario(CALIBRATION_SECONDS / 3600.0), seed=0, tick=TICK)
-    ratios = []
-    while fleet.now + TICK <= CALIBRATION_SECONDS:
-        fleet.step()
-        if fleet.now < CALIBRATION_SECONDS / 2:
-            continue
-        truth = fleet.truth().pods.values()
-        c = [p.time_per_token for p in truth if p.role == "canary" and p.time_per_token > 0]
-        b = [p.time_per_token for p in truth if p.role == "baseline" and p.time_per_token > 0]
-        if c and b:
-            ratios.append((sum(c) / len(c)) / (sum(b) / len(b)))
-    return float(np.mean(ratios))
-
-
 class _Pods:
-    """Latency scale of each pod: stalls, warm-up after a (re)start, injected regression."""
+    """Per-pod latency of the run: warm-up after a (re)start, and the injected regression of a
+    speculating canary (every step slower, or a share of its requests)."""
 
-    def __init__(self, fleet: Fleet, case: suite.Case, seed: int, hours: float) -> None:
-        duration = hours * 3600.0
-        self.stalls = _stall_schedule(seed, list(fleet.pods), duration) if case.stalls else {}
+    def __init__(self, case: suite.Case, hours: float) -> None:
         self.regression_at = case.regression_start(hours)
-        self.regression = 1.0
+        self.kind = case.regression.kind if case.regression is not None else None
+        self.scale = self.tail = 1.0
         if case.regression is not None:
-            self.regression = case.regression[1] / healthy_ratio(case.name)
+            h = calibrate.healthy(case)
+            if self.kind == "uniform":
+                self.scale = calibrate.uniform_scale(h, case.regression.factor)
+            else:
+                self.tail = calibrate.tail_factor(h, case.regression.factor)
 
-    def scale(self, pod: SimPod, t: float, gated: bool) -> float:
-        s = 1.0
-        for a, b in self.stalls.get(pod.name, ()):
-            if a <= t < b:
-                s *= STALL_SLOWDOWN
-                break
-        ready_since = pod.ready_at
-        if pod.restarts and 0 <= t - ready_since < WARMUP_SECONDS:
-            s *= WARMUP_SLOWDOWN
-        if (
+    def regressed(self, pod: SimPod, t: float, gated: bool) -> bool:
+        return (
             self.regression_at is not None
             and t >= self.regression_at
             and pod.spec.role == "canary"
-            and pod.k
+            and bool(pod.k)
             and not gated
-        ):
-            s *= self.regression
-        return s
+        )
 
     def apply(self, fleet: Fleet, t: float, gated: frozenset[str]) -> None:
         for pod in fleet.pods.values():
-            s = self.scale(pod, t, pod.name in gated)
-            if pod.spec.latency_scale != s:
-                pod.spec = dataclasses.replace(pod.spec, latency_scale=s)
+            s = 1.0
+            if pod.restarts and 0 <= t - pod.ready_at < WARMUP_SECONDS:
+                s *= WARMUP_SLOWDOWN
+            on = self.regressed(pod, t, pod.name in gated)
+            if on and self.kind == "uniform":
+                s *= self.scale
+            share, factor = (suite.TAIL_SHARE, self.tail) if on and self.kind == "tail" else (0, 1)
+            spec = pod.spec
+            if (spec.latency_scale, spec.tail_share, spec.tail_factor) != (s, share, factor):
+                pod.spec = dataclasses.replace(
+                    spec, latency_scale=s, tail_share=float(share), tail_factor=float(factor)
+                )
 
 
 def _rollout(fleet: Fleet, on: bool, flipped: bool) -> Rollout:
@@ -218,6 +203,7 @@ class _Branch:
     tokens: float = 0.0
     drafts: float = 0.0
     expected: float = 0.0  # sum over the step's canary drafts of their expected acceptance
+    value: float = 0.0  # canary time speculation saved in the step (token-times)
 
     def account(self) -> None:
         """Canary tokens and drafts since the last tick, from the counters, across restarts,
@@ -238,6 +224,10 @@ class _Branch:
             self.drafts += drafted
             if drafted > 0 and pod.truth is not None:
                 self.expected += drafted * pod.truth.drafted_alpha
+            k = pod.engine.k  # 0 once off, or gated inside the engine
+            made = cur[1] - prev[1] if prev is not None and prev[0] == cur[0] else cur[1]
+            if k and pod.truth is not None and prev is not None:
+                self.value += made * saving(pod.truth.drafted_alpha, k)
             self.last[name] = cur
 
 
@@ -261,12 +251,12 @@ def run_group(
     gating itself), its branch continues on a copy made at that instant, so each run is
     exactly the run it would be alone, for a fraction of the cost while policies agree."""
     case = suite.BY_NAME[case_name]
-    trunk = Fleet(case.scenario(hours), seed=seed, tick=TICK)
-    pods = _Pods(trunk, case, seed, hours)
+    trunk = Fleet(case.scenario(hours, calibrate.layout_args(case)), seed=seed, tick=TICK)
+    pods = _Pods(case, hours)
     branches = []
     for name in policy_names:
-        policy = make_policy(name, seed, case.k)
-        res = RunResult(case_name, seed, name, hours)
+        policy = make_policy(name, seed, case.k, case)
+        res = RunResult(case_name, seed, name, hours, regression_at=pods.regression_at)
         branches.append(_Branch(policy, res, trunk, next_decision=policy.interval, k=case.k))
     steps = round(hours * 3600.0 / TICK)
     per_step = round(STEP / TICK)
@@ -291,6 +281,8 @@ def run_group(
                 if t + 1e-6 >= b.next_decision:
                     b.next_decision += b.policy.interval
                     _decide(b, t, should_on, snaps, branches)
+                elif t > 0:
+                    _watch(b, t, should_on, snaps)
                 _record(b, t, alpha, should_on)
         for fleet in _fleets(branches):
             gated = next(b.gated for b in branches if b.fleet is fleet)
@@ -308,6 +300,8 @@ def run_group(
             res.extra = {"engine_gated": sorted(policy.off)}
         if isinstance(policy, anchors.Kayenta):
             res.extra = {"scores": policy.scores}
+        if isinstance(policy, anchors.Flagger):
+            res.extra = {"promoted": policy.promoted, "limit_s": policy.duration_limit}
         if not math.isfinite(sum(res.tokens)):
             raise RuntimeError(f"{case_name}/{res.policy}/{seed}: non-finite token counts")
         out.append(res)
@@ -338,7 +332,11 @@ def _decide(
     if snap is None:
         snap = snaps[id(fleet)] = fleet.snapshot()
     ctx = Ctx(t, snap.time, snap, _rollout(fleet, b.on, b.flipped), fleet, should_on)
-    want: Want = b.policy.decide(ctx)
+    try:
+        want: Want = b.policy.decide(ctx)
+    except Exception:  # a run never crashes: record it, and hold as the controller would
+        b.res.exceptions.append(f"t={t:g}s\n{traceback.format_exc()}")
+        want = Want(b.on, b.gated, None)
     new_gates = want.engine_off - b.gated
     if (want.on != b.on or new_gates) and sum(x.fleet is fleet for x in all_) > 1:
         b.fleet = fleet = copy.deepcopy(fleet)  # this policy acts: its own fleet from now on
@@ -355,10 +353,27 @@ def _decide(
         b.res.flips.append((t, "retune" if retune else ("enable" if want.on else "disable")))
         b.on, b.k = want.on, k
         canaries = [n for n, p in fleet.pods.items() if p.spec.role == "canary"]
+        restarted = 0
         for name in canaries:
             if fleet.set_speculative_config(name, suite.spec_config(k) if b.on else None):
-                b.res.restarts += 1
+                restarted += 1
+        b.res.restarts += restarted
+        b.res.restart_log.append((t, restarted))
     b.k = k
+
+
+def _watch(b: _Branch, t: float, should_on: bool, snaps: dict[int, FleetSnapshot]) -> None:
+    """Between its decisions, a policy that reads through Prometheus still sees the scrape."""
+    watch = getattr(b.policy, "watch", None)
+    if watch is None:
+        return
+    snap = snaps.get(id(b.fleet))
+    if snap is None:
+        snap = snaps[id(b.fleet)] = b.fleet.snapshot()
+    try:
+        watch(Ctx(t, snap.time, snap, _rollout(b.fleet, b.on, b.flipped), b.fleet, should_on))
+    except Exception:
+        b.res.exceptions.append(f"t={t:g}s (watch)\n{traceback.format_exc()}")
 
 
 def _record(b: _Branch, t: float, alpha: float, should_on: bool) -> None:
@@ -373,7 +388,9 @@ def _record(b: _Branch, t: float, alpha: float, should_on: bool) -> None:
     r.tokens.append(b.tokens)
     r.drafts.append(b.drafts)
     r.drafted_alpha.append(b.expected / b.drafts if b.drafts > 0 else math.nan)
-    b.tokens = b.drafts = b.expected = 0.0
+    r.value.append(b.value)
+    r.ready.append(sum(1 for p in canaries if p.ready))
+    b.tokens = b.drafts = b.expected = b.value = 0.0
 
 
 def run(case_name: str, seed: int, policy_name: str, hours: float) -> RunResult:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
@@ -32,8 +31,8 @@ from alphagate.core.insights import analyse
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
 from alphagate.sim.fleet import Fleet, FleetSnapshot
 
-POLICIES_DIR = Path(__file__).resolve().parents[4] / "policies"
-SHIPPED_POLICY = "general-chat-eagle3.yaml"
+POLICIES_DIR = suite.POLICIES_DIR
+SHIPPED_POLICY = suite.SHIPPED_POLICY
 
 
 @dataclass
@@ -81,8 +80,10 @@ class Policy(Protocol):
     def decide(self, ctx: Ctx) -> Want: ...
 
 
-def shipped_spec(name: str = SHIPPED_POLICY, *, k: int = suite.K) -> SpeculativeCanarySpec:
-    """A shipped policy with its selectors pointed at the simulator's pod labels."""
+def shipped_spec(name: str = SHIPPED_POLICY, *, k: int | None = None) -> SpeculativeCanarySpec:
+    """A shipped policy as shipped, with only its selectors pointed at the simulator's pod
+    labels. ``k`` other than the file's draft length serves the draft-length tuner's extra
+    case (run only when named), never the suite."""
     data = yaml.safe_load((POLICIES_DIR / name).read_text(encoding="utf-8"))
     spec = config.parse(data, where=name).spec
     slices = [
@@ -94,7 +95,10 @@ def shipped_spec(name: str = SHIPPED_POLICY, *, k: int = suite.K) -> Speculative
         )
         for s in spec.slices
     ]
-    return spec.model_copy(update={"slices": slices, "speculative_config": suite.spec_config(k)})
+    update: dict[str, Any] = {"slices": slices}
+    if k is not None and k != spec.speculative_config.get("num_speculative_tokens"):
+        update["speculative_config"] = {**spec.speculative_config, "num_speculative_tokens": k}
+    return spec.model_copy(update=update)
 
 
 def canary_alpha(obs: Observation) -> float:
@@ -122,6 +126,9 @@ class Alphagate:
         self.source = RecordingSource()
         self.intervals: list[IntervalRecord] = []
         self.verdicts: dict[str, int] = {}
+        # (t, verdict) of the latency check at every decision that judged it
+        self.latency: list[tuple[float, str]] = []
+        self.no_interval = 0  # decisions with no finite combined interval (no data at all)
         self.k_changes: list[tuple[float, str, int]] = []  # (t, cause, new K)
 
     def decide(self, ctx: Ctx) -> Want:
@@ -150,8 +157,14 @@ class Alphagate:
             c.kind is CheckKind.ACCEPTANCE and c.verdict in (Verdict.PASS, Verdict.FAIL)
             for c in ev.checks
         )
+        for c in ev.checks:
+            if c.kind is CheckKind.LATENCY:
+                self.latency.append((ctx.t, c.verdict.value))
+                break
         e = ev.combined
-        if e is not None and math.isfinite(e.lower) and math.isfinite(e.upper):
+        if e is None or not (math.isfinite(e.lower) and math.isfinite(e.upper)):
+            self.no_interval += 1
+        else:
             self.intervals.append(
                 IntervalRecord(
                     ctx.t,
@@ -166,7 +179,11 @@ class Alphagate:
         return Want(ev.target_speculation_on, k=k)
 
     def extra(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"verdicts": dict(self.verdicts)}
+        out: dict[str, Any] = {
+            "verdicts": dict(self.verdicts),
+            "latency": list(self.latency),
+            "no_interval": self.no_interval,
+        }
         if self.spec.draft_length.tuning.enabled:
             out["k_changes"] = list(self.k_changes)
         return out

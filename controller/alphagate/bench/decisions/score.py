@@ -1,43 +1,43 @@
 """Scores: what each number in the table means, computed from runs.
 
-The truth at a step says whether the oracle would speculate: true alpha >= 0.55 and no
-injected latency regression ("should be on").
+The truth at a step says whether the oracle would speculate: true alpha >= the shipped
+policy's gate (0.55) and no injected latency regression ("should be on").
 
-* **false flip**: a rollback (or an engine gating itself) while the truth said "on" over the
-  5 minutes before it (``WINDOW``), or an enable (a probe included) while it said "off".
-* **rollouts**: the policy's flips of the canary Deployment's config (each is one rollout);
-  an engine gating itself counts too (it restarts nothing).
-* **pod restarts**: canary pod restarts caused by the policy's flips (one rollout restarts
-  every canary pod: two with the suite's two canary pods); an in-engine gate restarts
-  nothing. Issue 12's "restarts a day" is judged on these, as the issue counts pods.
-* **onset**: the truth turns "off" (alpha crosses below 0.55, or a regression starts; a run
-  that starts below the gate has an onset at 0) while the policy speculates. Its **detection
-  delay** is the time to the first decision that leaves no canary pod speculating, made before
-  the truth turns back "on" (plus one window); the **draft tokens** are those the canary
-  drafted meanwhile. An onset with no such decision is **missed**.
-* **wrong state**: the time-weighted share of canary pods whose speculation disagrees with
-  the truth, as a percentage of the run.
-* **regret**: canary tokens the oracle's run generated minus the policy's, as a percentage
-  of the oracle's (same case, same seeds; the oracle pays its own restarts). Tokens are the
-  simulator's ``vllm:generation_tokens_total`` of the canary pods, summed over restarts.
-  Over the suite it is the mean of the scenarios' regret % (each scenario counts once, a
-  day-long one as much as an hour-long one).
-* **where regret comes from**: each 30 s step's tokens lost against the oracle's same step,
-  put in one bin by what the policy's canary was doing: ``restart`` (within the model load
-  and warm-up after one of its own flips), ``below break-even`` (speculating while the truth
-  says off), ``off while it pays`` (not speculating while the truth says on: cooldowns,
-  false rollbacks, waiting to confirm), ``same state`` (both right: noise, and the oracle's
-  own restarts, which count against the oracle). The bins add up to the regret.
-* **coverage** (alphagate only): the share of the alpha intervals it reported with at least
-  two batches (every one it stood behind, whatever the check then said) that hold the
-  window's true alpha: the expected pooled accepted/drafted ratio of the canary's drafts in
-  the window, from the simulator (each in-flight request's set alpha at admission, weighted
-  by its drafts: after a change of alpha, requests keep theirs, so the counters lag the set
-  alpha by a request's life, and so does this truth). Issue 12's target is judged on it.
-  **decisive coverage** counts only the intervals on which the check passed or failed:
-  selected for straying toward a decision, so biased low near the gate; shown beside it.
-  Windows with fewer than two batches report no interval (Inconclusive) and are counted
-  apart.
+* **regret**: what the policy's decisions cost against the oracle's on the same seeded fleet,
+  priced in the shipped policy's own terms, as a % of the oracle's canary tokens. A token a
+  canary pod generates while speculating at true alpha a saves ``1 - (1 + K*0.55)/(1 + K*a)``
+  of a plain token's time (the gate is where speculation breaks even, by the policy's
+  definition: +14.5% at 0.70, -12.8% at 0.45 with K = 3); a pod restart loses its model load
+  and warm-up, priced as the tokens the pod would have served meanwhile at its mean rate
+  (``RESTART_SECONDS``). The open-loop traffic does not wait for the pods, so tokens served
+  barely move with the decisions: this price is what a decision changes. Per seed, then the
+  mean over seeds with a 95% t interval; over the suite, each seed's mean over the scored
+  scenarios (those without an injected latency regression or a per-day horizon), then the
+  same interval over seeds.
+* **where regret comes from**: each step's difference against the oracle's same step, put in
+  one bin by what the policy's canary was doing: ``restart`` (within the model load and
+  warm-up after one of its own flips), ``below break-even`` (speculating while the truth says
+  off), ``off while it pays`` (not speculating while the truth says on), ``same state``
+  (both right: noise, and the oracle's own restarts). The bins add up to the regret.
+* **false rollback**: a rollback (or an engine gating itself) while the truth said "on" over
+  the 5 minutes before it (``WINDOW``); a **false flip** also counts an enable (a probe
+  included) while it said "off". Per simulated day.
+* **pod restarts**: canary pod restarts caused by the policy's flips; an in-engine gate
+  restarts nothing.
+* **onset**: the truth turns "off" (alpha crosses below the gate, or a regression starts; a
+  run that starts below the gate has an onset at 0) while the policy speculates. Its
+  **detection delay** is the time to the first decision that leaves no canary pod
+  speculating, made before the truth turns back "on" (plus one window). An onset with no such
+  decision is **missed**. ``caught <= 15 min`` and ``<= 30 min`` are shares of onsets.
+* **coverage** (alphagate): the share of the alpha intervals it reported with at least two
+  batches that hold the window's true alpha (the expected accepted/drafted ratio of the
+  canary's drafts in it, from the simulator); **below lower** is the share of those windows
+  whose truth fell below the interval's lower bound (a Pass relies on it: nominal 2.5%).
+  **median width** is over every window with an interval, one-batch [0, 1] ones included
+  (a blind canary reads 1.00).
+* **latency confirmed** (alphagate, regression cases): the share of decisions made on
+  windows wholly inside an injected regression whose latency check said Pass.
+* **exceptions**: a policy's decide raised (the run went on; tracebacks are saved).
 """
 
 from __future__ import annotations
@@ -49,12 +49,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alphagate.bench.decisions.loop import STEP, WARMUP_SECONDS, RunResult
-from alphagate.bench.decisions.suite import LOAD_SECONDS
+from alphagate.bench.decisions.loop import STEP, WARMUP_SECONDS, WARMUP_SLOWDOWN, RunResult
+from alphagate.bench.decisions.suite import BY_NAME, LOAD_SECONDS
+from alphagate.core.stats import t_quantile
 
 WINDOW: Final = 300.0
 REGRET_BINS: Final = ("restart", "below break-even", "off while it pays", "same state")
-CAUGHT_WITHIN: Final = 3 * WINDOW  # "within 3 non-overlapping windows"
+CAUGHT_WITHIN: Final = 3 * WINDOW  # 15 minutes: three non-overlapping windows
+CAUGHT_WITHIN_LONG: Final = 6 * WINDOW  # 30 minutes
+RESTART_SECONDS: Final = LOAD_SECONDS + (WARMUP_SLOWDOWN - 1.0) * WARMUP_SECONDS
+"""What a pod restart costs, in seconds of the pod's traffic: its model load, and its warm-up
+at 1.3x slower steps."""
 
 
 @dataclass
@@ -73,11 +78,19 @@ class RunScore:
     tokens: float
     covered: int
     intervals: int
+    below: int = 0
+    widths: list[float] = field(default_factory=list)
+    no_interval: int = 0
     covered_decisive: int = 0
     decisive: int = 0
     insufficient: int = 0
-    step_tokens: list[float] = field(default_factory=list)
+    step_values: list[float] = field(default_factory=list)  # net of restart charges
     step_bins: list[int] = field(default_factory=list)  # index into REGRET_BINS
+    value: float = 0.0  # the run's saving net of restart charges (token-times)
+    latency_pass: int = 0
+    latency_judged: int = 0
+    exceptions: int = 0
+    tracebacks: list[str] = field(default_factory=list)
 
 
 def _should_on_throughout(r: RunResult, t: float) -> bool:
@@ -115,14 +128,20 @@ def regret_bins(r: RunResult) -> list[int]:
     return out
 
 
-def score_run(r: RunResult) -> RunScore:
-    false_flips = false_rollbacks = 0
-    for t, kind in r.flips:
-        if kind == "disable" and _should_on_throughout(r, t):
-            false_flips += 1
-            false_rollbacks += 1
-        elif kind == "enable" and not _should_on_at(r, t):
-            false_flips += 1
+def step_values(r: RunResult) -> list[float]:
+    """Each step's saving, net of the restarts made at it (priced at the run's mean tokens
+    per ready canary pod-second, ``RESTART_SECONDS`` each)."""
+    values = list(r.value) if len(r.value) == len(r.t) else [0.0] * len(r.t)
+    pod_seconds = math.fsum(r.ready) * STEP if len(r.ready) == len(r.t) else 0.0
+    rate = math.fsum(r.tokens) / pod_seconds if pod_seconds > 0 else 0.0
+    for t, n in r.restart_log:
+        i = min(range(len(r.t)), key=lambda j: abs(r.t[j] - t)) if r.t else None
+        if i is not None:
+            values[i] -= n * rate * RESTART_SECONDS
+    return values
+
+
+def _onsets(r: RunResult) -> tuple[int, int, list[float], list[float]]:
     n = len(r.t)
     onsets = missed = 0
     delays: list[float] = []
@@ -142,11 +161,25 @@ def score_run(r: RunResult) -> RunScore:
             continue
         delays.append(r.t[hit] - r.t[j0])
         drafts.append(math.fsum(r.drafts[j0 + 1 : hit + 1]))
+    return onsets, missed, delays, drafts
+
+
+def score_run(r: RunResult) -> RunScore:
+    false_flips = false_rollbacks = 0
+    for t, kind in r.flips:
+        if kind == "disable" and _should_on_throughout(r, t):
+            false_flips += 1
+            false_rollbacks += 1
+        elif kind == "enable" and not _should_on_at(r, t):
+            false_flips += 1
+    onsets, missed, delays, drafts = _onsets(r)
     wrong = math.fsum(
         abs(o - (1.0 if s else 0.0)) * STEP for o, s in zip(r.on, r.should_on, strict=True)
     )
-    covered = intervals = covered_decisive = decisive = insufficient = 0
+    covered = intervals = below = covered_decisive = decisive = insufficient = 0
+    widths: list[float] = []
     for t, lo, up, ws, _, honest, was_decisive in r.intervals:
+        widths.append(up - lo)
         if not honest:
             insufficient += 1
             continue
@@ -156,9 +189,17 @@ def score_run(r: RunResult) -> RunScore:
         hit = lo <= truth <= up
         intervals += 1
         covered += hit
+        below += truth < lo
         if was_decisive:
             decisive += 1
             covered_decisive += hit
+    latency_pass = latency_judged = 0
+    if r.regression_at is not None:
+        for t, verdict in r.extra.get("latency", ()):
+            if t >= r.regression_at + WINDOW:
+                latency_judged += 1
+                latency_pass += verdict == "Pass"
+    values = step_values(r)
     return RunScore(
         days=r.hours / 24.0,
         flips=len(r.flips),
@@ -170,15 +211,23 @@ def score_run(r: RunResult) -> RunScore:
         delay_drafts=drafts,
         missed=missed,
         wrong_seconds=wrong,
-        seconds=n * STEP,
+        seconds=len(r.t) * STEP,
         tokens=math.fsum(r.tokens),
         covered=covered,
         intervals=intervals,
+        below=below,
+        widths=widths,
+        no_interval=int(r.extra.get("no_interval", 0)),
         covered_decisive=covered_decisive,
         decisive=decisive,
         insufficient=insufficient,
-        step_tokens=list(r.tokens),
+        step_values=values,
         step_bins=regret_bins(r),
+        value=math.fsum(values),
+        latency_pass=latency_pass,
+        latency_judged=latency_judged,
+        exceptions=len(r.exceptions),
+        tracebacks=list(r.exceptions),
     )
 
 
@@ -202,31 +251,56 @@ def window_truth(r: RunResult, start: float, end: float) -> float:
     return statistics.fmean(a for a, _, _ in steps)
 
 
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lower, upper): the mean over seeds with its t interval (a single seed: no
+    interval, both bounds NaN)."""
+    if not values:
+        return math.nan, math.nan, math.nan
+    m = statistics.fmean(values)
+    if len(values) < 2:
+        return m, math.nan, math.nan
+    half = t_quantile(0.5 + confidence / 2, len(values) - 1) * statistics.stdev(values)
+    half /= math.sqrt(len(values))
+    return m, m - half, m + half
+
+
 def _median(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def aggregate(runs: Iterable[tuple[str, int, str, RunScore]]) -> dict[str, Any]:
+def aggregate(
+    runs: Iterable[tuple[str, int, str, RunScore]], scored: Sequence[str] | None = None
+) -> dict[str, Any]:
     """Per (case, policy) and per policy over the suite, from (case, seed, policy, score);
-    the oracle's tokens on the same seeds set the regret."""
-    scored: dict[tuple[str, str], dict[int, RunScore]] = defaultdict(dict)
+    the oracle's run on the same seed sets the regret. ``scored``: the cases whose regret
+    makes the suite's (default: every case with an oracle)."""
+    by: dict[tuple[str, str], dict[int, RunScore]] = defaultdict(dict)
     for case_name, seed, policy_name, s in runs:
-        scored[(case_name, policy_name)][seed] = s
-    cases = sorted({c for c, _ in scored}, key=_case_order)
-    policies = sorted({p for _, p in scored}, key=_policy_order)
+        by[(case_name, policy_name)][seed] = s
+    cases = sorted({c for c, _ in by}, key=_case_order)
+    policies = sorted({p for _, p in by}, key=_policy_order)
     cells: list[dict[str, Any]] = []
     for case in cases:
-        oracle = scored.get((case, "oracle"), {})
+        oracle = by.get((case, "oracle"), {})
         for policy in policies:
-            by_seed = scored.get((case, policy))
-            if not by_seed:
-                continue
-            cells.append(_cell(case, policy, by_seed, oracle))
-    summary = [_summary(p, [c for c in cells if c["policy"] == p]) for p in policies]
+            by_seed = by.get((case, policy))
+            if by_seed:
+                cells.append(_cell(case, policy, by_seed, oracle))
+    in_suite = set(scored) if scored is not None else set(cases)
+    summary = [_summary(p, [c for c in cells if c["policy"] == p], in_suite) for p in policies]
     coverage = {
         c["case"]: c["coverage"] for c in cells if c["policy"] == "alphagate" and c["intervals"]
     }
     return {"cells": cells, "summary": summary, "coverage": coverage}
+
+
+def _regrets(by_seed: dict[int, RunScore], oracle: dict[int, RunScore]) -> dict[int, float]:
+    out = {}
+    for seed, mine in by_seed.items():
+        theirs = oracle.get(seed)
+        if theirs is not None and theirs.tokens > 0:
+            out[seed] = 100.0 * (theirs.value - mine.value) / theirs.tokens
+    return out
 
 
 def _cell(
@@ -237,22 +311,28 @@ def _cell(
     delays = [d for x in s for d in x.delays]
     drafts = [d for x in s for d in x.delay_drafts]
     onsets = sum(x.onsets for x in s)
-    caught = sum(1 for d in delays if d <= CAUGHT_WITHIN + 1e-6)
-    common = [seed for seed in by_seed if seed in oracle]
-    oracle_tokens = math.fsum(oracle[seed].tokens for seed in common)
-    lost = math.fsum(oracle[seed].tokens - by_seed[seed].tokens for seed in common)
+    known = BY_NAME.get(case)
+    # With a latency regression the truth is the P99 promise, which the price does not weigh.
+    priced = known is None or known.regression is None
+    regrets = _regrets(by_seed, oracle) if priced else {}
+    mean, lo, hi = mean_interval(list(regrets.values()))
+    oracle_tokens = math.fsum(oracle[seed].tokens for seed in regrets)
+    bins = dict.fromkeys(REGRET_BINS, 0.0)
+    for seed in regrets:
+        mine, theirs = by_seed[seed], oracle[seed]
+        for k, a, b in zip(mine.step_bins, mine.step_values, theirs.step_values, strict=False):
+            bins[REGRET_BINS[k]] += b - a
     intervals = sum(x.intervals for x in s)
     decisive = sum(x.decisive for x in s)
-    bins = dict.fromkeys(REGRET_BINS, 0.0)
-    for seed in common:
-        mine, theirs = by_seed[seed], oracle[seed]
-        for k, a, b in zip(mine.step_bins, mine.step_tokens, theirs.step_tokens, strict=False):
-            bins[REGRET_BINS[k]] += b - a
+    widths = [w for x in s for w in x.widths]
+    judged = sum(x.latency_judged for x in s)
     return {
         "case": case,
         "policy": policy,
         "seeds": len(s),
         "days": days,
+        "false_flips": sum(x.false_flips for x in s),
+        "false_rollbacks": sum(x.false_rollbacks for x in s),
         "false_flips_per_day": sum(x.false_flips for x in s) / days,
         "false_rollbacks_per_day": sum(x.false_rollbacks for x in s) / days,
         "flips_per_day": sum(x.flips for x in s) / days,
@@ -264,31 +344,47 @@ def _cell(
         "delay_median_s": _median(delays),
         "delay_max_s": max(delays) if delays else None,
         "delay_drafts_median": _median(drafts),
-        "caught_within_3_windows": caught / onsets if onsets else None,
+        "caught_within_3_windows": _share(delays, CAUGHT_WITHIN, onsets),
+        "caught_within_30_min": _share(delays, CAUGHT_WITHIN_LONG, onsets),
         "wrong_state_pct": 100.0
         * math.fsum(x.wrong_seconds for x in s)
         / math.fsum(x.seconds for x in s),
         "tokens": math.fsum(x.tokens for x in s),
         "oracle_tokens": oracle_tokens,
-        "regret_tokens": lost,
-        "regret_pct": 100.0 * lost / oracle_tokens if oracle_tokens > 0 else None,
+        "regret_seeds": {str(k): v for k, v in sorted(regrets.items())},
+        "regret_pct": mean if regrets else None,
+        "regret_lo": lo if regrets else None,
+        "regret_hi": hi if regrets else None,
         "regret_bins_pct": {
             k: 100.0 * v / oracle_tokens if oracle_tokens > 0 else None for k, v in bins.items()
         },
         "intervals": intervals,
         "coverage": sum(x.covered for x in s) / intervals if intervals else None,
+        "below_lower": sum(x.below for x in s) / intervals if intervals else None,
+        "width_median": _median(widths),
+        "no_interval_windows": sum(x.no_interval for x in s),
         "decisive_intervals": decisive,
         "decisive_coverage": sum(x.covered_decisive for x in s) / decisive if decisive else None,
         "insufficient_windows": sum(x.insufficient for x in s),
+        "latency_judged": judged,
+        "latency_confirmed": sum(x.latency_pass for x in s) / judged if judged else None,
+        "exceptions": sum(x.exceptions for x in s),
     }
 
 
-def _summary(policy: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
+def _share(delays: Sequence[float], within: float, onsets: int) -> float | None:
+    return sum(1 for d in delays if d <= within + 1e-6) / onsets if onsets else None
+
+
+def _summary(policy: str, cells: list[dict[str, Any]], scored: set[str]) -> dict[str, Any]:
     days = math.fsum(c["days"] for c in cells)
-    oracle = math.fsum(c["oracle_tokens"] for c in cells)
-    lost = math.fsum(c["regret_tokens"] for c in cells)
     delays = [d for c in cells for d in c["delays_s"]]
-    regrets = [c["regret_pct"] for c in cells if c["regret_pct"] is not None]
+    suite_cells = [c for c in cells if c["case"] in scored and c["regret_seeds"]]
+    seeds = (
+        set.intersection(*(set(c["regret_seeds"]) for c in suite_cells)) if suite_cells else set()
+    )
+    per_seed = [statistics.fmean(c["regret_seeds"][s] for c in suite_cells) for s in sorted(seeds)]
+    mean, lo, hi = mean_interval(per_seed)
     return {
         "policy": policy,
         "cases": len(cells),
@@ -304,18 +400,18 @@ def _summary(policy: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
         "missed": sum(c["missed"] for c in cells),
         "delay_median_s": _median(delays),
         "wrong_state_pct": statistics.fmean(c["wrong_state_pct"] for c in cells),
-        "regret_tokens": lost,
-        # Each scenario counts once, whatever its length (a day-long case would otherwise
-        # outweigh the hour-long ones 24 to 1); the token-pooled figure is kept beside it.
-        "regret_pct": statistics.fmean(regrets) if regrets else None,
-        "regret_pooled_pct": 100.0 * lost / oracle if oracle > 0 else None,
+        # Each scenario counts once, whatever its length; the interval is over seeds.
+        "regret_pct": mean if per_seed else None,
+        "regret_lo": lo if per_seed else None,
+        "regret_hi": hi if per_seed else None,
+        "regret_cases": len(suite_cells),
+        "regret_seeds": len(per_seed),
+        "exceptions": sum(c["exceptions"] for c in cells),
     }
 
 
 def _case_order(name: str) -> int:
-    from alphagate.bench.decisions.suite import SUITE
-
-    names = [c.name for c in SUITE]
+    names = list(BY_NAME)
     return names.index(name) if name in names else len(names)
 
 
