@@ -61,7 +61,7 @@ release-manifest: $(STAMP)
 	$(BIN)/python tools/render_install.py
 
 bench: $(STAMP)
-	$(BIN)/python -m alphagate.bench
+	$(BIN)/python -m alphagate_lab.bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

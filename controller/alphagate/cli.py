@@ -19,17 +19,17 @@ from alphagate.errors import AlphagateError
 
 COMMAND_MODULES: Final = (
     "alphagate.commands.policy",
-    "alphagate.commands.whatif",
-    "alphagate.commands.plan",
-    "alphagate.commands.sim",
+    "alphagate_lab.commands.whatif",
+    "alphagate_lab.commands.plan",
+    "alphagate_lab.commands.sim",
     "alphagate.commands.inspect",
     "alphagate.commands.evaluate",
     "alphagate.commands.run",
     "alphagate.commands.control",
     "alphagate.commands.status",
     "alphagate.commands.crd",
-    "alphagate.commands.backtest",
-    "alphagate.commands.demo",
+    "alphagate_lab.commands.backtest",
+    "alphagate_lab.commands.demo",
 )
 
 # Third-party modules that live in an extra, not in the core dependencies (pyproject.toml).
@@ -37,11 +37,11 @@ OPTIONAL_MODULES: Final = {"numpy": "sim", "matplotlib": "plot"}
 
 # The commands each module registers (used only when its optional dependency is missing).
 MODULE_COMMANDS: Final = {
-    "alphagate.commands.whatif": ("whatif",),
-    "alphagate.commands.plan": ("plan",),
-    "alphagate.commands.sim": ("sim",),
-    "alphagate.commands.backtest": ("backtest",),
-    "alphagate.commands.demo": ("demo",),
+    "alphagate_lab.commands.whatif": ("whatif",),
+    "alphagate_lab.commands.plan": ("plan",),
+    "alphagate_lab.commands.sim": ("sim",),
+    "alphagate_lab.commands.backtest": ("backtest",),
+    "alphagate_lab.commands.demo": ("demo",),
 }
 
 app = typer.Typer(

@@ -15,7 +15,7 @@ from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
 from alphagate.kube.workload import workload_state
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate.shell.reconciler import Reconciler
 
 SERVE = ["--model", "m", "--port", "8000"]

@@ -22,7 +22,7 @@ from alphagate.errors import SourceErrorKind
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import NullRecorder, Reconciler
 from alphagate.sources import Source, make_source
 from alphagate.sources.discovery import StaticDiscovery, Target

@@ -24,7 +24,7 @@ from alphagate.kube.status import (
     parse_status,
     pending_command,
 )
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import Reconciler
 
 runner = CliRunner()

@@ -24,7 +24,7 @@ from alphagate.kube.client import Kube
 from alphagate.kube.coordination import ANN_MODE, ANN_SHARDS, Coordination, Refusal
 from alphagate.kube.lease import LeaderElector
 from alphagate.kube.shards import ShardLeases, shard_of
-from alphagate.sandbox.apiserver import ApiServer, Rbac
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 
 if TYPE_CHECKING:

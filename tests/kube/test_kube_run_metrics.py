@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate.kube.client import Kube
-from alphagate.sandbox.apiserver import ApiServer, Rbac
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 
 if TYPE_CHECKING:

@@ -11,14 +11,14 @@ import pytest
 
 from alphagate import vllm
 from alphagate.errors import ScenarioError
-from alphagate.sim.exposition import render
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.model import mixture_good_alpha
-from alphagate.sim.pod import parse_histogram_buckets
-from alphagate.sim.recording import read_recording, record
-from alphagate.sim.router import Router
-from alphagate.sim.scenario import Scenario, load_scenario, parse_scenario
-from alphagate.sim.traces import TRACES, Replay, load_trace
+from alphagate_lab.sim.exposition import render
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.model import mixture_good_alpha
+from alphagate_lab.sim.pod import parse_histogram_buckets
+from alphagate_lab.sim.recording import read_recording, record
+from alphagate_lab.sim.router import Router
+from alphagate_lab.sim.scenario import Scenario, load_scenario, parse_scenario
+from alphagate_lab.sim.traces import TRACES, Replay, load_trace
 
 K3 = {"method": "eagle3", "num_speculative_tokens": 3}
 

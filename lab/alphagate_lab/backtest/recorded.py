@@ -25,7 +25,7 @@ from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import PolicyError
-from alphagate.sim.pod import PodSnapshot
+from alphagate_lab.sim.pod import PodSnapshot
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
 from alphagate.sources.discovery import Target
 from alphagate.sources.exposition import Counter, Gauge, Hist, Histogram, Page, Series
@@ -72,7 +72,7 @@ def page_of(snap: PodSnapshot) -> Page:
 
 def page_via_text(snap: PodSnapshot) -> Page:
     """The same page through the simulator's renderer and the sources' parser."""
-    from alphagate.sim.exposition import render
+    from alphagate_lab.sim.exposition import render
     from alphagate.sources import exposition
 
     return exposition.parse(render(snap).decode("utf-8"), target=snap.name)

@@ -62,10 +62,10 @@ from pydantic import ValidationError
 
 from alphagate import files, vllm
 from alphagate.errors import ScenarioError
-from alphagate.sim import recording_schema as schema
-from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot
-from alphagate.sim.pod import PodSnapshot
-from alphagate.sim.truth import PodTruth, SliceTruth, Truth
+from alphagate_lab.sim import recording_schema as schema
+from alphagate_lab.sim.fleet import Fleet, FleetEvent, FleetSnapshot
+from alphagate_lab.sim.pod import PodSnapshot
+from alphagate_lab.sim.truth import PodTruth, SliceTruth, Truth
 
 FORMAT = "alphagate-sim-recording"
 VERSION = 1

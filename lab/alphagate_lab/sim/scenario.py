@@ -51,9 +51,9 @@ from pydantic import (
 
 from alphagate import yamlpos
 from alphagate.errors import ScenarioError
-from alphagate.sim.decode import DecodeParams, Stalls
-from alphagate.sim.pod import parse_histogram_buckets, spec_config_from_dict
-from alphagate.sim.traces import load_trace
+from alphagate_lab.sim.decode import DecodeParams, Stalls
+from alphagate_lab.sim.pod import parse_histogram_buckets, spec_config_from_dict
+from alphagate_lab.sim.traces import load_trace
 
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$"
@@ -95,7 +95,7 @@ class _Strict(BaseModel):
 
 
 class DecodeSpec(_Strict):
-    """Overrides of the engine cost model (see alphagate.sim.model)."""
+    """Overrides of the engine cost model (see alphagate_lab.sim.model)."""
 
     t_base: float = Field(default=DecodeParams.t_base, gt=0)
     t_token: float = Field(default=DecodeParams.t_token, ge=0)
@@ -111,7 +111,7 @@ class DecodeSpec(_Strict):
 
 
 class TraceSpec(_Strict):
-    """Replay a real request trace as the slice's traffic (alphagate.sim.traces): arrivals
+    """Replay a real request trace as the slice's traffic (alphagate_lab.sim.traces): arrivals
     and token counts from the file, dealt to the slice's ready pods by ``router``.
 
     ``name`` is a shipped trace (``azure-conv-2023``, ``azure-code-2023``) or a CSV path with

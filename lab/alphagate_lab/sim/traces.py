@@ -9,7 +9,7 @@ shifted by a fraction of the span (``scale`` > 1), so its bursts and idle gaps s
 
 What a trace does not carry (each request's acceptance, step times, the output's per-token
 timing) comes from the simulator's model; the fleet's router deals each request to one ready
-pod of the slice (``alphagate.sim.router``).
+pod of the slice (``alphagate_lab.sim.router``).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def load_trace(name: str) -> Trace:
     rel = TRACES.get(name)
     if rel is not None:
         text = (
-            resources.files("alphagate.sim")
+            resources.files("alphagate_lab.sim")
             .joinpath("traces", *rel.split("/"))
             .read_text(encoding="utf-8")
         )

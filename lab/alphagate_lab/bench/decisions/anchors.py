@@ -25,14 +25,14 @@ from typing import Final
 import numpy as np
 
 from alphagate import vllm
-from alphagate.backtest.recorded import RecordingSource
-from alphagate.bench.decisions import kayenta, suite
-from alphagate.bench.decisions.policies import Ctx, Want, canary_alpha
+from alphagate_lab.backtest.recorded import RecordingSource
+from alphagate_lab.bench.decisions import kayenta, suite
+from alphagate_lab.bench.decisions.policies import Ctx, Want, canary_alpha
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import histogram
 from alphagate.core.model import Buckets, Observation, Role
-from alphagate.sim.acceptance import draw_request_alpha
-from alphagate.sim.pod import PodSnapshot
+from alphagate_lab.sim.acceptance import draw_request_alpha
+from alphagate_lab.sim.pod import PodSnapshot
 
 IN_ENGINE_ALPHA: Final = suite.GATE - 0.05
 """Where a team sets TensorRT-LLM's gate: one band (the shipped policy's 0.55-0.60 band is 0.05

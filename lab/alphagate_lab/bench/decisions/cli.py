@@ -1,4 +1,4 @@
-"""``python -m alphagate.bench.decisions [--quick] [--out DIR] [--seeds N] [--jobs N] ...``.
+"""``python -m alphagate_lab.bench.decisions [--quick] [--out DIR] [--seeds N] [--jobs N] ...``.
 
 Runs every (scenario, seed, policy) of the suite in closed loop on ``--jobs`` processes, scores
 each run in its worker, and writes decisions.md (issue 21's checklist first), decisions.json,
@@ -27,10 +27,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from alphagate.bench.decisions import calibrate, loop, report, score, suite
+from alphagate_lab.bench.decisions import calibrate, loop, report, score, suite
 
 QUICK_ARGS = ["--quick"]
-"""What `python -m alphagate.bench --quick` passes: a smoke run."""
+"""What `python -m alphagate_lab.bench --quick` passes: a smoke run."""
 
 QUICK_SEEDS = 1
 QUICK_HOURS = 0.25
@@ -98,7 +98,7 @@ def _names(value: str, known: tuple[str, ...], what: str, groups: dict[str, Any]
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m alphagate.bench.decisions", description=(__doc__ or "").split("\n")[0]
+        prog="python -m alphagate_lab.bench.decisions", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--out", type=Path, default=Path("decisions-out"), help="output folder")
     p.add_argument("--seeds", type=int, default=10, help="seeds per scenario (default 10)")
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             "tick_seconds": loop.TICK,
             "decision_step_seconds": loop.STEP,
             "calibration": calibration,
-            "command": "python -m alphagate.bench.decisions " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m alphagate_lab.bench.decisions " + " ".join(argv or sys.argv[1:]),
         },
         "aggregate": aggregate,
         "renderings": dict(report_renderings()),
@@ -314,6 +314,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_renderings() -> dict[str, str]:
-    from alphagate.bench.decisions import anchors
+    from alphagate_lab.bench.decisions import anchors
 
     return dict(anchors.RENDERING)

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alphagate.bench.decisions import anchors, calibrate, suite
-from alphagate.bench.decisions.policies import (
+from alphagate_lab.bench.decisions import anchors, calibrate, suite
+from alphagate_lab.bench.decisions.policies import (
     Alphagate,
     Ctx,
     Oracle,
@@ -38,8 +38,8 @@ from alphagate.bench.decisions.policies import (
     shipped_spec,
 )
 from alphagate.core.model import Rollout
-from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.pod import SimPod
+from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
+from alphagate_lab.sim.pod import SimPod
 
 TICK: Final = 30.0
 STEP: Final = 30.0

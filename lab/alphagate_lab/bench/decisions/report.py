@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from alphagate.bench.decisions import anchors, score, suite
+from alphagate_lab.bench.decisions import anchors, score, suite
 from alphagate.errors import AlphagateError
 
 Check = tuple[str, str, bool | None]

@@ -49,8 +49,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alphagate.bench.decisions.loop import STEP, WARMUP_SECONDS, WARMUP_SLOWDOWN, RunResult
-from alphagate.bench.decisions.suite import BY_NAME, LOAD_SECONDS
+from alphagate_lab.bench.decisions.loop import STEP, WARMUP_SECONDS, WARMUP_SLOWDOWN, RunResult
+from alphagate_lab.bench.decisions.suite import BY_NAME, LOAD_SECONDS
 from alphagate.core.stats import t_quantile
 
 WINDOW: Final = 300.0
@@ -416,6 +416,6 @@ def _case_order(name: str) -> int:
 
 
 def _policy_order(name: str) -> int:
-    from alphagate.bench.decisions.loop import POLICY_NAMES
+    from alphagate_lab.bench.decisions.loop import POLICY_NAMES
 
     return POLICY_NAMES.index(name) if name in POLICY_NAMES else len(POLICY_NAMES)

@@ -28,8 +28,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
-from alphagate.sim.scenario import Scenario
-from alphagate.sim.traces import load_trace
+from alphagate_lab.sim.scenario import Scenario
+from alphagate_lab.sim.traces import load_trace
 
 POLICIES_DIR: Final = Path(__file__).resolve().parents[4] / "policies"
 SHIPPED_POLICY: Final = "general-chat-eagle3.yaml"
