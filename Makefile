@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint unit e2e-vllm vllm-env bench clean sbom image release-manifest
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./lab  # the controller and the lab, editable
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -23,8 +23,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	tools/ensure-prometheus.sh
 	$(BIN)/lint-imports
-	$(BIN)/ruff check controller tests tools dashboards deploy
-	$(BIN)/ruff format --check controller tests tools
+	$(BIN)/ruff check controller lab tests tools deploy
+	$(BIN)/ruff format --check controller lab tests tools
 	$(BIN)/mypy
 	$(BIN)/pytest -m "not vllm" $(PYTEST_ARGS)
 
@@ -61,7 +61,7 @@ release-manifest: $(STAMP)
 	$(BIN)/python tools/render_install.py
 
 bench: $(STAMP)
-	$(BIN)/python -m alphagate.bench
+	$(BIN)/python -m alphagate_lab.bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

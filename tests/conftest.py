@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.sandbox.apiserver import Rbac
+from alphagate_lab.sandbox.apiserver import Rbac
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import specs` in every folder
 from specs import BASE_SPEC, spec_from

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.sim.scenario import Scenario
+from alphagate_lab.sim.scenario import Scenario
 
 
 def per_slice_fleet(

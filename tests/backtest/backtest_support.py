@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 
 from alphagate.config import SpeculativeCanarySpec, parse
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.recording import record
-from alphagate.sim.scenario import Scenario, load_scenario
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.recording import record
+from alphagate_lab.sim.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from alphagate.bench import __main__ as bench_main
-from alphagate.bench import core
+from alphagate_lab.bench import __main__ as bench_main
+from alphagate_lab.bench import core
 
 
 @pytest.mark.slow

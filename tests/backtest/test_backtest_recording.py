@@ -10,11 +10,11 @@ from pathlib import Path
 
 from backtest_support import make_recording, policy_doc, scenario, spec_of
 
-from alphagate.backtest import BacktestResult, Options, run_recording
-from alphagate.backtest.recorded import page_of, page_via_text
-from alphagate.sim.fleet import FleetSnapshot
-from alphagate.sim.recording import iter_recording
-from alphagate.sim.scenario import Event
+from alphagate_lab.backtest import BacktestResult, Options, run_recording
+from alphagate_lab.backtest.recorded import page_of, page_via_text
+from alphagate_lab.sim.fleet import FleetSnapshot
+from alphagate_lab.sim.recording import iter_recording
+from alphagate_lab.sim.scenario import Event
 
 SHIFT_AT = 20 * 60.0  # chat-to-code: the mix moves to 70% code here ...
 BACK_AT = 60 * 60.0  # ... and back to 80% chat here

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from alphagate.bench import __main__ as bench_main
-from alphagate.bench.decisions import cli, kayenta, loop, score, suite
-from alphagate.bench.decisions.loop import RunResult
-from alphagate.sim.fleet import Fleet
+from alphagate_lab.bench import __main__ as bench_main
+from alphagate_lab.bench.decisions import cli, kayenta, loop, score, suite
+from alphagate_lab.bench.decisions.loop import RunResult
+from alphagate_lab.sim.fleet import Fleet
 
 # ---------------------------------------------------------------- closed loop
 
@@ -40,7 +40,7 @@ def test_policies_meet_the_same_streams_until_they_act() -> None:
 def test_the_chain_fixes_per_position_acceptance_whatever_k_runs() -> None:
     """A draft-length case gives the simulator the alpha of the K that runs: the first
     position's acceptance (and every later one) is then the same at every K."""
-    from alphagate.sim.acceptance import acceptance_table
+    from alphagate_lab.sim.acceptance import acceptance_table
 
     p, decay = 0.9, 0.6
     firsts = []
@@ -284,13 +284,13 @@ def test_quick_run_writes_the_table_json_and_png(tmp_path: Path) -> None:
 
 
 def report_columns() -> tuple[tuple[str, str], ...]:
-    from alphagate.bench.decisions import report
+    from alphagate_lab.bench.decisions import report
 
     return report.COLUMNS
 
 
 def test_ktuning_prints_one_row_per_chain_case(capsys: pytest.CaptureFixture[str]) -> None:
-    from alphagate.bench.decisions import ktuning
+    from alphagate_lab.bench.decisions import ktuning
 
     assert ktuning.main(["--seeds", "1", "--hours", "0.1", "--max-minutes", "5"]) == 0
     out = capsys.readouterr().out

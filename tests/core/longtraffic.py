@@ -1,6 +1,6 @@
 """A small, independent generator of realistic acceptance counters, for coverage tests.
 
-Deliberately not `alphagate.sim`: it is the independent check on the estimator. What it keeps
+Deliberately not `alphagate_lab.sim`: it is the independent check on the estimator. What it keeps
 from real traffic is what breaks naive intervals:
 
 * each request has its own per-token acceptance p ~ Beta(a, b), kept for its whole life;

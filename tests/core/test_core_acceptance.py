@@ -373,7 +373,7 @@ def test_combine_renormalises_over_slices_with_estimates() -> None:
 
 # ---------------------------------------------------------------- coverage simulation
 
-# Realistic traffic from tests/core/longtraffic.py (its own generator, not alphagate.sim):
+# Realistic traffic from tests/core/longtraffic.py (its own generator, not alphagate_lab.sim):
 # per-request Beta acceptance kept over lognormal output lengths, stop-at-first-rejection
 # drafts, per-pod stalls, 30 s scrapes. Windows of 300 s (10 scrapes) unless said otherwise.
 SCENARIOS = [

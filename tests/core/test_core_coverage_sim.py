@@ -1,6 +1,6 @@
 """Coverage of the alpha interval on the simulator's own traffic: many pods, few requests each.
 
-`longtraffic.py` is the independent generator; this is the other check, on `alphagate.sim`'s
+`longtraffic.py` is the independent generator; this is the other check, on `alphagate_lab.sim`'s
 open-loop traffic (per-request acceptance drawn by the simulator, 300-token outputs): 16
 canary pods at 0.02 requests/s each, about 6 requests per pod in a 300 s window, so every
 batch (a pod) holds a handful of requests. Disjoint 300 s windows after a 300 s burn-in; the
@@ -14,8 +14,8 @@ import pytest
 
 from alphagate.core import acceptance
 from alphagate.core.model import AcceptanceSample
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import Scenario
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import Scenario
 
 SCRAPE = 30.0
 WINDOW_SCRAPES = 10

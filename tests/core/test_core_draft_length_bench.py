@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from alphagate.bench import __main__ as runner
-from alphagate.bench import draft_length as bench
+from alphagate_lab.bench import __main__ as runner
+from alphagate_lab.bench import draft_length as bench
 
 
 def test_quick_run_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:

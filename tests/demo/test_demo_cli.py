@@ -11,10 +11,10 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from alphagate.commands import demo as demo_command
 from alphagate.config import parse
-from alphagate.sandbox import demo as sandbox_demo
-from alphagate.sim import parse_scenario
+from alphagate_lab.commands import demo as demo_command
+from alphagate_lab.sandbox import demo as sandbox_demo
+from alphagate_lab.sim import parse_scenario
 
 runner = CliRunner()
 

@@ -24,7 +24,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from alphagate.commands import demo as demo_command
+from alphagate_lab.commands import demo as demo_command
 
 pytestmark = pytest.mark.slow
 

@@ -20,11 +20,11 @@ from kubernetes import client
 from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory
 from alphagate.kube.actuator import Actuator
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
-from alphagate.sandbox.kubelet import HASH_LABEL, KubeletRunner
-from alphagate.sandbox.pod_objects import PORT_ANNOTATION
-from alphagate.sandbox.pod_runtime import PodRuntime, SimRuntime
-from alphagate.sim import Fleet, SimServer, parse_scenario
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sandbox.kubelet import HASH_LABEL, KubeletRunner
+from alphagate_lab.sandbox.pod_objects import PORT_ANNOTATION
+from alphagate_lab.sandbox.pod_runtime import PodRuntime, SimRuntime
+from alphagate_lab.sim import Fleet, SimServer, parse_scenario
 
 NS = "demo"
 LOAD = 10.0

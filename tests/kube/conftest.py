@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from alphagate.kube.client import Kube
-from alphagate.sandbox.apiserver import ApiServer, Rbac
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import kube_support`
 

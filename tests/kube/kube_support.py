@@ -15,7 +15,7 @@ from alphagate import vllm
 from alphagate.config import GROUP, VERSION, SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation, Role
 from alphagate.kube import args as argsmod
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 NS = "llm"
 K = 4

@@ -20,7 +20,7 @@ from alphagate.kube.actuator import (
 )
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, RolloutCompleter
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, RolloutCompleter
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 BASE_ARGS = ["--model", "/m", "--port", "8000"]

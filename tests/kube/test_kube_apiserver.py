@@ -13,7 +13,7 @@ from kubernetes import client, watch
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.crd import build_crd
-from alphagate.sandbox.apiserver import (
+from alphagate_lab.sandbox.apiserver import (
     ApiServer,
     DeploymentTemplate,
     Rbac,

@@ -23,7 +23,7 @@ from alphagate.kube.status import (
     rfc3339,
     set_condition,
 )
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 runner = CliRunner()
 NOW = 1_800_000_000.0

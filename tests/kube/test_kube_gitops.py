@@ -20,7 +20,7 @@ from alphagate.kube import ownership
 from alphagate.kube.actuator import ANN_SPECULATION, Actuator, deployment_state
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 BASE_ARGS = ["--model", "/m", "--port", "8000"]

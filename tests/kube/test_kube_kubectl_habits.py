@@ -21,7 +21,7 @@ from alphagate.cli import app
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import default_namespace
 from alphagate.kube.status import CanaryStatus, rfc3339
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 runner = CliRunner()
 

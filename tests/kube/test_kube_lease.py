@@ -9,7 +9,7 @@ import pytest
 
 from alphagate.kube.client import Kube
 from alphagate.kube.lease import LeaderElector
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 if TYPE_CHECKING:
     from conftest import WaitFor

@@ -22,15 +22,15 @@ from alphagate.core.model import CheckKind, Evaluation, Verdict
 from alphagate.errors import SourceErrorKind
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
-from alphagate.sandbox.apiserver.deployments import deployment_status
 from alphagate.shell.reconciler import Outcome, Reconciler
 from alphagate.shell.reporting import NullRecorder
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 from alphagate.sources.prometheus import PrometheusSource
-from alphagate.testing.prometheus import PrometheusServer, available
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
+from alphagate_lab.sandbox.apiserver.deployments import deployment_status
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.server import SimServer
+from alphagate_lab.testing.prometheus import PrometheusServer, available
 from fleets import per_slice_fleet
 
 pytestmark = [

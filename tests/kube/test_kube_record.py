@@ -16,7 +16,7 @@ from alphagate.kube.actuator import ANN_MEMORY, ANN_OWNER, ANN_RECORD, Actuator,
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate.kube.record import Origin, resume, written
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 REF = DeploymentRef(name="canary", container="vllm")

@@ -23,7 +23,7 @@ from alphagate.kube.actuator import (
 )
 from alphagate.kube.client import Kube
 from alphagate.kube.workload import workload_state
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 BASE_ARGS = ["--model", "/m", "--port", "8000"]

@@ -15,9 +15,9 @@ import pytest
 from kube_support import BASE_ARGS, NS, FakeSource, canary_cr, speculating
 
 from alphagate.kube.client import Kube
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.shell.reconciler import Outcome
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 
 if TYPE_CHECKING:
     from conftest import WaitFor

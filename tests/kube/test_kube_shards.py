@@ -13,7 +13,7 @@ import pytest
 
 from alphagate.kube.client import Kube
 from alphagate.kube.shards import ShardLeases, assignment, shard_of
-from alphagate.sandbox.apiserver import ApiServer, Rbac
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
 if TYPE_CHECKING:
     from conftest import WaitFor

@@ -16,11 +16,11 @@ from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate.shell.reconciler import Reconciler
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import Scenario, SliceSpec
-from alphagate.sim.server import SimServer
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import Scenario, SliceSpec
+from alphagate_lab.sim.server import SimServer
 
 if TYPE_CHECKING:
     from conftest import WaitFor

@@ -41,7 +41,7 @@ from alphagate.kube.status import (
     set_condition,
     slice_evidence,
 )
-from alphagate.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 NOW = 1_800_000_000.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alphagate.planning.memory import (
+from alphagate_lab.planning.memory import (
     ARCHS,
     GB,
     DraftKind,

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from alphagate import config, vllm
 from alphagate.cli import app
 from alphagate.errors import PolicyError
-from alphagate.planning.plan import PlanInput, build, slug
-from alphagate.planning.queries import queries
-from alphagate.planning.render import render
-from alphagate.planning.slices import SliceSpec
+from alphagate_lab.planning.plan import PlanInput, build, slug
+from alphagate_lab.planning.queries import queries
+from alphagate_lab.planning.render import render
+from alphagate_lab.planning.slices import SliceSpec
 
 runner = CliRunner()
 BASE = [

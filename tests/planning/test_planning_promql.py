@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from alphagate import vllm
-from alphagate.planning.queries import queries
+from alphagate_lab.planning.queries import queries
 
 pytestmark = pytest.mark.prometheus
 LABELS = 'namespace="llm",app="m",slice="chat",track="canary"'

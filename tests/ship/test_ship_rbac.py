@@ -16,11 +16,11 @@ import pytest
 import ship_support as ship
 
 from alphagate.config import API_VERSION, KIND
-from alphagate.sandbox.apiserver import ApiServer, ArgoRolloutTemplate, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import parse_scenario
-from alphagate.sim.server import SimServer
+from alphagate_lab.sandbox.apiserver import ApiServer, ArgoRolloutTemplate, DeploymentTemplate, Rbac
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import parse_scenario
+from alphagate_lab.sim.server import SimServer
 
 if TYPE_CHECKING:
     from conftest import WaitFor

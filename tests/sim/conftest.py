@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from alphagate.sim.scenario import Scenario, load_scenario
+from alphagate_lab.sim.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_CAPTURE = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"

@@ -15,8 +15,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from alphagate.commands import sim as sim_command
-from alphagate.sim.recording import read_recording
+from alphagate_lab.commands import sim as sim_command
+from alphagate_lab.sim.recording import read_recording
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate import vllm
-from alphagate.sim.decode import Load
-from alphagate.sim.exposition import render
-from alphagate.sim.pod import PodSnapshot, PodSpec, SimPod, spec_args
+from alphagate_lab.sim.decode import Load
+from alphagate_lab.sim.exposition import render
+from alphagate_lab.sim.pod import PodSnapshot, PodSpec, SimPod, spec_args
 
 EAGLE = {"method": "eagle3", "model": "x/EAGLE3", "num_speculative_tokens": 4}
 

@@ -10,9 +10,9 @@ import pytest
 
 from alphagate import vllm
 from alphagate.errors import ScenarioError
-from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.pod import PodSpec, parse_speculative_args, spec_args
-from alphagate.sim.scenario import Scenario, parse_scenario
+from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
+from alphagate_lab.sim.pod import PodSpec, parse_speculative_args, spec_args
+from alphagate_lab.sim.scenario import Scenario, parse_scenario
 
 
 def _alpha(a: FleetSnapshot, b: FleetSnapshot, role: str = "canary") -> float:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from alphagate import vllm
-from alphagate.sim.acceptance import AcceptanceTable
-from alphagate.sim.counters import EngineCounters
-from alphagate.sim.decode import DecodeParams, Load, step_time
-from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.model import Engine
-from alphagate.sim.scenario import load_scenario
+from alphagate_lab.sim.acceptance import AcceptanceTable
+from alphagate_lab.sim.counters import EngineCounters
+from alphagate_lab.sim.decode import DecodeParams, Load, step_time
+from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
+from alphagate_lab.sim.model import Engine
+from alphagate_lab.sim.scenario import load_scenario
 
 
 @pytest.mark.parametrize("k", [1, 3, 5, 8])

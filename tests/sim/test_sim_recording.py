@@ -8,10 +8,10 @@ import pytest
 
 from alphagate import vllm
 from alphagate.errors import ScenarioError
-from alphagate.sim.exposition import render
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.recording import iter_recording, read_recording, record
-from alphagate.sim.scenario import Scenario
+from alphagate_lab.sim.exposition import render
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.recording import iter_recording, read_recording, record
+from alphagate_lab.sim.scenario import Scenario
 
 
 def test_round_trip(steady_chat: Scenario, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from alphagate.errors import ScenarioError
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import load_scenario, parse_duration
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import load_scenario, parse_duration
 
 SHIPPED = ["steady-chat", "chat-to-code", "p99-regression", "low-traffic", "noisy-pods", "demo"]
 

@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate import vllm
 from alphagate.errors import SandboxError
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.pod import PodSpec, spec_args
-from alphagate.sim.scenario import Scenario, parse_scenario
-from alphagate.sim.server import SimServer
-from alphagate.testing import prometheus
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.pod import PodSpec, spec_args
+from alphagate_lab.sim.scenario import Scenario, parse_scenario
+from alphagate_lab.sim.server import SimServer
+from alphagate_lab.testing import prometheus
 
 
 class ManualClock:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from alphagate import vllm
-from alphagate.sim.acceptance import draw_request_alpha
-from alphagate.sim.counters import EngineCounters
-from alphagate.sim.decode import DecodeParams, Load, Stalls, output_lengths
-from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.model import Engine
-from alphagate.sim.pod import PodSnapshot
-from alphagate.sim.scenario import parse_scenario
+from alphagate_lab.sim.acceptance import draw_request_alpha
+from alphagate_lab.sim.counters import EngineCounters
+from alphagate_lab.sim.decode import DecodeParams, Load, Stalls, output_lengths
+from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
+from alphagate_lab.sim.model import Engine
+from alphagate_lab.sim.pod import PodSnapshot
+from alphagate_lab.sim.scenario import parse_scenario
 
 #: The n-gram capture in tests/sources/data (K = 4): per_pos / drafts by position.
 CAPTURE_RATES = (49 / 277, 17 / 277, 16 / 277, 14 / 277)

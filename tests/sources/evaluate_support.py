@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from alphagate.sim.scenario import Scenario
-from alphagate.sim.server import SimServer
+from alphagate_lab.sim.scenario import Scenario
+from alphagate_lab.sim.server import SimServer
 
 POLICY = """\
 apiVersion: alphagate.io/v1alpha1

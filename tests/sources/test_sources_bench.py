@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from alphagate.bench import __main__ as bench_main
-from alphagate.bench import sources
+from alphagate_lab.bench import __main__ as bench_main
+from alphagate_lab.bench import sources
 
 
 def test_bench_prints_ratios(capsys: pytest.CaptureFixture[str]) -> None:
-    """Run the way `python -m alphagate.bench --quick sources` does: with its QUICK_ARGS."""
+    """Run the way `python -m alphagate_lab.bench --quick sources` does: with its QUICK_ARGS."""
     assert "--pods" in sources.QUICK_ARGS and "--repeat" in sources.QUICK_ARGS
     assert bench_main.main(["--quick", "sources"]) == 0
     out = capsys.readouterr().out

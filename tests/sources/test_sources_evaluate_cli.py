@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from alphagate.cli import app
 from alphagate.commands.evaluate import load_policy
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.scenario import Scenario
-from alphagate.sim.server import SimServer
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import Scenario
+from alphagate_lab.sim.server import SimServer
 
 runner = CliRunner()
 

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from alphagate.bench import fleet, fleet_cycle
-from alphagate.sandbox.pageserver import Pages
 from alphagate.sources import exposition
-from alphagate.testing import prometheus as promtest
+from alphagate_lab.bench import fleet, fleet_cycle
+from alphagate_lab.sandbox.pageserver import Pages
+from alphagate_lab.testing import prometheus as promtest
 
 pytestmark = [pytest.mark.slow]
 

@@ -16,10 +16,10 @@ from scrape_pods import Clock, FakePod, static
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
-from alphagate.sandbox.apiserver import Rbac
 from alphagate.sources.common import PoolRef
 from alphagate.sources.discovery import KubeDiscovery
 from alphagate.sources.scrape import ScrapeSource, read_page
+from alphagate_lab.sandbox.apiserver import Rbac
 from specs import SOURCE_SPEC, spec_from
 
 
@@ -328,7 +328,7 @@ def test_kube_discovery_through_the_api_server_double(
 ) -> None:
     from kubernetes import client
 
-    from alphagate.sandbox.apiserver import ApiServer
+    from alphagate_lab.sandbox.apiserver import ApiServer
 
     c1, c2, b1 = FakePod("c1"), FakePod("c2"), FakePod("b1", speculating=False)
     pods += [c1, c2, b1]
@@ -370,7 +370,7 @@ def test_kube_discovery_through_the_api_server_double(
 def test_kube_discovery_failure_is_classified() -> None:
     from kubernetes import client
 
-    from alphagate.sandbox.apiserver import ApiServer, Rbac
+    from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
     with ApiServer(rbac=Rbac()) as api:  # allows nothing: 403 on list pods
         core = client.CoreV1Api(client.ApiClient(api.configuration()))

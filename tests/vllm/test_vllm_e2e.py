@@ -3,7 +3,7 @@ probe brings it back when the traffic improves.
 
 Real parts: two vLLM CPU servers (tools/vllm: a tiny model, n-gram drafts with K=4) run as the
 pods of a baseline and a canary Deployment by the sandbox kubelet runner through
-:class:`~alphagate.sandbox.vllm_runtime.VllmRuntime`; Debian's Prometheus scrapes them every
+:class:`~alphagate_lab.sandbox.vllm_runtime.VllmRuntime`; Debian's Prometheus scrapes them every
 second through file SD; the API server double holds the Deployments and a SpeculativeCanary;
 `alphagate run`'s controller (the real reconciler, actuator and status writer over the real
 `kubernetes` client) decides and patches; the runner restarts the canary's vLLM process with
@@ -46,17 +46,17 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.kube.crd import build_crd
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
-from alphagate.sandbox.kubelet import KubeletEvent, KubeletRunner
-from alphagate.sandbox.load import Mix
-from alphagate.sandbox.vllm_runtime import (
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.sandbox.kubelet import KubeletEvent, KubeletRunner
+from alphagate_lab.sandbox.load import Mix
+from alphagate_lab.sandbox.vllm_runtime import (
     SPEC_PREFIX,
     VllmIncarnation,
     VllmRuntime,
     has_flag,
     scrape_metrics,
 )
-from alphagate.sandbox.vllm_server import vllm_unavailable_reason
+from alphagate_lab.sandbox.vllm_server import vllm_unavailable_reason
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import vllm_e2e_support`
 
@@ -204,7 +204,7 @@ def _require_vllm() -> None:
 
 
 def _require_prometheus() -> None:
-    from alphagate.testing import prometheus
+    from alphagate_lab.testing import prometheus
 
     if prometheus.available():
         return
@@ -297,9 +297,9 @@ class Decisions:
 def start_controller(api: ApiServer, decisions: Decisions, prometheus_url: str) -> Any:
     """`alphagate run` in this process, its reconciler reporting every evaluation; the test's
     Prometheus is the controller's endpoint `default` (as `--prometheus-url` makes it)."""
-    from alphagate.sandbox.vllm_server import free_port
     from alphagate.shell.controller import Controller, RunOptions
     from alphagate.sources.endpoints import SourcesConfig
+    from alphagate_lab.sandbox.vllm_server import free_port
 
     opts = RunOptions(
         server=api.url,
@@ -398,7 +398,7 @@ def test_vllm_e2e_rollback_on_real_alpha_and_probe_back(
 ) -> None:
     _require_vllm()
     _require_prometheus()
-    from alphagate.testing.prometheus import PrometheusServer
+    from alphagate_lab.testing.prometheus import PrometheusServer
 
     timeline = Timeline()
     decisions = Decisions(timeline)

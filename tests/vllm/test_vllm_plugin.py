@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from alphagate.sandbox.vllm_server import vllm_python, vllm_unavailable_reason
+from alphagate_lab.sandbox.vllm_server import vllm_python, vllm_unavailable_reason
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alphagate.sandbox.load import Mix, run_load
-from alphagate.sandbox.vllm_server import (
+from alphagate_lab.sandbox.load import Mix, run_load
+from alphagate_lab.sandbox.vllm_server import (
     VllmServer,
     free_port,
     vllm_unavailable_reason,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.load import DEFAULT_TEMPERATURE, Mix, prompt_for, run_load
-from alphagate.sandbox.vllm_server import (
+from alphagate_lab.sandbox.load import DEFAULT_TEMPERATURE, Mix, prompt_for, run_load
+from alphagate_lab.sandbox.vllm_server import (
     DEFAULT_EXTRA_ARGS,
     VllmServer,
     free_port,

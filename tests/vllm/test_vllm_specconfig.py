@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from alphagate import specconfig as sc
-from alphagate.sandbox.vllm_server import vllm_python, vllm_unavailable_reason
+from alphagate_lab.sandbox.vllm_server import vllm_python, vllm_unavailable_reason
 
 K = "num_speculative_tokens"
 

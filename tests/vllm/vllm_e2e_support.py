@@ -2,7 +2,7 @@
 the canary's own counters, a timeline printed for CI logs, and a stand-in vLLM home.
 
 The traffic driver and the sampler find the current pod of a Deployment through the
-:class:`~alphagate.sandbox.vllm_runtime.VllmRuntime`, so they keep working across the restarts
+:class:`~alphagate_lab.sandbox.vllm_runtime.VllmRuntime`, so they keep working across the restarts
 the controller causes. Every loop here is bounded by a stop event and a hard deadline.
 """
 
@@ -18,8 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.load import LoadResult, Mix, run_load
-from alphagate.sandbox.vllm_runtime import MetricsPage, VllmRuntime, alpha_between, scrape_metrics
+from alphagate_lab.sandbox.load import LoadResult, Mix, run_load
+from alphagate_lab.sandbox.vllm_runtime import (
+    MetricsPage,
+    VllmRuntime,
+    alpha_between,
+    scrape_metrics,
+)
 
 # ---------------------------------------------------------------- timeline
 

@@ -7,7 +7,7 @@ and never touches the other lines in Python. Every pod of a model serves the sam
 same order: a page of a new shape is read line by line with every check, and a shape seen twice
 is kept (:mod:`alphagate.sources.page_shape`), so a later page of that shape only has its values
 converted. Together that is ~70x ``prometheus_client`` on the real capture (see
-``alphagate.bench.fleet``). A page without any of our lines (an HTML error page served with
+``alphagate_lab.bench.fleet``). A page without any of our lines (an HTML error page served with
 200, garbage) gets the full line-by-line check, so it is an error naming its line, never an
 empty page. :func:`parse_with_client` reads the same page through ``prometheus_client.parser``
 and gives the same :class:`Page`: it is the reference the fast path is tested against.

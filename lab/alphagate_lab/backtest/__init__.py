@@ -4,10 +4,10 @@
 through the pod-scrape source's own increment logic and scores the decisions against the
 recorded truth (detection delay, false flips); ``run_range(spec, source, start=, end=)`` steps
 a metrics source such as Prometheus over a historical range. ``alphagate backtest`` is the
-command line over both (``alphagate.commands.backtest``).
+command line over both (``alphagate_lab.commands.backtest``).
 """
 
-from alphagate.backtest.engine import (
+from alphagate_lab.backtest.engine import (
     DISCLAIMER,
     BacktestResult,
     Options,
@@ -17,7 +17,7 @@ from alphagate.backtest.engine import (
     run_recording,
     units_of,
 )
-from alphagate.backtest.truth import Episode, FalseFlip, Score, TruthSample
+from alphagate_lab.backtest.truth import Episode, FalseFlip, Score, TruthSample
 
 __all__ = [
     "DISCLAIMER",

@@ -15,7 +15,7 @@ restarts -- is what was recorded. The result answers "what would this policy hav
 this traffic", not "what would the fleet have done under this policy".
 
 Two drivers share :class:`UnitReplay`: :func:`run_recording` streams a simulator recording
-(through :class:`~alphagate.backtest.recorded.RecordingSource`, the pod-scrape source fed from
+(through :class:`~alphagate_lab.backtest.recorded.RecordingSource`, the pod-scrape source fed from
 snapshots, and scores the decisions against the recorded truth), and :func:`run_range` steps a
 `Source` such as the Prometheus source over a historical range.
 """
@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from alphagate.backtest import truth as truth_mod
-from alphagate.backtest.recorded import (
+from alphagate.config import Aggregation, SpeculativeCanarySpec
+from alphagate.core import machine
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
+from alphagate.errors import ScenarioError
+from alphagate.sources import Source
+from alphagate_lab.backtest import truth as truth_mod
+from alphagate_lab.backtest.recorded import (
     PageCache,
     PoolMembers,
     RecordingSource,
@@ -38,16 +44,10 @@ from alphagate.backtest.recorded import (
     header_label_sets,
     members,
 )
-from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import machine
-from alphagate.core.evaluate import evaluate
-from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
-from alphagate.errors import ScenarioError
-from alphagate.report import Point
-from alphagate.report import point as report_point
-from alphagate.sim.fleet import FleetEvent, FleetSnapshot
-from alphagate.sim.recording import iter_recording
-from alphagate.sources import Source
+from alphagate_lab.report import Point
+from alphagate_lab.report import point as report_point
+from alphagate_lab.sim.fleet import FleetEvent, FleetSnapshot
+from alphagate_lab.sim.recording import iter_recording
 
 _EPS: Final = 1e-6
 MAX_EVALUATIONS: Final = 1_000_000
@@ -226,7 +226,7 @@ class BacktestResult:
         return f"Backtest of {self.policy}{unit_part} on {what}"
 
     def to_json(self) -> dict[str, Any]:
-        from alphagate.report import summary
+        from alphagate_lab.report import summary
 
         units = []
         for u in self.units:

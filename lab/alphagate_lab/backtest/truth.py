@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from alphagate.core.model import Action
-from alphagate.report import Point
-from alphagate.sim.truth import PodTruth, Truth
+from alphagate_lab.report import Point
+from alphagate_lab.sim.truth import PodTruth, Truth
 
 _EPS = 1e-9
 

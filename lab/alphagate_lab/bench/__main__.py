@@ -1,4 +1,4 @@
-"""`python -m alphagate.bench [--quick] [MODULE ...]`: run every benchmark module, then a table.
+"""`python -m alphagate_lab.bench [--quick] [MODULE ...]`: run every benchmark module, then a table.
 
 Each module in this package with a ``main(argv)`` is a benchmark; it prints its own numbers
 and ratios. ``--quick`` runs each module with the arguments in its ``QUICK_ARGS`` (smaller
@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-import alphagate.bench as package
+import alphagate_lab.bench as package
 
 
 def modules() -> list[str]:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark modules {unknown}; known: {modules()}")
     results = []
     for name in names:
-        print(f"=== alphagate.bench.{name}", flush=True)
+        print(f"=== alphagate_lab.bench.{name}", flush=True)
         results.append((name, *run(name, quick=args.quick)))
         print(flush=True)
     print(f"{'benchmark':<16} {'status':<8} {'wall s':>8}  detail")

@@ -1,6 +1,6 @@
 """Benchmark: the decision core's throughput and a day-long backtest's time and memory.
 
-Run ``python -m alphagate.bench.core [--hours 24] [--repeat 7] [--rounds 3] [--quick]``. It
+Run ``python -m alphagate_lab.bench.core [--hours 24] [--repeat 7] [--rounds 3] [--quick]``. It
 prints numbers and ratios measured side by side in this one run; it asserts nothing about speed.
 
 1. ``core.evaluate`` on realistic observations: a simulated fleet of 2 slices with 8 canary and
@@ -30,22 +30,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from alphagate.backtest import run_recording
-from alphagate.backtest.recorded import RecordingSource, page_of, page_via_text
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import Memory, Observation, Rollout, State
-from alphagate.sim.fleet import Fleet
-from alphagate.sim.pod import PodSnapshot
-from alphagate.sim.recording import iter_recording, read_recording, record
-from alphagate.sim.scenario import Scenario
+from alphagate_lab.backtest import run_recording
+from alphagate_lab.backtest.recorded import RecordingSource, page_of, page_via_text
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.pod import PodSnapshot
+from alphagate_lab.sim.recording import iter_recording, read_recording, record
+from alphagate_lab.sim.scenario import Scenario
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 INTERVAL = 30.0
 WINDOW = 300.0
 PODS = 8
 QUICK_ARGS = ["--quick"]
-"""What `python -m alphagate.bench --quick` passes: a smoke run."""
+"""What `python -m alphagate_lab.bench --quick` passes: a smoke run."""
 EAGLE: dict[str, Any] = {
     "method": "eagle3",
     "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
@@ -195,7 +195,7 @@ def bench_pages(repeat: int, round_seconds: float = 0.2) -> dict[str, float]:
 
 def make_day(path: Path, hours: float) -> tuple[float, float]:
     """A chat-to-code recording `hours` long; returns (wall seconds, simulated seconds)."""
-    from alphagate.sim.scenario import load_scenario
+    from alphagate_lab.sim.scenario import load_scenario
 
     sc = load_scenario(SCENARIOS / "chat-to-code.yaml")
     sc = sc.model_copy(update={"duration": hours * 3600.0})

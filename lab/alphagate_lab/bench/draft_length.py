@@ -1,6 +1,6 @@
 """Draft-length benchmark: regret of on/off alone vs on/off with K tuning, when the best K moves.
 
-`python -m alphagate.bench.draft_length [--seeds N] [--windows N]`
+`python -m alphagate_lab.bench.draft_length [--seeds N] [--windows N]`
 
 Scenarios are sequences of evaluation windows; each window has a true per-position conditional
 acceptance (the traffic mix) and a running batch (which sets the cost of a draft position on the

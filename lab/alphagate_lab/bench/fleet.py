@@ -1,13 +1,13 @@
 """Benchmark: one evaluation cycle over a simulated fleet, side by side with Prometheus.
 
-Run ``python -m alphagate.bench.fleet`` (``--quick`` for a smoke run). In one run it measures:
+Run ``python -m alphagate_lab.bench.fleet`` (``--quick`` for a smoke run). In one run it measures:
 
 * the page parser on the real capture: ``prometheus_client`` (whole page and pre-filtered), the
   fast path (warm, and on the first page of its shape), and ``str.splitlines`` as the ceiling;
 * one evaluation cycle (fetch, parse, aggregate, decide: every canary's pods scraped in one
   wave as the controller does, ``sources.cycle.observe_each``, and the core's ``evaluate`` for
   every canary) over 100, 1,000 and 5,000 pods served by
-  :mod:`alphagate.sandbox.pageserver` (one asyncio process, a loopback port per pod, the real
+  :mod:`alphagate_lab.sandbox.pageserver` (one asyncio process, a loopback port per pod, the real
   capture's page growing each interval), each size in a fresh process: CPU seconds and wall
   time per cycle, peak RSS, bytes read;
 * the same cycle through the Prometheus path (``PrometheusSource`` against Debian's Prometheus
@@ -46,7 +46,8 @@ from typing import Any
 
 import httpx
 
-from alphagate.bench.fleet_cycle import (
+from alphagate.errors import SandboxError
+from alphagate_lab.bench.fleet_cycle import (
     fetch_only,
     proc_cpu,
     run_worker,
@@ -54,12 +55,11 @@ from alphagate.bench.fleet_cycle import (
     try_worker,
     worker,
 )
-from alphagate.bench.fleet_pages import page_costs, parser_ratios
-from alphagate.errors import SandboxError
-from alphagate.sandbox.pageserver import OURS_PATH
+from alphagate_lab.bench.fleet_pages import page_costs, parser_ratios
+from alphagate_lab.sandbox.pageserver import OURS_PATH
 
 QUICK_ARGS = ["--pods", "20,40", "--prometheus-pods", "20", "--interval", "2", "--cycles", "2"]
-"""What `python -m alphagate.bench --quick` passes: 20 and 40 pods (the second through the
+"""What `python -m alphagate_lab.bench --quick` passes: 20 and 40 pods (the second through the
 Prometheus that stores only alphagate's families and records the rates), 2 s interval, two
 cycles."""
 
@@ -133,7 +133,7 @@ class PageServer:
     def __init__(self, page: Path, pods: int, tick_seconds: float) -> None:
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "alphagate.sandbox.pageserver", "--pods", str(pods),
+                sys.executable, "-m", "alphagate_lab.sandbox.pageserver", "--pods", str(pods),
                 "--page", str(page), "--tick-seconds", str(tick_seconds), "--max-seconds", "1800",
             ],
             stdin=subprocess.PIPE,
@@ -207,7 +207,7 @@ def _trimmed_prometheus(
     alphagate reads (/metrics/alphagate) and evaluates the shipped recording rules (scaled to
     the interval). The queries touch the same series as with whole pages; the scraping costs
     the shared machine a tenth. Batched raw queries, then the recorded rates."""
-    from alphagate.testing import prometheus as promtest
+    from alphagate_lab.testing import prometheus as promtest
 
     interval, window = common["interval"], common["window"]
     rules = Path(tempfile.mkdtemp(prefix="alphagate-fleet-")) / "alphagate-batches.yaml"
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--quick", action="store_true", help="the smoke run (QUICK_ARGS)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.quick:  # what docs/benchmarks.md and `python -m alphagate.bench --quick` run
+    if args.quick:  # what docs/benchmarks.md and `python -m alphagate_lab.bench --quick` run
         args = parser.parse_args(
             [*QUICK_ARGS, *(a for a in argv or sys.argv[1:] if a != "--quick")]
         )
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     for name, secs in costs.items():
         print(f"{name:<34} {secs * 1e6:>9.0f} {secs / costs['parse (alphagate)']:>20.2f}")
 
-    from alphagate.testing import prometheus as promtest
+    from alphagate_lab.testing import prometheus as promtest
 
     prom_pods = min(args.prometheus_pods, sizes[-1])
     use_prom = prom_pods > 0 and promtest.available()

@@ -358,7 +358,7 @@ def fetch_only(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _url(cfg: dict[str, Any], i: int) -> str:
     """Pod `i`'s page: ``/metrics`` is plain whatever is asked, as vLLM serves it; ``/metrics/``
-    is gzipped when asked (`alphagate.sandbox.pageserver`)."""
+    is gzipped when asked (`alphagate_lab.sandbox.pageserver`)."""
     return f"http://127.0.0.1:{cfg['ports'][i]}{cfg.get('path', '/metrics')}"
 
 
@@ -377,7 +377,7 @@ def try_worker(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
 def run_worker(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run a worker in a fresh process (so its peak RSS and CPU are its own)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "alphagate.bench.fleet", "--worker"],
+        [sys.executable, "-m", "alphagate_lab.bench.fleet", "--worker"],
         input=json.dumps(cfg),
         capture_output=True,
         text=True,

@@ -1,8 +1,8 @@
-"""`python -m alphagate.bench.load`: one controller, many canaries, a simulated hour.
+"""`python -m alphagate_lab.bench.load`: one controller, many canaries, a simulated hour.
 
 The real `alphagate run` (a child process: its CPU and memory are its own) watches N
 SpeculativeCanaries in the API server double (this process), each with a canary and a baseline
-Deployment and one pod per pool; the pods are served by :mod:`alphagate.sandbox.pageserver`
+Deployment and one pod per pool; the pods are served by :mod:`alphagate_lab.sandbox.pageserver`
 (the real vLLM capture, growing each tick) and found through the API like real pods. Time is
 compressed by `--speed`: a 30 s interval runs every 3 s at speed 10, so a simulated hour takes
 six wall minutes. This process watches the canaries' status and notes when each evaluation
@@ -30,11 +30,11 @@ from typing import Any, Final
 import yaml
 from kubernetes import watch
 
-from alphagate.bench.fleet import PageServer, _machine, _page
-from alphagate.bench.fleet_cycle import CLK_TCK
 from alphagate.config import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from alphagate.kube.client import API_ERRORS, Kube
-from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate_lab.bench.fleet import PageServer, _machine, _page
+from alphagate_lab.bench.fleet_cycle import CLK_TCK
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 NS: Final = "llm"
 QUICK_ARGS: Final = ["--canaries", "10", "--sim-minutes", "5", "--max-minutes", "2"]

@@ -10,7 +10,7 @@ Cases: a real vLLM page; pages at the byte cap made of the lines that cost the p
 own families, each line a new series); at the line cap with tiny lines; a gzip bomb; stacked
 encodings. The caps refuse the last ones while decoding, which is what keeps them small.
 
-    python -m alphagate.bench.memory [--concurrency N] [--case NAME ...]
+    python -m alphagate_lab.bench.memory [--concurrency N] [--case NAME ...]
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def one(case: str, concurrency: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m alphagate.bench.memory")
+    parser = argparse.ArgumentParser(prog="python -m alphagate_lab.bench.memory")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--case", action="append", default=None)
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'case':<24} {'failed pods':>11} {'kinds':<12} {'peak MiB':>9} {'growth MiB':>11}")
     for name in names:
         proc = subprocess.run(
-            [sys.executable, "-m", "alphagate.bench.memory", "--one", name,
+            [sys.executable, "-m", "alphagate_lab.bench.memory", "--one", name,
              "--concurrency", str(args.concurrency)],
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip

@@ -1,7 +1,7 @@
 """Benchmark: parsing a vLLM /metrics page, prometheus_client's parser against ours.
 
-Run ``python -m alphagate.bench.sources [--file PAGE] [--repeat N] [--pods N]``;
-``python -m alphagate.bench --quick`` runs it with ``QUICK_ARGS`` (2 rounds, 20 pods). It times,
+Run ``python -m alphagate_lab.bench.sources [--file PAGE] [--repeat N] [--pods N]``;
+``python -m alphagate_lab.bench --quick`` runs it with ``QUICK_ARGS`` (2 rounds, 20 pods). It times,
 interleaved so the machine's state affects all alike, the three ways to read the families
 alphagate needs:
 ``prometheus_client`` on the whole page, ``prometheus_client`` on pre-filtered lines, and the
@@ -25,7 +25,7 @@ from pathlib import Path
 from alphagate.sources import exposition
 
 QUICK_ARGS = ["--repeat", "2", "--pods", "20"]
-"""What `python -m alphagate.bench --quick` passes: two rounds, a 20-pod scrape."""
+"""What `python -m alphagate_lab.bench --quick` passes: two rounds, a 20-pod scrape."""
 
 CAPTURE = (
     Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
@@ -37,9 +37,9 @@ def _page(path: str | None) -> tuple[str, str]:
         return Path(path).read_text(encoding="utf-8"), path
     if CAPTURE.exists():
         return CAPTURE.read_text(encoding="utf-8"), "real vLLM capture (tests/sources/data)"
-    from alphagate.sim.exposition import render
-    from alphagate.sim.fleet import Fleet
-    from alphagate.sim.scenario import Scenario
+    from alphagate_lab.sim.exposition import render
+    from alphagate_lab.sim.fleet import Fleet
+    from alphagate_lab.sim.scenario import Scenario
 
     scenario = Scenario.model_validate(
         {

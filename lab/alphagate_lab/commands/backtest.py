@@ -33,11 +33,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alphagate import report
-from alphagate.backtest import BacktestResult, Options, UnitResult, run_range, run_recording
 from alphagate.config import SpeculativeCanary
 from alphagate.errors import AlphagateError, PolicyError
-from alphagate.sim.scenario import parse_duration
+from alphagate_lab import report
+from alphagate_lab.backtest import BacktestResult, Options, UnitResult, run_range, run_recording
+from alphagate_lab.sim.scenario import parse_duration
 
 WIDE = 150
 """Table width when the output is not a terminal (files, pipes): reasons stay readable."""

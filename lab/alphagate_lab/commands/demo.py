@@ -1,6 +1,6 @@
 """`alphagate demo`: a newcomer's first command, with a live view of the controller at work.
 
-Everything runs on 127.0.0.1 (see `alphagate.sandbox.demo`): a simulated fleet with two
+Everything runs on 127.0.0.1 (see `alphagate_lab.sandbox.demo`): a simulated fleet with two
 traffic slices, the API server double with the Deployments and a SpeculativeCanary, a local
 kubelet, Prometheus when installed (pod scraping otherwise) and the controller in enforce
 mode. The terminal shows alpha per slice with its interval, the gate, the state, the latency
@@ -31,8 +31,8 @@ from rich.text import Text
 
 from alphagate.core.model import CheckKind
 from alphagate.errors import AlphagateError
-from alphagate.report import quantile_name
-from alphagate.sandbox.demo import (
+from alphagate_lab.report import quantile_name
+from alphagate_lab.sandbox.demo import (
     DEFAULT_OUT,
     Decision,
     Demo,
@@ -44,7 +44,7 @@ from alphagate.sandbox.demo import (
     logging_to,
     why_text,
 )
-from alphagate.sim.scenario import parse_duration
+from alphagate_lab.sim.scenario import parse_duration
 
 DEFAULT_SPEED = 1.5
 STATE_STYLE = {

@@ -11,7 +11,7 @@ import json
 
 import typer
 
-from alphagate.planning import memory as mem
+from alphagate_lab.planning import memory as mem
 
 
 def parse_overrides(items: list[str] | None, option: str) -> dict[str, str]:

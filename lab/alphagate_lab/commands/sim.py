@@ -6,7 +6,7 @@ keeps a Prometheus file-SD target list up to date. ``POST /sim/args`` on a pod's
 changes its config like a restart. Ctrl-C stops it cleanly.
 
 Fast (``--fast``): the same fleet in-process, thousands of times faster than real time;
-``--record PATH`` writes a JSONL recording (see alphagate.sim.recording), otherwise a
+``--record PATH`` writes a JSONL recording (see alphagate_lab.sim.recording), otherwise a
 per-pod summary is printed.
 """
 
@@ -22,10 +22,10 @@ import typer
 
 from alphagate import vllm
 from alphagate.errors import AlphagateError
-from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot
-from alphagate.sim.recording import RecordingWriter
-from alphagate.sim.scenario import load_scenario, parse_duration
-from alphagate.sim.server import SimServer
+from alphagate_lab.sim.fleet import Fleet, FleetEvent, FleetSnapshot
+from alphagate_lab.sim.recording import RecordingWriter
+from alphagate_lab.sim.scenario import load_scenario, parse_duration
+from alphagate_lab.sim.server import SimServer
 
 #: Fast mode ticks at most this long (simulated seconds): one tick per usual scrape interval.
 FAST_TICK = 15.0

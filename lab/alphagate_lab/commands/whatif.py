@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from alphagate.commands import memory as memory_cli
 from alphagate.core.speedup import (
     DEFAULT_RIDGE_TOKENS,
     alpha_for,
@@ -30,8 +29,9 @@ from alphagate.core.speedup import (
     speedup_at,
     tokens_per_pass,
 )
-from alphagate.planning import decode_sim
-from alphagate.planning.slices import SliceSpec, mix_alpha, parse_mix
+from alphagate_lab.commands import memory as memory_cli
+from alphagate_lab.planning import decode_sim
+from alphagate_lab.planning.slices import SliceSpec, mix_alpha, parse_mix
 
 OVERHEADS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 

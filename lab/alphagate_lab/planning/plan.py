@@ -27,8 +27,8 @@ from alphagate.core.speedup import (
     speedup_at,
 )
 from alphagate.core.suitability import Condition, Workload, assess
-from alphagate.planning import memory as mem
-from alphagate.planning.slices import SliceSpec, mix_alpha
+from alphagate_lab.planning import memory as mem
+from alphagate_lab.planning.slices import SliceSpec, mix_alpha
 
 DEFAULT_PROMETHEUS_ENDPOINT: Final = "default"
 SHORT_OUTPUT_TOKENS: Final = 50

@@ -7,9 +7,9 @@ import json
 
 from alphagate import config, vllm
 from alphagate.core.speedup import alpha_for_at, speedup_at
-from alphagate.planning import memory as mem
-from alphagate.planning.plan import Plan, slug
-from alphagate.planning.queries import WINDOW, queries, selector
+from alphagate_lab.planning import memory as mem
+from alphagate_lab.planning.plan import Plan, slug
+from alphagate_lab.planning.queries import WINDOW, queries, selector
 
 
 def _fmt(value: float | None, spec: str = ".2f", none: str = "unreachable") -> str:

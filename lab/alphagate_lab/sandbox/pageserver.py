@@ -17,7 +17,7 @@ prometheus-fastapi-instrumentator route, ``should_gzip`` off) is always plain, w
 is gzipped when asked. Requests and bytes are tallied per client kind (``prometheus`` by its
 User-Agent, ``other``); ``GET /stats`` on the control port returns the tallies as JSON.
 
-Run as ``python -m alphagate.sandbox.pageserver --pods N --page FILE``: it prints one JSON line
+Run as ``python -m alphagate_lab.sandbox.pageserver --pods N --page FILE``: it prints one JSON line
 (``{"control": port, "ports": [...]}``) and serves until its stdin closes or ``--max-seconds``.
 Binds 127.0.0.1 only.
 """

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from alphagate.sandbox.apiserver import now_rfc3339
-from alphagate.sandbox.pod_runtime import PodLaunch
+from alphagate_lab.sandbox.apiserver import now_rfc3339
+from alphagate_lab.sandbox.pod_runtime import PodLaunch
 
 HOST: Final = "127.0.0.1"
 PORT_ANNOTATION: Final = "prometheus.io/port"

@@ -28,7 +28,7 @@ class PodLaunch:
 @runtime_checkable
 class PodRuntime(Protocol):
     """Runs pod containers on 127.0.0.1. Implementations: :class:`SimRuntime` here; a real
-    vLLM runtime (``alphagate.sandbox.vllm_server.VllmServer`` per pod) fits the same shape."""
+    vLLM runtime (``alphagate_lab.sandbox.vllm_server.VllmServer`` per pod) fits the same shape."""
 
     def start(self, pod: PodLaunch) -> int:
         """Start the container (returns at once, loading may go on); return its port.
@@ -56,7 +56,7 @@ class PodRuntime(Protocol):
 
 
 class SimRuntime:
-    """Pods as simulated vLLM engines served by a :class:`~alphagate.sim.SimServer`.
+    """Pods as simulated vLLM engines served by a :class:`~alphagate_lab.sim.SimServer`.
 
     ``role`` and ``slice`` come from the pod labels; per-Deployment settings (load time,
     latency scale, alpha offset, decode model) from the scenario's pool of the same name.
@@ -69,7 +69,7 @@ class SimRuntime:
         self._pools = {p.name: p for p in server.fleet.scenario.pools}
 
     def start(self, pod: PodLaunch) -> int:
-        from alphagate.sim import PodSpec
+        from alphagate_lab.sim import PodSpec
 
         role = pod.labels.get(self.label_role)
         slice_name = pod.labels.get(self.label_slice)

@@ -1,8 +1,8 @@
 """A pod runtime for the kubelet runner that runs every pod as a real vLLM CPU server.
 
-:class:`~alphagate.sandbox.kubelet.KubeletRunner` turns Deployments into pods through a
-:class:`~alphagate.sandbox.pod_runtime.PodRuntime`. This one maps a pod's container args onto a
-:class:`~alphagate.sandbox.vllm_server.VllmServer` (`VllmServer.from_args`: the sandbox owns
+:class:`~alphagate_lab.sandbox.kubelet.KubeletRunner` turns Deployments into pods through a
+:class:`~alphagate_lab.sandbox.pod_runtime.PodRuntime`. This one maps a pod's container args onto a
+:class:`~alphagate_lab.sandbox.vllm_server.VllmServer` (`VllmServer.from_args`: the sandbox owns
 host, port and model; ``--served-model-name``, ``--speculative-config`` and every other flag
 come from the Deployment), so when the actuator patches ``--speculative-config`` the runner
 stops the old vLLM process and starts a new one with the new argv, exactly as a real kubelet
@@ -38,8 +38,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.pod_runtime import PodLaunch
-from alphagate.sandbox.vllm_server import HOST, VllmServer, pick_port
+from alphagate_lab.sandbox.pod_runtime import PodLaunch
+from alphagate_lab.sandbox.vllm_server import HOST, VllmServer, pick_port
 
 SPEC_PREFIX: Final = "vllm:spec_decode"
 

@@ -15,10 +15,10 @@ Traffic is per request (own acceptance, log-normal lengths), pods stall now and 
 timeline events may ramp; ``scenarios/README.md`` documents the fields and their defaults.
 """
 
-from alphagate.sim.decode import DecodeParams, Load
-from alphagate.sim.exposition import render
-from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot
-from alphagate.sim.pod import (
+from alphagate_lab.sim.decode import DecodeParams, Load
+from alphagate_lab.sim.exposition import render
+from alphagate_lab.sim.fleet import Fleet, FleetEvent, FleetSnapshot
+from alphagate_lab.sim.pod import (
     PodSnapshot,
     PodSpec,
     SimPod,
@@ -26,10 +26,10 @@ from alphagate.sim.pod import (
     parse_speculative_args,
     spec_args,
 )
-from alphagate.sim.recording import Recording, RecordingWriter, read_recording, record
-from alphagate.sim.scenario import Scenario, load_scenario, parse_scenario
-from alphagate.sim.server import SimServer
-from alphagate.sim.truth import PodTruth, SliceTruth, Truth
+from alphagate_lab.sim.recording import Recording, RecordingWriter, read_recording, record
+from alphagate_lab.sim.scenario import Scenario, load_scenario, parse_scenario
+from alphagate_lab.sim.server import SimServer
+from alphagate_lab.sim.truth import PodTruth, SliceTruth, Truth
 
 __all__ = [
     "DecodeParams",

@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Sample
 
 from alphagate import vllm
-from alphagate.sim.pod import PodSnapshot
+from alphagate_lab.sim.pod import PodSnapshot
 
 __all__ = ["CONTENT_TYPE", "SnapshotCollector", "render"]
 

@@ -8,7 +8,7 @@ time the pages show. Nothing reads a clock, so a run is a pure function of the s
 seed and the calls made: the same seed gives the same snapshots, byte for byte.
 
 Used three ways: ``Fleet.run()`` for fast backtests and benchmarks (thousands of times
-faster than real time), ``alphagate.sim.server`` for the real-time face, and a local kubelet
+faster than real time), ``alphagate_lab.sim.server`` for the real-time face, and a local kubelet
 that creates and deletes pods itself (``add_pod``/``remove_pod``/``apply_args``).
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from alphagate.errors import ScenarioError
-from alphagate.sim.decode import Load
-from alphagate.sim.pod import (
+from alphagate_lab.sim.decode import Load
+from alphagate_lab.sim.pod import (
     PodSnapshot,
     PodSpec,
     Role,
@@ -32,8 +32,8 @@ from alphagate.sim.pod import (
     parse_speculative_args,
     spec_args,
 )
-from alphagate.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
-from alphagate.sim.truth import PodTruth, SliceTruth, Truth
+from alphagate_lab.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
+from alphagate_lab.sim.truth import PodTruth, SliceTruth, Truth
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ there because the controller's decisions depend on it:
 * **Requests in flight.** The engine tracks every running request: its own acceptance, its
   output length and what is left of it, when it arrived and when its first token came. A
   request keeps its acceptance for its whole life (drawn at admission around the pod's
-  alpha, see :mod:`alphagate.sim.acceptance`), and output lengths are log-normal (a median
+  alpha, see :mod:`alphagate_lab.sim.acceptance`), and output lengths are log-normal (a median
   and a long tail, capped at ``max_output_tokens``), so a long request spans many scrapes and
   carries its acceptance from one window into the next, as in real traffic.
 * **Step time.** One engine step verifies every running request once. A forward pass costs a
@@ -51,12 +51,19 @@ import numpy as np
 import numpy.typing as npt
 
 from alphagate import vllm
-from alphagate.sim.acceptance import (
+from alphagate_lab.sim.acceptance import (
     acceptance_table,
     draw_request_alpha,
 )
-from alphagate.sim.counters import EngineCounters
-from alphagate.sim.decode import DecodeParams, Load, Stalls, TickTruth, output_lengths, step_time
+from alphagate_lab.sim.counters import EngineCounters
+from alphagate_lab.sim.decode import (
+    DecodeParams,
+    Load,
+    Stalls,
+    TickTruth,
+    output_lengths,
+    step_time,
+)
 
 __all__ = ["Engine"]
 

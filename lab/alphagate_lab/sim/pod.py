@@ -21,9 +21,9 @@ import numpy as np
 
 from alphagate import vllm
 from alphagate.errors import ScenarioError
-from alphagate.sim.counters import EngineCounters
-from alphagate.sim.decode import DecodeParams, Load, Stalls, TickTruth
-from alphagate.sim.model import Engine
+from alphagate_lab.sim.counters import EngineCounters
+from alphagate_lab.sim.decode import DecodeParams, Load, Stalls, TickTruth
+from alphagate_lab.sim.model import Engine
 
 Phase = Literal["loading", "ready", "stopped"]
 Role = Literal["canary", "baseline"]

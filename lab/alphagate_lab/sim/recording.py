@@ -60,9 +60,9 @@ from typing import IO, Any
 
 from alphagate import vllm
 from alphagate.errors import ScenarioError
-from alphagate.sim.fleet import Fleet, FleetEvent, FleetSnapshot
-from alphagate.sim.pod import PodSnapshot
-from alphagate.sim.truth import PodTruth, SliceTruth, Truth
+from alphagate_lab.sim.fleet import Fleet, FleetEvent, FleetSnapshot
+from alphagate_lab.sim.pod import PodSnapshot
+from alphagate_lab.sim.truth import PodTruth, SliceTruth, Truth
 
 FORMAT = "alphagate-sim-recording"
 VERSION = 1

@@ -50,8 +50,8 @@ from pydantic import (
 
 from alphagate import yamlpos
 from alphagate.errors import ScenarioError
-from alphagate.sim.decode import DecodeParams, Stalls
-from alphagate.sim.pod import spec_config_from_dict
+from alphagate_lab.sim.decode import DecodeParams, Stalls
+from alphagate_lab.sim.pod import spec_config_from_dict
 
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$"
@@ -93,7 +93,7 @@ class _Strict(BaseModel):
 
 
 class DecodeSpec(_Strict):
-    """Overrides of the engine cost model (see alphagate.sim.model)."""
+    """Overrides of the engine cost model (see alphagate_lab.sim.model)."""
 
     t_base: float = Field(default=DecodeParams.t_base, gt=0)
     t_token: float = Field(default=DecodeParams.t_token, ge=0)

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from alphagate.errors import AlphagateError, SandboxError
-from alphagate.sim.exposition import CONTENT_TYPE, render
-from alphagate.sim.fleet import Fleet, FleetEvent
-from alphagate.sim.pod import PodSnapshot, PodSpec
+from alphagate_lab.sim.exposition import CONTENT_TYPE, render
+from alphagate_lab.sim.fleet import Fleet, FleetEvent
+from alphagate_lab.sim.pod import PodSnapshot, PodSpec
 
 HOST = "127.0.0.1"
 MAX_BODY = 1 << 20

@@ -1,5 +1,5 @@
-"""`python -m alphagate.bench.decisions`: see alphagate.bench.decisions.cli."""
+"""`python -m alphagate_lab.bench.decisions`: see alphagate_lab.bench.decisions.cli."""
 
-from alphagate.bench.decisions.cli import main
+from alphagate_lab.bench.decisions.cli import main
 
 raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""``python -m alphagate.bench.decisions [--quick] [--out DIR] [--seeds N] [--hours H] ...``.
+"""``python -m alphagate_lab.bench.decisions [--quick] [--out DIR] [--seeds N] [--hours H] ...``.
 
 Runs every (scenario, seed, policy) of the suite in closed loop on ``--jobs`` processes, scores
 each run in its worker, and writes decisions.md, decisions.json and decisions.png under
@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alphagate.bench.decisions import loop, report, score, suite
+from alphagate_lab.bench.decisions import loop, report, score, suite
 
 QUICK_ARGS = ["--quick"]
-"""What `python -m alphagate.bench --quick` passes: a smoke run."""
+"""What `python -m alphagate_lab.bench --quick` passes: a smoke run."""
 
 Task = tuple[str, int, tuple[str, ...], float]
 Scored = tuple[str, int, str, score.RunScore]
@@ -59,7 +59,7 @@ def _names(value: str, known: tuple[str, ...], what: str) -> list[str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m alphagate.bench.decisions", description=(__doc__ or "").split("\n")[0]
+        prog="python -m alphagate_lab.bench.decisions", description=(__doc__ or "").split("\n")[0]
     )
     p.add_argument("--out", type=Path, default=Path("decisions-out"), help="output folder")
     p.add_argument("--seeds", type=int, default=20, help="seeds per scenario (default 20)")
@@ -177,6 +177,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_renderings() -> dict[str, str]:
-    from alphagate.bench.decisions import anchors
+    from alphagate_lab.bench.decisions import anchors
 
     return dict(anchors.RENDERING)

@@ -1,7 +1,7 @@
 """Draft-length tuning in the closed loop: alphagate with and without spec.draftLength.tuning on
 the suite's cases whose best K moves (``suite.Case.chain``).
 
-`python -m alphagate.bench.decisions.ktuning [--seeds N] [--hours H] [--max-minutes M]`
+`python -m alphagate_lab.bench.decisions.ktuning [--seeds N] [--hours H] [--max-minutes M]`
 
 Both arms are the same controller core on the same seeded fleets (the loop shares a fleet until a
 policy acts); the only difference is the opt-in tuner. Printed per case: canary tokens of the
@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from typing import Final
 
-from alphagate.bench.decisions import loop, suite
+from alphagate_lab.bench.decisions import loop, suite
 
 POLICIES: Final = ("oracle", "alphagate", loop.K_TUNING)
 

@@ -26,8 +26,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from alphagate.bench.decisions import anchors, suite
-from alphagate.bench.decisions.policies import (
+from alphagate.core.model import Rollout
+from alphagate_lab.bench.decisions import anchors, suite
+from alphagate_lab.bench.decisions.policies import (
     Alphagate,
     Ctx,
     Oracle,
@@ -35,9 +36,8 @@ from alphagate.bench.decisions.policies import (
     Want,
     shipped_spec,
 )
-from alphagate.core.model import Rollout
-from alphagate.sim.fleet import Fleet, FleetSnapshot
-from alphagate.sim.pod import SimPod
+from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
+from alphagate_lab.sim.pod import SimPod
 
 TICK: Final = 30.0
 STEP: Final = 30.0

@@ -23,14 +23,14 @@ from typing import Any, Protocol
 import yaml
 
 from alphagate import config
-from alphagate.backtest.recorded import RecordingSource
-from alphagate.bench.decisions import suite
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import machine, tuning
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
-from alphagate.sim.fleet import Fleet, FleetSnapshot
+from alphagate_lab.backtest.recorded import RecordingSource
+from alphagate_lab.bench.decisions import suite
+from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
 
 POLICIES_DIR = Path(__file__).resolve().parents[4] / "policies"
 SHIPPED_POLICY = "general-chat-eagle3.yaml"

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from alphagate.bench.decisions import anchors, score, suite
 from alphagate.errors import AlphagateError
+from alphagate_lab.bench.decisions import anchors, score, suite
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("false_flips_per_day", "false flips/d"),

@@ -49,8 +49,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alphagate.bench.decisions.loop import STEP, WARMUP_SECONDS, RunResult
-from alphagate.bench.decisions.suite import LOAD_SECONDS
+from alphagate_lab.bench.decisions.loop import STEP, WARMUP_SECONDS, RunResult
+from alphagate_lab.bench.decisions.suite import LOAD_SECONDS
 
 WINDOW: Final = 300.0
 REGRET_BINS: Final = ("restart", "below break-even", "off while it pays", "same state")
@@ -313,13 +313,13 @@ def _summary(policy: str, cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _case_order(name: str) -> int:
-    from alphagate.bench.decisions.suite import SUITE
+    from alphagate_lab.bench.decisions.suite import SUITE
 
     names = [c.name for c in SUITE]
     return names.index(name) if name in names else len(names)
 
 
 def _policy_order(name: str) -> int:
-    from alphagate.bench.decisions.loop import POLICY_NAMES
+    from alphagate_lab.bench.decisions.loop import POLICY_NAMES
 
     return POLICY_NAMES.index(name) if name in POLICY_NAMES else len(POLICY_NAMES)

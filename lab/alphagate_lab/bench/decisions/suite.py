@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from alphagate.sim.scenario import Scenario
+from alphagate_lab.sim.scenario import Scenario
 
 GATE: Final = 0.55
 CONCURRENCY: Final = 192

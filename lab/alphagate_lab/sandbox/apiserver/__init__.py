@@ -28,25 +28,25 @@ strategic merge patch are the double's own (no library keeps Kubernetes' merge k
     server       ApiServer: the store served on 127.0.0.1
 """
 
-from alphagate.sandbox.apiserver.access import Fault, Faults, Rbac, RecordedRequest
-from alphagate.sandbox.apiserver.argo_rollouts import (
+from alphagate_lab.sandbox.apiserver.access import Fault, Faults, Rbac, RecordedRequest
+from alphagate_lab.sandbox.apiserver.argo_rollouts import (
     ArgoRolloutCompleter,
     ArgoRolloutTemplate,
 )
-from alphagate.sandbox.apiserver.deployments import (
+from alphagate_lab.sandbox.apiserver.deployments import (
     DeploymentTemplate,
     Kubelet,
     RolloutCompleter,
     deployment_status,
 )
-from alphagate.sandbox.apiserver.patches import (
+from alphagate_lab.sandbox.apiserver.patches import (
     PATCHERS,
     STRATEGIC_MERGE_KEYS,
     json_patch,
     merge_patch,
     strategic_merge_patch,
 )
-from alphagate.sandbox.apiserver.resources import (
+from alphagate_lab.sandbox.apiserver.resources import (
     DEFAULT_TYPES,
     HOST,
     JSON,
@@ -54,8 +54,8 @@ from alphagate.sandbox.apiserver.resources import (
     ResourceType,
     now_rfc3339,
 )
-from alphagate.sandbox.apiserver.selectors import field_selector, label_selector
-from alphagate.sandbox.apiserver.server import ApiServer
+from alphagate_lab.sandbox.apiserver.selectors import field_selector, label_selector
+from alphagate_lab.sandbox.apiserver.server import ApiServer
 
 __all__ = [
     "DEFAULT_TYPES",

@@ -16,11 +16,11 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from alphagate.sandbox.apiserver.deployments import DeploymentTemplate
-from alphagate.sandbox.apiserver.resources import now_rfc3339
+from alphagate_lab.sandbox.apiserver.deployments import DeploymentTemplate
+from alphagate_lab.sandbox.apiserver.resources import now_rfc3339
 
 if TYPE_CHECKING:
-    from alphagate.sandbox.apiserver.server import ApiServer
+    from alphagate_lab.sandbox.apiserver.server import ApiServer
 
 GROUP: Final = "argoproj.io"
 VERSION: Final = "v1alpha1"

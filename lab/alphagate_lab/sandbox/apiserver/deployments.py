@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from alphagate.sandbox.apiserver.resources import now_rfc3339
+from alphagate_lab.sandbox.apiserver.resources import now_rfc3339
 
 if TYPE_CHECKING:
-    from alphagate.sandbox.apiserver.server import ApiServer
+    from alphagate_lab.sandbox.apiserver.server import ApiServer
 
 
 def deployment_status(

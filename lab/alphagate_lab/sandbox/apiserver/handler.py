@@ -11,12 +11,16 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from alphagate.sandbox.apiserver.access import CONTROLLER_TOKEN, CONTROLLER_USER, RecordedRequest
-from alphagate.sandbox.apiserver.resources import JSON, ApiError
-from alphagate.sandbox.apiserver.routes import discovery, route, verb_of
+from alphagate_lab.sandbox.apiserver.access import (
+    CONTROLLER_TOKEN,
+    CONTROLLER_USER,
+    RecordedRequest,
+)
+from alphagate_lab.sandbox.apiserver.resources import JSON, ApiError
+from alphagate_lab.sandbox.apiserver.routes import discovery, route, verb_of
 
 if TYPE_CHECKING:
-    from alphagate.sandbox.apiserver.server import ApiServer
+    from alphagate_lab.sandbox.apiserver.server import ApiServer
 
 
 def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:

@@ -10,7 +10,7 @@ from typing import Any, Final
 import jsonpatch
 import jsonpointer
 
-from alphagate.sandbox.apiserver.resources import ApiError
+from alphagate_lab.sandbox.apiserver.resources import ApiError
 
 
 def json_patch(doc: Any, ops: Any) -> Any:

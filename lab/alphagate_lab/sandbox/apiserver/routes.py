@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from alphagate.sandbox.apiserver.resources import ApiError, ResourceType
+from alphagate_lab.sandbox.apiserver.resources import ApiError, ResourceType
 
 
 def route(

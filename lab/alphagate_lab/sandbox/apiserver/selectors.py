@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from alphagate.sandbox.apiserver.resources import ApiError
+from alphagate_lab.sandbox.apiserver.resources import ApiError
 
 _SEL_SET = re.compile(r"^\s*([^\s!=,()]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 _SEL_CMP = re.compile(r"^\s*([^\s!=,()]+)\s*(==|=|!=)\s*([^\s,()]*)\s*$")

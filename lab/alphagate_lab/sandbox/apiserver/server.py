@@ -14,12 +14,12 @@ from types import TracebackType
 from typing import Any
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.apiserver.access import CONTROLLER_TOKEN, Faults, Rbac, RecordedRequest
-from alphagate.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
-from alphagate.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
-from alphagate.sandbox.apiserver.handler import make_handler
-from alphagate.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
-from alphagate.sandbox.apiserver.store import Store
+from alphagate_lab.sandbox.apiserver.access import CONTROLLER_TOKEN, Faults, Rbac, RecordedRequest
+from alphagate_lab.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
+from alphagate_lab.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
+from alphagate_lab.sandbox.apiserver.handler import make_handler
+from alphagate_lab.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
+from alphagate_lab.sandbox.apiserver.store import Store
 
 
 class ApiServer(Store):

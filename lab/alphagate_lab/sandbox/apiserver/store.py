@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.apiserver.deployments import deployment_status
-from alphagate.sandbox.apiserver.patches import PATCHERS
-from alphagate.sandbox.apiserver.resources import (
+from alphagate_lab.sandbox.apiserver.deployments import deployment_status
+from alphagate_lab.sandbox.apiserver.patches import PATCHERS
+from alphagate_lab.sandbox.apiserver.resources import (
     DEFAULT_TYPES,
     ApiError,
     ResourceType,
     now_rfc3339,
 )
-from alphagate.sandbox.apiserver.selectors import field_selector, label_selector
-from alphagate.sandbox.apiserver.validation import validate
+from alphagate_lab.sandbox.apiserver.selectors import field_selector, label_selector
+from alphagate_lab.sandbox.apiserver.validation import validate
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # what a real API server accepts on a custom resource (it has no strategic merge keys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alphagate.sandbox.apiserver.resources import ApiError, ResourceType
+from alphagate_lab.sandbox.apiserver.resources import ApiError, ResourceType
 
 
 def validate(rtype: ResourceType, obj: dict[str, Any], crd: dict[str, Any] | None) -> None:

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import urllib3.exceptions
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.apiserver import ApiError, ApiServer
-from alphagate.sandbox.kubelet import KubeletRunner
+from alphagate_lab.sandbox.apiserver import ApiError, ApiServer
+from alphagate_lab.sandbox.kubelet import KubeletRunner
 
 
 @dataclass(frozen=True)

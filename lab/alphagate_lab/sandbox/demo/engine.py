@@ -16,16 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from alphagate import report
 from alphagate.config import Aggregation, SpeculativeCanary, dump, parse
 from alphagate.core.model import Action, State
 from alphagate.errors import PolicyError, SandboxError
-from alphagate.sandbox.apiserver import ApiServer
-from alphagate.sandbox.demo import results
-from alphagate.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
-from alphagate.sandbox.demo.feed import ClusterFeed
-from alphagate.sandbox.demo.hearing import hear, log_line
-from alphagate.sandbox.demo.inputs import (
+from alphagate_lab import report
+from alphagate_lab.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.demo import results
+from alphagate_lab.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
+from alphagate_lab.sandbox.demo.feed import ClusterFeed
+from alphagate_lab.sandbox.demo.hearing import hear, log_line
+from alphagate_lab.sandbox.demo.inputs import (
     check_fit,
     deployment_objects,
     fleet_scenario,
@@ -36,16 +36,16 @@ from alphagate.sandbox.demo.inputs import (
     prometheus_binary,
     scaled_policy,
 )
-from alphagate.sandbox.demo.parts import controller_for, pick_source, prometheus_for
-from alphagate.sandbox.demo.view import (
+from alphagate_lab.sandbox.demo.parts import controller_for, pick_source, prometheus_for
+from alphagate_lab.sandbox.demo.view import (
     Decision,
     DemoOptions,
     DemoResult,
     LogLine,
     Snapshot,
 )
-from alphagate.sandbox.kubelet import KubeletRunner
-from alphagate.sandbox.pod_runtime import SimRuntime
+from alphagate_lab.sandbox.kubelet import KubeletRunner
+from alphagate_lab.sandbox.pod_runtime import SimRuntime
 
 
 class _PausedClock:
@@ -162,7 +162,7 @@ class Demo:
 
     def _start(self) -> None:
         from alphagate.kube.crd import build_crd
-        from alphagate.sim import Fleet, SimServer
+        from alphagate_lab.sim import Fleet, SimServer
 
         opts = self.options
         # The kubernetes client takes seconds to import; do it while Prometheus starts.

@@ -8,9 +8,9 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from alphagate.sandbox.apiserver import ApiError, ApiServer
-from alphagate.sandbox.kubelet import KubeletEvent
-from alphagate.sim.scenario import Scenario
+from alphagate_lab.sandbox.apiserver import ApiError, ApiServer
+from alphagate_lab.sandbox.kubelet import KubeletEvent
+from alphagate_lab.sim.scenario import Scenario
 
 Say = Callable[..., None]
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from alphagate import report
 from alphagate.core.model import Action, Evaluation, Verdict
-from alphagate.sandbox.demo.view import Decision, cause_of, failing_checks
+from alphagate_lab import report
+from alphagate_lab.sandbox.demo.view import Decision, cause_of, failing_checks
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ import yaml
 
 from alphagate.config import SpeculativeCanary, SpeculativeCanarySpec, dump, parse
 from alphagate.errors import PolicyError, ScenarioError
-from alphagate.sandbox.apiserver import DeploymentTemplate
+from alphagate_lab.sandbox.apiserver import DeploymentTemplate
 
 SourceChoice = Literal["auto", "prometheus", "scrape"]
 
@@ -45,12 +45,12 @@ _SCALED_SECONDS: Final = (
 
 def data_text(name: str) -> str:
     """A file shipped in the package's data folder (found on any install)."""
-    return resources.files("alphagate").joinpath("data", name).read_text(encoding="utf-8")
+    return resources.files("alphagate_lab").joinpath("data", name).read_text(encoding="utf-8")
 
 
 def load_scenario_text(path: Path | None) -> tuple[Any, str]:
     """(Scenario, where) from a file or the packaged default."""
-    from alphagate.sim import load_scenario, parse_scenario
+    from alphagate_lab.sim import load_scenario, parse_scenario
 
     if path is None:
         return parse_scenario(data_text(DEFAULT_SCENARIO), f"<default {DEFAULT_SCENARIO}>"), (
@@ -145,7 +145,7 @@ def fleet_scenario(scenario: Any) -> Any:
 def deployment_objects(scenario: Any, namespace: str) -> list[dict[str, Any]]:
     """One Deployment per scenario pool. Canaries use Recreate: a GPU canary has no room to
     surge, and the old pod's readiness then never stands in for the new one's."""
-    from alphagate.sim import spec_args
+    from alphagate_lab.sim import spec_args
 
     out = []
     for pool in scenario.pools:
@@ -183,7 +183,7 @@ def import_controller() -> None:
 
 def prometheus_binary() -> str | None:
     """$ALPHAGATE_PROMETHEUS, `prometheus` on PATH, or Debian's /usr/bin/prometheus."""
-    from alphagate.testing import prometheus as prom
+    from alphagate_lab.testing import prometheus as prom
 
     found = prom.find_binary()
     if found is None and os.access(DEBIAN_PROMETHEUS, os.X_OK):
@@ -192,6 +192,6 @@ def prometheus_binary() -> str | None:
 
 
 def free_port() -> int:
-    from alphagate.testing.prometheus import free_port
+    from alphagate_lab.testing.prometheus import free_port
 
     return free_port()

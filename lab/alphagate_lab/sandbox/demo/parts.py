@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from alphagate.errors import SandboxError
-from alphagate.sandbox.demo.inputs import HOST, SourceChoice, free_port
+from alphagate_lab.sandbox.demo.inputs import HOST, SourceChoice, free_port
 
 
 def pick_source(choice: SourceChoice, binary: str | None) -> str:
@@ -30,7 +30,7 @@ def prometheus_for(
 ) -> Any:
     """A Prometheus (not started) scraping the pods a few times per interval and the
     controller's /metrics on `metrics_port`, its data in `workdir`."""
-    from alphagate.testing.prometheus import PrometheusServer
+    from alphagate_lab.testing.prometheus import PrometheusServer
 
     scrape = max(0.2, min(1.0, round(interval_wall / 3, 3)))
     prom = PrometheusServer(

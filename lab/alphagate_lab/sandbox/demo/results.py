@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from alphagate.core.model import Action, Cause
-from alphagate.sandbox.demo.chaos import ChaosRecord, fault_end
-from alphagate.sandbox.demo.view import Decision, LogLine, cause_of, failing_checks, why_text
+from alphagate_lab.sandbox.demo.chaos import ChaosRecord, fault_end
+from alphagate_lab.sandbox.demo.view import Decision, LogLine, cause_of, failing_checks, why_text
 
 
 def transitions(decisions: Sequence[Decision]) -> list[dict[str, Any]]:
