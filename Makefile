@@ -19,13 +19,17 @@ demo: $(STAMP)
 	tools/ensure-prometheus.sh || true
 	$(BIN)/alphagate demo $(ARGS)
 
-## Lint, types, architecture contracts, then the test suite (real Prometheus included).
-test: $(STAMP)
-	tools/ensure-prometheus.sh
+## Architecture contracts, lint, format and types (what .pre-commit-config.yaml runs too).
+lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check controller lab tests tools deploy
-	$(BIN)/ruff format --check controller lab tests tools
+	$(BIN)/ruff format --check controller lab tests tools deploy
 	$(BIN)/mypy
+
+## Lint, then the test suite (real Prometheus included).
+test: $(STAMP)
+	tools/ensure-prometheus.sh
+	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -m "not vllm" $(PYTEST_ARGS)
 
 unit: $(STAMP)
