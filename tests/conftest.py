@@ -9,7 +9,6 @@ shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (depl
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +19,6 @@ import yaml
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate_lab.sandbox.apiserver import Rbac
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import specs` in every folder
 from specs import BASE_SPEC, spec_from
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
