@@ -5,10 +5,15 @@ make_spec     a small valid SpeculativeCanary spec, with overrides merged in;
 shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (deploy/): the API
               double refuses everything else to the controller (403), so a permission the
               code needs and the Roles lack fails the tests that exercise it.
+
+Hypothesis runs the `fast` profile (100 examples a property) unless HYPOTHESIS_PROFILE names
+another: `HYPOTHESIS_PROFILE=thorough` runs 1,000 (before a change to the parser, the
+statistics or the state machine). Neither has a deadline: these 2 cores are shared.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +21,15 @@ from typing import Any, Protocol
 
 import pytest
 import yaml
+from hypothesis import settings
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate_lab.sandbox.apiserver import Rbac
 from specs import BASE_SPEC, spec_from
+
+settings.register_profile("fast", max_examples=100, deadline=None)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 SHIPPED_ROLES = (
