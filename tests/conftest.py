@@ -1,6 +1,8 @@
 """Helpers every test folder shares, as fixtures (no imports between test folders):
 
 wait_for      poll a condition, bounded in time, and fail naming what never happened;
+fleet_prometheus  one real Prometheus for the session, over one simulated fleet (fleets.py):
+              started once for every module that reads it (each start costs ~20 s);
 make_spec     a small valid SpeculativeCanary spec, with overrides merged in;
 shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (deploy/): the API
               double refuses everything else to the controller (403), so a permission the
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +26,12 @@ import yaml
 from hypothesis import settings
 
 from alphagate.config import SpeculativeCanarySpec
+from alphagate.sources.promql import recorded_name
 from alphagate_lab.sandbox.apiserver import Rbac
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.server import SimServer
+from alphagate_lab.testing.prometheus import PrometheusServer
+from fleets import BATCH_FLEET, BATCH_INTERVAL
 from specs import BASE_SPEC, spec_from
 
 settings.register_profile("fast", max_examples=100, deadline=None)
@@ -78,6 +85,35 @@ def make_spec() -> Callable[..., SpeculativeCanarySpec]:
         return spec_from(BASE_SPEC, **over)
 
     return build
+
+
+BATCH_RULES = DEPLOY / "monitoring" / "rules" / "alphagate-batches.yaml"
+
+
+@pytest.fixture(scope="session")
+def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A real Prometheus (1 s scrapes) over BATCH_FLEET's simulated pods, with the shipped
+    batch recording rules scaled to 1 s scrapes (group interval 1 s, rate range 3 s), and a
+    window's worth of history (four intervals) before the first test reads it. Modules that
+    use it share an xdist group, so one worker starts it once."""
+    fast = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
+    fast.write_text(
+        BATCH_RULES.read_text().replace("interval: 30s", "interval: 1s").replace("[1m]", "[3s]")
+    )
+    prom = PrometheusServer(scrape_interval=1.0, evaluation_interval=1.0, rule_files=[fast])
+    sim = SimServer(Fleet(BATCH_FLEET), file_sd=prom.targets_path)
+    try:
+        sim.start()
+        prom.start()
+        prom.wait_for_targets(9, timeout=40)
+        prom.wait_for(
+            f"count({recorded_name('vllm:spec_decode_num_drafts_total')}) >= 6", timeout=30
+        )
+        time.sleep(4 * BATCH_INTERVAL + 1)  # a window's worth of history
+        yield prom
+    finally:
+        prom.close()
+        sim.close()
 
 
 SHARDED_ROLE = DEPLOY / "overlays" / "sharded" / "role-shards.yaml"  # `run --shards`: its Leases
