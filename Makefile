@@ -26,14 +26,18 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check controller lab tests tools deploy
 	$(BIN)/mypy
 
-## Lint, then the test suite (real Prometheus included).
+## Lint, then the test suite (real Prometheus included) on pytest-xdist workers: most of the
+## suite waits (servers, subprocesses, wall-clock replicas), so more workers than cores overlap
+## the waits; tests/conftest.py says which tests share a worker.
+WORKERS ?= 4
 test: $(STAMP)
 	tools/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -m "not vllm" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not vllm" -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+## The fast loop: everything but the real-Prometheus, slow and real-vLLM tests.
 unit: $(STAMP)
-	$(BIN)/pytest -m "not vllm and not prometheus and not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not vllm and not prometheus and not slow" -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 ## The real-vLLM end-to-end proof (a few minutes; the vLLM env is cached outside the repo).
 vllm-env:

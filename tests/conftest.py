@@ -8,6 +8,10 @@ shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (depl
               double refuses everything else to the controller (403), so a permission the
               code needs and the Roles lack fails the tests that exercise it.
 
+`make test` runs the suite on pytest-xdist workers (`--dist loadgroup`): every module's tests
+share a worker (its fixtures are built once), XDIST_GROUPS below puts together what must share
+one more widely, and the longest groups start first.
+
 Hypothesis runs the `fast` profile (100 examples a property) unless HYPOTHESIS_PROFILE names
 another: `HYPOTHESIS_PROFILE=thorough` runs 1,000 (before a change to the parser, the
 statistics or the state machine). Neither has a deadline: these 2 cores are shared.
@@ -85,6 +89,67 @@ def make_spec() -> Callable[..., SpeculativeCanarySpec]:
         return spec_from(BASE_SPEC, **over)
 
     return build
+
+
+# pytest-xdist (`make test` runs `-n 4 --dist loadgroup`): a module's tests share a worker, so
+# its fixtures are built once. Beyond that, these share one: the folder whose conftest builds
+# session fixtures, the modules that read the session's one Prometheus, and the modules whose
+# replicas, Leases and schedules run on the wall clock (one after another, they never starve
+# each other). Groups are named by path because xdist's own `xdist_group` mark does not reach
+# the scheduler under pytest 9 (it rewrites `item._nodeid`, which pytest 9 no longer reads).
+XDIST_GROUPS = {
+    "tests/backtest/": "backtest-recordings",
+    "tests/sources/test_sources_prombatch_it.py": "fleet-prometheus",
+    "tests/kube/test_kube_prometheus_batch.py": "fleet-prometheus",
+    "tests/kube/test_kube_lease.py": "wall-clock-replicas",
+    "tests/kube/test_kube_run.py": "wall-clock-replicas",
+    "tests/kube/test_kube_shards.py": "wall-clock-replicas",
+    "tests/kube/test_kube_sharding.py": "wall-clock-replicas",
+    "tests/kube/test_kube_sim_loop.py": "wall-clock-replicas",
+}
+# Handed out first: the groups that take longest (tens of seconds, mostly waiting), so the run
+# does not end with one worker still on one of them.
+LONGEST_FIRST = (
+    "tests/sources/test_sources_fleet_bench.py",
+    "tests/demo/test_demo_e2e.py",
+    "wall-clock-replicas",
+    "backtest-recordings",
+    "tests/ship/test_ship_release.py",
+    "fleet-prometheus",
+    "tests/sources/test_sources_prometheus_it.py",
+    "tests/sources/test_sources_recorded_it.py",
+    "tests/ship/test_ship_prometheus.py",
+    "tests/sources/test_sources_idle.py",
+)
+
+
+def xdist_group(nodeid: str) -> str:
+    """The worker group of a test: its XDIST_GROUPS entry, else its module."""
+    path = nodeid.split("::", 1)[0]
+    return next((g for prefix, g in XDIST_GROUPS.items() if path.startswith(prefix)), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` hands each group (`xdist_group`) whole to one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, the longest groups first (xdist hands groups out in collection order;
+    every worker sorts alike, as xdist requires). A plain run keeps the usual order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
 
 
 BATCH_RULES = DEPLOY / "monitoring" / "rules" / "alphagate-batches.yaml"

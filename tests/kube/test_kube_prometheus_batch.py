@@ -33,7 +33,6 @@ from fleets import BATCH_ALPHAS, BATCH_INTERVAL, BATCH_SLICES
 pytestmark = [
     pytest.mark.prometheus,
     pytest.mark.slow,
-    pytest.mark.xdist_group("fleet_prometheus"),  # one worker: the session's server started once
     pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed"),
 ]
 

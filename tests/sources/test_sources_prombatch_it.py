@@ -27,7 +27,6 @@ from fleets import BATCH_INTERVAL, BATCH_SLICES, slice_spec
 
 pytestmark = [
     pytest.mark.prometheus,
-    pytest.mark.xdist_group("fleet_prometheus"),  # one worker: the session's server started once
     pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed"),
 ]
 
