@@ -8,7 +8,9 @@ resourceVersion, so two candidates racing for an expired Lease get one 200 and o
 A clean stop releases the Lease (empty holder) so a standby takes over at once.
 
 The kubernetes package ships a LeaderElection, but it uses the global default client, cannot
-be stopped, and exits the process on bad arguments; this one is stoppable and testable.
+be stopped, and exits the process on bad arguments; this one is stoppable and testable: its
+monotonic clock and its waits go through the clock seam (`alphagate.clock`), so tests run
+elections on virtual time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import math
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from typing import Any
 
 from kubernetes import client
 
+from alphagate import clock as clockmod
 from alphagate.errors import KubeError, NotFoundError
 from alphagate.kube.client import API_ERRORS, call
 from alphagate.logs import get as get_logger
@@ -53,6 +55,8 @@ class LeaderElector:
         retry_period: float = 2.0,
         on_started_leading: Callable[[], None] | None = None,
         on_stopped_leading: Callable[[], None] | None = None,
+        clock: clockmod.Clock = clockmod.MONOTONIC,
+        wait: clockmod.Wait = clockmod.wait,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError(
@@ -68,6 +72,8 @@ class LeaderElector:
         self.retry_period = retry_period
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
+        self.clock = clock  # monotonic seconds: expiry and renew deadlines are on this clock
+        self.wait = wait
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -83,7 +89,7 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """Leading, and the last renewal is fresh: a process that was stalled (GC, CPU
         starvation) past its renew deadline is not the leader, even before its loop notices."""
-        return self._leading.is_set() and time.monotonic() - self._last_renew < self.renew_deadline
+        return self._leading.is_set() and self.clock() - self._last_renew < self.renew_deadline
 
     def wait_until_leader(self, timeout: float) -> bool:
         return self._leading.wait(timeout)
@@ -113,7 +119,7 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this elector holds the Lease afterwards."""
-        now = time.monotonic()
+        now = self.clock()
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace)
         except client.ApiException as exc:
@@ -181,23 +187,21 @@ class LeaderElector:
         stop = stop or self._stop
         while not stop.is_set():
             if not self.try_acquire_or_renew():
-                stop.wait(self.retry_period)
+                self.wait(stop, self.retry_period)
                 continue
             self._lead(stop)
         if self._leading.is_set():
             self._set_leading(False)
 
     def _lead(self, stop: threading.Event) -> None:
-        self._last_renew = time.monotonic()
+        self._last_renew = self.clock()
         self._set_leading(True)
-        while not stop.wait(self.retry_period):
+        while not self.wait(stop, self.retry_period):
             if self.try_acquire_or_renew():
-                self._last_renew = time.monotonic()
+                self._last_renew = self.clock()
                 continue
-            if time.monotonic() - self._last_renew >= self.renew_deadline:
-                self._log.warning(
-                    "leadership_lost", since_renew=time.monotonic() - self._last_renew
-                )
+            if self.clock() - self._last_renew >= self.renew_deadline:
+                self._log.warning("leadership_lost", since_renew=self.clock() - self._last_renew)
                 self._set_leading(False)
                 return
         self._set_leading(False)
