@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup demo test lint unit e2e-vllm vllm-env bench clean sbom image release-manifest
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./lab  # the controller and the lab, editable
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -19,17 +19,25 @@ demo: $(STAMP)
 	tools/ensure-prometheus.sh || true
 	$(BIN)/alphagate demo $(ARGS)
 
-## Lint, types, architecture contracts, then the test suite (real Prometheus included).
+## Architecture contracts, lint, format and types (what .pre-commit-config.yaml runs too).
+lint: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check controller lab tests tools deploy
+	$(BIN)/ruff format --check controller lab tests tools deploy
+	$(BIN)/mypy
+
+## Lint, then the test suite (real Prometheus included) on pytest-xdist workers: most of the
+## suite waits (servers, subprocesses, wall-clock replicas), so more workers than cores overlap
+## the waits; tests/conftest.py says which tests share a worker.
+WORKERS ?= 4
 test: $(STAMP)
 	tools/ensure-prometheus.sh
-	$(BIN)/lint-imports
-	$(BIN)/ruff check controller tests tools dashboards deploy
-	$(BIN)/ruff format --check controller tests tools
-	$(BIN)/mypy
-	$(BIN)/pytest -m "not vllm" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory lint
+	$(BIN)/pytest -m "not vllm" -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+## The fast loop: everything but the real-Prometheus, slow and real-vLLM tests.
 unit: $(STAMP)
-	$(BIN)/pytest -m "not vllm and not prometheus and not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not vllm and not prometheus and not slow" -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 ## The real-vLLM end-to-end proof (a few minutes; the vLLM env is cached outside the repo).
 vllm-env:

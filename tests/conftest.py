@@ -1,28 +1,46 @@
 """Helpers every test folder shares, as fixtures (no imports between test folders):
 
 wait_for      poll a condition, bounded in time, and fail naming what never happened;
+fleet_prometheus  one real Prometheus for the session, over one simulated fleet (fleets.py):
+              started once for every module that reads it (each start costs ~20 s);
 make_spec     a small valid SpeculativeCanary spec, with overrides merged in;
 shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (deploy/): the API
               double refuses everything else to the controller (403), so a permission the
               code needs and the Roles lack fails the tests that exercise it.
+
+`make test` runs the suite on pytest-xdist workers (`--dist loadgroup`): every module's tests
+share a worker (its fixtures are built once), XDIST_GROUPS below puts together what must share
+one more widely, and the longest groups start first.
+
+Hypothesis runs the `fast` profile (100 examples a property) unless HYPOTHESIS_PROFILE names
+another: `HYPOTHESIS_PROFILE=thorough` runs 1,000 (before a change to the parser, the
+statistics or the state machine). Neither has a deadline: these 2 cores are shared.
 """
 
 from __future__ import annotations
 
-import sys
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 import yaml
+from hypothesis import settings
 
 from alphagate.config import SpeculativeCanarySpec
+from alphagate.sources.promql import recorded_name
 from alphagate_lab.sandbox.apiserver import Rbac
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import specs` in every folder
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.server import SimServer
+from alphagate_lab.testing.prometheus import PrometheusServer
+from fleets import BATCH_FLEET, BATCH_INTERVAL
 from specs import BASE_SPEC, spec_from
+
+settings.register_profile("fast", max_examples=100, deadline=None)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 SHIPPED_ROLES = (
@@ -71,6 +89,96 @@ def make_spec() -> Callable[..., SpeculativeCanarySpec]:
         return spec_from(BASE_SPEC, **over)
 
     return build
+
+
+# pytest-xdist (`make test` runs `-n 4 --dist loadgroup`): a module's tests share a worker, so
+# its fixtures are built once. Beyond that, these share one: the folder whose conftest builds
+# session fixtures, the modules that read the session's one Prometheus, and the modules whose
+# replicas, Leases and schedules run on the wall clock (one after another, they never starve
+# each other). Groups are named by path because xdist's own `xdist_group` mark does not reach
+# the scheduler under pytest 9 (it rewrites `item._nodeid`, which pytest 9 no longer reads).
+XDIST_GROUPS = {
+    "tests/backtest/": "backtest-recordings",
+    "tests/sources/test_sources_prombatch_it.py": "fleet-prometheus",
+    "tests/kube/test_kube_prometheus_batch.py": "fleet-prometheus",
+    "tests/kube/test_kube_lease.py": "wall-clock-replicas",
+    "tests/kube/test_kube_run.py": "wall-clock-replicas",
+    "tests/kube/test_kube_shards.py": "wall-clock-replicas",
+    "tests/kube/test_kube_sharding.py": "wall-clock-replicas",
+    "tests/kube/test_kube_sim_loop.py": "wall-clock-replicas",
+}
+# Handed out first: the groups that take longest (tens of seconds, mostly waiting), so the run
+# does not end with one worker still on one of them.
+LONGEST_FIRST = (
+    "tests/sources/test_sources_fleet_bench.py",
+    "tests/demo/test_demo_e2e.py",
+    "wall-clock-replicas",
+    "backtest-recordings",
+    "tests/ship/test_ship_release.py",
+    "fleet-prometheus",
+    "tests/sources/test_sources_prometheus_it.py",
+    "tests/sources/test_sources_recorded_it.py",
+    "tests/ship/test_ship_prometheus.py",
+    "tests/sources/test_sources_idle.py",
+)
+
+
+def xdist_group(nodeid: str) -> str:
+    """The worker group of a test: its XDIST_GROUPS entry, else its module."""
+    path = nodeid.split("::", 1)[0]
+    return next((g for prefix, g in XDIST_GROUPS.items() if path.startswith(prefix)), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` hands each group (`xdist_group`) whole to one worker."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, the longest groups first (xdist hands groups out in collection order;
+    every worker sorts alike, as xdist requires). A plain run keeps the usual order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
+
+
+BATCH_RULES = DEPLOY / "monitoring" / "rules" / "alphagate-batches.yaml"
+
+
+@pytest.fixture(scope="session")
+def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A real Prometheus (1 s scrapes) over BATCH_FLEET's simulated pods, with the shipped
+    batch recording rules scaled to 1 s scrapes (group interval 1 s, rate range 3 s), and a
+    window's worth of history (four intervals) before the first test reads it. Modules that
+    use it share an xdist group, so one worker starts it once."""
+    fast = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
+    fast.write_text(
+        BATCH_RULES.read_text().replace("interval: 30s", "interval: 1s").replace("[1m]", "[3s]")
+    )
+    prom = PrometheusServer(scrape_interval=1.0, evaluation_interval=1.0, rule_files=[fast])
+    sim = SimServer(Fleet(BATCH_FLEET), file_sd=prom.targets_path)
+    try:
+        sim.start()
+        prom.start()
+        prom.wait_for_targets(9, timeout=40)
+        prom.wait_for(
+            f"count({recorded_name('vllm:spec_decode_num_drafts_total')}) >= 6", timeout=30
+        )
+        time.sleep(4 * BATCH_INTERVAL + 1)  # a window's worth of history
+        yield prom
+    finally:
+        prom.close()
+        sim.close()
 
 
 SHARDED_ROLE = DEPLOY / "overlays" / "sharded" / "role-shards.yaml"  # `run --shards`: its Leases

@@ -1,6 +1,10 @@
 """Simulated fleets and canaries shared by the Prometheus batching tests: a canary and a
 baseline pool per slice, short equal outputs and alike requests, so each slice's alpha is what
-it was set to and the tests can tell the slices apart by it."""
+it was set to and the tests can tell the slices apart by it.
+
+BATCH_FLEET is the one fleet the session's shared Prometheus scrapes (the `fleet_prometheus`
+fixture, tests/conftest.py): three slices, read by tests/sources/test_sources_prombatch_it.py
+and tests/kube/test_kube_prometheus_batch.py."""
 
 from __future__ import annotations
 
@@ -69,3 +73,9 @@ def slice_spec(slice_name: str, *, interval: float, window: float) -> Speculativ
             "timing": {"intervalSeconds": interval, "windowSeconds": window},
         }
     )
+
+
+BATCH_SLICES: tuple[str, ...] = ("chat", "code", "docs")
+BATCH_ALPHAS: tuple[float, ...] = (0.7, 0.5, 0.6)
+BATCH_INTERVAL = 3.0  # the canaries' interval; their window is four of them
+BATCH_FLEET = per_slice_fleet("batch", 5, BATCH_SLICES, BATCH_ALPHAS)

@@ -1,15 +1,17 @@
 """The `alphagate` command line: one Typer app, each command group in its own module.
 
-Modules are imported lazily-by-list so a broken optional part names itself instead of
-taking the whole CLI down. The controller image installs only the core dependencies: a command
-whose module needs an extra (numpy for the simulator and planners, matplotlib for charts) is
-still listed, and running it says which extra to install.
+The controller's commands are listed here. The lab's (`demo`, `sim`, `backtest`, `plan`,
+`whatif`, `bench`) come with the `alphagate-lab` distribution, which registers them under the
+entry-point group `alphagate.commands`; the controller never imports the lab. When the lab is
+not installed (the controller image), its commands are still listed, and asking for one says
+which package to install.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import entry_points
 from typing import Any, Final
 
 import typer
@@ -19,30 +21,23 @@ from alphagate.errors import AlphagateError
 
 COMMAND_MODULES: Final = (
     "alphagate.commands.policy",
-    "alphagate_lab.commands.whatif",
-    "alphagate_lab.commands.plan",
-    "alphagate_lab.commands.sim",
     "alphagate.commands.inspect",
     "alphagate.commands.evaluate",
     "alphagate.commands.run",
     "alphagate.commands.control",
     "alphagate.commands.status",
     "alphagate.commands.crd",
-    "alphagate_lab.commands.backtest",
-    "alphagate_lab.commands.demo",
 )
 
-# Third-party modules that live in an extra, not in the core dependencies (pyproject.toml).
-OPTIONAL_MODULES: Final = {"numpy": "sim", "matplotlib": "plot"}
+# Modules that register commands from another distribution: `register(app)` in each.
+ENTRY_POINT_GROUP: Final = "alphagate.commands"
 
-# The commands each module registers (used only when its optional dependency is missing).
-MODULE_COMMANDS: Final = {
-    "alphagate_lab.commands.whatif": ("whatif",),
-    "alphagate_lab.commands.plan": ("plan",),
-    "alphagate_lab.commands.sim": ("sim",),
-    "alphagate_lab.commands.backtest": ("backtest",),
-    "alphagate_lab.commands.demo": ("demo",),
-}
+# The lab's commands, named so that asking for one without the lab says what to install.
+LAB_COMMANDS: Final = ("whatif", "plan", "sim", "backtest", "demo", "bench")
+LAB_DISTRIBUTION: Final = "alphagate-lab"
+_INSTALL_LAB: Final = (
+    f"install it with: pip install {LAB_DISTRIBUTION} (from a checkout: pip install ./lab)"
+)
 
 app = typer.Typer(
     name="alphagate",
@@ -68,40 +63,51 @@ def _root(
     """alphagate: measure alpha first, flip the flag after."""
 
 
-def _needs_extra(command: str, missing: str, extra: str) -> Any:
-    """A stand-in for a command whose optional dependency is not installed."""
+def _stand_in(command: str, why: str, doc: str) -> Any:
+    """A command that cannot run in this install: it prints `why` on one line and exits 1."""
 
     def stand_in(ctx: typer.Context) -> None:
-        typer.echo(
-            f"error: `alphagate {command}` needs {missing}, which this install lacks; "
-            f"install it with: pip install 'alphagate[{extra}]'",
-            err=True,
-        )
+        typer.echo(f"error: `alphagate {command}` {why}", err=True)
         raise typer.Exit(1)
 
-    stand_in.__doc__ = f"(needs the `{extra}` extra: pip install 'alphagate[{extra}]')"
+    stand_in.__doc__ = doc
     return stand_in
+
+
+def _add_stand_in(command: str, why: str, doc: str) -> None:
+    app.command(
+        command,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )(_stand_in(command, why, doc))
+
+
+def _registered() -> set[str]:
+    names = {c.name for c in app.registered_commands if c.name}
+    return names | {g.name for g in app.registered_groups if g.name}
+
+
+def _register_plugins() -> None:
+    """Every installed distribution's commands (the lab's), each entry point on its own: one
+    that fails to import names itself under its own command instead of taking the CLI down."""
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            module = ep.load()
+        except ImportError as exc:
+            why = f"comes with the lab, which does not import here ({exc}); {_INSTALL_LAB}"
+            _add_stand_in(ep.name, why, f"(the lab does not import: {_INSTALL_LAB})")
+            continue
+        module.register(app)
 
 
 def _register_all() -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # not written yet: skip quietly
-                continue
-            root = (exc.name or "").split(".", 1)[0]
-            if root not in OPTIONAL_MODULES or name not in MODULE_COMMANDS:
-                raise
-            extra = OPTIONAL_MODULES[root]
-            for command in MODULE_COMMANDS[name]:
-                app.command(
-                    command,
-                    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-                    add_help_option=False,
-                )(_needs_extra(command, root, extra))
-            continue
-        module.register(app)
+        importlib.import_module(name).register(app)
+    _register_plugins()
+    for command in LAB_COMMANDS:
+        if command not in _registered():
+            why = f"comes with the lab, which this install lacks; {_INSTALL_LAB}"
+            _add_stand_in(command, why, f"(needs the lab: pip install {LAB_DISTRIBUTION})")
 
 
 _register_all()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Builds dashboards/alphagate.json, the Grafana dashboard for alphagate, with
 grafana-foundation-sdk (Grafana's own typed builders).
 
@@ -9,9 +8,10 @@ Grafana 10.1 variant. This file targets Grafana 11.6:
 The JSON is committed (Grafana's sidecar loads it from the ConfigMap dashboards/kustomization.yaml
 makes); tests/ship fail when it differs from what this script builds, when a query is not valid
 PromQL, or when it names a metric that neither the controller (alphagate.shell.metric_names) nor
-vLLM (alphagate.vllm, the recording rules) exports. Rerun after an edit:
+vLLM (alphagate.vllm, the recording rules) exports. Rerun after an edit, from the repository's
+root (it writes the checkout's dashboards/alphagate.json, or the path given):
 
-    python dashboards/generate.py
+    python -m alphagate_lab.dashboard [PATH]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 
 UID = "alphagate-overview"
-OUT = Path(__file__).resolve().parent / "alphagate.json"
+OUT = Path(__file__).resolve().parents[2] / "dashboards" / "alphagate.json"  # in a checkout
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 # Label matchers every query carries (Grafana substitutes the variables).
@@ -761,9 +761,11 @@ def _panels(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def main() -> int:
-    OUT.write_text(render())
-    print(f"wrote {OUT.name}")
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0]) if args else OUT
+    out.write_text(render())
+    print(f"wrote {out}")
     return 0
 
 

@@ -11,9 +11,9 @@ import typer
 from backtest_support import make_recording, policy_doc, scenario, spec_of, write_policy
 from typer.testing import CliRunner
 
+from alphagate.errors import PolicyError, ScenarioError
 from alphagate_lab.backtest import run_recording
 from alphagate_lab.commands import backtest as backtest_command
-from alphagate.errors import PolicyError, ScenarioError
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
+from alphagate.sources.prometheus import PrometheusSource
 from alphagate_lab.backtest import run_range
 from alphagate_lab.commands import backtest as backtest_command
-from alphagate.config import SpeculativeCanarySpec
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.scenario import Scenario
 from alphagate_lab.sim.server import SimServer
-from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
-from alphagate.sources.prometheus import PrometheusSource
 from alphagate_lab.testing.prometheus import PrometheusServer, available
 
 pytestmark = [

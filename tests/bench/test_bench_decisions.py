@@ -14,7 +14,16 @@ import yaml
 
 from alphagate import config
 from alphagate_lab.bench import __main__ as bench_main
-from alphagate_lab.bench.decisions import anchors, calibrate, cli, kayenta, loop, report, score, suite
+from alphagate_lab.bench.decisions import (
+    anchors,
+    calibrate,
+    cli,
+    kayenta,
+    loop,
+    report,
+    score,
+    suite,
+)
 from alphagate_lab.bench.decisions.loop import RunResult
 from alphagate_lab.bench.decisions.policies import POLICIES_DIR, Ctx, Want, shipped_spec
 from alphagate_lab.sim.fleet import Fleet
@@ -511,6 +520,12 @@ def test_the_plan_runs_per_day_cases_on_fewer_seeds_and_heavy_tasks_first() -> N
     assert groups == list(suite.group_names()["latency"])
     with pytest.raises(SystemExit, match="unknown 'nope'"):
         cli.plan(cli.parse_args(["--cases", "nope"]))
+
+
+def report_columns() -> tuple[tuple[str, str], ...]:
+    from alphagate_lab.bench.decisions import report
+
+    return report.COLUMNS
 
 
 def test_ktuning_prints_one_row_per_chain_case(capsys: pytest.CaptureFixture[str]) -> None:

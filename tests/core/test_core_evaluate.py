@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from alphagate import vllm
@@ -487,7 +487,6 @@ def test_every_check_has_reason_and_json_safe_evidence() -> None:
 floats = st.floats(allow_nan=True, allow_infinity=True, width=64) | st.floats(0, 1e6)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     d=floats,
     t=floats,
@@ -524,7 +523,6 @@ def test_garbage_never_crashes(
                 assert acc.verdict is Verdict.ERROR
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     completed_ago=st.floats(0, 1000),
     flip_ago=st.none() | st.floats(0, 1000),

@@ -762,7 +762,7 @@ specs = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(spec=specs, seq=st.lists(ticks, min_size=1, max_size=60))
 def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> None:
     m = Memory()

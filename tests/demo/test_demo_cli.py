@@ -11,8 +11,8 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from alphagate_lab.commands import demo as demo_command
 from alphagate.config import parse
+from alphagate_lab.commands import demo as demo_command
 from alphagate_lab.sandbox import demo as sandbox_demo
 from alphagate_lab.sim import parse_scenario
 

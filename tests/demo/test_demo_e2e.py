@@ -52,7 +52,16 @@ def _closed(url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+def threads_before_demo() -> set[threading.Thread]:
+    """Threads this process ran before the demo: not its parts (under pytest-xdist, a worker
+    may still run another module's session fixture, a simulated fleet among them)."""
+    return set(threading.enumerate())
+
+
+@pytest.fixture(scope="module")
+def demo_run(
+    threads_before_demo: set[threading.Thread], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("demo")
     result = CliRunner().invoke(
         _app(),
@@ -132,14 +141,20 @@ def test_faults_show_as_error_or_inconclusive_and_never_flip(
         assert f"chaos t={c['start']:.0f}" in md and "no flip" in md
 
 
-def test_every_part_is_stopped_after_the_run(demo_run: tuple[dict[str, Any], Path]) -> None:
+def test_every_part_is_stopped_after_the_run(
+    demo_run: tuple[dict[str, Any], Path], threads_before_demo: set[threading.Thread]
+) -> None:
     summary, _ = demo_run
     for name, url in summary["endpoints"].items():
         assert _closed(url), f"{name} still listening at {url}"
     deadline = time.monotonic() + 10
     alive: list[str] = []
     while time.monotonic() < deadline:
-        alive = [t.name for t in threading.enumerate() if t.name.startswith(PARTS)]
+        alive = [
+            t.name
+            for t in threading.enumerate()
+            if t.name.startswith(PARTS) and t not in threads_before_demo
+        ]
         if not alive:
             break
         time.sleep(0.1)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from alphagate.kube.client import Kube
 from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import kube_support`
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Shared pieces for the reconciler tests (imported by name: conftest puts this folder on
-sys.path): a policy with fast timings, a fake Source that
+"""Shared pieces for the reconciler tests (imported by name: pyproject.toml's pytest
+`pythonpath` puts this folder on sys.path): a policy with fast timings, a fake Source that
 reads what the canary Deployment runs from the API double, and time that runs ahead."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
 from alphagate.kube.workload import workload_state
-from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 SERVE = ["--model", "m", "--port", "8000"]
 

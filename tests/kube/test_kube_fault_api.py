@@ -21,10 +21,10 @@ from alphagate.kube.actuator import ANN_OWNER, Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import CanaryStatus, parse_status
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import Reconciler
 from alphagate.sources import factory
 from alphagate.sources.endpoints import SourcesConfig
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 
 @pytest.fixture

@@ -22,12 +22,12 @@ from alphagate.errors import SourceErrorKind
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import NullRecorder, Reconciler
 from alphagate.sources import Source, make_source
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.sources.scrape import ScrapeSource
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 HANG_SECONDS = 2.0  # a hanging pod or Prometheus answers after this; the deadlines are 0.5 s
 ARABIC_INDIC_12 = "\u0661\u0662"
@@ -91,7 +91,10 @@ class Pod:
 def serve(handler: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, threading.Thread]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll: shutdown() waits for it, and each test stops four of these
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     return server, thread
 

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 from kube_support import INTERVAL, NS, TPOT, Clock, K, canary_cr, seed, speculating
 
-from alphagate_lab.backtest.engine import Options, run_range
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Observation, PoolObservation, Role
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.backtest.engine import Options, run_range
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 TIMING = {
     "intervalSeconds": INTERVAL,

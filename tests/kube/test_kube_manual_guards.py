@@ -24,8 +24,8 @@ from alphagate.kube.status import (
     parse_status,
     pending_command,
 )
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 runner = CliRunner()
 

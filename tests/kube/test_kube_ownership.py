@@ -24,8 +24,8 @@ from alphagate.kube.client import Kube
 from alphagate.kube.coordination import ANN_MODE, ANN_SHARDS, Coordination, Refusal
 from alphagate.kube.lease import LeaderElector
 from alphagate.kube.shards import ShardLeases, shard_of
-from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell.controller import Controller, RunOptions
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
 if TYPE_CHECKING:
     from conftest import WaitFor

@@ -10,7 +10,6 @@ that is not one) is an Error alone in both, while the other three read their poo
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,16 +21,14 @@ from alphagate.core.model import CheckKind, Evaluation, Verdict
 from alphagate.errors import SourceErrorKind
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
-from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
-from alphagate_lab.sandbox.apiserver.deployments import deployment_status
 from alphagate.shell.reconciler import Outcome, Reconciler
 from alphagate.shell.reporting import NullRecorder
-from alphagate_lab.sim.fleet import Fleet
-from alphagate_lab.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 from alphagate.sources.prometheus import PrometheusSource
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
+from alphagate_lab.sandbox.apiserver.deployments import deployment_status
 from alphagate_lab.testing.prometheus import PrometheusServer, available
-from fleets import per_slice_fleet
+from fleets import BATCH_ALPHAS, BATCH_INTERVAL, BATCH_SLICES
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -39,11 +36,9 @@ pytestmark = [
     pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed"),
 ]
 
-INTERVAL = 3.0
-SLICES = ("chat", "code", "docs")
-ALPHAS = (0.7, 0.5, 0.6)
-
-SCENARIO = per_slice_fleet("live-batch", 7, SLICES, ALPHAS)
+INTERVAL = BATCH_INTERVAL
+SLICES = BATCH_SLICES
+ALPHAS = BATCH_ALPHAS
 
 
 def resource(slice_name: str, *, selector: dict[str, str] | None = None) -> dict[str, Any]:
@@ -92,19 +87,10 @@ class Counting(httpx.HTTPTransport):
         return super().handle_request(request)
 
 
-@pytest.fixture(scope="module")
-def prom() -> Iterator[PrometheusServer]:
-    server = PrometheusServer(scrape_interval=1.0, evaluation_interval=1.0)
-    sim = SimServer(Fleet(SCENARIO), file_sd=server.targets_path)
-    try:
-        sim.start()
-        server.start()
-        server.wait_for_targets(9, timeout=40)
-        time.sleep(4 * INTERVAL + 1)  # a window's worth of history
-        yield server
-    finally:
-        server.close()
-        sim.close()
+@pytest.fixture
+def prom(fleet_prometheus: PrometheusServer) -> PrometheusServer:
+    """The session's Prometheus over BATCH_FLEET (1 s scrapes, a window of history)."""
+    return fleet_prometheus
 
 
 def reconciler(kube: Kube, url: str, transport: Counting, recorder: Kinds) -> Reconciler:

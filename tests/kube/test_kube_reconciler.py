@@ -24,8 +24,8 @@ from alphagate.kube.actuator import ANN_MEMORY
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import ANN_COMMAND, ANN_COMMAND_ID, decode_memories, parse_status
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 
 def reconciler(kube: Kube, source: FakeSource, clock: Clock, **kw: Any) -> Reconciler:

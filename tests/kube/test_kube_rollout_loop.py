@@ -16,6 +16,7 @@ from alphagate.kube.actuator import ANN_SPECULATION, ANN_STATE
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
+from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import (
     ApiServer,
     ArgoRolloutCompleter,
@@ -23,7 +24,6 @@ from alphagate_lab.sandbox.apiserver import (
     DeploymentTemplate,
     Rbac,
 )
-from alphagate.shell.reconciler import Reconciler
 
 GROUP = "argoproj.io"
 

@@ -17,9 +17,9 @@ from kube_support import FAST_TIMING, NS, FakeSource, canary_cr, seed, speculati
 
 from alphagate.kube.client import Kube
 from alphagate.kube.status import parse_status
+from alphagate.shell.controller import Controller, RunOptions
 from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate_lab.sandbox.apiserver.access import CONTROLLER_TOKEN
-from alphagate.shell.controller import Controller, RunOptions
 
 if TYPE_CHECKING:
     from conftest import WaitFor

@@ -12,8 +12,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate.kube.client import Kube
-from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell.controller import Controller, RunOptions
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
 if TYPE_CHECKING:
     from conftest import WaitFor

@@ -15,14 +15,14 @@ import pytest
 from kube_support import BASE_ARGS, NS, FakeSource, canary_cr, speculating
 
 from alphagate.kube.client import Kube
-from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.shell.reconciler import Outcome
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 
 if TYPE_CHECKING:
     from conftest import WaitFor
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the bounds below, with room
 
 CANARIES = 300
 INTERVAL = 10.0
@@ -134,9 +134,11 @@ def test_three_replicas_share_300_canaries_through_a_replica_death(
     for r in replicas.values():
         r.start()
     try:
+        # Bounded, not timed: 300 canaries on 2 cores shared with the suite's other workers
+        # and other sessions can take minutes.
         wait_for(
             lambda: len(log.by_canary()) == CANARIES,
-            90,
+            240,
             "every canary evaluated once",
             poll_seconds=0.1,
         )

@@ -16,8 +16,8 @@ from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.scenario import Scenario, SliceSpec
 from alphagate_lab.sim.server import SimServer

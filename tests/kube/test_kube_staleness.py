@@ -22,9 +22,9 @@ from alphagate.core.model import NoData, Observation, Role
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.exporter import Recorder
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 
 class IdleSource(FakeSource):

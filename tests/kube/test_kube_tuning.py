@@ -15,8 +15,8 @@ from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate.shell.reconciler import Reconciler
+from alphagate_lab.sandbox.apiserver import ApiServer
 
 GOOD = (0.95, 0.9, 0.85, 0.15)  # alpha 0.66 at K=4; the last position does not pay at d=0.3
 BAD = (0.5, 0.3, 0.2, 0.1)  # alpha far below the gate

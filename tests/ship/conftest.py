@@ -1,14 +1,10 @@
-"""Ship tests: make ship_support importable, and the promtool fixture."""
+"""Ship tests: the promtool fixture."""
 
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Helpers shared by the ship tests (imported by name: conftest puts this folder on sys.path)."""
+"""Helpers shared by the ship tests (imported by name: pyproject.toml's pytest `pythonpath`
+puts this folder on sys.path)."""
 
 from __future__ import annotations
 

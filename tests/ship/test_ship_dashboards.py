@@ -3,7 +3,7 @@ metric names, the layout is sound, and the Grafana alert rules mirror the Promet
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 from pathlib import Path
@@ -25,17 +25,12 @@ def _generator() -> Any:
     pytest.importorskip(
         "grafana_foundation_sdk", reason="pip install 'grafana-foundation-sdk==1769699379!11.6.0'"
     )
-    path = ship.DASHBOARDS / "generate.py"
-    spec = importlib.util.spec_from_file_location("alphagate_dashboards_generate", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("alphagate_lab.dashboard")
 
 
 def test_committed_json_is_what_the_generator_builds() -> None:
     assert DASHBOARD.read_text() == _generator().render(), (
-        "dashboards/alphagate.json drifted: run python dashboards/generate.py"
+        "dashboards/alphagate.json drifted: run python -m alphagate_lab.dashboard"
     )
 
 

@@ -25,11 +25,11 @@ from alphagate.core.insights import analyse
 from alphagate.core.model import Command, Memory, Rollout, State
 from alphagate.shell import exporter
 from alphagate.shell import server as metrics_server
+from alphagate.sources.endpoints import SourcesConfig
+from alphagate.sources.prometheus import PrometheusSource
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.scenario import parse_scenario
 from alphagate_lab.sim.server import SimServer
-from alphagate.sources.endpoints import SourcesConfig
-from alphagate.sources.prometheus import PrometheusSource
 from alphagate_lab.testing import prometheus as testprom
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]

@@ -16,8 +16,8 @@ import pytest
 import ship_support as ship
 
 from alphagate.config import API_VERSION, KIND
-from alphagate_lab.sandbox.apiserver import ApiServer, ArgoRolloutTemplate, DeploymentTemplate, Rbac
 from alphagate.shell.controller import Controller, RunOptions
+from alphagate_lab.sandbox.apiserver import ApiServer, ArgoRolloutTemplate, DeploymentTemplate, Rbac
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.scenario import parse_scenario
 from alphagate_lab.sim.server import SimServer

@@ -179,24 +179,67 @@ def test_cluster_wide_drops_the_namespace_whatever_it_is(tmp_path: Path) -> None
 
 # ---------------------------------------------------------------- a lean controller image
 
-_BLOCK = """
+# What the controller image lacks: the lab and the lab's own dependencies. Importing any of
+# them in this child process fails as it would there.
+_LAB_ONLY = ("alphagate_lab", "numpy", "matplotlib", "PIL", "jsonpatch")
+
+_BLOCK = f"""
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("numpy", "matplotlib", "PIL"):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if name.split(".")[0] in {_LAB_ONLY!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 sys.meta_path.insert(0, Block())
+"""
+
+# Without the lab's distribution its entry points are gone too (`--broken` keeps them: the lab
+# installed but not importable).
+_NO_ENTRY_POINTS = """
+import importlib.metadata
+if sys.argv[1:2] == ["--broken"]:
+    del sys.argv[1]
+else:
+    importlib.metadata.entry_points = lambda **select: importlib.metadata.EntryPoints(())
+"""
+
+_CLI = (
+    _BLOCK
+    + _NO_ENTRY_POINTS
+    + """
 sys.argv = ["alphagate", *sys.argv[1:]]
 from alphagate.cli import main
 main()
 """
+)
+
+# Every module of the controller package, imported one after another.
+_IMPORT_ALL = (
+    _BLOCK
+    + """
+import importlib, pkgutil
+import alphagate
+names = sorted(m.name for m in pkgutil.walk_packages(alphagate.__path__, "alphagate."))
+for name in names:
+    if name != "alphagate.__main__":  # runs the CLI: imported through alphagate.cli instead
+        importlib.import_module(name)
+print(len(names))
+"""
+)
 
 
-def _cli_without_plotting(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli_without_the_lab(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", _BLOCK, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _CLI, *args], capture_output=True, text=True, timeout=60
     )
+
+
+def test_every_controller_module_imports_without_the_lab() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_ALL], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 100  # the whole package was walked, not an empty path
 
 
 @pytest.mark.parametrize(
@@ -208,29 +251,50 @@ def _cli_without_plotting(*args: str) -> subprocess.CompletedProcess[str]:
         ["policy", "check", str(ship.ROOT / "policies" / "mixed-fleet.yaml")],
     ],
 )
-def test_controller_commands_run_without_the_plotting_extras(args: list[str]) -> None:
-    proc = _cli_without_plotting(*args)
+def test_controller_commands_run_without_the_lab(args: list[str]) -> None:
+    proc = _cli_without_the_lab(*args)
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize(("command", "extra"), [("sim", "sim"), ("demo", "sim"), ("whatif", "sim")])
-def test_extra_commands_name_the_extra_they_need(command: str, extra: str) -> None:
-    proc = _cli_without_plotting(command, "--anything")
+@pytest.mark.parametrize(
+    ("command", "how"),
+    [("sim", "absent"), ("demo", "absent"), ("whatif", "absent"), ("bench", "broken")],
+)
+def test_lab_commands_name_the_package_they_need(command: str, how: str) -> None:
+    broken = ["--broken"] if how == "broken" else []
+    proc = _cli_without_the_lab(*broken, command, "--anything")
     assert proc.returncode == 1
-    assert f"alphagate[{extra}]" in proc.stderr and proc.stderr.count("\n") == 1
-    listed = _cli_without_plotting("--help")
+    assert "pip install alphagate-lab" in proc.stderr and proc.stderr.count("\n") == 1
+    listed = _cli_without_the_lab(*broken, "--help")
     assert listed.returncode == 0 and command in listed.stdout
 
 
-def test_lock_and_core_dependencies_carry_no_plotting() -> None:
+def test_with_the_lab_installed_its_commands_join_the_cli() -> None:
+    from typer.testing import CliRunner
+
+    from alphagate.cli import LAB_COMMANDS, app
+
+    runner = CliRunner()
+    for command in LAB_COMMANDS:
+        got = runner.invoke(app, [command, "--help"])
+        assert got.exit_code == 0, (command, got.output)
+        assert "alphagate-lab" not in got.output, command  # the real command, no stand-in
+
+
+def test_lock_and_core_dependencies_carry_no_lab() -> None:
     project = tomllib.loads((ship.ROOT / "pyproject.toml").read_text())["project"]
+    lab = tomllib.loads((ship.ROOT / "lab" / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"]).lower()
     lock = (ship.ROOT / "requirements.lock").read_text().lower()
     for name in ("numpy", "matplotlib", "pillow", "contourpy", "fonttools", "kiwisolver"):
         assert name not in core
         assert not re.search(rf"^{name}==", lock, flags=re.M), f"{name} in requirements.lock"
-    assert "numpy" in " ".join(project["optional-dependencies"]["sim"])
-    assert "matplotlib" in " ".join(project["optional-dependencies"]["plot"])
+    assert not re.search(r"^alphagate-lab==", lock, flags=re.M)
+    for name in ("numpy", "matplotlib", "jsonpatch"):
+        assert name in " ".join(lab["dependencies"]), f"the lab should depend on {name}"
+    # released together: the lab pins the controller at its own version
+    assert lab["version"] == project["version"]
+    assert f"alphagate=={project['version']}" in lab["dependencies"]
     assert project["scripts"]["kubectl-alphagate"] == project["scripts"]["alphagate"]
 
 

@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.status import CanaryStatus, Decision, rfc3339
-from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 from alphagate.shell import server as metrics_server
 from alphagate.verdicts import VerdictApi
+from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
 NOW = 1_800_000_000.0
 NS = "llm"

@@ -291,13 +291,12 @@ def _outcome(text: str) -> None:
 _ALPHABET = st.sampled_from([*'vllm:_spec{}="\\,# \t\n0123456789.+-eInfNa', "\r", "é", "\x00"])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(_ALPHABET, max_size=200))
 def test_fuzz_garbage(text: str) -> None:
     _outcome(text)
 
 
-@settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_fuzz_truncations_and_mutations_of_real_capture(data: st.DataObject) -> None:
     text = _sample()
@@ -321,7 +320,6 @@ def _sample() -> str:
     return "\n".join(keep)
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.integers(0, 10**9), min_size=4, max_size=4),
     st.lists(st.floats(0, 100, allow_nan=False), max_size=20),

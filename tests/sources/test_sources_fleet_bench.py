@@ -9,9 +9,9 @@ import math
 
 import pytest
 
+from alphagate.sources import exposition
 from alphagate_lab.bench import fleet, fleet_cycle
 from alphagate_lab.sandbox.pageserver import Pages
-from alphagate.sources import exposition
 from alphagate_lab.testing import prometheus as promtest
 
 pytestmark = [pytest.mark.slow]

@@ -35,14 +35,14 @@ from alphagate.core.model import (
     State,
     Verdict,
 )
-from alphagate_lab.sim.fleet import Fleet
-from alphagate_lab.sim.scenario import Scenario
-from alphagate_lab.sim.server import SimServer
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.promql import parse_duration
 from alphagate.sources.scrape import ScrapeSource
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import Scenario
+from alphagate_lab.sim.server import SimServer
 from alphagate_lab.testing.prometheus import PrometheusServer, available
 
 runner = CliRunner()

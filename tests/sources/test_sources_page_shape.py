@@ -146,7 +146,7 @@ def _sample() -> str:
     return "\n".join(keep)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_known_shape_agrees_with_the_line_path_on_any_mutation(data: st.DataObject) -> None:
     """The page's shape is kept first; then any mutation of a value, a label or a line gives

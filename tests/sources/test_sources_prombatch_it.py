@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import parse_qs
 
 import httpx
@@ -21,53 +19,29 @@ import pytest
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, Role
-from alphagate_lab.sim.fleet import Fleet
-from alphagate_lab.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prombatch import observe_many, union_matchers
 from alphagate.sources.prometheus import PrometheusSource
-from alphagate.sources.promql import recorded_name
 from alphagate_lab.testing.prometheus import PrometheusServer, available
-from fleets import per_slice_fleet, slice_spec
+from fleets import BATCH_INTERVAL, BATCH_SLICES, slice_spec
 
 pytestmark = [
     pytest.mark.prometheus,
     pytest.mark.skipif(not available(), reason="Debian's prometheus binary is not installed"),
 ]
 
-RULES = Path(__file__).resolve().parents[2] / "deploy/monitoring/rules/alphagate-batches.yaml"
-INTERVAL = 3.0
-SLICES = ("chat", "code", "docs")
-
-SCENARIO = per_slice_fleet("prombatch", 5, SLICES, (0.7, 0.5, 0.6))
+INTERVAL = BATCH_INTERVAL
+SLICES = BATCH_SLICES
 
 
 def spec_for(slice_name: str) -> SpeculativeCanarySpec:
     return slice_spec(slice_name, interval=INTERVAL, window=4 * INTERVAL)
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    # The shipped rules with the group interval and rate range scaled to 1 s scrapes.
-    fast = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
-    fast.write_text(
-        RULES.read_text().replace("interval: 30s", "interval: 1s").replace("[1m]", "[3s]")
-    )
-    prom = PrometheusServer(scrape_interval=1.0, evaluation_interval=1.0, rule_files=[fast])
-    sim = SimServer(Fleet(SCENARIO), file_sd=prom.targets_path)
-    try:
-        sim.start()
-        prom.start()
-        prom.wait_for_targets(9, timeout=40)
-        prom.wait_for(
-            f"count({recorded_name('vllm:spec_decode_num_drafts_total')}) >= 6", timeout=30
-        )
-        # a window's worth of history
-        time.sleep(4 * INTERVAL + 1)
-        yield prom
-    finally:
-        prom.close()
-        sim.close()
+@pytest.fixture
+def stack(fleet_prometheus: PrometheusServer) -> PrometheusServer:
+    """The session's Prometheus over BATCH_FLEET, with the shipped rules at 1 s scrapes."""
+    return fleet_prometheus
 
 
 def same(a: Observation, b: Observation) -> None:

@@ -448,7 +448,9 @@ def slow_server() -> Iterator[tuple[str, threading.Event]]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )  # a short poll: shutdown() waits for it
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", release

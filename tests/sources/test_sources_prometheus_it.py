@@ -29,13 +29,13 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.histogram import bracket, quantile
 from alphagate.core.model import Buckets, Observation, PoolObservation, Role
 from alphagate.errors import SourceErrorKind
-from alphagate_lab.sim.fleet import Fleet
-from alphagate_lab.sim.scenario import Scenario
-from alphagate_lab.sim.server import SimServer
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.scrape import ScrapeSource
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.scenario import Scenario
+from alphagate_lab.sim.server import SimServer
 from alphagate_lab.testing.prometheus import PrometheusServer, available
 
 pytestmark = [

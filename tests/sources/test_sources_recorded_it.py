@@ -35,12 +35,12 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.errors import SourceErrorKind
-from alphagate_lab.sim.fleet import Fleet
-from alphagate_lab.sim.server import SimServer
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prombatch import observe_many
 from alphagate.sources.prometheus import RECORDED_LAG_EVALUATIONS, PrometheusSource
 from alphagate.sources.promql import recorded_name
+from alphagate_lab.sim.fleet import Fleet
+from alphagate_lab.sim.server import SimServer
 from alphagate_lab.testing.prometheus import PrometheusServer, available
 from fleets import per_slice_fleet, slice_spec
 

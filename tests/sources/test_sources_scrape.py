@@ -16,10 +16,10 @@ from scrape_pods import Clock, FakePod, static
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
-from alphagate_lab.sandbox.apiserver import Rbac
 from alphagate.sources.common import PoolRef
 from alphagate.sources.discovery import KubeDiscovery
 from alphagate.sources.scrape import ScrapeSource, read_page
+from alphagate_lab.sandbox.apiserver import Rbac
 from specs import SOURCE_SPEC, spec_from
 
 

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_e2e_support import (
+    CounterSampler,
+    Timeline,
+    TrafficDriver,
+    fake_vllm_home,
+    wait_until,
+)
 
 from alphagate.config import dump, parse
 from alphagate.core.model import (
@@ -57,16 +63,6 @@ from alphagate_lab.sandbox.vllm_runtime import (
     scrape_metrics,
 )
 from alphagate_lab.sandbox.vllm_server import vllm_unavailable_reason
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import vllm_e2e_support`
-
-from vllm_e2e_support import (
-    CounterSampler,
-    Timeline,
-    TrafficDriver,
-    fake_vllm_home,
-    wait_until,
-)
 
 NS = "e2e"
 MODEL = "tiny-chat"
@@ -297,9 +293,9 @@ class Decisions:
 def start_controller(api: ApiServer, decisions: Decisions, prometheus_url: str) -> Any:
     """`alphagate run` in this process, its reconciler reporting every evaluation; the test's
     Prometheus is the controller's endpoint `default` (as `--prometheus-url` makes it)."""
-    from alphagate_lab.sandbox.vllm_server import free_port
     from alphagate.shell.controller import Controller, RunOptions
     from alphagate.sources.endpoints import SourcesConfig
+    from alphagate_lab.sandbox.vllm_server import free_port
 
     opts = RunOptions(
         server=api.url,

@@ -19,7 +19,12 @@ from pathlib import Path
 
 from alphagate.errors import SandboxError
 from alphagate_lab.sandbox.load import LoadResult, Mix, run_load
-from alphagate_lab.sandbox.vllm_runtime import MetricsPage, VllmRuntime, alpha_between, scrape_metrics
+from alphagate_lab.sandbox.vllm_runtime import (
+    MetricsPage,
+    VllmRuntime,
+    alpha_between,
+    scrape_metrics,
+)
 
 # ---------------------------------------------------------------- timeline
 

@@ -63,6 +63,7 @@ from alphagate.kube.workload import (
     ROLLOUT_VERSION,
     WorkloadState,
     json_patch,
+    memory_annotation,
     merge_body,
     workload_state,
 )
@@ -405,7 +406,7 @@ class Actuator:
     @staticmethod
     def _memory_text(memory: Memory) -> str:
         trimmed = memory.model_copy(update={"history": memory.history[-ANNOTATION_HISTORY:]})
-        return trimmed.model_dump_json()
+        return memory_annotation(trimmed)
 
     # ------------------------------------------------------------ claiming
 

@@ -12,7 +12,9 @@ The Lease also records how the replicas split the work (`kube.coordination`): a 
 replicas renew it too) refuses to lead and says why (`on_refusal`).
 
 The kubernetes package ships a LeaderElection, but it uses the global default client, cannot
-be stopped, and exits the process on bad arguments; this one is stoppable and testable.
+be stopped, and exits the process on bad arguments; this one is stoppable and testable: its
+monotonic clock and its waits go through the clock seam (`alphagate.clock`), so tests run
+elections on virtual time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import math
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from typing import Any
 
 from kubernetes import client
 
+from alphagate import clock as clockmod
 from alphagate.errors import KubeError, NotFoundError
 from alphagate.kube.client import API_ERRORS, call
 from alphagate.kube.coordination import (
@@ -65,7 +67,8 @@ class LeaderElector:
         on_started_leading: Callable[[], None] | None = None,
         on_stopped_leading: Callable[[], None] | None = None,
         on_refusal: Callable[[Refusal | None], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: clockmod.Clock = clockmod.MONOTONIC,
+        wait: clockmod.Wait = clockmod.wait,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError(
@@ -82,7 +85,8 @@ class LeaderElector:
         self.on_started_leading = on_started_leading
         self.on_stopped_leading = on_stopped_leading
         self.on_refusal = on_refusal
-        self.clock = clock
+        self.clock = clock  # monotonic seconds: expiry and renew deadlines are on this clock
+        self.wait = wait
         self.coordination = Coordination.leader()
         self.refusal: Refusal | None = None  # the Lease records another way of splitting work
         self._leading = threading.Event()
@@ -255,7 +259,7 @@ class LeaderElector:
         stop = stop or self._stop
         while not stop.is_set():
             self.run_round()
-            stop.wait(self.retry_period)
+            self.wait(stop, self.retry_period)
         if self._leading.is_set():
             self._set_leading(False)
 

@@ -13,6 +13,7 @@ edit was computed from, so a concurrent change is a 409, never a lost update.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -28,6 +29,14 @@ ANN_MEMORY: Final = "alphagate.io/memory"
 ANN_LAST_FLIP: Final = "alphagate.io/last-flip"
 ANN_OWNER: Final = "alphagate.io/owner"  # the SpeculativeCanary (namespace/name) it belongs to
 ANN_RECORD: Final = "alphagate.io/record"  # generation of the record: +1 on every write of it
+
+# The schema of the Memory JSON in `alphagate.io/memory`, written first in it as
+# "schemaVersion". Absent: 0, the unversioned annotation of earlier controllers, whose fields
+# are version 1's. A controller reads every version up to its own; a newer one (a later
+# controller's, then a downgrade) is not guessed at: it reads as no annotation, and the Memory
+# resumes from the status. Bump it, with a reader for the old shape, when a field changes
+# meaning; adding a field with a default needs no bump (unknown keys are ignored).
+MEMORY_SCHEMA_VERSION: Final = 1
 
 ROLLOUT_GROUP: Final = "argoproj.io"
 ROLLOUT_VERSION: Final = "v1alpha1"
@@ -85,13 +94,7 @@ class WorkloadState:
     @property
     def memory(self) -> Memory | None:
         """The Memory recorded with the last flip, if any (and readable)."""
-        raw = self.annotations.get(ANN_MEMORY)
-        if not raw:
-            return None
-        try:
-            return Memory.model_validate_json(raw)
-        except ValueError:
-            return None
+        return read_memory(self.annotations.get(ANN_MEMORY))
 
     @property
     def state(self) -> str | None:
@@ -120,6 +123,27 @@ class WorkloadState:
     def what(self) -> str:
         """`Deployment ns/name` or `Rollout ns/name`, for messages."""
         return f"{self.kind} {self.ref}"
+
+
+def memory_annotation(memory: Memory) -> str:
+    """The `alphagate.io/memory` text: the Memory's JSON, its schema version first."""
+    body = json.loads(memory.model_dump_json())  # pydantic's JSON, values as it writes them
+    return json.dumps({"schemaVersion": MEMORY_SCHEMA_VERSION, **body}, separators=(",", ":"))
+
+
+def read_memory(raw: str | None) -> Memory | None:
+    """The Memory in an `alphagate.io/memory` text of any version up to ours (unversioned
+    included); None when absent, unreadable, or written by a newer schema."""
+    if not raw:
+        return None
+    try:
+        version = json.loads(raw).get("schemaVersion", 0)
+        memory = Memory.model_validate_json(raw)  # "schemaVersion" itself is ignored
+    except (ValueError, AttributeError):  # not JSON, not an object, not a Memory
+        return None
+    if not isinstance(version, int) or version > MEMORY_SCHEMA_VERSION:
+        return None
+    return memory
 
 
 def _int(value: Any) -> int:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from alphagate import clock as clockmod
 from alphagate.config import (
     GROUP,
     PLURAL,
@@ -113,6 +114,7 @@ class Reconciler(WatchLoop):
         may_act: Callable[[], bool] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
         owns: Callable[[str, str], bool] | None = None,
+        wait: clockmod.Wait = clockmod.wait,
     ) -> None:
         super().__init__(
             kube,
@@ -122,6 +124,7 @@ class Reconciler(WatchLoop):
             watch_timeout_seconds=watch_timeout_seconds,
             health=health,
             owns=owns,
+            wait=wait,
         )
         self.dry_run = dry_run
         self.events = events if events is not None else EventRecorder(kube.api_client)

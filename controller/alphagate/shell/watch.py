@@ -11,6 +11,10 @@ with `reconcile` and `reconcile_many`.
 
 Sharding: a canary first seen here waits until one interval after its last evaluation by any
 replica (`resume_schedule`), and `take_over` resumes it from the cluster.
+
+The schedule reads the time (`clock`) and waits (`wait`) through the clock seam
+(`alphagate.clock`), so tests run it on virtual time; the watch's error backoff stays on the
+real clock (the watch itself blocks on the API server's stream, which no virtual clock drives).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any, Protocol
 
 from kubernetes import watch
 
+from alphagate import clock as clockmod
 from alphagate.config import GROUP, PLURAL, VERSION, SourceKind
 from alphagate.errors import KubeError
 from alphagate.kube.client import Kube, call
@@ -66,11 +71,13 @@ class WatchLoop:
         watch_timeout_seconds: float,
         health: Beat | None,
         owns: Callable[[str, str], bool] | None,
+        wait: clockmod.Wait = clockmod.wait,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.label_selector = label_selector
         self.clock = clock
+        self.wait = wait
         self.watch_timeout_seconds = watch_timeout_seconds
         self.health = health
         # Sharding: is this canary (namespace, name) this replica's to evaluate and act on now?
@@ -253,7 +260,7 @@ class WatchLoop:
             if self.health is not None:
                 self.health.beat()
             if not self.leading.is_set() or not self.synced.is_set():
-                self._kick.wait(tick)
+                self.wait(self._kick, tick)
                 self._kick.clear()
                 continue
             due = self.due(self.clock())
@@ -281,7 +288,7 @@ class WatchLoop:
             wait = (
                 min([tick, *[max(0.0, d - self.clock()) for d in upcoming]]) if upcoming else tick
             )
-            self._kick.wait(max(wait, 0.01))
+            self.wait(self._kick, max(wait, 0.01))
             self._kick.clear()
 
     def _batchable(self, key: tuple[str, str]) -> bool:

@@ -29,6 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from alphagate.config import Aggregation, SpeculativeCanarySpec
+from alphagate.core import machine
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
+from alphagate.errors import ScenarioError
+from alphagate.sources import Source
 from alphagate_lab.backtest import truth as truth_mod
 from alphagate_lab.backtest.recorded import (
     PageCache,
@@ -38,16 +44,10 @@ from alphagate_lab.backtest.recorded import (
     header_label_sets,
     members,
 )
-from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import machine
-from alphagate.core.evaluate import evaluate
-from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
-from alphagate.errors import ScenarioError
 from alphagate_lab.report import Point
 from alphagate_lab.report import point as report_point
 from alphagate_lab.sim.fleet import FleetEvent, FleetSnapshot
 from alphagate_lab.sim.recording import iter_recording
-from alphagate.sources import Source
 
 _EPS: Final = 1e-6
 MAX_EVALUATIONS: Final = 1_000_000

@@ -25,11 +25,11 @@ from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import PolicyError
-from alphagate_lab.sim.pod import PodSnapshot
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
 from alphagate.sources.discovery import Target
 from alphagate.sources.exposition import Counter, Gauge, Hist, Histogram, Page, Series
 from alphagate.sources.scrape import Scraped, ScrapeSource
+from alphagate_lab.sim.pod import PodSnapshot
 
 URL_SCHEME = "recording://"
 _ENGINE = "0"  # the simulator's pods run one engine, as vLLM's default does
@@ -72,8 +72,8 @@ def page_of(snap: PodSnapshot) -> Page:
 
 def page_via_text(snap: PodSnapshot) -> Page:
     """The same page through the simulator's renderer and the sources' parser."""
-    from alphagate_lab.sim.exposition import render
     from alphagate.sources import exposition
+    from alphagate_lab.sim.exposition import render
 
     return exposition.parse(render(snap).decode("utf-8"), target=snap.name)
 

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from alphagate_lab.backtest import run_recording
-from alphagate_lab.backtest.recorded import RecordingSource, page_of, page_via_text
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import Memory, Observation, Rollout, State
+from alphagate_lab.backtest import run_recording
+from alphagate_lab.backtest.recorded import RecordingSource, page_of, page_via_text
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.pod import PodSnapshot
 from alphagate_lab.sim.recording import iter_recording, read_recording, record

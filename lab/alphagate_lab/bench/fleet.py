@@ -46,6 +46,7 @@ from typing import Any
 
 import httpx
 
+from alphagate.errors import SandboxError
 from alphagate_lab.bench.fleet_cycle import (
     fetch_only,
     proc_cpu,
@@ -55,7 +56,6 @@ from alphagate_lab.bench.fleet_cycle import (
     worker,
 )
 from alphagate_lab.bench.fleet_pages import page_costs, parser_ratios
-from alphagate.errors import SandboxError
 from alphagate_lab.sandbox.pageserver import OURS_PATH
 
 QUICK_ARGS = ["--pods", "20,40", "--prometheus-pods", "20", "--interval", "2", "--cycles", "2"]

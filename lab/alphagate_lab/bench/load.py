@@ -30,10 +30,10 @@ from typing import Any, Final
 import yaml
 from kubernetes import watch
 
-from alphagate_lab.bench.fleet import PageServer, _machine, _page
-from alphagate_lab.bench.fleet_cycle import CLK_TCK
 from alphagate.config import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from alphagate.kube.client import API_ERRORS, Kube
+from alphagate_lab.bench.fleet import PageServer, _machine, _page
+from alphagate_lab.bench.fleet_cycle import CLK_TCK
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 NS: Final = "llm"

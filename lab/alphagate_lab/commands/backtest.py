@@ -33,10 +33,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from alphagate_lab import report
-from alphagate_lab.backtest import BacktestResult, Options, UnitResult, run_range, run_recording
 from alphagate.config import SpeculativeCanary
 from alphagate.errors import AlphagateError, PolicyError
+from alphagate_lab import report
+from alphagate_lab.backtest import BacktestResult, Options, UnitResult, run_range, run_recording
 from alphagate_lab.sim.scenario import parse_duration
 
 WIDE = 150

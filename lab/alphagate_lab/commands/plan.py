@@ -14,9 +14,9 @@ from pathlib import Path
 import typer
 
 from alphagate import config
-from alphagate_lab.commands import memory as memory_cli
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
 from alphagate.errors import PolicyError
+from alphagate_lab.commands import memory as memory_cli
 from alphagate_lab.planning.plan import DEFAULT_PROMETHEUS_ENDPOINT, PlanInput, build
 from alphagate_lab.planning.render import render
 from alphagate_lab.planning.slices import parse_slices

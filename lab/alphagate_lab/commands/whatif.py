@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from alphagate_lab.commands import memory as memory_cli
 from alphagate.core.speedup import (
     DEFAULT_RIDGE_TOKENS,
     alpha_for,
@@ -30,6 +29,7 @@ from alphagate.core.speedup import (
     speedup_at,
     tokens_per_pass,
 )
+from alphagate_lab.commands import memory as memory_cli
 from alphagate_lab.planning import decode_sim
 from alphagate_lab.planning.slices import SliceSpec, mix_alpha, parse_mix
 

@@ -43,7 +43,13 @@ from typing import Any, Final
 
 from alphagate.errors import AlphagateError
 from alphagate_lab.sandbox.apiserver import ApiError, ApiServer, deployment_status, now_rfc3339
-from alphagate_lab.sandbox.pod_objects import HOST, PORT_ANNOTATION, OwnedPod, pod_object, pod_status
+from alphagate_lab.sandbox.pod_objects import (
+    HOST,
+    PORT_ANNOTATION,
+    OwnedPod,
+    pod_object,
+    pod_status,
+)
 from alphagate_lab.sandbox.pod_runtime import PodLaunch, PodRuntime
 
 HASH_LABEL: Final = "pod-template-hash"

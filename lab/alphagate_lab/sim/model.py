@@ -56,7 +56,14 @@ from alphagate_lab.sim.acceptance import (
     draw_request_alpha,
 )
 from alphagate_lab.sim.counters import EngineCounters
-from alphagate_lab.sim.decode import DecodeParams, Load, Stalls, TickTruth, output_lengths, step_time
+from alphagate_lab.sim.decode import (
+    DecodeParams,
+    Load,
+    Stalls,
+    TickTruth,
+    output_lengths,
+    step_time,
+)
 
 __all__ = ["Engine"]
 

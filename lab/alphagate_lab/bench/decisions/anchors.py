@@ -25,12 +25,12 @@ from typing import Final
 import numpy as np
 
 from alphagate import vllm
-from alphagate_lab.backtest.recorded import RecordingSource
-from alphagate_lab.bench.decisions import kayenta, suite
-from alphagate_lab.bench.decisions.policies import Ctx, Want, canary_alpha
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import histogram
 from alphagate.core.model import Buckets, Observation, Role
+from alphagate_lab.backtest.recorded import RecordingSource
+from alphagate_lab.bench.decisions import kayenta, suite
+from alphagate_lab.bench.decisions.policies import Ctx, Want, canary_alpha
 from alphagate_lab.sim.acceptance import draw_request_alpha
 from alphagate_lab.sim.pod import PodSnapshot
 

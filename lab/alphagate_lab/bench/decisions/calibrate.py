@@ -30,9 +30,9 @@ from typing import Final
 import numpy as np
 
 from alphagate import vllm
-from alphagate_lab.bench.decisions import suite
 from alphagate.core import histogram
 from alphagate.core.model import Buckets
+from alphagate_lab.bench.decisions import suite
 from alphagate_lab.sim.fleet import Fleet
 
 SECONDS: Final = 3600.0

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from alphagate.core.model import Rollout
 from alphagate_lab.bench.decisions import anchors, calibrate, suite
 from alphagate_lab.bench.decisions.policies import (
     Alphagate,
@@ -37,7 +38,6 @@ from alphagate_lab.bench.decisions.policies import (
     Want,
     shipped_spec,
 )
-from alphagate.core.model import Rollout
 from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
 from alphagate_lab.sim.pod import SimPod
 

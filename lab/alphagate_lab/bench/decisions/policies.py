@@ -22,13 +22,13 @@ from typing import Any, Protocol
 import yaml
 
 from alphagate import config
-from alphagate_lab.backtest.recorded import RecordingSource
-from alphagate_lab.bench.decisions import suite
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import machine, tuning
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
+from alphagate_lab.backtest.recorded import RecordingSource
+from alphagate_lab.bench.decisions import suite
 from alphagate_lab.sim.fleet import Fleet, FleetSnapshot
 
 POLICIES_DIR = suite.POLICIES_DIR

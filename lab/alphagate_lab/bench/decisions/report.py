@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from alphagate_lab.bench.decisions import anchors, score, suite
 from alphagate.errors import AlphagateError
+from alphagate_lab.bench.decisions import anchors, score, suite
 
 Check = tuple[str, str, bool | None]
 

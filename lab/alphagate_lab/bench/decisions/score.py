@@ -49,9 +49,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from alphagate.core.stats import t_quantile
 from alphagate_lab.bench.decisions.loop import STEP, WARMUP_SECONDS, WARMUP_SLOWDOWN, RunResult
 from alphagate_lab.bench.decisions.suite import BY_NAME, LOAD_SECONDS
-from alphagate.core.stats import t_quantile
 
 WINDOW: Final = 300.0
 REGRET_BINS: Final = ("restart", "below break-even", "off while it pays", "same state")

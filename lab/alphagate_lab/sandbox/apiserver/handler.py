@@ -11,7 +11,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from alphagate_lab.sandbox.apiserver.access import CONTROLLER_TOKEN, CONTROLLER_USER, RecordedRequest
+from alphagate_lab.sandbox.apiserver.access import (
+    CONTROLLER_TOKEN,
+    CONTROLLER_USER,
+    RecordedRequest,
+)
 from alphagate_lab.sandbox.apiserver.resources import JSON, ApiError
 from alphagate_lab.sandbox.apiserver.routes import discovery, route, verb_of
 

@@ -14,7 +14,7 @@ It starts a local sandbox and lets the real controller run in it:
 * the **controller** itself: `alphagate run`'s `Controller` with the real reconciler, actuator
   and status writer over the real `kubernetes` client, in enforce mode.
 
-A scenario (the default one is package data: `alphagate/data/demo-scenario.yaml`) moves the
+A scenario (the default one is package data: `alphagate_lab/data/demo-scenario.yaml`) moves the
 traffic mix and the load in simulated seconds; ``speed`` compresses the scenario and the
 policy's timings together, so the story is the same, only shorter. Scripted faults
 (``chaos``) stop Prometheus, make the API server answer 500 and delete a canary pod for a

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from alphagate_lab import report
 from alphagate.config import Aggregation, SpeculativeCanary, dump, parse
 from alphagate.core.model import Action, State
 from alphagate.errors import PolicyError, SandboxError
+from alphagate_lab import report
 from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate_lab.sandbox.demo import results
 from alphagate_lab.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from alphagate_lab import report
 from alphagate.core.model import Action, Evaluation, Verdict
+from alphagate_lab import report
 from alphagate_lab.sandbox.demo.view import Decision, cause_of, failing_checks
 
 

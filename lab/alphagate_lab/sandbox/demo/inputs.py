@@ -45,7 +45,7 @@ _SCALED_SECONDS: Final = (
 
 def data_text(name: str) -> str:
     """A file shipped in the package's data folder (found on any install)."""
-    return resources.files("alphagate").joinpath("data", name).read_text(encoding="utf-8")
+    return resources.files("alphagate_lab").joinpath("data", name).read_text(encoding="utf-8")
 
 
 def load_scenario_text(path: Path | None) -> tuple[Any, str]:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alphagate_lab import report
 from alphagate.core.model import CheckKind, CheckResult, Evaluation, LatencyEvidence, Verdict
+from alphagate_lab import report
 from alphagate_lab.sandbox.demo.inputs import DEFAULT_OUT, NAMESPACE, SourceChoice
 
 

@@ -1,0 +1,85 @@
+"""The `alphagate.io/memory` annotation carries its schema version: what the actuator writes
+says which version it is, an older unversioned annotation (what earlier controllers wrote)
+still resumes, and a newer version than this controller knows is not guessed at."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from alphagate.config import DeploymentRef, WorkloadKind
+from alphagate.core.model import Memory, State, Transition
+from alphagate.kube.actuator import Actuator
+from alphagate.kube.client import Kube
+from alphagate.kube.workload import (
+    ANN_MEMORY,
+    MEMORY_SCHEMA_VERSION,
+    memory_annotation,
+    read_memory,
+    workload_state,
+)
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
+
+REF = DeploymentRef(name="canary", container="vllm")
+NOW = 1_800_000_000.0
+CFG = {"method": "ngram", "num_speculative_tokens": 4}
+MEMORY = Memory(
+    state=State.ROLLED_BACK,
+    since=NOW,
+    fail_streak=2,
+    cooldown_index=1,
+    cooldown_until=NOW + 600,
+    flip_times=(NOW - 60, NOW),
+    last_alpha={"chat": 0.41},
+    history=(Transition(from_state=State.ON, to_state=State.ROLLED_BACK, reason="r", at=NOW),),
+    last_flip_at=NOW,
+    record=3,
+)
+
+
+def _deployment(annotations: dict[str, str]) -> dict[str, Any]:
+    obj = DeploymentTemplate("canary", "ns", args=["--model", "/m"], replicas=1).build()
+    obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+def test_the_written_annotation_names_its_schema_version_and_reads_back() -> None:
+    text = memory_annotation(MEMORY)
+    assert next(iter(json.loads(text))) == "schemaVersion"  # first, for a reader of the YAML
+    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 1
+    assert read_memory(text) == MEMORY
+
+
+def test_an_older_unversioned_annotation_still_resumes() -> None:
+    unversioned = MEMORY.model_dump_json()  # what controllers before the version wrote
+    assert "schemaVersion" not in unversioned
+    state = workload_state(_deployment({ANN_MEMORY: unversioned}), "vllm", WorkloadKind.DEPLOYMENT)
+    assert state.memory == MEMORY
+
+
+@pytest.mark.parametrize("version", [MEMORY_SCHEMA_VERSION + 1, "1", None])
+def test_a_version_this_controller_does_not_know_is_not_guessed_at(version: object) -> None:
+    text = json.dumps({**json.loads(memory_annotation(MEMORY)), "schemaVersion": version})
+    assert read_memory(text) is None
+    assert (
+        workload_state(_deployment({ANN_MEMORY: text}), "vllm", WorkloadKind.DEPLOYMENT).memory
+        is None
+    )
+
+
+@pytest.mark.parametrize("raw", ["", "not json", "[1, 2]", '{"state": "Sideways"}'])
+def test_an_unreadable_annotation_reads_as_none(raw: str) -> None:
+    assert read_memory(raw) is None
+
+
+def test_the_actuator_writes_the_versioned_annotation(apiserver: ApiServer, kube: Kube) -> None:
+    apiserver.put(_deployment({}))
+    act = Actuator(kube.api_client, wait_initial=0.001, wait_max=0.01)
+    act.apply("ns", REF, speculative_config=CFG, state="Probing", memory=MEMORY, now=NOW)
+    raw = apiserver.get("deployments", "ns", "canary", group="apps")["metadata"]["annotations"][
+        ANN_MEMORY
+    ]
+    assert json.loads(raw)["schemaVersion"] == MEMORY_SCHEMA_VERSION
+    assert act.read("ns", REF).memory == MEMORY.model_copy(update={"record": 1})

@@ -1,0 +1,42 @@
+"""The project's habits hold: the LICENSE is the license pyproject declares, pre-commit runs what
+`make lint` runs, `make test` lints first, and the changelog keeps an Unreleased section and
+the CRD's version policy."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import ship_support as ship
+import yaml
+
+
+def _recipe(target: str) -> list[str]:
+    makefile = (ship.ROOT / "Makefile").read_text()
+    (body,) = re.findall(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
+    return [line.strip() for line in body.splitlines()]
+
+
+def test_license_is_the_apache_text_both_distributions_declare() -> None:
+    text = (ship.ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License")
+    assert "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    for pyproject in (ship.ROOT / "pyproject.toml", ship.ROOT / "lab" / "pyproject.toml"):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        assert project["license"] == {"text": "Apache-2.0"}, pyproject
+
+
+def test_pre_commit_runs_what_make_lint_runs_in_order() -> None:
+    config = yaml.safe_load((ship.ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = [h for repo in config["repos"] for h in repo["hooks"]]
+    assert all(h["language"] == "system" and h["pass_filenames"] is False for h in hooks)
+    lint = [line.replace("$(BIN)/", ".venv/bin/") for line in _recipe("lint")]
+    assert [h["entry"] for h in hooks] == lint
+
+
+def test_make_test_lints_before_it_tests() -> None:
+    recipe = _recipe("test")
+    lint = next(i for i, line in enumerate(recipe) if line.endswith(" lint"))
+    pytest_line = next(i for i, line in enumerate(recipe) if "/pytest" in line)
+    assert lint < pytest_line

@@ -1,8 +1,0 @@
-"""Source tests: make `hostile` (the misbehaving HTTP server) importable."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
