@@ -78,6 +78,7 @@ class Reason(StrEnum):
     FORCED = "CommandForced"  # a manual command carried past its guards with --force
     VERDICT_STALE = "VerdictStale"  # Probing/On without a conclusive verdict for too long
     TIMING_TOO_SHORT = "TimingTooShort"  # interval/window too short for the scrape interval
+    API_BUDGET_EXCEEDED = "ApiBudgetExceeded"  # an evaluation deferred or a request refused
 
 
 class EventType(StrEnum):

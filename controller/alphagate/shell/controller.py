@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alphagate import logs
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.kube.apibudget import ApiBudget, BudgetConfig
 from alphagate.kube.client import Kube, load_configuration
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
@@ -25,7 +27,7 @@ from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Recorder, new_registry
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
 from alphagate.shell.server import Health, serve
-from alphagate.sources import factory
+from alphagate.sources import Source, make_source
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdicts import VerdictApi
 
@@ -69,6 +71,9 @@ class RunOptions:
     # The Prometheus endpoints policies may name (URLs and credentials: the admin's, never a
     # policy's); `--config` and `--prometheus-url`.
     sources: SourcesConfig = field(default_factory=SourcesConfig)
+    # What the controller may ask of the Kubernetes API, per canary, per namespace and overall
+    # (`--api-*-qps`, `--api-*-burst`; kube/apibudget.py).
+    api_budget: BudgetConfig = field(default_factory=BudgetConfig)
 
 
 class Controller:
@@ -84,13 +89,15 @@ class Controller:
         on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.opts = opts
+        # A client given by the caller keeps its own budget (or none).
         self.kube = kube or Kube.from_configuration(
             load_configuration(
                 server=opts.server,
                 kubeconfig=opts.kubeconfig,
                 context=opts.context,
                 in_cluster=opts.in_cluster,
-            )
+            ),
+            budget=ApiBudget(opts.api_budget),
         )
         self.identity = opts.identity or default_identity()
         # process metrics (CPU, memory, open files, GC) for the controller's own dashboard row
@@ -107,7 +114,7 @@ class Controller:
         )
         self.reconciler = Reconciler(
             self.kube,
-            source_factory=source_factory or factory(opts.sources, core_api=self.kube.core),
+            source_factory=source_factory or self._source,
             recorder=self.recorder,
             events=self.events,
             namespace=opts.namespace,
@@ -159,6 +166,11 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self.server: Any = None
         self._log = logs.get("controller").bind(identity=self.identity)
+
+    def _source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
+        """A canary's source: the admin's endpoints; its pod discovery paid from its budget."""
+        core = self.kube.charged_core(namespace, name)
+        return make_source(spec, namespace=namespace, core_api=core, endpoints=self.opts.sources)
 
     # ------------------------------------------------------------ leadership
 
