@@ -117,6 +117,13 @@ def run(
         min=1,
         help="At least one evaluation of the largest canary (64 slices: about 330 requests).",
     ),
+    verdict_api_auth: str = typer.Option(
+        "tokenreview",
+        "--verdict-api-auth",
+        help="tokenreview: callers of /api/v1/ send a bearer token the API server reviews and "
+        "see the namespaces RBAC lets them read; none: anyone who reaches the port reads every "
+        "watched namespace's verdicts (Flagger's webhooks send no token).",
+    ),
     server: str | None = SERVER,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
@@ -125,6 +132,8 @@ def run(
     if log_format not in ("json", "console", "auto"):
         raise typer.BadParameter("one of json, console, auto", param_hint="--log-format")
     logs.configure(fmt=log_format, level=log_level)  # type: ignore[arg-type]
+    if verdict_api_auth not in ("tokenreview", "none"):
+        raise typer.BadParameter("tokenreview or none", param_hint="--verdict-api-auth")
     sources = load_sources(config_file) if config_file is not None else SourcesConfig()
     if prometheus_url is not None:
         single = (
@@ -159,6 +168,7 @@ def run(
             namespace=_rate(api_namespace_qps, api_namespace_burst),
             canary=_rate(api_canary_qps, api_canary_burst),
         ),
+        verdict_auth=verdict_api_auth,
     )
     controller = Controller(opts).start()
 

@@ -29,6 +29,7 @@ from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
 from alphagate.shell.server import Health, serve
 from alphagate.sources import Source, make_source
 from alphagate.sources.endpoints import SourcesConfig
+from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth
 from alphagate.verdicts import VerdictApi
 
 
@@ -74,6 +75,10 @@ class RunOptions:
     # What the controller may ask of the Kubernetes API, per canary, per namespace and overall
     # (`--api-*-qps`, `--api-*-burst`; kube/apibudget.py).
     api_budget: BudgetConfig = field(default_factory=BudgetConfig)
+    # Who may read the verdict API: "tokenreview" (callers' bearer tokens reviewed by the API
+    # server, namespaces by SubjectAccessReview) or "none" (anyone who reaches the port reads
+    # every watched namespace: the admin's switch, `--verdict-api-auth none`).
+    verdict_auth: str = "tokenreview"
 
 
 class Controller:
@@ -218,8 +223,11 @@ class Controller:
                 self.registry,
                 self.opts.metrics_host,
                 health=self.health,
-                # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica)
-                api=VerdictApi(self.kube, namespace=self.opts.namespace),
+                # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica),
+                # from the watch cache
+                api=VerdictApi(
+                    self.reconciler, auth=self._verdict_auth(), namespace=self.opts.namespace
+                ),
             )
             self._log.info("metrics_listening", url=self.server.url)
         run = threading.Thread(
@@ -244,6 +252,16 @@ class Controller:
             dry_run=self.opts.dry_run,
         )
         return self
+
+    def _verdict_auth(self) -> Auth:
+        if self.opts.verdict_auth == "none":
+            self._log.warning(
+                "verdict_api_open",
+                detail="--verdict-api-auth none: anyone who reaches the metrics port reads "
+                "every watched namespace's verdicts and evidence",
+            )
+            return OpenAuth()
+        return TokenReviewAuth(self.kube)
 
     def _ready_when_synced(self) -> None:
         while not self._stop.is_set():

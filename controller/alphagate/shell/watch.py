@@ -235,6 +235,17 @@ class WatchLoop:
                     entry.next_due = now + max(deferral.retry_in, 0.01)
         return admitted
 
+    def cached_object(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The resource as the watch last saw it (status included), or None."""
+        with self._lock:
+            entry = self._cache.get((namespace, name))
+        return None if entry is None else entry.obj
+
+    def cached_objects(self) -> list[dict[str, Any]]:
+        """Every resource in the cache as the watch last saw it."""
+        with self._lock:
+            return [e.obj for e in self._cache.values()]
+
     def cached(self) -> list[tuple[str, str]]:
         """Every resource in the cache, owned by this replica or not."""
         with self._lock:

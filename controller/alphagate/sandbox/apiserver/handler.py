@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from alphagate.sandbox.apiserver.access import CONTROLLER_TOKEN, CONTROLLER_USER, RecordedRequest
 from alphagate.sandbox.apiserver.resources import JSON, ApiError
+from alphagate.sandbox.apiserver.reviews import REVIEWS
 from alphagate.sandbox.apiserver.routes import discovery, route, verb_of
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
                     result = server._list(rtype, ns_or_all, query)
                 elif verb == "get":
                     result = server._read(rtype, ns, name)
+                elif verb == "create" and rtype.key in REVIEWS:  # answered, never stored
+                    result = server.users.review(rtype, body)
+                    code = 201
                 elif verb == "create":
                     if name:
                         raise ApiError(405, "POST to a named resource")

@@ -19,6 +19,7 @@ from alphagate.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
 from alphagate.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
 from alphagate.sandbox.apiserver.handler import make_handler
 from alphagate.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
+from alphagate.sandbox.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Users
 from alphagate.sandbox.apiserver.store import Store
 
 
@@ -41,11 +42,14 @@ class ApiServer(Store):
         port: int = 0,
     ) -> None:
         super().__init__(
-            types=types, watch_history=watch_history, default_watch_timeout=default_watch_timeout
+            types=(*types, TOKEN_REVIEWS, ACCESS_REVIEWS),
+            watch_history=watch_history,
+            default_watch_timeout=default_watch_timeout,
         )
         self.rbac = rbac if rbac is not None else Rbac.allow_all()  # the controller's
         self.people_rbac = Rbac.allow_all()  # requests without the controller's token
         self.faults = Faults()
+        self.users = Users()  # people by bearer token, for TokenReview and SubjectAccessReview
         self.kubelet: Kubelet | None = (
             RolloutCompleter() if kubelet == "default" else kubelet  # type: ignore[assignment]
         )
