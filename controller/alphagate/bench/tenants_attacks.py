@@ -194,7 +194,7 @@ ATTACKS: Final = (
     ),
     Attack(
         "heavy-pages",
-        "32 pods of valid 1.8 MB pages, a new shape each scrape",
+        "32 pods of valid 1.9 MB pages, a new shape each scrape",
         lambda i: _one(i, canary_kind="heavy", baseline_kind="heavy", per_role=16),
     ),
     Attack(
@@ -204,8 +204,8 @@ ATTACKS: Final = (
     ),
     Attack(
         "many-buckets",
-        "one TPOT histogram of 19,000 le buckets",
-        lambda i: _one(i, canary_kind="buckets"),
+        "one TPOT histogram of 19,000 le buckets, read every 0.5 s",
+        lambda i: _one(0.5, canary_kind="buckets"),
     ),
     Attack("shared-pods", "20 canaries selecting the same 4 heavy pods", _shared_pods),
     Attack(

@@ -6,9 +6,10 @@ Pod kinds (`--pods KIND:COUNT,...`, one port each, in order):
     normal    the real capture's page, growing each tick (`sandbox.pageserver.Pages`), after
               `--latency` seconds (a network between the controller and the pod)
     slow      accepts and reads the request, never answers
-    heavy     a valid page of ~1.8 MB (19,000 lines), a new shape each scrape (label values
-              change every time), the capture's vLLM families included
-    buckets   the capture plus one TPOT histogram of 19,000 `le` buckets (~1.9 MB)
+    heavy     a valid page of ~1.9 MB: the capture with its ITL histogram in 900 label sets
+              (18,000 lines, inside the 1,024-series and 20,000-line caps) whose values
+              change at every scrape (a new shape each time)
+    buckets   the capture with its TPOT histogram in 19,000 `le` buckets (~1.7 MB)
     series    the capture plus 4,000 series of a vLLM family (one `engine` label each): cheap to
               serve, costly for Prometheus to read back
 
@@ -28,14 +29,14 @@ import time
 from pathlib import Path
 from typing import Final
 
+from alphagate import vllm
 from alphagate.sandbox.pageserver import HOST, Pages
 
 KINDS: Final = ("normal", "slow", "heavy", "buckets", "series")
 MAX_HEAD: Final = 16 * 1024
-HEAVY_LINES: Final = 19_000
+HEAVY_SETS: Final = 900
 BUCKETS: Final = 19_000
 SERIES: Final = 4_000
-TPOT: Final = "vllm:time_per_output_token_seconds"
 
 
 class Pod:
@@ -49,34 +50,46 @@ class Pod:
         self.n += 1
         plain, _ = self.pages.page(self.index, now)
         if self.kind == "heavy":
-            return plain + _heavy(self.index, self.n)
+            return _without(plain, vllm.ITL) + _heavy(self.index, self.n)
         if self.kind == "buckets":
-            return plain + _buckets(self.n)
+            return _without(plain, vllm.TPOT) + _buckets(self.n)
         if self.kind == "series":
             return plain + _series(self.n)
         return plain
 
 
-def _heavy(pod: int, n: int) -> bytes:
-    """19,000 lines of one non-vLLM family whose label values are new at every scrape."""
-    head = b"# TYPE tenant_noise_total counter\n"
-    lines = (
-        f'tenant_noise_total{{pod="p{pod}",shape="s{n}",series="k{n}-{i:05d}-padding-padding"}} '
-        f"{n * 7 + i}\n"
-        for i in range(HEAVY_LINES)
+def _without(page: bytes, family: str) -> bytes:
+    """The page less one histogram family (its samples and its HELP/TYPE lines)."""
+    name = family.encode()
+    return b"".join(
+        line
+        for line in page.splitlines(keepends=True)
+        if not (line.startswith(name + b"_") or (line.startswith(b"# ") and name + b" " in line))
     )
-    return head + "".join(lines).encode()
+
+
+def _histogram(family: str, labels: list[str], bounds: list[float], n: int) -> bytes:
+    """A cumulative histogram of `family`, one label set per entry of `labels`."""
+    out = [f"# TYPE {family} histogram\n"]
+    for lab in labels:
+        for i, le in enumerate(bounds):
+            out.append(f'{family}_bucket{{{lab},le="{le:.6g}"}} {n * (i + 1)}\n')
+        top = n * (len(bounds) + 1)
+        out.append(f'{family}_bucket{{{lab},le="+Inf"}} {top}\n')
+        out.append(f"{family}_count{{{lab}}} {top}\n{family}_sum{{{lab}}} {n}.5\n")
+    return "".join(out).encode()
+
+
+def _heavy(pod: int, n: int) -> bytes:
+    """The ITL histogram in HEAVY_SETS label sets, new label values at every scrape."""
+    labels = [f'engine="{i}",model_name="m-p{pod}-s{n}-{i:04d}"' for i in range(HEAVY_SETS)]
+    return _histogram(vllm.ITL, labels, [0.01 * (i + 1) for i in range(16)], n)
 
 
 def _buckets(n: int) -> bytes:
-    """One TPOT histogram with BUCKETS `le` bounds, growing with each scrape."""
-    out = [f"# TYPE {TPOT}_tail histogram\n"]
-    labels = 'engine="tail",model_name="m"'
-    for i in range(BUCKETS):
-        out.append(f'{TPOT}_bucket{{{labels},le="{0.0001 * (i + 1):.4f}"}} {n * (i + 1)}\n')
-    out.append(f'{TPOT}_bucket{{{labels},le="+Inf"}} {n * (BUCKETS + 1)}\n')
-    out.append(f"{TPOT}_count{{{labels}}} {n * (BUCKETS + 1)}\n{TPOT}_sum{{{labels}}} {n}.0\n")
-    return "".join(out).encode()
+    """The TPOT histogram with BUCKETS `le` bounds, growing with each scrape."""
+    bounds = [0.0001 * (i + 1) for i in range(BUCKETS)]
+    return _histogram(vllm.TPOT, ['engine="0",model_name="tiny-chat"'], bounds, n)
 
 
 def _series(n: int) -> bytes:
@@ -102,6 +115,8 @@ async def _serve_pod(pod: Pod, reader: asyncio.StreamReader, writer: asyncio.Str
             )  # fmt: skip
             await writer.drain()
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    except asyncio.CancelledError:  # the server stops: the connection ends with it, quietly
         pass
     finally:
         writer.close()

@@ -30,7 +30,7 @@ from alphagate.testing import prometheus as promtest
 
 POLL: Final = 0.25
 """Seconds between looks at the victims' status."""
-PROXY_DELAY: Final = 0.2
+PROXY_DELAY: Final = 0.05
 """The slow Prometheus: every query answered this late (the baseline reads through it too)."""
 POD_LATENCY: Final = 0.05
 """Seconds before a healthy pod answers (a network between the controller and its pods)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from http.server import ThreadingHTTPServer
@@ -21,6 +22,16 @@ from alphagate.sandbox.apiserver.handler import make_handler
 from alphagate.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
 from alphagate.sandbox.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Users
 from alphagate.sandbox.apiserver.store import Store
+
+
+class _Httpd(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-answer (a controller stopped, a watch cut) is no error of the
+        double's: only other failures are printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class ApiServer(Store):
@@ -70,7 +81,7 @@ class ApiServer(Store):
         if self._httpd is not None:
             return self
         try:
-            httpd = ThreadingHTTPServer((HOST, self._port), make_handler(self))
+            httpd = _Httpd((HOST, self._port), make_handler(self))
         except OSError as exc:
             raise SandboxError(
                 f"API server double: cannot bind {HOST}:{self._port}: {exc}"
