@@ -215,7 +215,7 @@ ATTACKS: Final = (
             i, canary_kind="series", baseline_kind="series", per_role=4, source=PROMETHEUS
         ),
         prometheus=True,
-        max_samples=200_000,
+        max_samples=100_000,
     ),
     Attack(
         "many-windows",
