@@ -19,6 +19,8 @@ attacker's canaries show, and a PASS/FAIL line against the issue's "done when":
 
 Numbers only, no assertion on speed; every loop is bounded (`--seconds` per run); binds
 127.0.0.1 only. `--quick`: two victims, 30 s runs. `--attacks a,b` runs some classes only.
+`--no-api-budget` runs the controller without its Kubernetes API budgets (the "before" of
+the slice flood).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from alphagate.testing import prometheus as promtest
 
 MEMORY_LIMIT_MIB: Final = 512.0
 """The shipped Deployment's memory limit (deploy/base/deployment.yaml)."""
+NO_BUDGET: Final = ("--api-qps", "0", "--api-namespace-qps", "0", "--api-canary-qps", "0")
 INTERVAL: Final = 2.0
 """The victims' interval (window four intervals)."""
 
@@ -199,6 +202,9 @@ def main(argv: list[str] | None = None) -> list[Verdict]:
     parser.add_argument("--attacks", default="", help="classes to run (default: all)")
     parser.add_argument("--quick", action="store_true", help="2 victims, 30 s runs")
     parser.add_argument("--log-dir", default="", help="keep each run's controller log here")
+    parser.add_argument(
+        "--no-api-budget", action="store_true", help="run the controller without API budgets"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.victims, args.seconds = 2, 30.0
@@ -219,7 +225,8 @@ def main(argv: list[str] | None = None) -> list[Verdict]:
     print(f"machine: {_machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"commit {_commit()}; pid {os.getpid()}")  # fmt: skip
     classes = ", ".join(a.name for a in attacks)
-    print(f"{args.victims} victims, {args.seconds:g} s a run, classes: {classes}")
+    budgets = "no API budgets" if args.no_api_budget else "the shipped API budgets"
+    print(f"{args.victims} victims, {args.seconds:g} s a run, {budgets}, classes: {classes}")
     started = time.monotonic()
 
     def one(attack: Attack | None, prom: bool) -> RunResult:
@@ -229,7 +236,8 @@ def main(argv: list[str] | None = None) -> list[Verdict]:
         if attack is not None:
             tenants.append(attack.build(INTERVAL))
         log = logs / f"{attack.name if attack else 'base'}-{prom}.log" if logs else None
-        return run(tenants, attack, prometheus=prom, seconds=args.seconds, page=page, log=log)
+        return run(tenants, attack, prometheus=prom, seconds=args.seconds, page=page, log=log,
+                   controller_args=NO_BUDGET if args.no_api_budget else ())  # fmt: skip
 
     bases = {prom: one(None, prom) for prom in sorted({a.prometheus for a in attacks})}
     verdicts = [Verdict(a, bases[a.prometheus], one(a, a.prometheus), INTERVAL) for a in attacks]

@@ -179,6 +179,7 @@ def run(
     seconds: float,
     page: Path,
     log: Path | None = None,
+    controller_args: tuple[str, ...] = (),
 ) -> RunResult:
     """Run the controller beside `tenants` (the victims first, then the attacker, if any) for
     `seconds` of measurement, and say what the victims got."""
@@ -190,14 +191,14 @@ def run(
     try:
         pods = _pod_server(children, kinds, page, [])
         targets = _seed(api, tenants, pods["ports"])
-        extra: list[str] = []
+        extra: list[str] = list(controller_args)
         if prometheus:
             prom = _prometheus(targets, attack.max_samples if attack else 0)
             proxy = _pod_server(
                 children, [], page, ["--prometheus", prom.url, "--delay", str(PROXY_DELAY)]
             )
-            extra = ["--prometheus-url", f"http://127.0.0.1:{proxy['proxy']}",
-                     "--prometheus-scrape-interval", "1"]  # fmt: skip
+            extra += ["--prometheus-url", f"http://127.0.0.1:{proxy['proxy']}",
+                      "--prometheus-scrape-interval", "1"]  # fmt: skip
         _measure(api, tenants, children, extra, seconds, result, log)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"[:300]
