@@ -194,7 +194,7 @@ ATTACKS: Final = (
     ),
     Attack(
         "heavy-pages",
-        "32 pods of valid 1.9 MB pages, a new shape each scrape",
+        "32 pods of valid 1.6 MB pages, a new shape each scrape",
         lambda i: _one(i, canary_kind="heavy", baseline_kind="heavy", per_role=16),
     ),
     Attack(

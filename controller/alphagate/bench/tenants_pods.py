@@ -6,7 +6,7 @@ Pod kinds (`--pods KIND:COUNT,...`, one port each, in order):
     normal    the real capture's page, growing each tick (`sandbox.pageserver.Pages`), after
               `--latency` seconds (a network between the controller and the pod)
     slow      accepts and reads the request, never answers
-    heavy     a valid page of ~1.9 MB: the capture with its ITL histogram in 900 label sets
+    heavy     a valid page of ~1.6 MB: the capture with its ITL histogram in 900 label sets
               (18,000 lines, inside the 1,024-series and 20,000-line caps) whose values
               change at every scrape (a new shape each time)
     buckets   the capture with its TPOT histogram in 19,000 `le` buckets (~1.7 MB)
