@@ -20,8 +20,10 @@ from alphagate.config import GROUP
 from alphagate.errors import ApiBudgetError
 from alphagate.kube.apibudget import ApiBudget, BudgetConfig, BudgetScope, Charged, Rate
 from alphagate.kube.client import Kube
-from alphagate.kube.status import parse_status
+from alphagate.kube.events import EventRecorder, ObjectRef
+from alphagate.kube.status import CanaryStatus, parse_status
 from alphagate.sandbox.apiserver import ApiServer, DeploymentTemplate
+from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.shell.outcome import Outcome
 
@@ -49,6 +51,7 @@ def spend(b: ApiBudget, key: tuple[str, str], n: int) -> None:
 
 
 A, B, C = ("team-a", "flood"), ("team-b", "victim"), ("team-a", "second")
+NOW = 1_800_000_000.0
 
 
 def test_a_canary_in_debt_waits_alone_until_it_is_paid_back() -> None:
@@ -209,3 +212,41 @@ def test_a_64_slice_canary_at_the_interval_floor_pays_alone_and_says_so(
 
 def _times(outcomes: list[Outcome], name: str) -> list[float]:
     return [o.now for o in list(outcomes) if o.name == name and o.evaluation is not None]
+
+
+def test_the_condition_turns_false_once_and_true_when_on_time_again() -> None:
+    clock = Clock()
+    b = budget(clock, canary=Rate(10.0, 100))
+    ref = ObjectRef("team-a", "flood")
+    with ApiServer() as api:
+        kube = Kube.from_configuration(api.configuration())
+        events = EventRecorder(kube.api_client)
+        spend(b, A, 150)
+        b.admit([A])
+        b.admit([A])  # deferred: 50 tokens of debt
+        first, deferral = budget_condition(
+            b, [], CanaryStatus(), ref=ref, events=events, now=NOW, generation=1
+        )
+        assert deferral is not None and deferral.scope is BudgetScope.CANARY
+        (cond,) = first
+        assert (cond.type, cond.status, cond.reason) == (
+            "WithinApiBudget",
+            "False",
+            "CanaryApiBudgetExceeded",
+        )
+        clock.now += 5.0
+        assert b.admit([A])[0] == [A]
+        again, none = budget_condition(
+            b, first, CanaryStatus(conditions=first), ref=ref, events=events, now=NOW + 5,
+            generation=1,
+        )  # fmt: skip
+        assert none is None
+        assert [(c.status, c.reason) for c in again] == [("True", "WithinBudget")]
+        # a canary that never met its budget carries no such condition
+        assert budget_condition(b, [], CanaryStatus(), ref=ObjectRef("team-b", "victim"),
+                                events=events, now=NOW, generation=1) == ([], None)  # fmt: skip
+        warned = [
+            e for e in api.objects("events", "team-a") if e.get("reason") == "ApiBudgetExceeded"
+        ]
+        assert len(warned) == 1  # told once, when it turned False
+        kube.close()
