@@ -180,7 +180,9 @@ class VerdictApi:
 def _bearer(environ: Environ) -> str | None:
     header = str(environ.get("HTTP_AUTHORIZATION", ""))
     scheme, _, token = header.partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
 
 
 def _drain(environ: Environ) -> None:
