@@ -10,7 +10,9 @@ evaluation delay (the longest gap between two evaluations of a victim, less its 
 controller's peak RSS, API requests a second, whether `/healthz` stayed live, what the
 attacker's canaries show, and a PASS/FAIL line against the issue's "done when":
 
-  * decisions: every victim's flips and verdicts are the ones it made without the attacker;
+  * decisions: every victim is evaluated and decides nothing it did not decide without the
+    attacker (its flips begin the same way, no verdict it never gave; a flip not made yet
+    because it was evaluated late is the delay's to judge);
   * delay: the victims' worst delay grows by at most one interval;
   * memory and health: peak RSS under the 512 Mi pod limit, `/healthz` answered every time;
   * typed: the attacker's canaries alone are Inconclusive or Error, and a condition names the
@@ -18,7 +20,7 @@ attacker's canaries show, and a PASS/FAIL line against the issue's "done when":
     `CanaryApiBudgetExceeded`); no victim is Error.
 
 Numbers only, no assertion on speed; every loop is bounded (`--seconds` per run); binds
-127.0.0.1 only. `--quick`: two victims, 30 s runs. `--attacks a,b` runs some classes only.
+127.0.0.1 only. `--quick`: two victims, 45 s runs. `--attacks a,b` runs some classes only.
 `--no-api-budget` runs the controller without its Kubernetes API budgets (the "before" of
 the slice flood).
 """
@@ -57,9 +59,18 @@ class Verdict:
 
     @property
     def same_decisions(self) -> bool:
-        return all(
-            decisions(self.got, v) == decisions(self.base, v) for v in self.base.victims
-        ) and set(self.base.victims) == set(self.got.victims)
+        """Every victim evaluated, and no decision different from the run without the
+        attacker: the flips of one run begin the other's (one not made yet, because the
+        victim was evaluated later or less often, is the delay's to judge) and no verdict
+        appears that the run without the attacker never gave."""
+        for victim, base_evs in self.base.victims.items():
+            got, want = decisions(self.got, victim), decisions(self.base, victim)
+            short = min(len(got[0]), len(want[0]))
+            if not self.got.victims.get(victim) or not base_evs:
+                return False
+            if got[0][:short] != want[0][:short] or not got[1] <= want[1]:
+                return False
+        return True
 
     @property
     def delay(self) -> float:
@@ -200,14 +211,14 @@ def main(argv: list[str] | None = None) -> list[Verdict]:
     parser.add_argument("--victims", type=int, default=4, help="healthy canaries")
     parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds a run")
     parser.add_argument("--attacks", default="", help="classes to run (default: all)")
-    parser.add_argument("--quick", action="store_true", help="2 victims, 30 s runs")
+    parser.add_argument("--quick", action="store_true", help="2 victims, 45 s runs")
     parser.add_argument("--log-dir", default="", help="keep each run's controller log here")
     parser.add_argument(
         "--no-api-budget", action="store_true", help="run the controller without API budgets"
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.victims, args.seconds = 2, 30.0
+        args.victims, args.seconds = 2, 45.0
     if not (1 <= args.victims <= 32 and 10 <= args.seconds <= 600):
         parser.error("--victims 1..32, --seconds 10..600")
     names = [n.strip() for n in args.attacks.split(",") if n.strip()] or [a.name for a in ATTACKS]
