@@ -115,7 +115,7 @@ def run(
         DEFAULT_CANARY.burst,
         "--api-canary-burst",
         min=1,
-        help="At least one evaluation of the largest canary (64 slices: about 330 requests).",
+        help="At least one evaluation of the largest canary (64 slices: 258 requests).",
     ),
     verdict_api_auth: str = typer.Option(
         "tokenreview",

@@ -74,15 +74,15 @@ DEFAULT_OVERALL: Final = Rate(100.0, 1000)
 DEFAULT_NAMESPACE: Final = Rate(50.0, 1000)
 """One namespace's canaries together: a tenant with many canaries leaves the others half."""
 DEFAULT_CANARY: Final = Rate(10.0, 300)
-"""One canary: a 64-slice canary every 30 s fits (~7/s); at the 0.1 s floor it would ask 2,000/s."""
+"""One canary: a 64-slice canary every 30 s fits (~9/s); at the 0.1 s floor it would ask 2,580/s."""
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetConfig:
     """The budgets of `alphagate run` (`--api-qps`, `--api-namespace-qps`, `--api-canary-qps`
     and their bursts). A canary's burst covers one evaluation of the largest policy (64
-    slices, each with its own Deployment and two pod lists: about 200 requests, 330 on the
-    first, which claims the Deployments). None: that budget is not enforced (counted only)."""
+    slices, each with its own Deployment and two pod lists: 258 requests, measured over the
+    API double). None: that budget is not enforced (counted only)."""
 
     overall: Rate | None = field(default_factory=lambda: DEFAULT_OVERALL)
     namespace: Rate | None = field(default_factory=lambda: DEFAULT_NAMESPACE)
