@@ -182,6 +182,12 @@ def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prome
 
 
 SHARDED_ROLE = DEPLOY / "overlays" / "sharded" / "role-shards.yaml"  # `run --shards`: its Leases
+BUILT_IN_ROLES = {  # Kubernetes' own ClusterRoles the shipped bindings name (not in deploy/)
+    "system:auth-delegator": {
+        ("create", "authentication.k8s.io", "tokenreviews"),
+        ("create", "authorization.k8s.io", "subjectaccessreviews"),
+    },
+}
 
 
 def shipped_rules(*extra: Path) -> set[tuple[str, str, str]]:
@@ -189,6 +195,8 @@ def shipped_rules(*extra: Path) -> set[tuple[str, str, str]]:
     (namespaces aside: tests use many; tests/ship/test_ship_rbac.py checks the namespaced Roles
     namespace by namespace)."""
     out: set[tuple[str, str, str]] = set()
+    for binding in DEPLOY.glob("base/clusterrolebinding-*.yaml"):  # built-in roles bound
+        out |= BUILT_IN_ROLES[yaml.safe_load(binding.read_text())["roleRef"]["name"]]
     for path in (*SHIPPED_ROLES, *extra):
         for doc in yaml.safe_load_all(path.read_text()):
             for rule in (doc or {}).get("rules", []):

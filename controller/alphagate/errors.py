@@ -12,7 +12,8 @@
     │   ├── ForbiddenError          403: RBAC is missing a permission
     │   ├── NotFoundError           404: the object is gone
     │   ├── RecordChangedError      the Deployment's record moved since the decision was made
-    │   └── ClaimedError            the Deployment belongs to another SpeculativeCanary
+    │   ├── ClaimedError            the Deployment belongs to another SpeculativeCanary
+    │   └── ApiBudgetError          a canary's (or namespace's) API request budget is spent
     └── SandboxError                the local demo sandbox could not start a part (port in use ...)
 
 Causes are chained (`raise ... from exc`). Messages name what is wrong and where.
@@ -147,6 +148,15 @@ class RecordChangedError(KubeError):
 class ClaimedError(KubeError):
     """The Deployment is claimed by another SpeculativeCanary (`alphagate.io/owner`): one canary
     per Deployment, or two would flip it back and forth."""
+
+
+class ApiBudgetError(KubeError):
+    """A request refused before it was sent: the canary (or its namespace) it was charged to
+    spent its Kubernetes API budget (`kube.apibudget`); `scope` names which budget."""
+
+    def __init__(self, message: str, *, scope: str) -> None:
+        self.scope = scope
+        super().__init__(message, status=429, reason=f"{scope.capitalize()}ApiBudgetExceeded")
 
 
 class SandboxError(AlphagateError):

@@ -2,8 +2,11 @@
 
 Argo Rollouts (an AnalysisTemplate with the `web` metric provider) and Flagger (a webhook gate)
 ask one question: does speculation pay on this canary right now? The answer is what the
-controller wrote into the SpeculativeCanary's status, read from the API on each request (both
-replicas answer the same, leader or not; a 2 s cache spares the API server a burst):
+controller wrote into the SpeculativeCanary's status, read from the controller's own watch
+cache (no API call per request; every replica keeps it, so leader or not they answer the same).
+Callers are authenticated (`verdict_auth`: a TokenReview of their bearer token, 401 without
+one) and see only the namespaces the API server lets them read speculativecanaries in (a
+SubjectAccessReview: 403 for a canary of another namespace, left out of the list):
 
     GET  /api/v1/verdicts                      every canary in scope (a list)
     GET  /api/v1/verdicts/NAMESPACE/NAME       one canary: verdict, state and evidence
@@ -23,15 +26,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from alphagate.config import API_VERSION, GROUP, PLURAL, VERSION
-from alphagate.errors import KubeError, NotFoundError
-from alphagate.kube.client import Kube, call
+from alphagate.config import API_VERSION, GROUP, PLURAL
+from alphagate.errors import KubeError
 from alphagate.kube.status import parse_status, parse_time
+from alphagate.verdict_auth import Auth, Caller, TooManyReviews
 
 PREFIX: Final = "/api/v1/"
-CACHE_SECONDS: Final = 2.0
 DEFAULT_INTERVAL: Final = 30.0
 STALE_INTERVALS: Final = 3.0
 
@@ -39,6 +41,17 @@ _ONE = re.compile(r"^/api/v1/(verdicts|gate)/([a-z0-9][-a-z0-9.]*)/([a-z0-9][-a-
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
+
+
+class Canaries(Protocol):
+    """The SpeculativeCanaries the controller watches, as its cache holds them
+    (`shell.watch.WatchLoop`)."""
+
+    synced: threading.Event
+
+    def cached_object(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def cached_objects(self) -> list[dict[str, Any]]: ...
 
 
 def verdict_document(obj: dict[str, Any], *, now: float) -> dict[str, Any]:
@@ -92,90 +105,84 @@ class VerdictApi:
 
     def __init__(
         self,
-        kube: Kube,
+        canaries: Canaries,
         *,
+        auth: Auth,
         namespace: str | None = None,
         clock: Callable[[], float] = time.time,
-        cache_seconds: float = CACHE_SECONDS,
     ) -> None:
-        self.kube = kube
+        self.canaries = canaries
+        self.auth = auth
         self.namespace = namespace  # the watched namespace; None: all
         self._clock = clock
-        self.cache_seconds = cache_seconds
-        self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    # ------------------------------------------------------------ reading
-
-    def _read(self, namespace: str, name: str) -> dict[str, Any]:
-        key = (namespace, name)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and now - hit[0] < self.cache_seconds:
-                return hit[1]
-        obj = call(
-            f"read {PLURAL}.{GROUP} {namespace}/{name}",
-            lambda: self.kube.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
-            ),
-        )
-        out = obj if isinstance(obj, dict) else {}
-        with self._lock:
-            self._cache[key] = (now, out)
-            if len(self._cache) > 1024:
-                self._cache.clear()
-        return out
-
-    def _list(self) -> list[dict[str, Any]]:
-        ns = self.namespace
-        if ns is None:
-            result = call(
-                f"list {PLURAL}.{GROUP}",
-                lambda: self.kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL),
-            )
-        else:
-            result = call(
-                f"list {PLURAL}.{GROUP} in {ns}",
-                lambda: self.kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL),
-            )
-        items = result.get("items", []) if isinstance(result, dict) else []
-        return [i for i in items if isinstance(i, dict)]
-
-    # ------------------------------------------------------------ HTTP
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            return self._answer(environ, start_response)
+        except TooManyReviews as exc:
+            return _json(start_response, 429, {"error": str(exc)})
+        except KubeError as exc:
+            return _json(start_response, 503, {"error": f"cannot review the caller: {exc}"})
+
+    def _answer(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         path = str(environ.get("PATH_INFO", "/"))
         method = str(environ.get("REQUEST_METHOD", "GET")).upper()
-        try:
-            if path.rstrip("/") == "/api/v1/verdicts" and method == "GET":
-                now = self._clock()
-                docs = [verdict_document(o, now=now) for o in self._list()]
-                return _json(start_response, 200, {"kind": "VerdictList", "items": docs})
-            m = _ONE.match(path)
-            if m is None:
-                return _json(start_response, 404, {"error": f"no such endpoint: {path}"})
-            what, namespace, name = m.groups()
-            if self.namespace is not None and namespace != self.namespace:
-                return _json(
-                    start_response,
-                    404,
-                    {"error": f"namespace {namespace} is not watched by this controller"},
-                )
-            if what == "verdicts" and method != "GET":
+        listing = path.rstrip("/") == "/api/v1/verdicts"
+        m = _ONE.match(path)
+        if not listing and m is None:
+            return _json(start_response, 404, {"error": f"no such endpoint: {path}"})
+        caller = self.auth.who(_bearer(environ))
+        if caller is None:
+            return _json(start_response, 401, {"error": "a valid bearer token is required"})
+        if not self.canaries.synced.is_set():
+            return _json(start_response, 503, {"error": "the watch cache is not synced yet"})
+        now = self._clock()
+        if listing:
+            if method != "GET":
                 return _json(start_response, 405, {"error": "GET only"})
-            if what == "gate" and method not in ("POST", "GET"):
-                return _json(start_response, 405, {"error": "POST (Flagger webhook) or GET"})
-            _drain(environ)
-            doc = verdict_document(self._read(namespace, name), now=self._clock())
-            if what == "verdicts":
-                return _json(start_response, 200, doc)
-            code = 200 if doc["pass"] else 412
-            return _json(start_response, code, doc)
-        except NotFoundError:
+            docs = [verdict_document(o, now=now) for o in self._readable(caller)]
+            return _json(start_response, 200, {"kind": "VerdictList", "items": docs})
+        assert m is not None
+        what, namespace, name = m.groups()
+        if what == "verdicts" and method != "GET":
+            return _json(start_response, 405, {"error": "GET only"})
+        if what == "gate" and method not in ("POST", "GET"):
+            return _json(start_response, 405, {"error": "POST (Flagger webhook) or GET"})
+        if self.namespace is not None and namespace != self.namespace:
+            return _json(
+                start_response,
+                404,
+                {"error": f"namespace {namespace} is not watched by this controller"},
+            )
+        if not self.auth.may(caller, "get", namespace):
+            return _json(
+                start_response,
+                403,
+                {"error": f"{caller.user} may not get {PLURAL}.{GROUP} in {namespace}"},
+            )
+        _drain(environ)
+        obj = self.canaries.cached_object(namespace, name)
+        if obj is None:
             return _json(start_response, 404, {"error": f"no SpeculativeCanary at {path}"})
-        except KubeError as exc:
-            return _json(start_response, 503, {"error": str(exc)})
+        doc = verdict_document(obj, now=now)
+        if what == "verdicts":
+            return _json(start_response, 200, doc)
+        return _json(start_response, 200 if doc["pass"] else 412, doc)
+
+    def _readable(self, caller: Caller) -> list[dict[str, Any]]:
+        """The cached canaries in namespaces the caller may list."""
+        items = self.canaries.cached_objects()
+        spaces = {str((o.get("metadata") or {}).get("namespace", "")) for o in items}
+        allowed = {ns for ns in spaces if self.auth.may(caller, "list", ns)}
+        return [o for o in items if (o.get("metadata") or {}).get("namespace") in allowed]
+
+
+def _bearer(environ: Environ) -> str | None:
+    header = str(environ.get("HTTP_AUTHORIZATION", ""))
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
 
 
 def _drain(environ: Environ) -> None:
@@ -190,17 +197,20 @@ def _drain(environ: Environ) -> None:
 
 _REASONS: Final = {
     200: "OK",
+    401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     412: "Precondition Failed",
+    429: "Too Many Requests",
     503: "Service Unavailable",
 }
 
 
 def _json(start_response: StartResponse, code: int, body: Any) -> list[bytes]:
     data = (json.dumps(body, indent=2) + "\n").encode()
-    start_response(
-        f"{code} {_REASONS[code]}",
-        [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
-    )
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+    if code == 401:
+        headers.append(("WWW-Authenticate", 'Bearer realm="alphagate"'))
+    start_response(f"{code} {_REASONS[code]}", headers)
     return [data]

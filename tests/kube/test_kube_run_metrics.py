@@ -11,6 +11,7 @@ from kube_support import FAST_TIMING, NS, FakeSource, canary_cr, seed
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from alphagate.config import GROUP, PLURAL
 from alphagate.kube.client import Kube
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
@@ -81,6 +82,9 @@ def test_the_verdict_api_is_served_next_to_the_metrics(
     apiserver: ApiServer, wait_for: WaitFor
 ) -> None:
     seed(apiserver, cr=canary_cr(timing=FAST_TIMING))
+    reads = [(verb, GROUP, PLURAL, NS) for verb in ("get", "list")]
+    apiserver.users.add("reader-token", "reader", grants=reads)
+    auth = {"Authorization": "Bearer reader-token"}
     opts = RunOptions(namespace=NS, leader_elect=False, metrics_port=0, watch_timeout=2.0)
     source = FakeSource(apiserver, lambda s: 0.72)
     c = Controller(
@@ -91,14 +95,16 @@ def test_the_verdict_api_is_served_next_to_the_metrics(
     try:
         url = f"{c.metrics_url}/api/v1/verdicts/{NS}/chat"
 
-        def answered() -> Any:
-            resp = httpx.get(url, timeout=5)
+        def answered() -> Any:  # from the controller's watch cache, as its status changes
+            resp = httpx.get(url, timeout=5, headers=auth)
             doc = resp.json()
             return doc if resp.status_code == 200 and "lastDecision" in doc else None
 
         doc = wait_for(answered, 15, "a verdict with its decision")
         assert doc["name"] == "chat" and doc["verdict"] in ("Pass", "Inconclusive", "Fail")
         assert doc["stale"] is False
-        assert httpx.get(f"{c.metrics_url}/api/v1/verdicts/{NS}/nope", timeout=5).status_code == 404
+        nope = f"{c.metrics_url}/api/v1/verdicts/{NS}/nope"
+        assert httpx.get(nope, timeout=5, headers=auth).status_code == 404
+        assert httpx.get(url, timeout=5).status_code == 401  # no token, no verdict
     finally:
         c.stop()

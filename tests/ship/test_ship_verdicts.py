@@ -2,12 +2,14 @@
 (its `web` provider URL, `jsonPath` and success/failure conditions, evaluated as Argo does:
 JSONPath on the answer, the condition as an expression over `result`, here with CEL, which
 shares the subset the template uses) and the Flagger webhook gate, against the real HTTP
-server and the API server double."""
+server and the API server double. The answers come from the controller's watch cache; callers
+are authenticated by TokenReview and held to their namespaces by SubjectAccessReview (or, with
+the admin's switch, not at all)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import celpy
@@ -17,15 +19,19 @@ import ship_support as ship
 import yaml
 from prometheus_client import CollectorRegistry
 
-from alphagate.config import GROUP, VERSION
+from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.status import CanaryStatus, Decision, rfc3339
 from alphagate.shell import server as metrics_server
+from alphagate.shell.watch import WatchLoop
+from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth
 from alphagate.verdicts import VerdictApi
 from alphagate_lab.sandbox.apiserver import ApiServer, Rbac
 
 NOW = 1_800_000_000.0
 NS = "llm"
+READER = "argo-reader-token"  # a ServiceAccount token that may read canaries in llm
+OUTSIDER = "team-b-token"  # one that may read canaries in team-b only
 TEMPLATE = ship.DEPLOY / "integrations" / "argo-rollouts" / "analysistemplate.yaml"
 FLAGGER = ship.DEPLOY / "integrations" / "flagger" / "canary-webhook.yaml"
 
@@ -53,18 +59,61 @@ def _canary(name: str, verdict: str, evaluated: float) -> dict[str, Any]:
     }
 
 
+def _cache(kube: Kube, namespace: str | None = NS) -> WatchLoop:
+    """The controller's watch cache, listed once (what the verdict API answers from)."""
+    cache = WatchLoop(
+        kube,
+        namespace=namespace,
+        label_selector=None,
+        clock=lambda: NOW,
+        watch_timeout_seconds=5,
+        health=None,
+        owns=None,
+    )
+    cache.relist()
+    return cache
+
+
 @pytest.fixture
-def api(shipped_rbac: Rbac) -> Iterator[str]:
-    with ApiServer(rbac=shipped_rbac) as apiserver:  # the verdict API runs as the controller
-        apiserver.put(_canary("good", "Pass", NOW - 10))
-        apiserver.put(_canary("bad", "Fail", NOW - 10))
-        apiserver.put(_canary("old", "Pass", NOW - 600))  # 20 intervals ago: stale
-        apiserver.put(_canary("unsure", "Inconclusive", NOW - 10))
-        kube = Kube.from_configuration(apiserver.configuration())
-        verdicts = VerdictApi(kube, namespace=NS, clock=lambda: NOW)
-        with metrics_server.serve(0, CollectorRegistry(), api=verdicts) as server:
-            yield server.url
-        kube.close()
+def apiserver(shipped_rbac: Rbac) -> Iterator[ApiServer]:
+    with ApiServer(rbac=shipped_rbac) as server:  # the verdict API runs as the controller
+        server.put(_canary("good", "Pass", NOW - 10))
+        server.put(_canary("bad", "Fail", NOW - 10))
+        server.put(_canary("old", "Pass", NOW - 600))  # 20 intervals ago: stale
+        server.put(_canary("unsure", "Inconclusive", NOW - 10))
+        other = _canary("theirs", "Pass", NOW - 10)
+        other["metadata"]["namespace"] = "team-b"
+        server.put(other)
+        reads = ("get", "list")
+        reader = "system:serviceaccount:argo-rollouts:reader"
+        server.users.add(READER, reader, grants=[(v, GROUP, PLURAL, NS) for v in reads])
+        server.users.add(
+            OUTSIDER, "team-b-dev", grants=[(v, GROUP, PLURAL, "team-b") for v in reads]
+        )
+        yield server
+
+
+def _serve(
+    apiserver: ApiServer, auth: Callable[[Kube], Auth], namespace: str | None
+) -> Iterator[str]:
+    kube = Kube.from_configuration(apiserver.configuration())
+    verdicts = VerdictApi(_cache(kube, namespace), auth=auth(kube), namespace=namespace,
+                          clock=lambda: NOW)  # fmt: skip
+    with metrics_server.serve(0, CollectorRegistry(), api=verdicts) as server:
+        yield server.url
+    kube.close()
+
+
+@pytest.fixture
+def api(apiserver: ApiServer) -> Iterator[str]:
+    """The shipped default: callers authenticated by TokenReview."""
+    yield from _serve(apiserver, TokenReviewAuth, NS)
+
+
+@pytest.fixture
+def open_api(apiserver: ApiServer) -> Iterator[str]:
+    """The admin's switch (--verdict-api-auth none), what Flagger's webhooks need."""
+    yield from _serve(apiserver, lambda kube: OpenAuth(), NS)
 
 
 # ---------------------------------------------------------------- Argo Rollouts, as Argo reads it
@@ -92,7 +141,8 @@ def _argo_measure(base: str, namespace: str, canary: str) -> str:
     url = web["url"].replace("{{args.namespace}}", namespace).replace("{{args.canary}}", canary)
     path = url.split("://", 1)[1].split("/", 1)[1]
     assert url.startswith("http://alphagate-metrics.alphagate-system.svc:8080/")
-    resp = httpx.get(f"{base}/{path}", timeout=web["timeoutSeconds"])
+    headers = {h["key"]: h["value"].replace("{{args.token}}", READER) for h in web["headers"]}
+    resp = httpx.get(f"{base}/{path}", timeout=web["timeoutSeconds"], headers=headers)
     if resp.status_code >= 300:
         return "Error"  # Argo's web provider errors on a non-2xx answer
     result = _jsonpath(web["jsonPath"], resp.json())
@@ -120,7 +170,9 @@ def test_argo_rollouts_analysis_template(api: str, canary: str, phase: str) -> N
 def test_the_template_is_well_formed() -> None:
     doc = yaml.safe_load(TEMPLATE.read_text())
     assert doc["apiVersion"] == "argoproj.io/v1alpha1" and doc["kind"] == "AnalysisTemplate"
-    assert [a["name"] for a in doc["spec"]["args"]] == ["namespace", "canary"]
+    assert [a["name"] for a in doc["spec"]["args"]] == ["namespace", "canary", "token"]
+    token = doc["spec"]["args"][2]["valueFrom"]["secretKeyRef"]  # from a Secret, not inline
+    assert token == {"name": "alphagate-verdict-reader", "key": "token"}
     (metric,) = doc["spec"]["metrics"]
     assert metric["failureLimit"] >= 1 and metric["inconclusiveLimit"] >= 1
     service = next(o for o in ship.load_all(ship.DEPLOY / "base" / "service.yaml"))
@@ -135,7 +187,8 @@ def test_the_template_is_well_formed() -> None:
 @pytest.mark.parametrize(
     ("canary", "code"), [("good", 200), ("bad", 412), ("old", 412), ("unsure", 412)]
 )
-def test_flagger_webhook_gate(api: str, canary: str, code: int) -> None:
+def test_flagger_webhook_gate(open_api: str, canary: str, code: int) -> None:
+    api = open_api
     doc = yaml.safe_load(FLAGGER.read_text())
     hooks = doc["spec"]["analysis"]["webhooks"]
     assert {h["type"] for h in hooks} == {"confirm-promotion", "pre-rollout"}
@@ -152,7 +205,8 @@ def test_flagger_webhook_gate(api: str, canary: str, code: int) -> None:
 # ---------------------------------------------------------------- the API itself
 
 
-def test_list_detail_and_errors(api: str) -> None:
+def test_list_detail_and_errors(open_api: str) -> None:
+    api = open_api
     listed = httpx.get(f"{api}/api/v1/verdicts", timeout=10).json()
     assert listed["kind"] == "VerdictList"
     by = {d["name"]: d for d in listed["items"]}
@@ -166,3 +220,53 @@ def test_list_detail_and_errors(api: str) -> None:
     assert httpx.post(f"{api}/api/v1/verdicts/llm/good", timeout=10).status_code == 405
     assert httpx.get(f"{api}/api/v1/nothing", timeout=10).status_code == 404
     assert httpx.get(f"{api}/metrics", timeout=10).status_code == 200  # next to /metrics
+
+
+# ---------------------------------------------------------------- who may read what
+
+
+def _get(base: str, path: str, token: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.get(f"{base}{path}", headers=headers, timeout=10)
+
+
+def test_callers_are_reviewed_and_held_to_their_namespaces(apiserver: ApiServer) -> None:
+    for base in _serve(apiserver, TokenReviewAuth, None):  # every namespace watched
+        assert _get(base, "/api/v1/verdicts/llm/good").status_code == 401
+        assert _get(base, "/api/v1/verdicts/llm/good", "made-up").status_code == 401
+        assert _get(base, "/api/v1/verdicts/llm/good", READER).json()["verdict"] == "Pass"
+        refused = _get(base, "/api/v1/verdicts/llm/good", OUTSIDER)
+        assert refused.status_code == 403 and "team-b-dev" in refused.json()["error"]
+        # not even whether it exists: 403 before 404
+        assert _get(base, "/api/v1/verdicts/llm/nothing", OUTSIDER).status_code == 403
+        theirs = _get(base, "/api/v1/verdicts", OUTSIDER).json()["items"]
+        mine = _get(base, "/api/v1/verdicts", READER).json()["items"]
+        assert [(d["namespace"], d["name"]) for d in theirs] == [("team-b", "theirs")]
+        assert {d["namespace"] for d in mine} == {NS} and len(mine) == 4
+        gate = httpx.post(f"{base}/api/v1/gate/team-b/theirs", timeout=10)
+        assert gate.status_code == 401
+
+
+def test_requests_are_answered_from_the_cache_with_one_review(apiserver: ApiServer) -> None:
+    for base in _serve(apiserver, TokenReviewAuth, NS):
+        apiserver.clear_requests()
+        for _ in range(30):
+            assert _get(base, "/api/v1/verdicts/llm/good", READER).status_code == 200
+        calls = [(r.verb, r.resource) for r in apiserver.requests]
+        # before: one GET of the canary per request; now one review of the token and one
+        # of its access, then the cache
+        assert sorted(calls) == [("create", "subjectaccessreviews"), ("create", "tokenreviews")]
+
+
+def test_a_flood_of_made_up_tokens_is_not_a_flood_of_reviews(apiserver: ApiServer) -> None:
+    def still(kube: Kube) -> Auth:  # the clock stands still: no review budget refills
+        return TokenReviewAuth(kube, clock=lambda: 100.0)
+
+    for base in _serve(apiserver, still, NS):
+        apiserver.clear_requests()
+        codes = [
+            _get(base, "/api/v1/verdicts/llm/good", f"fake-{i}").status_code for i in range(80)
+        ]
+        reviews = len(apiserver.requests_matching(resource="tokenreviews"))
+        assert codes == [401] * 50 + [429] * 30  # the burst of 50 reviews, then 429
+        assert reviews == 50

@@ -14,6 +14,13 @@ import typer
 
 from alphagate import logs
 from alphagate.commands.kubeopts import CONTEXT, KUBECONFIG, SERVER
+from alphagate.kube.apibudget import (
+    DEFAULT_CANARY,
+    DEFAULT_NAMESPACE,
+    DEFAULT_OVERALL,
+    BudgetConfig,
+    Rate,
+)
 from alphagate.kube.lease import DEFAULT_LEASE_NAME
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sources.endpoints import SourcesConfig
@@ -81,6 +88,42 @@ def run(
             "TimingFits=False warning."
         ),
     ),
+    api_qps: float = typer.Option(
+        DEFAULT_OVERALL.per_second,
+        "--api-qps",
+        min=0.0,
+        help="Kubernetes API requests a second for the whole controller (0: no limit).",
+    ),
+    api_burst: int = typer.Option(DEFAULT_OVERALL.burst, "--api-burst", min=1),
+    api_namespace_qps: float = typer.Option(
+        DEFAULT_NAMESPACE.per_second,
+        "--api-namespace-qps",
+        min=0.0,
+        help="API requests a second for the canaries of one namespace together (0: no limit).",
+    ),
+    api_namespace_burst: int = typer.Option(
+        DEFAULT_NAMESPACE.burst, "--api-namespace-burst", min=1
+    ),
+    api_canary_qps: float = typer.Option(
+        DEFAULT_CANARY.per_second,
+        "--api-canary-qps",
+        min=0.0,
+        help="API requests a second for one canary (0: no limit); a canary that spends it is "
+        "evaluated late, alone, with WithinApiBudget=False.",
+    ),
+    api_canary_burst: int = typer.Option(
+        DEFAULT_CANARY.burst,
+        "--api-canary-burst",
+        min=1,
+        help="At least one evaluation of the largest canary (64 slices: 258 requests).",
+    ),
+    verdict_api_auth: str = typer.Option(
+        "tokenreview",
+        "--verdict-api-auth",
+        help="tokenreview: callers of /api/v1/ send a bearer token the API server reviews and "
+        "see the namespaces RBAC lets them read; none: anyone who reaches the port reads every "
+        "watched namespace's verdicts (Flagger's webhooks send no token).",
+    ),
     server: str | None = SERVER,
     kubeconfig: str | None = KUBECONFIG,
     context: str | None = CONTEXT,
@@ -89,6 +132,8 @@ def run(
     if log_format not in ("json", "console", "auto"):
         raise typer.BadParameter("one of json, console, auto", param_hint="--log-format")
     logs.configure(fmt=log_format, level=log_level)  # type: ignore[arg-type]
+    if verdict_api_auth not in ("tokenreview", "none"):
+        raise typer.BadParameter("tokenreview or none", param_hint="--verdict-api-auth")
     sources = load_sources(config_file) if config_file is not None else SourcesConfig()
     if prometheus_url is not None:
         single = (
@@ -118,6 +163,12 @@ def run(
         metrics_port=metrics_port,
         watch_timeout=watch_timeout,
         sources=sources,
+        api_budget=BudgetConfig(
+            overall=_rate(api_qps, api_burst),
+            namespace=_rate(api_namespace_qps, api_namespace_burst),
+            canary=_rate(api_canary_qps, api_canary_burst),
+        ),
+        verdict_auth=verdict_api_auth,
     )
     controller = Controller(opts).start()
 
@@ -132,6 +183,11 @@ def run(
         controller.stop(release=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _rate(qps: float, burst: int) -> Rate | None:
+    """A budget from its flags; 0 requests a second: not enforced."""
+    return Rate(qps, burst) if qps > 0 else None
 
 
 def register(app: typer.Typer) -> None:

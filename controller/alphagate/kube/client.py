@@ -5,7 +5,9 @@ account) and builds a private `ApiClient` — never the library's global default
 several controllers against several API servers in one process. Every request it sends has a
 deadline (`REQUEST_TIMEOUT_SECONDS` unless the caller gives one, as the watch does): an API
 server that accepts a connection and never answers costs one failed request, never a stuck
-control loop. `call()` wraps every request:
+control loop. Every request is also counted against the controller's API budget
+(`kube.apibudget`: per canary, per namespace and overall) when the client was given one.
+`call()` wraps every request:
 403 -> ForbiddenError, 404 -> NotFoundError, 409 -> ConflictError, anything else (422, 500,
 connection refused) -> KubeError, each naming what was being done and the server's message.
 """
@@ -26,6 +28,7 @@ from kubernetes.client import rest
 from kubernetes.config.config_exception import ConfigException
 
 from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
+from alphagate.kube.apibudget import ApiBudget, Charged
 
 T = TypeVar("T")
 
@@ -35,11 +38,15 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 
 
 class _TimedRest(rest.RESTClientObject):
-    """The client's REST layer with a default deadline on every request."""
+    """The client's REST layer with a default deadline on every request, each paid from the
+    API budget when there is one (`ApiBudgetError` before anything is sent when it is spent)."""
 
-    def __init__(self, configuration: client.Configuration, timeout: float) -> None:
+    def __init__(
+        self, configuration: client.Configuration, timeout: float, budget: ApiBudget | None
+    ) -> None:
         super().__init__(configuration)
         self.timeout = timeout
+        self.budget = budget
 
     def request(
         self,
@@ -50,6 +57,8 @@ class _TimedRest(rest.RESTClientObject):
         post_params: Any = None,
         _request_timeout: Any = None,
     ) -> Any:
+        if self.budget is not None:
+            self.budget.spend(f"{method} {url.split('?', 1)[0]}")
         return super().request(  # type: ignore[no-untyped-call]
             method,
             url,
@@ -61,12 +70,16 @@ class _TimedRest(rest.RESTClientObject):
 
 
 def api_client(
-    cfg: client.Configuration, *, timeout: float = REQUEST_TIMEOUT_SECONDS
+    cfg: client.Configuration,
+    *,
+    timeout: float = REQUEST_TIMEOUT_SECONDS,
+    budget: ApiBudget | None = None,
 ) -> client.ApiClient:
-    """A private ApiClient whose requests time out after `timeout` seconds by default."""
+    """A private ApiClient whose requests time out after `timeout` seconds by default and
+    are paid from `budget` (None: not budgeted)."""
     api = client.ApiClient(cfg)
     api.rest_client.close()
-    api.rest_client = _TimedRest(cfg, timeout)
+    api.rest_client = _TimedRest(cfg, timeout, budget)
     return api
 
 
@@ -160,26 +173,39 @@ def default_namespace(
 
 @dataclass(frozen=True, slots=True)
 class Kube:
-    """The API groups the controller uses, all on one private ApiClient."""
+    """The API groups the controller uses, all on one private ApiClient; `budget` is what
+    its requests are paid from (`alphagate run` gives one; None: not budgeted)."""
 
     api_client: client.ApiClient
     apps: client.AppsV1Api
     core: client.CoreV1Api
     custom: client.CustomObjectsApi
     coordination: client.CoordinationV1Api
+    budget: ApiBudget | None = None
 
     @classmethod
     def from_configuration(
-        cls, cfg: client.Configuration, *, timeout: float = REQUEST_TIMEOUT_SECONDS
+        cls,
+        cfg: client.Configuration,
+        *,
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
+        budget: ApiBudget | None = None,
     ) -> Kube:
-        api = api_client(cfg, timeout=timeout)
+        api = api_client(cfg, timeout=timeout, budget=budget)
         return cls(
             api_client=api,
             apps=client.AppsV1Api(api),
             core=client.CoreV1Api(api),
             custom=client.CustomObjectsApi(api),
             coordination=client.CoordinationV1Api(api),
+            budget=budget,
         )
+
+    def charged_core(self, namespace: str, name: str) -> Any:
+        """The core API with every call charged to one canary's budget (its pod discovery)."""
+        if self.budget is None:
+            return self.core
+        return Charged(self.core, self.budget, namespace, name)
 
     @classmethod
     def connect(

@@ -82,6 +82,7 @@ class Reason(StrEnum):
     # record, so it owns no canary (kube.coordination); and when it agrees again.
     OWNERSHIP_REFUSED = "OwnershipRefused"
     OWNERSHIP_RESUMED = "OwnershipResumed"
+    API_BUDGET_EXCEEDED = "ApiBudgetExceeded"  # an evaluation deferred or a request refused
 
 
 class EventType(StrEnum):

@@ -19,6 +19,7 @@ from alphagate.core.model import Evaluation, Memory, Rollout
 from alphagate.core.tuning import Tuned
 from alphagate.errors import (
     AlphagateError,
+    ApiBudgetError,
     ClaimedError,
     ConflictError,
     ForbiddenError,
@@ -99,6 +100,8 @@ def failure_reason(exc: AlphagateError) -> str:
         return "TargetClaimed"
     if isinstance(exc, RecordChangedError):
         return "RecordChanged"
+    if isinstance(exc, ApiBudgetError):
+        return exc.reason  # CanaryApiBudgetExceeded, NamespaceApiBudgetExceeded
     return "PatchFailed"
 
 
@@ -111,5 +114,8 @@ def event_reason(exc: AlphagateError) -> Reason:
             "TargetNotFound": Reason.NOT_FOUND,
             "ArgsUneditable": Reason.ARGS_UNEDITABLE,
             "TargetClaimed": Reason.TARGET_CLAIMED,
-        }.get(failure_reason(exc), Reason.PATCH_FAILED)
+        }.get(
+            failure_reason(exc),
+            Reason.API_BUDGET_EXCEEDED if isinstance(exc, ApiBudgetError) else Reason.PATCH_FAILED,
+        )
     )

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alphagate import logs
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.kube.apibudget import ApiBudget, BudgetConfig
 from alphagate.kube.client import Kube, load_configuration
 from alphagate.kube.coordination import Refusal
 from alphagate.kube.events import EventRecorder, EventType, ObjectRef, Reason
@@ -26,8 +28,9 @@ from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Recorder, new_registry
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
 from alphagate.shell.server import Health, serve
-from alphagate.sources import factory
+from alphagate.sources import Source, make_source
 from alphagate.sources.endpoints import SourcesConfig
+from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth
 from alphagate.verdicts import VerdictApi
 
 
@@ -70,6 +73,13 @@ class RunOptions:
     # The Prometheus endpoints policies may name (URLs and credentials: the admin's, never a
     # policy's); `--config` and `--prometheus-url`.
     sources: SourcesConfig = field(default_factory=SourcesConfig)
+    # What the controller may ask of the Kubernetes API, per canary, per namespace and overall
+    # (`--api-*-qps`, `--api-*-burst`; kube/apibudget.py).
+    api_budget: BudgetConfig = field(default_factory=BudgetConfig)
+    # Who may read the verdict API: "tokenreview" (callers' bearer tokens reviewed by the API
+    # server, namespaces by SubjectAccessReview) or "none" (anyone who reaches the port reads
+    # every watched namespace: the admin's switch, `--verdict-api-auth none`).
+    verdict_auth: str = "tokenreview"
 
 
 class Controller:
@@ -85,13 +95,15 @@ class Controller:
         on_outcome: Callable[[Outcome], None] | None = None,
     ) -> None:
         self.opts = opts
+        # A client given by the caller keeps its own budget (or none).
         self.kube = kube or Kube.from_configuration(
             load_configuration(
                 server=opts.server,
                 kubeconfig=opts.kubeconfig,
                 context=opts.context,
                 in_cluster=opts.in_cluster,
-            )
+            ),
+            budget=ApiBudget(opts.api_budget),
         )
         self.identity = opts.identity or default_identity()
         # process metrics (CPU, memory, open files, GC) for the controller's own dashboard row
@@ -108,7 +120,7 @@ class Controller:
         )
         self.reconciler = Reconciler(
             self.kube,
-            source_factory=source_factory or factory(opts.sources, core_api=self.kube.core),
+            source_factory=source_factory or self._source,
             recorder=self.recorder,
             events=self.events,
             namespace=opts.namespace,
@@ -163,6 +175,11 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self.server: Any = None
         self._log = logs.get("controller").bind(identity=self.identity)
+
+    def _source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
+        """A canary's source: the admin's endpoints; its pod discovery paid from its budget."""
+        core = self.kube.charged_core(namespace, name)
+        return make_source(spec, namespace=namespace, core_api=core, endpoints=self.opts.sources)
 
     # ------------------------------------------------------------ leadership
 
@@ -233,8 +250,11 @@ class Controller:
                 self.registry,
                 self.opts.metrics_host,
                 health=self.health,
-                # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica)
-                api=VerdictApi(self.kube, namespace=self.opts.namespace),
+                # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica),
+                # from the watch cache
+                api=VerdictApi(
+                    self.reconciler, auth=self._verdict_auth(), namespace=self.opts.namespace
+                ),
             )
             self._log.info("metrics_listening", url=self.server.url)
         run = threading.Thread(
@@ -259,6 +279,16 @@ class Controller:
             dry_run=self.opts.dry_run,
         )
         return self
+
+    def _verdict_auth(self) -> Auth:
+        if self.opts.verdict_auth == "none":
+            self._log.warning(
+                "verdict_api_open",
+                detail="--verdict-api-auth none: anyone who reaches the metrics port reads "
+                "every watched namespace's verdicts and evidence",
+            )
+            return OpenAuth()
+        return TokenReviewAuth(self.kube)
 
     def _ready_when_synced(self) -> None:
         while not self._stop.is_set():

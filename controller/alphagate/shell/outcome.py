@@ -15,6 +15,7 @@ from alphagate.core import machine
 from alphagate.core.model import Evaluation, Memory, Observation, Rollout
 from alphagate.errors import SourceErrorKind
 from alphagate.kube.actuator import DeploymentState
+from alphagate.kube.apibudget import Deferral
 from alphagate.kube.events import ObjectRef
 from alphagate.kube.status import CanaryStatus, Condition
 from alphagate.kube.units import UnitOutcome
@@ -95,6 +96,8 @@ class Outcome:
     spec_error: str | None = None
     spec_invalid: bool = False  # the policy itself is wrong (not a transient API failure)
     gone: bool = False
+    # evaluated late: a Kubernetes API budget was spent (which one, its rate, how late)
+    api_deferral: Deferral | None = None
     duration_seconds: float = 0.0
     now: float = 0.0
     """The time it decided for: the clock when its cycle began (one for a cycle's batch)."""

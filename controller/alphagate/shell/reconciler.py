@@ -67,6 +67,7 @@ from alphagate.kube.units import (
     combined_rollout,
     units_of,
 )
+from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.claims import prepare
 from alphagate.shell.insight import Diagnoses
 from alphagate.shell.manual import manual_command
@@ -156,6 +157,8 @@ class Reconciler(WatchLoop):
             self._tracked.discard((namespace, name))
         self.timing_warnings.forget(namespace, name)
         self.sources.drop(namespace, name)
+        if self.kube.budget is not None:
+            self.kube.budget.forget(namespace, name)
         with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
             self.recorder.forget(namespace=namespace, canary=name)
 
@@ -179,7 +182,10 @@ class Reconciler(WatchLoop):
         The same decisions as one `reconcile` each; an evaluation's duration counts the shared
         read."""
         now = self.clock() if now is None else now
-        begun = [self._begin(ns, name, now) for ns, name in keys]
+        begun = []
+        for ns, name in keys:
+            with self._charging(ns, name):
+                begun.append(self._begin(ns, name, now))
         ready = [(out, p) for out, p in begun if p is not None]
         started = time.monotonic()
         observations = observe_all([p for _, p in ready], self._log)
@@ -188,7 +194,8 @@ class Reconciler(WatchLoop):
             started = time.monotonic()
             out.duration_seconds += shared  # before _finish: it exports the duration
             try:
-                self._finish(pending, observation)
+                with self._charging(out.namespace, out.name):
+                    self._finish(pending, observation)
             except Exception as exc:  # last resort: a bug must cost one evaluation, not the loop
                 pending.log.exception(
                     "reconcile_crashed", error=repr(exc), error_type=type(exc).__name__
@@ -205,6 +212,11 @@ class Reconciler(WatchLoop):
                         "on_outcome_failed", error=repr(exc), error_type=type(exc).__name__
                     )
         return [out for out, _ in begun]
+
+    def _charging(self, namespace: str, name: str) -> contextlib.AbstractContextManager[None]:
+        """Charge the requests of the block to this canary's API budget, if there is one."""
+        budget = self.kube.budget
+        return contextlib.nullcontext() if budget is None else budget.charging(namespace, name)
 
     def _begin(self, namespace: str, name: str, now: float) -> tuple[Outcome, Pending | None]:
         """Read the resource and its Deployments: what its observation needs, or None when
@@ -265,6 +277,16 @@ class Reconciler(WatchLoop):
             True,
             "Valid",
             "policy accepted",
+            now=now,
+            generation=generation,
+        )
+        # ---- evaluated late because a Kubernetes API budget was spent (the schedule deferred it)
+        conditions, out.api_deferral = budget_condition(
+            self.kube.budget,
+            conditions,
+            previous,
+            ref=ref,
+            events=self.events,
             now=now,
             generation=generation,
         )

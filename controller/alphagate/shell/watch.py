@@ -9,6 +9,9 @@ GETs), any other one at a time.
 What one evaluation does is the `Reconciler`'s (`shell.reconciler`), which extends this class
 with `reconcile` and `reconcile_many`.
 
+The API budget (`kube.apibudget`, when the client has one): a canary whose budget is in debt
+is not due until it is paid back; the others are evaluated on time.
+
 Sharding: a canary first seen here waits until one interval after its last evaluation by any
 replica (`resume_schedule`), and `take_over` resumes it from the cluster.
 
@@ -31,6 +34,7 @@ from kubernetes import watch
 from alphagate import clock as clockmod
 from alphagate.config import GROUP, PLURAL, VERSION, SourceKind
 from alphagate.errors import KubeError
+from alphagate.kube.apibudget import ApiBudget
 from alphagate.kube.client import Kube, call
 from alphagate.kube.status import ANN_COMMAND_ID, parse_time
 from alphagate.logs import get as get_logger
@@ -222,9 +226,32 @@ class WatchLoop:
                 backoff = min(backoff * 2, 30.0)
 
     def due(self, now: float) -> list[tuple[str, str]]:
+        """The canaries to evaluate now, longest due first: owned, due, and admitted by the
+        API budget (one in debt is deferred, alone, until its budget is paid back)."""
         with self._lock:
-            keys = sorted(k for k, e in self._cache.items() if e.next_due <= now)
-        return [k for k in keys if self.owns(*k)]
+            due = sorted((e.next_due, k) for k, e in self._cache.items() if e.next_due <= now)
+        keys = [k for _, k in due if self.owns(*k)]
+        budget: ApiBudget | None = getattr(self.kube, "budget", None)  # a stand-in may have none
+        if budget is None or not keys:
+            return keys
+        admitted, deferred = budget.admit(keys)
+        with self._lock:
+            for key, deferral in deferred.items():
+                entry = self._cache.get(key)
+                if entry is not None:
+                    entry.next_due = now + max(deferral.retry_in, 0.01)
+        return admitted
+
+    def cached_object(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The resource as the watch last saw it (status included), or None."""
+        with self._lock:
+            entry = self._cache.get((namespace, name))
+        return None if entry is None else entry.obj
+
+    def cached_objects(self) -> list[dict[str, Any]]:
+        """Every resource in the cache as the watch last saw it."""
+        with self._lock:
+            return [e.obj for e in self._cache.values()]
 
     def cached(self) -> list[tuple[str, str]]:
         """Every resource in the cache, owned by this replica or not."""

@@ -68,6 +68,10 @@ class ConditionType(StrEnum):
     # (vllm:request_generation_tokens, core/suitability): no probe starts; True once measured
     # long enough; absent while not measured
     OUTPUTS_LONG_ENOUGH = "OutputsLongEnough"
+    # False (reason CanaryApiBudgetExceeded, NamespaceApiBudgetExceeded or
+    # OverallApiBudgetExceeded) when the last evaluation was deferred because a Kubernetes API
+    # budget was spent (kube/apibudget); True once evaluated on time again; absent until then
+    WITHIN_API_BUDGET = "WithinApiBudget"
 
 
 class Condition(StatusModel):

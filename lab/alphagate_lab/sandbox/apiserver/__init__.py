@@ -17,6 +17,7 @@ strategic merge patch are the double's own (no library keeps Kubernetes' merge k
 
     resources    resource types served, the loopback host, errors as Status objects
     access       the RBAC allow-list, scripted faults, the request record
+    reviews      TokenReview and SubjectAccessReview from a table of people (`Users`)
     selectors    label and field selectors
     patches      JSON, merge and strategic merge patch
     validation   the server-side validation the controller's error paths need
@@ -54,6 +55,7 @@ from alphagate_lab.sandbox.apiserver.resources import (
     ResourceType,
     now_rfc3339,
 )
+from alphagate_lab.sandbox.apiserver.reviews import Users
 from alphagate_lab.sandbox.apiserver.selectors import field_selector, label_selector
 from alphagate_lab.sandbox.apiserver.server import ApiServer
 
@@ -75,6 +77,7 @@ __all__ = [
     "RecordedRequest",
     "ResourceType",
     "RolloutCompleter",
+    "Users",
     "deployment_status",
     "field_selector",
     "json_patch",

@@ -17,6 +17,7 @@ from alphagate_lab.sandbox.apiserver.access import (
     RecordedRequest,
 )
 from alphagate_lab.sandbox.apiserver.resources import JSON, ApiError
+from alphagate_lab.sandbox.apiserver.reviews import REVIEWS
 from alphagate_lab.sandbox.apiserver.routes import discovery, route, verb_of
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
                     result = server._list(rtype, ns_or_all, query)
                 elif verb == "get":
                     result = server._read(rtype, ns, name)
+                elif verb == "create" and rtype.key in REVIEWS:  # answered, never stored
+                    result = server.users.review(rtype, body)
+                    code = 201
                 elif verb == "create":
                     if name:
                         raise ApiError(405, "POST to a named resource")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from http.server import ThreadingHTTPServer
@@ -19,7 +20,18 @@ from alphagate_lab.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
 from alphagate_lab.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
 from alphagate_lab.sandbox.apiserver.handler import make_handler
 from alphagate_lab.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
+from alphagate_lab.sandbox.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Users
 from alphagate_lab.sandbox.apiserver.store import Store
+
+
+class _Httpd(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-answer (a controller stopped, a watch cut) is no error of the
+        double's: only other failures are printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class ApiServer(Store):
@@ -41,11 +53,14 @@ class ApiServer(Store):
         port: int = 0,
     ) -> None:
         super().__init__(
-            types=types, watch_history=watch_history, default_watch_timeout=default_watch_timeout
+            types=(*types, TOKEN_REVIEWS, ACCESS_REVIEWS),
+            watch_history=watch_history,
+            default_watch_timeout=default_watch_timeout,
         )
         self.rbac = rbac if rbac is not None else Rbac.allow_all()  # the controller's
         self.people_rbac = Rbac.allow_all()  # requests without the controller's token
         self.faults = Faults()
+        self.users = Users()  # people by bearer token, for TokenReview and SubjectAccessReview
         self.kubelet: Kubelet | None = (
             RolloutCompleter() if kubelet == "default" else kubelet  # type: ignore[assignment]
         )
@@ -66,7 +81,7 @@ class ApiServer(Store):
         if self._httpd is not None:
             return self
         try:
-            httpd = ThreadingHTTPServer((HOST, self._port), make_handler(self))
+            httpd = _Httpd((HOST, self._port), make_handler(self))
         except OSError as exc:
             raise SandboxError(
                 f"API server double: cannot bind {HOST}:{self._port}: {exc}"

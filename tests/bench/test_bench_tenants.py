@@ -1,0 +1,76 @@
+"""The noisy-neighbour benchmark end to end, one attack class, small: so it cannot rot.
+
+The slice flood (one canary of 64 slices at the 0.1 s floor) beside one victim, the real
+controller as a child process against the API double: the run completes, the victim is
+evaluated, the attacker is held to its canary API budget and says so, typed; the table and
+its PASS/FAIL line are printed. No speed is asserted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from alphagate_lab.bench import tenants
+from alphagate_lab.bench.tenants_run import Evaluation, RunResult
+
+
+@pytest.mark.slow
+def test_the_slice_flood_class_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    (verdict,) = tenants.main(["--attacks", "slice-flood", "--victims", "1", "--seconds", "45"])
+    out = capsys.readouterr().out
+    assert verdict.attack.name == "slice-flood"
+    for run in (verdict.base, verdict.got):
+        assert not run.error
+        assert run.victims.get("v0"), "the victim was never evaluated"
+        assert run.healthz_ok > 0 and 0 < run.peak_rss_mib < tenants.MEMORY_LIMIT_MIB
+        assert run.api_per_second > 0
+    (status,) = verdict.got.attacker.values()
+    assert tenants.budget_named(status) == "WithinApiBudget=CanaryApiBudgetExceeded"
+    assert verdict.typed
+    assert "slice-flood" in out and ("PASS" in out or "FAIL" in out)
+
+
+def _run(victims: dict[str, list[tuple[float, str, str]]], **over: object) -> RunResult:
+    r = RunResult(seconds=20.0, healthz_ok=10, peak_rss_mib=150.0)
+    for name, evs in victims.items():
+        r.victims[name] = [
+            Evaluation(at, "Probing", verdict, action) for at, action, verdict in evs
+        ]
+    for key, value in over.items():
+        setattr(r, key, value)
+    return r
+
+
+BASE = {"v0": [(2.0, "enable", "Inconclusive"), (4.0, "hold", "Inconclusive"),
+               (6.0, "disable", "Fail"), (8.0, "hold", "Inconclusive"),
+               (10.0, "hold", "Inconclusive"), (12.0, "hold", "Inconclusive"),
+               (14.0, "hold", "Inconclusive"), (16.0, "hold", "Inconclusive"),
+               (18.0, "hold", "Inconclusive")]}  # fmt: skip
+TYPED = {"h0": {"lastDecision": {"verdict": "Error"}, "conditions": [
+    {"type": "SourceHealthy", "status": "False", "reason": "ScrapeBudgetExceeded"}]}}  # fmt: skip
+
+
+def test_the_done_when_judge() -> None:
+    attack = tenants.BY_NAME["slow-pod"]
+    base = _run(BASE)
+    same = tenants.Verdict(attack, base, _run(BASE, attacker=TYPED), 2.0)
+    assert same.same_decisions and same.delay_ok and same.healthy and same.typed and same.passed
+    # late, not different: the disable not made yet is the delay's to judge
+    late = _run({"v0": [(2.0, "enable", "Inconclusive"), (19.0, "hold", "Inconclusive")]})
+    judged = tenants.Verdict(attack, base, late, 2.0)
+    assert judged.same_decisions and not judged.delay_ok and judged.delay == pytest.approx(15.0)
+    # a verdict it never gave, a different flip, never evaluated: different decisions
+    for evs in (
+        [(2.0, "enable", "Inconclusive"), (4.0, "hold", "Error")],
+        [(2.0, "enable", "Inconclusive"), (6.0, "enable", "Pass")],
+        [],
+    ):
+        assert not tenants.Verdict(attack, base, _run({"v0": evs}), 2.0).same_decisions
+    # untyped attacker, a victim in Error, memory over the limit, /healthz down: each fails
+    untyped = {"h0": {"lastDecision": {"verdict": "Error"}, "conditions": []}}
+    assert not tenants.Verdict(attack, base, _run(BASE, attacker=untyped), 2.0).typed
+    assert not tenants.Verdict(attack, base, _run(BASE, attacker={}), 2.0).typed
+    assert not tenants.Verdict(attack, base, _run(BASE, attacker=TYPED, peak_rss_mib=600.0),
+                               2.0).passed  # fmt: skip
+    assert not tenants.Verdict(attack, base, _run(BASE, attacker=TYPED, healthz_failed=1),
+                               2.0).passed  # fmt: skip
