@@ -38,6 +38,14 @@ class Hist(_Line):
     buckets: list[Count]
     sum: Finite
     count: Count
+    # Written only for a layout other than vLLM's default (--custom-histogram-buckets).
+    bounds: list[Finite] | None = None
+
+    @model_validator(mode="after")
+    def _increasing(self) -> Hist:
+        if self.bounds is not None and any(a >= b for a, b in zip(self.bounds, self.bounds[1:])):
+            raise ValueError("histogram bounds must increase")
+        return self
 
 
 class Pod(_Line):
@@ -58,9 +66,10 @@ class Pod(_Line):
         if "pod" not in self.labels:
             raise ValueError("a pod needs a `pod` label (its name)")
         for name, hist in self.histograms.items():
-            bounds = vllm.HISTOGRAM_BUCKETS.get(name)
-            if bounds is None:
+            default = vllm.HISTOGRAM_BUCKETS.get(name)
+            if default is None:
                 raise ValueError(f"unknown histogram {name!r}")
+            bounds = hist.bounds if hist.bounds is not None else default
             if len(hist.buckets) != len(bounds) + 1:
                 raise ValueError(
                     f"histogram {name} has {len(hist.buckets)} buckets, its bounds need "
