@@ -10,6 +10,7 @@ bad line is one `ScenarioError` naming the file, the line and the field.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -43,7 +44,7 @@ class Hist(_Line):
 
     @model_validator(mode="after")
     def _increasing(self) -> Hist:
-        if self.bounds is not None and any(a >= b for a, b in zip(self.bounds, self.bounds[1:])):
+        if self.bounds is not None and any(a >= b for a, b in pairwise(self.bounds)):
             raise ValueError("histogram bounds must increase")
         return self
 
