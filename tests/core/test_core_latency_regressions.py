@@ -1,5 +1,5 @@
 """Tail-only and uniform latency regressions on vLLM's default buckets and on ~10% buckets
-(`alphagate plan`'s layout), through the guard as shipped (P99, +10%, confirmOn mean).
+(the layout `alphagate plan` writes), through the guard as shipped (P99, +10%, confirmOn mean).
 
 Traffic is tests/core/latencytraffic.py: 15 ms median per token, per-request spread 0.25, two
 canary and two baseline pods at 3 finished requests per second each (1,800 a pool per 300 s
@@ -22,12 +22,13 @@ import numpy as np
 import pytest
 
 from alphagate.config import LatencyGuard
-from alphagate.core import checks, resolution
+from alphagate.core import checks
 from alphagate.core.model import CheckResult, LatencyEvidence, PoolObservation, Role, Verdict
 from alphagate.core.resolution import TailWithin
+from alphagate.planning import buckets
 
 WINDOW = 300.0
-GEO = (*resolution.geometric(0.004, 0.3), math.inf)
+GEO = (*buckets.layout().bounds, math.inf)  # what `alphagate plan` writes by default
 GUARD = LatencyGuard()  # as shipped: P99, +10%, confirmOn mean
 
 

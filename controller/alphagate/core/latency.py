@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from alphagate.core import histogram, resolution
+from alphagate.core import histogram
 from alphagate.core.batching import Ratio, blocks, ratio, welch_dof
 from alphagate.core.model import (
     BoundTest,
@@ -406,11 +406,11 @@ def compare(
         canary, baseline, layout, quantile=quantile, margin=margin, batch_seconds=batch_seconds
     )
     c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
-    ref = histogram.bracket(quantile, b_hist)
+    res = histogram.resolution_at(quantile, b_hist, margin, layout)
     tail = None
-    if not math.isnan(ref[0]):
+    if res is not None:
         tail = tail_guard(
-            resolution.relative(layout, max(ref[0], 0.0), ref[1], margin),
+            res,
             lambda edge: _above(canary, edge, batch_seconds),
             quantile=quantile,
             significance=significance,

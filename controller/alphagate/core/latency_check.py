@@ -336,10 +336,9 @@ def _reference(guard: LatencyGuard, c_hist: Buckets, b_hist: Buckets | None) -> 
     """The edges at the canary's layout: around the baseline quantile's bucket, or the limit."""
     if guard.metric is LatencyMetric.PER_STEP_ABSOLUTE:
         return resolution.absolute(c_hist.bounds, float(guard.max_step_seconds or math.nan))
-    lo, hi = histogram.bracket(guard.quantile, b_hist)
-    if math.isnan(lo) or math.isnan(hi):
-        return None
-    return resolution.relative(c_hist.bounds, max(lo, 0.0), hi, guard.max_regression_ratio)
+    return histogram.resolution_at(
+        guard.quantile, b_hist, guard.max_regression_ratio, c_hist.bounds
+    )
 
 
 def _bucket_verdict(out: _Out, tail: TailGuard, absolute: bool) -> CheckResult:
