@@ -134,6 +134,42 @@ def absolute(layout: Sequence[float], limit: float) -> Resolution:
     return Resolution(0.0, limit, limit, pass_edge, fail_edge, pass_edge is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """What a quantile guard at `margin` can resolve on a layout, bucket by bucket, for a
+    reference quantile anywhere between `low` and `high` (`alphagate policy check` on vLLM's
+    default buckets, `alphagate inspect`)."""
+
+    margin: float
+    low: float
+    high: float
+    buckets: tuple[Resolution, ...]
+
+    @property
+    def resolvable(self) -> bool:
+        """Some bucket in the range is no wider than 1 + margin."""
+        return any(r.resolvable for r in self.buckets)
+
+    @property
+    def least_margin(self) -> float:
+        """The smallest regression a Fail can show anywhere in the range (inf: none)."""
+        return min((r.least_margin for r in self.buckets), default=math.inf)
+
+    @property
+    def widths(self) -> tuple[float, float]:
+        """The narrowest and widest bucket in the range, as ratios hi / lo."""
+        ratios = [r.resolution + 1.0 for r in self.buckets if math.isfinite(r.resolution)]
+        return (min(ratios), max(ratios)) if ratios else (math.inf, math.inf)
+
+
+def survey(layout: Sequence[float], margin: float, low: float, high: float) -> Survey:
+    """The resolution of every bucket (lo, hi] of `layout` that overlaps [low, high]."""
+    bounds = _finite(layout)
+    edges = list(zip([0.0, *bounds[:-1]], bounds, strict=True))
+    picked = [(lo, hi) for lo, hi in edges if hi > low and lo < high]
+    return Survey(margin, low, high, tuple(relative(bounds, lo, hi, margin) for lo, hi in picked))
+
+
 def geometric(low: float, high: float, step: float = 0.10) -> tuple[float, ...]:
     """Bounds from `low` to at least `high`, each at most (1 + step) x the one before (3
     significant digits, rounded down so no bucket is wider than the step). ValueError on
