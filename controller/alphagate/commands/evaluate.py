@@ -33,8 +33,10 @@ from alphagate.core import timing
 from alphagate.core.evaluate import evaluate
 from alphagate.core.histogram import quantile
 from alphagate.core.insights import Insights, analyse
+from alphagate.core.latency_check import resolution_text
 from alphagate.core.model import (
     Evaluation,
+    LatencyEvidence,
     Memory,
     Observation,
     PoolObservation,
@@ -330,6 +332,10 @@ def render_text(
     out.append("checks")
     for check in ev.checks:
         out.append(f"  {check.name:<24} {check.verdict.value:<12} {check.reason}")
+        tail = check.evidence.tail if isinstance(check.evidence, LatencyEvidence) else None
+        if tail is not None and "effective margin" not in check.reason:
+            where = resolution_text(tail.resolution, tail.quantile)
+            out.append(f"  {'':<24} {'':<12} quantile at these buckets: {where}")
     would = {
         "enable": "turn speculation ON",
         "disable": "turn speculation OFF",
