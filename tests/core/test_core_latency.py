@@ -1,15 +1,15 @@
 """The latency guard on exact sums: measured speed-up, per-bound exceedance with Holm, and a
-seeded simulation (tests/core/latencytraffic.py: per-request spread, per-pod stall episodes on
+seeded simulation (alphagate/bench/latency_traffic.py: per-request spread, per-pod stall episodes on
 both roles, vLLM's default buckets) for its false-alarm rate and its power."""
 
 from __future__ import annotations
 
 import math
 
-import latencytraffic
 import numpy as np
 import pytest
 
+from alphagate.bench import latency_traffic as latencytraffic
 from alphagate.config import LatencyGuard
 from alphagate.core import checks, latency
 from alphagate.core.model import (

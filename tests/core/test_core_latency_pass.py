@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import latencytraffic
 import numpy as np
 import pytest
 
+from alphagate.bench import latency_traffic as latencytraffic
 from alphagate.config import ConfirmOn, LatencyGuard
 from alphagate.core import checks, latency, resolution
 from alphagate.core.model import (

@@ -1,102 +1,31 @@
 """Tail-only and uniform latency regressions on vLLM's default buckets and on ~10% buckets
 (the layout `alphagate plan` writes), through the guard as shipped (P99, +10%, confirmOn mean).
 
-Traffic is tests/core/latencytraffic.py: 15 ms median per token, per-request spread 0.25, two
+Traffic is alphagate.bench.latency_traffic: 15 ms median per token, per-request spread 0.25, two
 canary and two baseline pods at 3 finished requests per second each (1,800 a pool per 300 s
 window), per-pod stall episodes (every ~15 min, ~20 s) on both roles unless said otherwise.
 A uniform regression slows every request; a tail-only one slows 3% of the requests by the
 factor that moves the P99 by the ratio (the mean moves by +2.6% at 1.2x, +4.2% at 1.5x, +6.6%
-at 2x). A run is six disjoint 300 s windows; it is "caught" at the end of the window where the
-state machine would roll back: a second failing window since the last Pass, or a failing
-window decisive alone (`checks.decisive`). The figures are in docs/decisions.md.
+at 2x). A run is six disjoint 300 s windows, judged as `alphagate.bench.latency_guard` does
+(which prints the whole table in docs/decisions.md).
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from dataclasses import dataclass, replace
-
-import latencytraffic as lt
-import numpy as np
 import pytest
 
-from alphagate.config import LatencyGuard
-from alphagate.core import checks
-from alphagate.core.model import CheckResult, LatencyEvidence, PoolObservation, Role, Verdict
+from alphagate.bench import latency_guard as bench
+from alphagate.bench import latency_traffic as lt
+from alphagate.core.model import Verdict
 from alphagate.core.resolution import TailWithin
-from alphagate.planning import buckets
 
-WINDOW = 300.0
-GEO = (*buckets.layout().bounds, math.inf)  # what `alphagate plan` writes by default
-GUARD = LatencyGuard()  # as shipped: P99, +10%, confirmOn mean
-
-
-@dataclass
-class Runs:
-    verdicts: Counter[Verdict]
-    within: Counter[TailWithin]
-    caught_at: list[float | None]
-
-    def rate(self, v: Verdict) -> float:
-        return self.verdicts[v] / sum(self.verdicts.values())
-
-    def caught(self, seconds: float) -> float:
-        return sum(1 for t in self.caught_at if t is not None and t <= seconds) / len(
-            self.caught_at
-        )
-
-
-def _canary(kind: str, ratio: float, base: lt.Pool) -> lt.Pool:
-    if kind == "uniform":
-        return replace(base, slowdown=ratio)
-    factor = lt.tail_factor_for(ratio, lt.Pool(median=base.median, sigma=base.sigma))
-    return replace(base, tail_share=0.03, tail_factor=factor)
-
-
-def _judge(c: tuple, b: tuple) -> CheckResult:  # type: ignore[type-arg]
-    return checks.check_latency(
-        PoolObservation("chat", Role.CANARY, tpot_samples=c),
-        PoolObservation("chat", Role.BASELINE, tpot_samples=b),
-        guard=GUARD,
-    )
+GEO = bench.PLAN  # what `alphagate plan` writes by default
 
 
 def runs(
-    kind: str,
-    ratio: float,
-    bounds: tuple[float, ...],
-    seeds: range,
-    *,
-    stall_every: float = 900.0,
-    windows: int = 6,
-) -> Runs:
-    base = lt.Pool(rate=3.0, bounds=bounds, stall_every=stall_every)
-    canary = _canary(kind, ratio, base)
-    per = int(WINDOW / base.interval)
-    out = Runs(Counter(), Counter(), [])
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        c = lt.pool_samples(rng, canary, intervals=per * windows, prefix="c")
-        b = lt.pool_samples(rng, base, intervals=per * windows, prefix="b")
-        streak, caught = 0, None
-        for w in range(windows):
-            lo, hi = w * WINDOW, (w + 1) * WINDOW
-            r = _judge(
-                tuple(s for s in c if lo <= s.start < hi), tuple(s for s in b if lo <= s.start < hi)
-            )
-            assert isinstance(r.evidence, LatencyEvidence)
-            out.verdicts[r.verdict] += 1
-            if r.evidence.tail is not None:
-                out.within[r.evidence.tail.within] += 1
-            if r.verdict is Verdict.FAIL:
-                streak += 1
-                if caught is None and (streak >= 2 or checks.decisive(r, 2)):
-                    caught = hi
-            elif r.verdict is Verdict.PASS:
-                streak = 0
-        out.caught_at.append(caught)
-    return out
+    kind: str, ratio: float, bounds: tuple[float, ...], seeds: range, *, stall_every: float = 900.0
+) -> bench.Runs:
+    return bench.runs(kind, ratio, lt.Pool(rate=3.0, bounds=bounds, stall_every=stall_every), seeds)
 
 
 # ---------------------------------------------------------------- vLLM's default buckets
@@ -176,3 +105,12 @@ def test_detection_over_100_runs(
         f"{r.caught(900):.2f}, <= 30 min {r.caught(1800):.2f}"
     )
     assert r.caught(1800) >= within_30
+
+
+def test_the_benchmark_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(bench.QUICK_ARGS) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("default ", "plan "))]
+    assert {(r[0], r[1], r[2]) for r in rows} == {
+        (layout, kind, f"{ratio:.2f}") for layout in bench.LAYOUTS for kind, ratio in bench.CASES
+    }

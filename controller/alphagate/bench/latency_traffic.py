@@ -1,4 +1,6 @@
-"""A small, independent generator of per-pod, per-interval TPOT histograms, for guard tests.
+"""A small, independent generator of per-pod, per-interval TPOT histograms, for the latency
+guard's tests and its benchmark (`alphagate.bench.latency_guard`). It shares nothing with the
+simulator or the guard but the input types.
 
 Each finished request reports one time per output token (vLLM's
 `request_time_per_output_token_seconds`): a per-request lognormal around the pool's median,
