@@ -249,6 +249,9 @@ class TailGuard:
     pass_test: ExceedanceTest | None = None
     fail_test: ExceedanceTest | None = None
     rejected: bool = False  # the Fail side's test, significant after the family's correction
+    # the Fail side's p for `checks.decisive` (one window as strong as several): the larger of
+    # the test's and a t test's over the batches' spread (few batches: heavy tails)
+    decisive_p: float = math.nan
 
     @property
     def effective_margin(self) -> float:
@@ -285,8 +288,8 @@ class LatencyEvidence:
     # latency.confirmOn: does a Pass need the quantile shown within too (else the mean only)
     confirms_quantile: bool = False
     # the window's family-wise evidence of a regression: the smallest p-value over its weight
-    # in the family (weighted Bonferroni; NaN: nothing tested). `checks.decisive` compares it
-    # with significance ** windows.
+    # in the family (weighted Bonferroni, the quantile's at its `decisive_p`; NaN: nothing
+    # tested). `checks.decisive` compares it with significance ** windows.
     p_adjusted: float = math.nan
 
     @property

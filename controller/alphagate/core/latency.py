@@ -416,9 +416,11 @@ def compare(
             significance=significance,
         )
     fail_p = tail.fail_test.p_value if tail is not None and tail.fail_test else math.nan
-    p_values = [s.p_regressed if s is not None else math.nan, fail_p, *(t.p_value for t in tests)]
+    mean_p = s.p_regressed if s is not None else math.nan
+    p_values = [mean_p, fail_p, *(t.p_value for t in tests)]
     weights = [W_MEAN, W_QUANTILE, *(W_BOUNDS / len(tests) for _ in tests)]
     rejected = weighted_holm(p_values, weights, significance)
+    decisive_p = tail.decisive_p if tail is not None else math.nan
     bounds = tuple(replace(t, rejected=r) for t, r in zip(tests, rejected[2:], strict=True))
     if tail is not None:
         tail = replace(tail, rejected=rejected[1])
@@ -429,7 +431,7 @@ def compare(
         canary_hist=c_hist,
         baseline_hist=b_hist,
         tail=tail,
-        p_adjusted=adjusted(p_values, weights),
+        p_adjusted=adjusted([mean_p, decisive_p, *p_values[2:]], weights),
     )
 
 
@@ -454,16 +456,10 @@ def tail_guard(
     make "within" SHOWN), and its share above the Fail edge tested "above 1 - quantile".
     `share_above(edge)` gives the canary's share above a bound over independent batches."""
     expected = 1.0 - quantile
-
-    def test(edge: float | None) -> ExceedanceTest | None:
-        share = share_above(edge) if edge is not None else None
-        if edge is None or share is None:
-            return None
-        return within_test(
-            edge, share.num, share.den, expected=expected, significance=significance, se=share.se
-        )
-
-    pass_test, fail_test = test(res.pass_edge), test(res.fail_edge)
+    pass_share = share_above(res.pass_edge) if res.pass_edge is not None else None
+    fail_share = share_above(res.fail_edge) if res.fail_edge is not None else None
+    pass_test = _exceeds(res.pass_edge, pass_share, expected, significance)
+    fail_test = _exceeds(res.fail_edge, fail_share, expected, significance)
     if not res.resolvable:
         within = TailWithin.UNRESOLVABLE
     elif pass_test is None or math.isnan(pass_test.p_within):
@@ -472,4 +468,29 @@ def tail_guard(
         within = TailWithin.SHOWN
     else:
         within = TailWithin.NOT_SHOWN
-    return TailGuard(quantile, res, within, pass_test, fail_test)
+    decisive_p = math.nan
+    if fail_test is not None and fail_share is not None:
+        decisive_p = fail_test.p_value
+        if fail_share.conclusive:
+            decisive_p = max(decisive_p, _t_above(fail_share, expected))
+    return TailGuard(quantile, res, within, pass_test, fail_test, decisive_p=decisive_p)
+
+
+def _exceeds(
+    edge: float | None, share: Ratio | None, expected: float, significance: float
+) -> ExceedanceTest | None:
+    if edge is None or share is None:
+        return None
+    return within_test(
+        edge, share.num, share.den, expected=expected, significance=significance, se=share.se
+    )
+
+
+def _t_above(share: Ratio, expected: float) -> float:
+    """p of "the share is above `expected`" on a t test over the batches' spread (their dof),
+    the variance never below that of independent requests: what one window may claim at the
+    level of several (a stall episode of one pod is one batch, not hundreds of requests)."""
+    gap = share.value - expected
+    sd = math.sqrt(_var(share))
+    stat = gap / sd if sd > 0 else (math.copysign(math.inf, gap) if gap != 0 else 0.0)
+    return _sf(stat, share.dof)

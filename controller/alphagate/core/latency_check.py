@@ -327,7 +327,8 @@ def _by_buckets(
     tail = replace(tail, rejected=fail_p <= guard.significance)
     limit = res.bucket_hi if absolute else res.bucket_lo * (1.0 + res.margin)
     out = replace(
-        out, evidence=replace(out.evidence, tail=tail, limit_seconds=limit, p_adjusted=fail_p)
+        out,
+        evidence=replace(out.evidence, tail=tail, limit_seconds=limit, p_adjusted=tail.decisive_p),
     )
     return _bucket_verdict(out, tail, absolute)
 
