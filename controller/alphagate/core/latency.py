@@ -57,6 +57,9 @@ BATCH_SECONDS: Final = 60.0
 _MAX_NEEDED: Final = 1e9  # observations: beyond this "needed" reads as never
 _BISECT: Final = 60
 MAX_SECONDS_PER_TOKEN: Final = 1e6  # a mean time per token beyond this is a corrupt counter
+# increase() extrapolates counts to fractions; below a millionth of an observation is noise
+# (and its square underflows the batch statistics)
+MIN_COUNT: Final = 1e-6
 _Z_975: Final = 1.959963984540054
 _MAX_EXP: Final = 709.0  # math.exp overflows a float just above this
 # Weights of the regression family (weighted Holm): the mean, the quantile's Fail test, and
@@ -116,7 +119,7 @@ def _usable(s: LatencySample) -> bool:
     return (
         math.isfinite(s.count)
         and math.isfinite(s.sum)
-        and 0 < s.count <= histogram.MAX_PLAUSIBLE
+        and MIN_COUNT <= s.count <= histogram.MAX_PLAUSIBLE
         and 0 <= s.sum <= s.count * MAX_SECONDS_PER_TOKEN
     )
 
@@ -173,7 +176,7 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
 
 def _above(samples: Sequence[LatencySample], bound: float, batch_seconds: float) -> Ratio | None:
     """Share of observations above `bound` over independent batches of samples."""
-    usable = [s for s in samples if s.buckets is not None and s.buckets.total > 0]
+    usable = [s for s in samples if s.buckets is not None and s.buckets.total >= MIN_COUNT]
     pairs = []
     for b in blocks(usable, batch_seconds):
         total = above = 0.0
