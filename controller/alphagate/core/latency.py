@@ -63,8 +63,8 @@ MIN_COUNT: Final = 1e-6
 _Z_975: Final = 1.959963984540054
 _MAX_EXP: Final = 709.0  # math.exp overflows a float just above this
 # Weights of the regression family (weighted Holm): the mean, the quantile's Fail test, and
-# all bounds together (measured in docs/decisions.md: 0.5/0.25/0.25 caught a tail-only 1.5x
-# P99 within 30 minutes in 45-80% of runs on ~10% buckets, these in 90-97%).
+# all bounds together, so that a fine layout's many bounds do not dilute the policy's own tests
+# (docs/decisions.md, "Latency guard on exact sums").
 W_MEAN: Final = 0.45
 W_QUANTILE: Final = 0.45
 W_BOUNDS: Final = 0.10
