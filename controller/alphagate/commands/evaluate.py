@@ -33,7 +33,6 @@ from alphagate.core import timing
 from alphagate.core.evaluate import evaluate
 from alphagate.core.histogram import quantile
 from alphagate.core.insights import Insights, analyse
-from alphagate.core.latency_check import resolution_text
 from alphagate.core.model import (
     Evaluation,
     LatencyEvidence,
@@ -44,6 +43,7 @@ from alphagate.core.model import (
     Rollout,
     State,
 )
+from alphagate.core.resolution import describe
 from alphagate.errors import PolicyError, SourceError
 from alphagate.kube.insights_status import insights_status
 from alphagate.sources import Source
@@ -334,7 +334,7 @@ def render_text(
         out.append(f"  {check.name:<24} {check.verdict.value:<12} {check.reason}")
         tail = check.evidence.tail if isinstance(check.evidence, LatencyEvidence) else None
         if tail is not None and "effective margin" not in check.reason:
-            where = resolution_text(tail.resolution, tail.quantile)
+            where = describe(tail.resolution, tail.quantile)
             out.append(f"  {'':<24} {'':<12} quantile at these buckets: {where}")
     would = {
         "enable": "turn speculation ON",

@@ -35,7 +35,9 @@ from alphagate.core.model import (
     TailGuard,
     Verdict,
 )
-from alphagate.core.resolution import Resolution, TailWithin
+from alphagate.core.resolution import Resolution, TailWithin, describe
+from alphagate.core.resolution import ms as _ms
+from alphagate.core.resolution import quantile_name as _q
 
 _NO_DATA: Final = (LatencyUndecided.NO_DATA,)
 _FEW: Final = (LatencyUndecided.FEW_OBSERVATIONS,)
@@ -50,46 +52,6 @@ Missing = list[tuple[LatencyUndecided, str]]
 
 
 # ---------------------------------------------------------------- words
-
-
-def _q(quantile: float) -> str:
-    return f"P{quantile * 100:g}"
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "inf" if seconds is not None and seconds > 0 else "n/a"
-    return f"{_fmt(seconds * 1e3)} ms"
-
-
-def _pct(ratio: float) -> str:
-    return f"+{ratio:.0%}" if math.isfinite(ratio) else "unbounded"
-
-
-def resolution_text(res: Resolution, quantile: float, *, absolute: bool = False) -> str:
-    """What the layout lets the quantile guard claim, for people: where the reference sits,
-    the Fail edge with the effective margin, and whether "within" can be resolved."""
-    q = _q(quantile)
-    if absolute:
-        where = f"limit {_ms(res.bucket_hi)}"
-    else:
-        where = f"baseline {q} in bucket ({_ms(res.bucket_lo)}, {_ms(res.bucket_hi)}]"
-    if res.fail_edge is None:
-        fail = f"{q} cannot fail at these buckets (no bound that high)"
-    else:
-        fail = (
-            f"{q} fails above {_ms(res.fail_edge)}, effective margin {_pct(res.effective_margin)}"
-        )
-    if res.resolvable:
-        within = f"within resolvable at {_ms(res.pass_edge)}"
-    elif absolute:
-        within = "within unresolvable: no bound at or below the limit"
-    else:
-        within = (
-            f"within {_pct(res.margin)} unresolvable (the bucket is "
-            f"{_fmt(res.resolution + 1.0, 3)}x wide; finer --custom-histogram-buckets resolve it)"
-        )
-    return f"{where}; {fail}; {within}"
 
 
 def _tail_text(t: ExceedanceTest, guard: LatencyGuard, unit: str) -> str:
@@ -345,7 +307,7 @@ def _reference(guard: LatencyGuard, c_hist: Buckets, b_hist: Buckets | None) -> 
 def _bucket_verdict(out: _Out, tail: TailGuard, absolute: bool) -> CheckResult:
     guard = out.guard
     res, fail = tail.resolution, tail.fail_test
-    where = resolution_text(res, guard.quantile, absolute=absolute)
+    where = describe(res, guard.quantile, absolute=absolute)
     if tail.rejected and fail is not None:
         return out(
             Verdict.FAIL,
@@ -446,7 +408,7 @@ def _sums_verdict(out: _Out, report: latency.TailReport) -> CheckResult:
         f"speed-up {_fmt(sp.value, 3)}x [{_fmt(sp.lower, 3)}, {_fmt(sp.upper, 3)}]"
     )
     where = (
-        f" ({resolution_text(tail.resolution, guard.quantile)})"
+        f" ({describe(tail.resolution, guard.quantile)})"
         if tail is not None
         else f" (the baseline's {_q(guard.quantile)} is unknown: no quantile guard)"
     )

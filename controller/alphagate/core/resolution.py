@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from alphagate.core.fmt import number as _number
+
 # Relative float tolerance when comparing a bound with a product of bounds (0.1 * 1.1 ...).
 REL_TOL: Final = 1e-9
 # Bounds of a generated layout keep this many significant digits (vLLM prints them as given).
@@ -168,6 +170,50 @@ def survey(layout: Sequence[float], margin: float, low: float, high: float) -> S
     edges = list(zip([0.0, *bounds[:-1]], bounds, strict=True))
     picked = [(lo, hi) for lo, hi in edges if hi > low and lo < high]
     return Survey(margin, low, high, tuple(relative(bounds, lo, hi, margin) for lo, hi in picked))
+
+
+# ---------------------------------------------------------------- words
+
+
+def quantile_name(quantile: float) -> str:
+    """0.99 -> P99."""
+    return f"P{quantile * 100:g}"
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds as milliseconds for people (inf and None say so)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "inf" if seconds is not None and seconds > 0 else "n/a"
+    return f"{_number(seconds * 1e3)} ms"
+
+
+def _pct(ratio: float) -> str:
+    return f"+{ratio:.0%}" if math.isfinite(ratio) else "unbounded"
+
+
+def describe(res: Resolution, quantile: float, *, absolute: bool = False) -> str:
+    """What the layout lets the quantile guard claim, for people: where the reference sits,
+    the Fail edge with the effective margin, and whether "within" can be resolved."""
+    q = quantile_name(quantile)
+    if absolute:
+        where = f"limit {ms(res.bucket_hi)}"
+    else:
+        where = f"baseline {q} in bucket ({ms(res.bucket_lo)}, {ms(res.bucket_hi)}]"
+    if res.fail_edge is None:
+        fail = f"{q} cannot fail at these buckets (no bound that high)"
+    else:
+        fail = f"{q} fails above {ms(res.fail_edge)}, effective margin {_pct(res.effective_margin)}"
+    if res.resolvable:
+        within = f"within resolvable at {ms(res.pass_edge)}"
+    elif absolute:
+        within = "within unresolvable: no bound at or below the limit"
+    else:
+        within = (
+            f"within {_pct(res.margin)} unresolvable (the bucket is "
+            f"{_number(res.resolution + 1.0, 3)}x wide; finer --custom-histogram-buckets "
+            "resolve it)"
+        )
+    return f"{where}; {fail}; {within}"
 
 
 def geometric(low: float, high: float, step: float = 0.10) -> tuple[float, ...]:
