@@ -134,9 +134,8 @@ class _Out:
         undecided: Sequence[LatencyUndecided] = (),
         *,
         prefix: bool = True,
-        **fields: object,
     ) -> CheckResult:
-        evidence = replace(self.evidence, undecided=tuple(undecided), **fields)  # type: ignore[arg-type]
+        evidence = replace(self.evidence, undecided=tuple(undecided))
         reason = f"{self.what}: {text}" if prefix else text
         return CheckResult(CheckKind.LATENCY, verdict, reason, evidence, self.slice)
 
