@@ -14,7 +14,7 @@ import pytest
 
 from alphagate import vllm
 from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
-from alphagate.core import checks
+from alphagate.core import checks, resolution
 from alphagate.core.model import (
     AcceptanceEvidence,
     Buckets,
@@ -24,11 +24,13 @@ from alphagate.core.model import (
     EstimateMethod,
     FloorEvidence,
     LatencyEvidence,
+    LatencyUndecided,
     PoolObservation,
     Role,
     Undecided,
     Verdict,
 )
+from alphagate.core.resolution import TailWithin
 
 GATE = AcceptanceGate(disable_below=0.55, enable_above=0.60, min_drafts=200)
 P, F, INC, E = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.ERROR
@@ -183,23 +185,45 @@ BASE_TPOT = hist(
     spread(990, 0.02, 0.045) + spread(10, 0.055, 0.07)
 )  # P99 ~0.05, inside (0.025, 0.05]
 GUARD = LatencyGuard()
+# ~10% geometric steps, what `alphagate plan` writes into --custom-histogram-buckets
+GEO = (*resolution.geometric(0.004, 0.3), math.inf)
 
 
-def test_per_token_same_distribution_passes() -> None:
+def test_per_token_same_distribution_on_default_buckets_is_unresolvable() -> None:
+    # A pooled histogram has no mean test: only the quantile could pass it, and the baseline's
+    # P99 bucket (25, 50] ms is 2x wide, so no canary can be shown within +10% there.
     r = checks.check_latency(
         pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
+    )
+    assert r.verdict is INC, r.reason
+    e = lat(r)
+    assert e.undecided == (LatencyUndecided.UNRESOLVABLE,)
+    assert e.tail is not None and e.tail.within is TailWithin.UNRESOLVABLE
+    res = e.tail.resolution
+    assert (res.bucket_lo, res.bucket_hi, res.fail_edge) == (0.025, 0.05, 0.075)
+    assert res.effective_margin == pytest.approx(2.0)  # 75 ms over 25 ms: +200%
+    assert "effective margin +200%" in r.reason and "unresolvable" in r.reason
+    assert e.limit_seconds == pytest.approx(0.025 * 1.1)  # the bucket's edge, not interpolated
+    assert e.ratio == pytest.approx(1.0)
+
+
+def test_per_token_same_distribution_passes_on_fine_buckets() -> None:
+    base = hist(spread(997, 0.02, 0.045) + spread(3, 0.055, 0.07), GEO)  # 0.3% above 45.5 ms
+    r = checks.check_latency(
+        pool(Role.CANARY, tpot=base), pool(Role.BASELINE, tpot=base), guard=GUARD
     )
     assert r.verdict is P, r.reason
     assert "per token" in r.reason
     e = lat(r)
     assert e.metric is LatencyMetric.PER_TOKEN
-    assert e.canary is not None and e.baseline is not None and e.test is not None
-    assert e.canary.bucket_lo < e.canary.quantile_seconds <= e.canary.bucket_hi
-    assert e.limit_seconds == pytest.approx(e.baseline.quantile_seconds * 1.1)
-    assert e.test.p_value >= GUARD.significance
-    assert e.ratio == pytest.approx(1.0)
-    for key in ("canary_quantile_seconds", "baseline_bucket_hi", "edge", "p_value", "ratio"):
-        assert key in e.flat(), key  # the flat view for people keeps the old keys
+    assert e.canary is not None and e.baseline is not None and e.tail is not None
+    assert e.tail.within is TailWithin.SHOWN and e.tail.resolution.resolvable
+    shown = e.tail.pass_test
+    assert shown is not None and shown.p_within <= GUARD.significance
+    assert shown.edge >= e.baseline.bucket_hi and shown.edge <= e.baseline.bucket_lo * 1.1
+    assert e.tail.effective_margin < 0.4
+    for key in ("canary_quantile_seconds", "baseline_bucket_hi", "tail_within", "ratio"):
+        assert key in e.flat(), key
 
 
 def test_per_token_clear_regression_fails_with_evidence() -> None:
@@ -209,9 +233,10 @@ def test_per_token_clear_regression_fails_with_evidence() -> None:
     )
     assert r.verdict is F, r.reason
     assert "regressed" in r.reason and "per token" in r.reason
-    test = lat(r).test
-    assert test is not None and test.p_value < GUARD.significance
-    assert test.fraction == pytest.approx(0.06)
+    tail = lat(r).tail
+    assert tail is not None and tail.rejected and tail.fail_test is not None
+    assert tail.fail_test.edge == 0.075 and tail.fail_test.p_value < GUARD.significance
+    assert tail.fail_test.fraction == pytest.approx(0.06)
 
 
 def test_suggestive_but_not_significant_is_inconclusive() -> None:
@@ -220,20 +245,24 @@ def test_suggestive_but_not_significant_is_inconclusive() -> None:
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
     assert r.verdict is INC, r.reason
-    test = lat(r).test
-    assert test is not None and test.fraction > test.expected_fraction
-    assert test.p_value >= GUARD.significance
+    e = lat(r)
+    assert LatencyUndecided.POSSIBLE_REGRESSION in e.undecided
+    f = e.tail.fail_test if e.tail is not None else None
+    assert f is not None and f.fraction > f.expected_fraction
+    assert f.p_value >= GUARD.significance
 
 
-def test_regression_hidden_in_one_coarse_bucket_cannot_fail() -> None:
-    # Canary 10% slower everywhere, but every observation stays under the same bucket bound.
+def test_regression_hidden_in_one_coarse_bucket_neither_fails_nor_passes() -> None:
+    # Canary 10% slower everywhere, but every observation stays under the same bucket bound:
+    # the buckets cannot tell, and the guard says so instead of passing.
     canary = hist([v * 1.1 for v in spread(1000, 0.052, 0.066)])
     base = hist(spread(1000, 0.052, 0.066))
     r = checks.check_latency(
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=base), guard=GUARD
     )
-    assert r.verdict is P
+    assert r.verdict is INC
     e = lat(r)
+    assert e.undecided == (LatencyUndecided.UNRESOLVABLE,)
     assert e.canary is not None and e.baseline is not None
     assert e.canary.bucket_hi == e.baseline.bucket_hi == 0.075
 
@@ -245,13 +274,13 @@ def test_too_few_observations_is_inconclusive() -> None:
     )
     e = lat(r)
     assert r.verdict is INC and e.canary is not None and e.canary.count < GUARD.min_count
-    assert e.test is None  # stopped before the exceedance test
+    assert e.tail is None  # stopped before the quantile's tests
     r = checks.check_latency(
         pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=small), guard=GUARD
     )
     e = lat(r)
     assert r.verdict is INC and e.baseline is not None and e.baseline.count < GUARD.min_count
-    assert e.canary is not None and e.canary.count >= GUARD.min_count and e.test is None
+    assert e.canary is not None and e.canary.count >= GUARD.min_count and e.tail is None
 
 
 # per-step ITL: baseline one token per step at 30-45 ms; the speculating canary's steps take
@@ -262,9 +291,10 @@ CANARY_STEP = hist(spread(2000, 0.06, 0.09))
 
 def test_per_step_scaled_compares_like_with_like() -> None:
     guard = LatencyGuard(metric=LatencyMetric.PER_STEP_SCALED)
+    base, canary = hist(spread(2000, 0.03, 0.045), GEO), hist(spread(2000, 0.06, 0.09), GEO)
     r = checks.check_latency(
-        pool(Role.CANARY, itl=CANARY_STEP),
-        pool(Role.BASELINE, itl=BASE_STEP),
+        pool(Role.CANARY, itl=canary),
+        pool(Role.BASELINE, itl=base),
         guard=guard,
         tokens_per_step=3.1,
     )
@@ -279,6 +309,14 @@ def test_per_step_scaled_compares_like_with_like() -> None:
         tokens_per_step=1.0,
     )
     assert naive.verdict is F
+    # On vLLM's default buckets the scaled canary cannot be shown within +10%.
+    coarse = checks.check_latency(
+        pool(Role.CANARY, itl=CANARY_STEP),
+        pool(Role.BASELINE, itl=BASE_STEP),
+        guard=guard,
+        tokens_per_step=3.1,
+    )
+    assert coarse.verdict is INC and lat(coarse).undecided == (LatencyUndecided.UNRESOLVABLE,)
 
 
 def test_per_step_scaled_without_length_is_inconclusive() -> None:
@@ -301,8 +339,21 @@ def test_per_step_absolute_stutter_limit() -> None:
     assert lat(r).limit_seconds == 0.1 and lat(r).baseline is None
     fine = checks.check_latency(pool(Role.CANARY, itl=CANARY_STEP), None, guard=guard)
     assert fine.verdict is P, fine.reason
-    edge = lat(fine).test
-    assert edge is not None and edge.edge == 0.1
+    tail = lat(fine).tail
+    assert tail is not None and tail.pass_test is not None and tail.pass_test.edge == 0.1
+
+
+def test_per_step_absolute_limit_between_bounds_passes_only_below_it() -> None:
+    # maxStepSeconds 0.12 is not a bound: "within" is shown at 0.1 (below it), a Fail needs
+    # the share above 0.15 (above it); neither edge is the limit itself.
+    guard = LatencyGuard(metric=LatencyMetric.PER_STEP_ABSOLUTE, max_step_seconds=0.12)
+    r = checks.check_latency(
+        pool(Role.CANARY, itl=hist(spread(2000, 0.09, 0.11))), None, guard=guard
+    )
+    tail = lat(r).tail
+    assert tail is not None
+    assert (tail.resolution.pass_edge, tail.resolution.fail_edge) == (0.1, 0.15)
+    assert r.verdict is INC and LatencyUndecided.TAIL_NOT_SHOWN in lat(r).undecided
 
 
 ERRORS = [
@@ -362,7 +413,7 @@ ERRORS = [
         pool(Role.CANARY, tpot=hist(spread(1000, 90, 100))),
         pool(Role.BASELINE, tpot=hist(spread(1000, 90, 100))),
         INC,
-        "cannot test",
+        "cannot fail at these buckets",
     ),
 ]
 
@@ -381,7 +432,7 @@ def test_latency_bad_input_never_crashes(
 
 def test_disabled_guard_passes() -> None:
     r = checks.check_latency(None, None, guard=LatencyGuard(enabled=False))
-    assert r.verdict is P and lat(r).canary is None and lat(r).test is None
+    assert r.verdict is P and lat(r).canary is None and lat(r).tail is None
 
 
 def test_evidence_is_json_safe() -> None:

@@ -1,12 +1,11 @@
 """The latency guard on exact sums: measured speed-up, per-bound exceedance with Holm, and a
-seeded simulation (tests/core/latencytraffic.py: per-request spread, per-pod stall episodes on
+seeded simulation (alphagate/bench/latency_traffic.py: per-request spread, per-pod stall episodes on
 both roles, vLLM's default buckets) for its false-alarm rate and its power."""
 
 from __future__ import annotations
 
 import math
 
-import latencytraffic
 import numpy as np
 import pytest
 
@@ -20,6 +19,7 @@ from alphagate.core.model import (
     Role,
     Verdict,
 )
+from alphagate_lab.bench import latency_traffic as latencytraffic
 
 BOUNDS = latencytraffic.VLLM_BOUNDS
 

@@ -1,7 +1,9 @@
 """A latency Pass needs evidence that the canary is within the margin, not only the absence of a
-significant regression (non-inferiority). What the evidence cannot show reads Inconclusive,
-with the typed cause and the numbers; regressions still Fail, and a strong one alone is as good
-as the windows a rollback needs (`checks.decisive`).
+significant regression (non-inferiority): the exact mean per token (latency.confirmOn mean), and
+with confirmOn meanAndQuantile the quantile too, only where the bucket layout resolves the
+margin. What the evidence cannot show reads Inconclusive, with the typed cause and the numbers;
+regressions still Fail, and a strong one alone is as good as the windows a rollback needs
+(`checks.decisive`).
 
 Windows are built the way vLLM reports them: one time per output token per finished request
 (`vllm:request_time_per_output_token_seconds`), per pod per 30 s scrape, in vLLM's default
@@ -13,12 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import latencytraffic
 import numpy as np
 import pytest
 
-from alphagate.config import LatencyGuard
-from alphagate.core import checks, latency
+from alphagate.config import ConfirmOn, LatencyGuard
+from alphagate.core import checks, latency, resolution
 from alphagate.core.model import (
     BoundTest,
     Buckets,
@@ -31,15 +32,21 @@ from alphagate.core.model import (
     Role,
     Verdict,
 )
+from alphagate.core.resolution import TailWithin
+from alphagate_lab.bench import latency_traffic as latencytraffic
 
 BOUNDS = latencytraffic.VLLM_BOUNDS
-GUARD = LatencyGuard()  # P99, +10%, significance 0.05
+GEO = (*resolution.geometric(0.004, 0.3), math.inf)  # ~10% steps, `alphagate plan`'s layout
+GUARD = LatencyGuard()  # P99, +10%, significance 0.05, confirmOn mean
+QUANTILE = LatencyGuard(confirm_on=ConfirmOn.MEAN_AND_QUANTILE)
 
 
-def _pod(values: list[np.ndarray], pod: str) -> list[LatencySample]:
+def _pod(
+    values: list[np.ndarray], pod: str, bounds: tuple[float, ...] = BOUNDS
+) -> list[LatencySample]:
     """One pod's per-interval TPOT observations as histogram increments with exact sums."""
     out = []
-    finite = np.array(BOUNDS[:-1])
+    finite = np.array(bounds[:-1])
     for i, v in enumerate(values):
         v = np.sort(np.asarray(v, dtype=float))
         cum = tuple(float(c) for c in np.searchsorted(v, finite, side="right"))
@@ -47,7 +54,7 @@ def _pod(values: list[np.ndarray], pod: str) -> list[LatencySample]:
             LatencySample(
                 count=float(v.size),
                 sum=float(v.sum()),
-                buckets=Buckets(bounds=BOUNDS, counts=(*cum, float(v.size))),
+                buckets=Buckets(bounds=bounds, counts=(*cum, float(v.size))),
                 pod=pod,
                 start=30.0 * i,
                 end=30.0 * (i + 1),
@@ -57,10 +64,18 @@ def _pod(values: list[np.ndarray], pod: str) -> list[LatencySample]:
 
 
 def _lognormal(
-    rng: np.random.Generator, *, median: float, sigma: float, per_interval: int, pod: str
+    rng: np.random.Generator,
+    *,
+    median: float,
+    sigma: float,
+    per_interval: int,
+    pod: str,
+    bounds: tuple[float, ...] = BOUNDS,
 ) -> list[LatencySample]:
     return _pod(
-        [median * np.exp(sigma * rng.standard_normal(per_interval)) for _ in range(10)], pod
+        [median * np.exp(sigma * rng.standard_normal(per_interval)) for _ in range(10)],
+        pod,
+        bounds,
     )
 
 
@@ -87,9 +102,10 @@ def _tail_4x(rng: np.random.Generator, n: int, pod: str) -> list[np.ndarray]:
     return out
 
 
-def test_p99_four_times_the_baseline_from_few_requests_is_inconclusive() -> None:
+def test_p99_four_times_the_baseline_from_few_requests_never_passes() -> None:
     # The real-vLLM log: "latency Pass (P99/token canary 41.9 ms, baseline 9.9 ms)" from a
-    # window with few finished requests. 120 canary requests cannot show a P99 within +10%.
+    # window with few finished requests. The mean is 19% slower (not shown within +10%), and
+    # the baseline's P99 sits in the first bucket (0, 10] ms: no P99 margin is resolvable there.
     rng = np.random.default_rng(3)
     canary = _pod(_tail_4x(rng, 60, "c0"), "c0") + _pod(_tail_4x(rng, 60, "c1"), "c1")
     baseline = [
@@ -101,51 +117,77 @@ def test_p99_four_times_the_baseline_from_few_requests_is_inconclusive() -> None
     assert r.verdict is Verdict.INCONCLUSIVE, r.reason  # too few requests for a Fail either
     assert e.canary is not None and e.baseline is not None
     assert e.canary.quantile_seconds > 3.0 * e.baseline.quantile_seconds  # the display P99s
-    assert LatencyUndecided.QUANTILE_ABOVE_LIMIT in e.undecided
-    assert LatencyUndecided.TAIL_NOT_SHOWN in e.undecided
-    t = e.test
-    assert t is not None and t.total == pytest.approx(120)
-    assert t.edge == 0.025  # the first bound at or above 9.9 ms +10%
-    assert t.fraction > t.expected_fraction and math.isinf(t.needed)
+    assert LatencyUndecided.MEAN_NOT_SHOWN in e.undecided
+    assert LatencyUndecided.POSSIBLE_REGRESSION in e.undecided
+    t = e.tail
+    assert t is not None and t.within is TailWithin.UNRESOLVABLE
+    assert t.resolution.bucket_lo == 0.0 and math.isinf(t.effective_margin)
+    assert t.fail_test is not None and t.fail_test.total == pytest.approx(120)
+    assert t.fail_test.edge == 0.025  # the first bound at or above 10 ms +10%
+    assert t.fail_test.fraction > t.fail_test.expected_fraction
 
 
-def test_an_equal_p99_from_120_requests_cannot_be_told_within_the_margin() -> None:
-    # Nothing above the limit's bound, but 120 requests cannot show a 1% tail: Inconclusive,
-    # saying how many would (about 300 with none above it).
-    rng = np.random.default_rng(4)
-    canary = _lognormal(rng, median=0.015, sigma=0.15, per_interval=6, pod="c0") + _lognormal(
-        rng, median=0.015, sigma=0.15, per_interval=6, pod="c1"
-    )
-    baseline = _lognormal(rng, median=0.015, sigma=0.15, per_interval=60, pod="b0") + _lognormal(
-        rng, median=0.015, sigma=0.15, per_interval=60, pod="b1"
-    )
-    r, e = _judge(canary, baseline)
+def test_an_equal_p99_from_120_requests_confirms_on_the_mean_only() -> None:
+    # 120 requests show the exact mean within +10%; they cannot show a P99 within it: with
+    # confirmOn mean that is a Pass whose tail part says unresolvable (default buckets), with
+    # meanAndQuantile on fine buckets an Inconclusive saying how many requests would show it.
+    def window(bounds: tuple[float, ...]) -> tuple[list[LatencySample], list[LatencySample]]:
+        rng = np.random.default_rng(4)
+        pools = []
+        for role, n in (("c", 6), ("b", 60)):
+            pools.append(
+                [
+                    s
+                    for i in range(2)
+                    for s in _lognormal(
+                        rng,
+                        median=0.015,
+                        sigma=0.15,
+                        per_interval=n,
+                        pod=f"{role}{i}",
+                        bounds=bounds,
+                    )
+                ]
+            )
+        return pools[0], pools[1]
+
+    r, e = _judge(*window(BOUNDS))
+    assert r.verdict is Verdict.PASS, r.reason
+    assert e.tail is not None and e.tail.within is TailWithin.UNRESOLVABLE
+    assert "unresolvable" in r.reason and "effective margin" in r.reason
+    r, e = _judge(*window(GEO), QUANTILE)
     assert r.verdict is Verdict.INCONCLUSIVE, r.reason
-    assert LatencyUndecided.TAIL_NOT_SHOWN in e.undecided
-    t = e.test
-    assert t is not None and t.total == pytest.approx(120) and t.above == 0
+    assert e.undecided == (LatencyUndecided.TAIL_NOT_SHOWN,)
+    t = e.tail.pass_test if e.tail is not None else None
+    assert t is not None and t.total == pytest.approx(120) and t.above <= 1
     assert t.upper > t.expected_fraction and t.p_within > GUARD.significance
-    assert 250 < t.needed < 350  # ln(0.05) / ln(0.99) = 298 requests with none above
+    assert t.needed > 250  # ln(0.05) / ln(0.99) = 298 requests even with none above
     assert r.flat_evidence()["undecided"] == "tail-not-shown"
 
 
 def test_a_clearly_faster_canary_with_enough_requests_passes() -> None:
-    rng = np.random.default_rng(5)
-    canary = _lognormal(rng, median=0.012, sigma=0.25, per_interval=150, pod="c0") + _lognormal(
-        rng, median=0.012, sigma=0.25, per_interval=150, pod="c1"
-    )
-    baseline = _lognormal(rng, median=0.015, sigma=0.25, per_interval=150, pod="b0") + _lognormal(
-        rng, median=0.015, sigma=0.25, per_interval=150, pod="b1"
-    )
-    r, e = _judge(canary, baseline)
-    assert r.verdict is Verdict.PASS, r.reason
-    assert e.undecided == ()
-    sp, t = e.speedup, e.test
-    assert sp is not None and sp.p_within <= GUARD.significance and sp.value > 1.1
-    assert t is not None and t.p_within <= GUARD.significance
-    assert t.upper <= t.expected_fraction
-    assert e.limit_seconds is not None and t.edge >= e.limit_seconds
-    assert e.canary is not None and e.canary.quantile_seconds <= e.limit_seconds
+    for bounds, guard, within in (
+        (BOUNDS, GUARD, TailWithin.UNRESOLVABLE),
+        (GEO, QUANTILE, TailWithin.SHOWN),
+    ):
+        rng = np.random.default_rng(5)
+        canary, baseline = (
+            [
+                s
+                for i in range(2)
+                for s in _lognormal(
+                    rng, median=med, sigma=0.25, per_interval=150, pod=f"{role}{i}", bounds=bounds
+                )
+            ]
+            for role, med in (("c", 0.012), ("b", 0.015))
+        )
+        r, e = _judge(canary, baseline, guard)
+        assert r.verdict is Verdict.PASS, r.reason
+        assert e.undecided == ()
+        sp, t = e.speedup, e.tail
+        assert sp is not None and sp.p_within <= GUARD.significance and sp.value > 1.1
+        assert t is not None and t.within is within
+        assert e.limit_seconds == pytest.approx(t.resolution.bucket_lo * 1.1)  # not interpolated
 
 
 def test_an_equal_canary_with_a_wide_mean_interval_is_inconclusive_on_the_mean() -> None:
@@ -183,52 +225,56 @@ def test_regressions_still_fail(slowdown: float) -> None:
     assert e.speedup is not None and e.speedup.value < 1.0 / 1.1
 
 
-def _mixed_pod(
-    rng: np.random.Generator, name: str, n: int, factor: float, share: float
-) -> list[LatencySample]:
+def test_a_quantile_pass_never_has_the_canary_quantile_above_the_margin() -> None:
+    # Across tail shapes, sizes, slowdowns and both layouts: whatever passes with confirmOn
+    # meanAndQuantile has its empirical P99 (from the raw values, no buckets) within +10% of
+    # the baseline's, at a layout that resolves the margin; the default layout never passes.
+    passed = {BOUNDS: 0, GEO: 0}
+    for seed in range(40):
+        for bounds in (BOUNDS, GEO):
+            rng = np.random.default_rng(100 + seed)
+            n = int(rng.choice([20, 60, 200]))
+            tail = float(rng.choice([0.0, 0.01, 0.03]))
+            slow = float(rng.choice([1.0, 1.2, 2.0, 4.0]))
+            c_raw = [_mixed(rng, n, slow, tail) for _ in range(2)]
+            b_raw = [_mixed(rng, n, 1.0, 0.0) for _ in range(2)]
+            canary = [s for i, v in enumerate(c_raw) for s in _pod(v, f"c{i}", bounds)]
+            baseline = [s for i, v in enumerate(b_raw) for s in _pod(v, f"b{i}", bounds)]
+            r, e = _judge(canary, baseline, QUANTILE)
+            if r.verdict is not Verdict.PASS:
+                continue
+            passed[bounds] += 1
+            assert e.tail is not None and e.tail.within is TailWithin.SHOWN
+            assert e.tail.resolution.resolvable
+            c_q = float(np.quantile(np.concatenate([x for v in c_raw for x in v]), 0.99))
+            b_q = float(np.quantile(np.concatenate([x for v in b_raw for x in v]), 0.99))
+            assert c_q <= 1.1 * b_q * (1 + 1e-9)
+    assert passed[BOUNDS] == 0 and passed[GEO] >= 5  # the property was exercised
+
+
+def _mixed(rng: np.random.Generator, n: int, factor: float, share: float) -> list[np.ndarray]:
     """n requests per interval around 15 ms; a `share` of them `factor` times slower."""
     out = []
     for _ in range(10):
         v = 0.015 * np.exp(0.2 * rng.standard_normal(n))
         out.append(np.where(rng.random(n) < share, v * factor, v))
-    return _pod(out, name)
-
-
-def test_a_pass_never_shows_a_quantile_above_the_limit() -> None:
-    # Across tail shapes, sizes and slowdowns: whatever passes has its displayed (pooled,
-    # histogram_quantile) quantile within the limit, and its tail shown within it.
-    passed = 0
-    for seed in range(40):
-        rng = np.random.default_rng(100 + seed)
-        n = int(rng.choice([20, 60, 200]))
-        tail = float(rng.choice([0.0, 0.01, 0.03]))
-        slow = float(rng.choice([1.0, 1.2, 2.0, 4.0]))
-        canary = _mixed_pod(rng, "c0", n, slow, tail) + _mixed_pod(rng, "c1", n, slow, tail)
-        baseline = _mixed_pod(rng, "b0", n, 1.0, 0.0) + _mixed_pod(rng, "b1", n, 1.0, 0.0)
-        r, e = _judge(canary, baseline)
-        if r.verdict is not Verdict.PASS:
-            continue
-        passed += 1
-        assert e.canary is not None and e.baseline is not None and e.limit_seconds is not None
-        assert e.canary.quantile_seconds <= e.limit_seconds
-        assert e.canary.quantile_seconds <= 1.1 * e.baseline.quantile_seconds + 1e-12
-        assert e.test is not None and e.test.p_within <= GUARD.significance
-    assert passed >= 5  # the property was exercised
+    return out
 
 
 def test_histogram_path_needs_the_tail_shown_too() -> None:
-    # One pooled histogram (no per-pod samples): 150 requests, none above the bound, is not
-    # enough for a P99; 3,000 is.
-    def hist(n: int) -> Buckets:
+    # One pooled histogram (no per-pod samples, so no mean test): 150 requests, none above
+    # the bound, is not enough for a P99; 3,000 is, on a layout that resolves +10%. On the
+    # default layout it is unresolvable however many there are.
+    def hist(n: int, bounds: tuple[float, ...]) -> Buckets:
         v = np.sort(0.015 * np.exp(0.2 * np.random.default_rng(n).standard_normal(n)))
-        finite = np.array(BOUNDS[:-1])
+        finite = np.array(bounds[:-1])
         cum = tuple(float(c) for c in np.searchsorted(v, finite, side="right"))
-        return Buckets(bounds=BOUNDS, counts=(*cum, float(n)), sum=float(v.sum()))
+        return Buckets(bounds=bounds, counts=(*cum, float(n)), sum=float(v.sum()))
 
-    def judge(n: int) -> tuple[CheckResult, LatencyEvidence]:
+    def judge(n: int, bounds: tuple[float, ...] = GEO) -> tuple[CheckResult, LatencyEvidence]:
         r = checks.check_latency(
-            PoolObservation("chat", Role.CANARY, tpot=hist(n)),
-            PoolObservation("chat", Role.BASELINE, tpot=hist(n + 1)),
+            PoolObservation("chat", Role.CANARY, tpot=hist(n, bounds)),
+            PoolObservation("chat", Role.BASELINE, tpot=hist(n + 1, bounds)),
             guard=LatencyGuard(min_count=100),
         )
         assert isinstance(r.evidence, LatencyEvidence)
@@ -237,10 +283,15 @@ def test_histogram_path_needs_the_tail_shown_too() -> None:
     small, e = judge(150)
     assert small.verdict is Verdict.INCONCLUSIVE, small.reason
     assert e.undecided == (LatencyUndecided.TAIL_NOT_SHOWN,)
-    assert e.test is not None and e.test.above == 0 and e.test.p_within > 0.05
+    t = e.tail.pass_test if e.tail is not None else None
+    assert t is not None and t.above == 0 and t.p_within > 0.05
     large, e = judge(3000)
     assert large.verdict is Verdict.PASS, large.reason
-    assert e.test is not None and e.test.p_within <= 0.05 and e.undecided == ()
+    t = e.tail.pass_test if e.tail is not None else None
+    assert t is not None and t.p_within <= 0.05 and e.undecided == ()
+    coarse, e = judge(3000, BOUNDS)
+    assert coarse.verdict is Verdict.INCONCLUSIVE
+    assert e.undecided == (LatencyUndecided.UNRESOLVABLE,)
 
 
 def test_within_test_is_the_exact_binomial_on_effective_counts() -> None:
@@ -277,21 +328,29 @@ def test_a_strong_regression_is_decisive_alone() -> None:
 
 
 def test_a_marginal_regression_needs_its_windows() -> None:
-    # Significant at 0.05, but not at 0.05 ** 2 after Bonferroni over the window's tests.
+    # Significant at 0.05, but not at 0.05 ** 2 once weighted over the window's tests (two
+    # bounds sharing a quarter of the weight: p x 2 x 4... here only the bounds were tested).
     weak = BoundTest(0.05, 0.02, 0.025, 0.01, 0.011, p_value=0.004, rejected=True)
     other = BoundTest(0.075, 0.001, 0.05, 0.5, 0.5, p_value=0.9)
-    e = LatencyEvidence(
-        metric=GUARD.metric,
-        quantile=0.99,
-        max_regression_ratio=0.1,
-        significance=0.05,
-        min_count=100,
-        bounds=(weak, other),
-    )
+    weights = [latency.W_BOUNDS / 2] * 2
+
+    def evidence(*bounds: BoundTest) -> LatencyEvidence:
+        return LatencyEvidence(
+            metric=GUARD.metric,
+            quantile=0.99,
+            max_regression_ratio=0.1,
+            significance=0.05,
+            min_count=100,
+            bounds=bounds,
+            p_adjusted=latency.adjusted([b.p_value for b in bounds], weights),
+        )
+
+    e = evidence(weak, other)
     fail = CheckResult(CheckKind.LATENCY, Verdict.FAIL, "regressed", e)
+    assert e.p_adjusted == pytest.approx(0.008)
     assert not checks.decisive(fail, 2)  # 2 x 0.004 > 0.05 ** 2
     assert checks.decisive(fail, 1)
-    strong = replace(e, bounds=(replace(weak, p_value=1e-4), other))
+    strong = evidence(replace(weak, p_value=1e-4), other)
     assert checks.decisive(CheckResult(CheckKind.LATENCY, Verdict.FAIL, "regressed", strong), 2)
     undecided = CheckResult(CheckKind.LATENCY, Verdict.INCONCLUSIVE, "not shown", strong)
     assert not checks.decisive(undecided, 2)

@@ -111,6 +111,8 @@ def test_alpha_falls_then_rolls_back_and_a_good_mix_re_enables(
     disabled = [e for e in events(apiserver) if e[1] == "SpeculationDisabled"]
     assert len(disabled) == 1 and disabled[0][0] == "Warning"
     assert "alpha 0.40" in disabled[0][2]
+    # the latency guard's P99 at its buckets (kube_support's ~10% layout): what it can see
+    assert "(latency: P99 effective margin +" in disabled[0][2] and "within shown" in disabled[0][2]
     cond = {c.type: c for c in st.conditions}
     assert cond["Ready"].status == "True" and cond["SourceHealthy"].status == "True"
 

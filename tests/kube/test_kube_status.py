@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from alphagate import vllm
 from alphagate.config import GROUP, VERSION, LatencyMetric
+from alphagate.core import resolution
 from alphagate.core.model import (
     AcceptanceEvidence,
     Action,
@@ -20,9 +22,11 @@ from alphagate.core.model import (
     Memory,
     PoolLatency,
     State,
+    TailGuard,
     Transition,
     Verdict,
 )
+from alphagate.core.resolution import TailWithin
 from alphagate.errors import ForbiddenError, KubeError, NotFoundError
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef, list_events
@@ -89,8 +93,13 @@ def evaluation() -> Evaluation:
                 min_count=1000,
                 canary=PoolLatency(5000.0, 0.052, 0.05, 0.075),
                 baseline=PoolLatency(5000.0, 0.05, 0.025, 0.05),
-                limit_seconds=0.055,
-                test=ExceedanceTest(0.075, 20.0, 0.004, 0.01, 0.9),
+                limit_seconds=0.0275,
+                tail=TailGuard(
+                    quantile=0.99,
+                    resolution=resolution.relative(vllm.TPOT_BUCKETS, 0.025, 0.05, 0.1),
+                    within=TailWithin.UNRESOLVABLE,
+                    fail_test=ExceedanceTest(0.075, 20.0, 0.004, 0.01, 0.9),
+                ),
             ),
             slice="code",
         ),
@@ -116,6 +125,13 @@ def evaluation() -> Evaluation:
         memory=memory,
         transition=t,
     )
+
+
+def raw_latency(apiserver: ApiServer) -> dict[str, Any]:
+    entry: dict[str, Any] = apiserver.get("speculativecanaries", "ns", "chat")["status"]["latency"][
+        0
+    ]
+    return entry
 
 
 def test_status_write_roundtrip_through_the_status_subresource(
@@ -152,7 +168,12 @@ def test_status_write_roundtrip_through_the_status_subresource(
     assert back.history[0].from_state == "On" and back.history[0].evidence == {"alpha": "0.41"}
     assert back.history[0].cause == "policy-fail"
     assert back.latency[0].slice == "code" and back.latency[0].check == "latency:code"
-    assert back.latency[0].details["p_value"] == "0.9"
+    assert back.latency[0].details["fail_p_value"] == "0.9"
+    # the tail at the layout's resolution: a Fail needs more than 1% above 75 ms, so a P99
+    # regression below 3x the bucket's lower edge (25 ms) can go unseen
+    assert back.latency[0].tail_within == "unresolvable"
+    assert back.latency[0].effective_margin == 2.0 and back.latency[0].fail_edge_seconds == 0.075
+    assert raw_latency(apiserver)["effectiveMargin"] == 2.0
     raw = apiserver.get("speculativecanaries", "ns", "chat")["status"]
     assert raw["lastDecision"]["action"] == "disable"
     assert raw["combinedAlpha"] == 0.41

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from alphagate import config, vllm
 from alphagate.cli import app
+from alphagate.core import resolution
 from alphagate.errors import PolicyError
 from alphagate_lab.planning.plan import PlanInput, build, slug
 from alphagate_lab.planning.queries import queries
@@ -57,7 +59,8 @@ def test_plan_markdown_has_the_stages_queries_and_manifest() -> None:
     # the combined alpha of the mix, and the domain without its own head flagged
     assert "0.62" in md
     assert re.search(r"own draft head \| \*\*yes\*\* \(below the gate 0.55: code\)", md)
-    manifest = yaml.safe_load(md.split("```yaml", 1)[1].split("```", 1)[0])
+    section = md.split("## The SpeculativeCanary", 1)[1]
+    manifest = yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
     # no --draft-model: vLLM would refuse eagle3 without its head, and so does the policy
     with pytest.raises(PolicyError, match="without speculative model"):
         config.parse(manifest)
@@ -221,3 +224,41 @@ def test_plan_refuses_a_method_vllm_does_not_know_and_checks_versions() -> None:
     assert data["manifest_valid"] is False
     # the 1B draft's memory: 16 layers of KV at head_dim 64
     assert data["memory"]["draft"]["kv_bytes_per_token"] == 32768
+
+
+def test_plan_writes_ten_percent_latency_buckets_into_the_shared_pod_template() -> None:
+    result = _run(*BASE, "--tpot-median-ms", "20", "--tpot-p99-ms", "31", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    hb = data["histogram_buckets"]
+    flag, value = hb["args"]
+    assert flag == "--custom-histogram-buckets"  # vLLM 0.32's flag
+    (family,) = json.loads(value)  # one family: it sets the ITL and the per-token histograms
+    bounds = json.loads(value)[family]
+    assert family == "inter_token_latency" and bounds == hb["bounds"]
+    assert bounds[0] <= 0.5 * 0.020 and bounds[-1] >= 5 * 0.031  # half the median, 5x the P99
+    assert all(b / a <= 1.1 + 1e-12 for a, b in itertools.pairwise(bounds))
+    # a baseline P99 anywhere in range sits in a bucket that resolves +10%, with a Fail edge
+    for lo, hi in itertools.pairwise(bounds[:-2]):  # the top two have no Fail edge above
+        r = resolution.relative(bounds, lo, hi, 0.10)
+        assert r.resolvable and r.effective_margin <= 0.34, (lo, hi, r)
+    assert hb["series_per_pod"] == 2 * (len(bounds) + 3)
+    assert hb["extra_series_per_pod"] == 2 * (len(bounds) - len(vllm.ITL_BUCKETS))
+    # the speculative config stays the canary's own; the buckets are in the shared template
+    assert "custom-histogram-buckets" not in json.dumps(data["manifest"])
+    md = data["markdown"]
+    assert "- --custom-histogram-buckets" in md and f"- '{value}'" in md
+    assert "the template both Deployments share" in md
+    # vLLM's default layout cannot resolve +10% anywhere a chat model's P99 sits
+    for lo, hi in itertools.pairwise(vllm.TPOT_BUCKETS[:5]):
+        assert not resolution.relative(vllm.TPOT_BUCKETS, lo, hi, 0.10).resolvable
+
+
+def test_plan_buckets_default_to_chat_models_and_refuse_nonsense() -> None:
+    plan = build(PlanInput(model="m", slices=(SliceSpec("chat", 1.0, 0.7),), concurrency=8))
+    b = plan.buckets.bounds
+    assert b[0] == 0.004 and 0.3 <= b[-1] < 0.35 and 40 <= len(b) <= 50
+    with pytest.raises(ValueError, match="time per token"):
+        PlanInput(
+            model="m", slices=(SliceSpec("chat", 1.0, 0.7),), concurrency=8, tpot_p99_seconds=0.0
+        )

@@ -202,3 +202,20 @@ def test_several_resources_need_a_name(tmp_path: Path) -> None:
     )
     assert result.exit_code != 0
     assert "--name" in str(result.exception)
+
+
+def test_evaluate_prints_the_latency_guards_effective_margin(
+    policy: Path, low_alpha_fleet: SimServer
+) -> None:
+    # The simulated pods export vLLM's default buckets: the P99 guard's effective margin (the
+    # regression it is sure to see) is wider than the policy's +10%, and said so.
+    args = ["evaluate", "--policy", str(policy), *scrape_target_args(low_alpha_fleet)]
+    data = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    (lat,) = [c for c in data["checks"] if c["kind"] == "latency"]
+    ev = lat["evidence"]
+    assert ev["tail_within"] == "unresolvable" and ev["resolvable"] == "false"
+    # baseline P99 in (10, 25] ms: a Fail needs the canary above 50 ms, +400% of 10 ms
+    assert (ev["reference_bucket_lo"], ev["reference_bucket_hi"]) == (0.01, 0.025)
+    assert ev["fail_edge"] == 0.05 and ev["effective_margin"] == pytest.approx(4.0)
+    text = runner.invoke(app, [*args, "--state", "On"]).output
+    assert "P99 fails above 50 ms, effective margin +400%" in text

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alphagate.cli import app
+from alphagate.core import resolution
 
 REAL = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"
 runner = CliRunner()
@@ -45,6 +46,35 @@ def test_inspect_real_capture_json() -> None:
     # P99 rank 1169.19 falls in (0.01, 0.025]: linear interpolation as histogram_quantile does
     assert itl["p99"] == pytest.approx(0.01 + 0.015 * (0.99 * 1181 - 1096) / (1177 - 1096))
     assert itl["p99_bucket"] == [0.01, 0.025]
+
+
+def test_inspect_says_what_the_real_capture_buckets_can_resolve() -> None:
+    # The capture's 31 per-token observations all sit in vLLM's first bucket (0, 10 ms]: a P99
+    # guard at +10% could fail only above 25 ms (+150% at best, surely at no size) and can
+    # never show "within"; the layout printed resolves +10% around the page's own latencies.
+    text = runner.invoke(app, ["inspect", str(REAL)])
+    assert text.exit_code == 0, text.output
+    assert "P99 guard fails from +150% at best, surely at no size" in text.output
+    assert "P99 guard fails from +100% at best, surely from +400% (10.00 ms..25.00 ms" in (
+        text.output
+    )  # ITL, per step
+    assert "to resolve +10% (" in text.output and "--custom-histogram-buckets '{" in text.output
+    result = runner.invoke(app, ["inspect", str(REAL), "--json"])
+    (model,) = json.loads(result.output)["models"]
+    agg = model["all_engines"]
+    p99 = agg["tpot"]["resolution"]["p99"]
+    assert p99["bucket"] == [0.0, 0.01] and p99["fail_edge"] == 0.025
+    assert p99["least_margin"] == pytest.approx(1.5) and p99["effective_margin"] == "+Inf"
+    assert p99["resolvable"] is False and agg["tpot"]["resolution"]["p95"]["resolvable"] is False
+    flag, value = agg["resolving_layout"]["args"]
+    assert flag == "--custom-histogram-buckets"
+    bounds = json.loads(value)["inter_token_latency"]
+    assert value in text.output and bounds == agg["resolving_layout"]["bounds"]
+    assert bounds[0] <= 0.5 * agg["tpot"]["p50"] and bounds[-1] >= 5 * agg["tpot"]["p99"] * 0.99
+    # at those bounds the page's P99 per token (9.9 ms) sits in a bucket that resolves +10%
+    lo = max(b for b in bounds if b < agg["tpot"]["p99"])
+    hi = min(b for b in bounds if b >= agg["tpot"]["p99"])
+    assert resolution.relative(bounds, lo, hi, 0.10).resolvable
 
 
 TWO_ENGINES = "\n".join(

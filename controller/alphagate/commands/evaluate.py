@@ -35,6 +35,7 @@ from alphagate.core.histogram import quantile
 from alphagate.core.insights import Insights, analyse
 from alphagate.core.model import (
     Evaluation,
+    LatencyEvidence,
     Memory,
     Observation,
     PoolObservation,
@@ -42,6 +43,7 @@ from alphagate.core.model import (
     Rollout,
     State,
 )
+from alphagate.core.resolution import describe
 from alphagate.errors import PolicyError, SourceError
 from alphagate.kube.insights_status import insights_status
 from alphagate.sources import Source
@@ -330,6 +332,10 @@ def render_text(
     out.append("checks")
     for check in ev.checks:
         out.append(f"  {check.name:<24} {check.verdict.value:<12} {check.reason}")
+        tail = check.evidence.tail if isinstance(check.evidence, LatencyEvidence) else None
+        if tail is not None and "effective margin" not in check.reason:
+            where = describe(tail.resolution, tail.quantile)
+            out.append(f"  {'':<24} {'':<12} quantile at these buckets: {where}")
     would = {
         "enable": "turn speculation ON",
         "disable": "turn speculation OFF",

@@ -5,6 +5,12 @@ draft tokens), mean acceptance length (1 + accepted / drafts), acceptance per dr
 (per_pos[i] / drafts, unconditional as vLLM logs it), and ITL and TPOT P50/P99 from the buckets
 (Prometheus ``histogram_quantile`` rules). Counters are cumulative since the pod started, so
 this is the pod's lifetime view; the controller itself uses windowed increments.
+
+It also says what the page's buckets let a latency guard decide (core/resolution.py): for a
+P99 and a P95 guard at the default +10% margin, the smallest regression a Fail could show there
+(at best, and surely), whether "within +10%" can be shown at all, and the
+``--custom-histogram-buckets`` layout that would resolve it (the one ``alphagate plan`` writes,
+from the page's P50 and P99 per token).
 """
 
 from __future__ import annotations
@@ -17,13 +23,16 @@ from typing import Any
 
 import typer
 
-from alphagate.core.histogram import bracket, quantile
+from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
 from alphagate.sources.common import HistSum, redact_url
 from alphagate.sources.exposition import Counter, Hist, Page, Series
 from alphagate.sources.scrape import read_page
+from alphagate_lab.planning import buckets as bkt
 
 QUANTILES = (0.5, 0.99)
+GUARD_QUANTILES = (0.99, 0.95)
+MARGIN = 0.10  # the shipped policies' maxRegressionRatio
 
 
 def _num(x: float) -> str:
@@ -73,6 +82,9 @@ def summarize(series: Iterable[Series]) -> dict[str, Any]:
         buckets = acc.to_buckets()
         if buckets is not None:
             out[key] = _latency(buckets)
+    layout = _layout(out)
+    if layout is not None:
+        out["resolving_layout"] = {"args": list(layout.args), "bounds": list(layout.bounds)}
     return out
 
 
@@ -82,7 +94,37 @@ def _latency(buckets: Buckets) -> dict[str, Any]:
         name = f"p{round(q * 100)}"
         out[name] = quantile(q, buckets)
         out[f"{name}_bucket"] = list(bracket(q, buckets))
+    out["resolution"] = _resolution(buckets)
     return out
+
+
+def _resolution(buckets: Buckets) -> dict[str, Any]:
+    """What a guard at +10% can decide at this histogram's buckets, per guarded quantile."""
+    out: dict[str, Any] = {"margin": MARGIN}
+    for q in GUARD_QUANTILES:
+        r = resolution_at(q, buckets, MARGIN)
+        if r is None:
+            continue
+        out[f"p{round(q * 100)}"] = {
+            "bucket": [r.bucket_lo, r.bucket_hi],
+            "resolvable": r.resolvable,
+            "pass_edge": r.pass_edge,
+            "fail_edge": r.fail_edge,
+            "least_margin": r.least_margin,
+            "effective_margin": r.effective_margin,
+        }
+    return out
+
+
+def _layout(summary: dict[str, Any]) -> bkt.Layout | None:
+    """The ~10% layout for the page's per-token latencies (per-step when that is all)."""
+    lat = summary.get("tpot") or summary.get("itl")
+    if lat is None:
+        return None
+    median, p99 = lat["p50"], lat["p99"]
+    if not (math.isfinite(median) and math.isfinite(p99) and 0 < median <= p99 <= 10.0):
+        return None
+    return bkt.layout(median, p99, MARGIN)
 
 
 def report(page: Page) -> list[dict[str, Any]]:
@@ -154,7 +196,43 @@ def _text(summary: dict[str, Any], indent: str = "  ") -> list[str]:
             f"(P99 in bucket {_seconds(lat['p99_bucket'][0])}..{_seconds(lat['p99_bucket'][1])}, "
             f"{_num(lat['count'])} observations)"
         )
+        lines.append(f"{indent}{'':<24} {_resolution_text(lat['resolution'])}")
+    layout = summary.get("resolving_layout")
+    if layout is not None:
+        flag, value = layout["args"]
+        lines.append(
+            f"{indent}to resolve +{MARGIN:.0%} ({len(layout['bounds'])} bounds, on baseline and "
+            f"canary alike): {flag} '{value}'"
+        )
     return lines
+
+
+def _margin(x: float) -> str:
+    return f"{x:+.0%}" if math.isfinite(x) else "none"
+
+
+def _resolution_text(res: dict[str, Any]) -> str:
+    """One line: per guarded quantile, the smallest regression a Fail could show."""
+    parts = []
+    for q in GUARD_QUANTILES:
+        name = f"p{round(q * 100)}"
+        r = res.get(name)
+        if r is None:
+            continue
+        lo, hi = r["bucket"]
+        within = "within resolvable" if r["resolvable"] else "within unresolvable"
+        sure = (
+            f"surely from {_margin(r['effective_margin'])}"
+            if math.isfinite(r["effective_margin"])
+            else "surely at no size"
+        )
+        where = f"{_seconds(lo)}..{_seconds(hi)}" if lo > 0 else f"first bucket ..{_seconds(hi)}"
+        parts.append(
+            f"{name.upper()} guard fails from {_margin(r['least_margin'])} at best, {sure} "
+            f"({where}; {within})"
+        )
+    head = f"resolution at +{res['margin']:.0%}: "
+    return head + ("; ".join(parts) if parts else "no quantile to guard")
 
 
 def problems(models: list[dict[str, Any]]) -> list[str]:

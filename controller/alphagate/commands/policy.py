@@ -6,7 +6,9 @@ reason; exit status 1 if anything is wrong. Beyond the schema (`config.parse`), 
 refuses what only shows across resources: the same name twice in a namespace, or two
 canaries that would flip the same Deployment.
 
-It also warns (exit status unchanged) where the timing cannot work (alphagate.core.timing, the
+It also warns (exit status unchanged) where vLLM's default latency buckets cannot resolve the
+latency guard's margin (naming the smallest regression it could show), and where the timing
+cannot work (alphagate.core.timing, the
 same advice the controller gives): an interval or window spanning fewer than two scrape
 intervals, so `increase()` is empty at times, and a staleness.afterSeconds below window +
 warm-up. The scrape interval is `--scrape-interval` for Prometheus sources (default 15 s, the
@@ -18,14 +20,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import typer
 import yaml
 from pydantic import ValidationError
 
-from alphagate import config, files, specconfig, yamlload, yamlpos
-from alphagate.core import timing
+from alphagate import config, files, specconfig, vllm, yamlload, yamlpos
+from alphagate.core import resolution, timing
 from alphagate.errors import PolicyError
 
 DEFAULT_SCRAPE_INTERVAL = 15.0
@@ -255,6 +257,96 @@ def timing_check(
     return out
 
 
+# Where per-token and per-step latencies of served models live (seconds).
+LATENCY_RANGE: Final = (0.01, 0.2)
+
+
+def latency_check(docs: list[Document]) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Per valid document whose latency guard vLLM's default buckets cannot resolve: the
+    warning and its typed form for --json. Relative guards: no default bucket between 10 and
+    200 ms is as narrow as 1 + maxRegressionRatio; perStepAbsolute: the limit is no bound."""
+    out: dict[int, tuple[str, dict[str, Any]]] = {}
+    for i, doc in enumerate(docs):
+        guard = doc.resource.spec.latency if doc.resource is not None else None
+        if guard is None or not guard.enabled:
+            continue
+        if guard.metric is config.LatencyMetric.PER_STEP_ABSOLUTE:
+            found = _absolute_advice(guard)
+        else:
+            found = _relative_advice(guard)
+        if found is not None:
+            out[i] = found
+    return out
+
+
+def _relative_advice(guard: config.LatencyGuard) -> tuple[str, dict[str, Any]] | None:
+    low, high = LATENCY_RANGE
+    s = resolution.survey(vllm.TPOT_BUCKETS, guard.max_regression_ratio, low, high)
+    if s.resolvable:
+        return None
+    q, m = f"P{guard.quantile * 100:g}", guard.max_regression_ratio
+    sure = [r.effective_margin for r in s.buckets]
+    typical = next((r for r in s.buckets if r.bucket_lo <= 0.03 < r.bucket_hi), None)
+    at = (
+        f" ({typical.least_margin:+.0%} to {typical.effective_margin:+.0%} at a "
+        f"{typical.bucket_lo * 1e3:g}-{typical.bucket_hi * 1e3:g} ms {q})"
+        if typical is not None
+        else ""
+    )
+    claim = (
+        "with confirmOn meanAndQuantile the check can never pass there (Inconclusive, unresolvable)"
+        if guard.confirm_on is config.ConfirmOn.MEAN_AND_QUANTILE
+        else f"a Pass rests on the exact mean (confirmOn mean) and the {q} only fails"
+    )
+    text = (
+        f"spec.latency: {q} within +{m:.0%} cannot be resolved by vLLM's default buckets (each "
+        f"between {low * 1e3:g} and {high * 1e3:g} ms is {s.widths[0]:.2f}-{s.widths[1]:.1f}x "
+        f"wide): {claim}; the smallest {q} regression it could show is {s.least_margin:+.0%}, "
+        f"and it surely sees only {min(sure):+.0%} to {max(sure):+.0%}{at}. Give both pools "
+        "finer buckets with --custom-histogram-buckets (`alphagate plan` writes a ~10% layout)"
+    )
+    typed = {
+        "layout": "vllm-default",
+        "quantile": guard.quantile,
+        "margin": m,
+        "resolvable": False,
+        "least_margin": s.least_margin,
+        "buckets": [
+            {
+                "lo": r.bucket_lo,
+                "hi": r.bucket_hi,
+                "fail_edge": r.fail_edge,
+                "least_margin": r.least_margin,
+                "effective_margin": r.effective_margin,
+            }
+            for r in s.buckets
+        ],
+    }
+    return text, typed
+
+
+def _absolute_advice(guard: config.LatencyGuard) -> tuple[str, dict[str, Any]] | None:
+    limit = float(guard.max_step_seconds or 0.0)
+    r = resolution.absolute(vllm.ITL_BUCKETS, limit)
+    if r.pass_edge is not None and r.pass_edge >= limit * (1 - resolution.REL_TOL):
+        return None
+    shown = f"{r.pass_edge:g} s" if r.pass_edge is not None else "no bound"
+    fails = f"above {r.fail_edge:g} s" if r.fail_edge is not None else "never"
+    text = (
+        f"spec.latency.maxStepSeconds: {limit:g} s is not a bound of vLLM's default per-step "
+        f"buckets: a Pass is shown at {shown}, a Fail {fails}; pick a bound or set "
+        "--custom-histogram-buckets"
+    )
+    typed = {
+        "layout": "vllm-default",
+        "limit": limit,
+        "pass_edge": r.pass_edge,
+        "fail_edge": r.fail_edge,
+        "resolvable": False,
+    }
+    return text, typed
+
+
 def _timing_json(w: timing.TimingWarning) -> dict[str, Any]:
     return {
         "problem": w.problem.value,
@@ -289,6 +381,9 @@ def check(
     advice = timing_check(docs, scrape_interval)
     for i, found in advice.items():
         warnings.setdefault(i, []).extend(f"{w.field}: {w.message}" for w in found)
+    buckets = latency_check(docs)
+    for i, (text, _) in buckets.items():
+        warnings.setdefault(i, []).append(text)
     bad = [d for d in docs if not d.ok]
     if as_json:
         out = [
@@ -296,6 +391,7 @@ def check(
             | {
                 "warnings": warnings.get(i, []),
                 "timing": [_timing_json(w) for w in advice.get(i, [])],
+                "latency": buckets[i][1] if i in buckets else None,
             }
             for i, d in enumerate(docs)
         ]

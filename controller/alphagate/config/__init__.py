@@ -29,6 +29,7 @@ from alphagate.config.base import (
 from alphagate.config.draft import DraftLength, DraftLengthTuning, OutputLength
 from alphagate.config.enums import (
     Aggregation,
+    ConfirmOn,
     FailSafe,
     LatencyMetric,
     Mode,
@@ -74,6 +75,7 @@ __all__ = [
     "AcceptanceGate",
     "Aggregation",
     "Backoff",
+    "ConfirmOn",
     "DeploymentRef",
     "DraftLength",
     "DraftLengthTuning",

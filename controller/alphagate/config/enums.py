@@ -36,6 +36,21 @@ class LatencyMetric(StrEnum):
     PER_STEP_ABSOLUTE = "perStepAbsolute"
 
 
+class ConfirmOn(StrEnum):
+    """What a latency Pass must show within maxRegressionRatio.
+
+    mean: the exact mean time per token (`_sum/_count`, no bucket error); the quantile only
+      fails, at the margin the bucket layout can resolve. The default: it confirms on vLLM's
+      default buckets.
+    meanAndQuantile: the quantile too, which needs buckets no wider than the margin where the
+      baseline's quantile sits (e.g. `alphagate plan`'s --custom-histogram-buckets layout);
+      where they are wider the check stays Inconclusive (unresolvable), never Pass.
+    """
+
+    MEAN = "mean"
+    MEAN_AND_QUANTILE = "meanAndQuantile"
+
+
 class FailSafe(StrEnum):
     """What repeated source Errors do: hold the current state (default) or turn speculation off."""
 

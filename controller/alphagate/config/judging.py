@@ -12,7 +12,7 @@ from alphagate.config.base import (
     Ratio,
     StrictModel,
 )
-from alphagate.config.enums import FailSafe, LatencyMetric
+from alphagate.config.enums import ConfirmOn, FailSafe, LatencyMetric
 
 
 class AcceptanceGate(StrictModel):
@@ -73,7 +73,8 @@ class AcceptanceGate(StrictModel):
 
 
 class LatencyGuard(StrictModel):
-    """P99 guard of canary against baseline, with the bucket-exceedance test."""
+    """Latency of canary against baseline: confirmed on the exact mean per token, failed on the
+    mean or on the quantile at the resolution of the bucket layout."""
 
     enabled: bool = Field(
         default=True,
@@ -98,8 +99,19 @@ class LatencyGuard(StrictModel):
         ge=0.0,
         le=10.0,
         description=(
-            "Allowed regression of the canary's quantile over the baseline's, as a fraction (0.10 "
-            "= 10% slower)."
+            "Allowed regression of the canary over the baseline, mean and quantile, as a fraction "
+            "(0.10 = 10% slower). A quantile regression is seen only as finely as the bucket "
+            "layout resolves it: status prints the effective margin."
+        ),
+    )
+    confirm_on: ConfirmOn = Field(
+        default=ConfirmOn.MEAN,
+        description=(
+            "What a Pass must show within maxRegressionRatio: mean (the exact mean time per "
+            "token; the quantile only fails) or meanAndQuantile (also the quantile, which needs "
+            "buckets no wider than the margin around the baseline's quantile, e.g. the "
+            "--custom-histogram-buckets layout `alphagate plan` writes; Inconclusive "
+            "(unresolvable) where they are wider)."
         ),
     )
     max_step_seconds: PositiveSeconds | None = Field(

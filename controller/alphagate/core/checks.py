@@ -232,19 +232,15 @@ def decisive(result: CheckResult, windows: int) -> bool:
 
 def _decisive_latency(result: CheckResult, windows: int) -> bool:
     """A failing latency check as strong as `windows` disjoint failing windows: its smallest
-    p-value, Bonferroni-corrected over the window's tests, at or below significance ** windows
-    (the joint false rate of that many independent windows failing at `significance`)."""
+    p-value, corrected over the window's tests by their weights (`p_adjusted`), at or below
+    significance ** windows (the joint false rate of that many independent windows failing at
+    `significance`)."""
     ev = result.evidence
     if result.verdict is not Verdict.FAIL or not isinstance(ev, LatencyEvidence):
         return False
     if windows <= 1:
         return True
-    if ev.speedup is not None or ev.bounds:
-        mean = ev.speedup.p_regressed if ev.speedup is not None else math.nan
-        ps = [p for p in (mean, *(b.p_value for b in ev.bounds)) if math.isfinite(p)]
-    else:
-        ps = [ev.test.p_value] if ev.test is not None and math.isfinite(ev.test.p_value) else []
-    return bool(ps) and min(ps) * len(ps) <= ev.significance**windows
+    return math.isfinite(ev.p_adjusted) and ev.p_adjusted <= ev.significance**windows
 
 
 def shortfall(result: CheckResult, band: float) -> float:

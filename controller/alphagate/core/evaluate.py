@@ -112,9 +112,12 @@ def _evidence(
             out[f"{c.name}:canary_quantile_seconds"] = ev(lat.canary.quantile_seconds)
         if lat.baseline is not None:
             out[f"{c.name}:baseline_quantile_seconds"] = ev(lat.baseline.quantile_seconds)
-        if lat.test is not None:
-            out[f"{c.name}:fraction_above"] = ev(lat.test.fraction)
-            out[f"{c.name}:p_value"] = ev(lat.test.p_value)
+        if lat.tail is not None:
+            out[f"{c.name}:tail_within"] = lat.tail.within.value
+            out[f"{c.name}:effective_margin"] = ev(lat.tail.effective_margin)
+            if lat.tail.fail_test is not None:
+                out[f"{c.name}:fraction_above"] = ev(lat.tail.fail_test.fraction)
+                out[f"{c.name}:p_value"] = ev(lat.tail.fail_test.p_value)
         if lat.speedup is not None:
             out[f"{c.name}:speedup"] = ev(lat.speedup.value)
             out[f"{c.name}:speedup_lower"] = ev(lat.speedup.lower)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from alphagate.config import LatencyMetric
+from alphagate.core.resolution import Resolution, TailWithin
 from alphagate.core.vocab import CheckKind, NoData, Verdict
 from alphagate.errors import SourceErrorKind
 
@@ -164,14 +165,18 @@ class LatencyUndecided(StrEnum):
     NO_DATA = "no-data"
     # The baseline's quantile is not a number, or no finite bucket bound reaches the limit.
     UNTESTABLE = "untestable"
+    # The bucket holding the baseline's quantile is wider than 1 + maxRegressionRatio: the
+    # layout cannot show the canary's quantile within the margin (vLLM's default buckets at
+    # +10%); finer buckets (--custom-histogram-buckets) can. Only where the policy confirms
+    # on the quantile (latency.confirmOn meanAndQuantile) or no exact means exist.
+    UNRESOLVABLE = "unresolvable"
     # The measured speed-up's lower bound is below 1 / (1 + maxRegressionRatio).
     MEAN_NOT_SHOWN = "mean-not-shown"
-    # The canary's share above the bucket bound at or above the limit is not shown to be at
-    # most 1 - quantile (too few requests, or too many of them above it).
+    # The canary's share above the Pass edge is not shown to be at most 1 - quantile (too
+    # few requests, or too many of them above it).
     TAIL_NOT_SHOWN = "tail-not-shown"
-    # The canary's quantile, read like histogram_quantile, is above the limit.
-    QUANTILE_ABOVE_LIMIT = "quantile-above-limit"
-    # A bucket bound's canary share is above its allowed share, not significantly.
+    # More of the canary lies above a bound than allowed there (above the Fail edge, or a
+    # bound's share above the baseline's), not significantly.
     POSSIBLE_REGRESSION = "possible-regression"
 
 
@@ -226,12 +231,42 @@ class BoundTest:
     baseline_fraction: float  # baseline share above `baseline_bound`
     allowed_fraction: float  # baseline_fraction + slack
     p_value: float
-    rejected: bool = False  # significant after Holm's correction
+    rejected: bool = False  # significant after the family's correction
+
+
+@dataclass(frozen=True, slots=True)
+class TailGuard:
+    """The quantile part of the latency guard at the layout's resolution (core/resolution.py):
+    the bucket bounds it may use, what it showed of "within" and the Fail side's test.
+
+    `pass_test` counts the canary above the Pass edge (`p_within` small: its quantile is shown
+    at or below it); `fail_test` counts it above the Fail edge (`p_value` small: a regression
+    beyond the margin). Neither uses an interpolated quantile."""
+
+    quantile: float
+    resolution: Resolution
+    within: TailWithin
+    pass_test: ExceedanceTest | None = None
+    fail_test: ExceedanceTest | None = None
+    rejected: bool = False  # the Fail side's test, significant after the family's correction
+    # the Fail side's p for `checks.decisive` (one window as strong as several): the larger of
+    # the test's and a t test's over the batches' spread (few batches: heavy tails)
+    decisive_p: float = math.nan
+
+    @property
+    def effective_margin(self) -> float:
+        """The smallest quantile regression this window's Fail side is sure to be able to show
+        (the policy's margin or the layout's, whichever is wider)."""
+        return self.resolution.effective_margin
 
 
 @dataclass(frozen=True, slots=True)
 class LatencyEvidence:
-    """What the latency guard compared; parts stay None when the check stopped before them."""
+    """What the latency guard compared; parts stay None when the check stopped before them.
+
+    `canary`/`baseline` are the quantiles as `histogram_quantile` reads them, for people only:
+    no limit is built from them. `limit_seconds` is the Pass limit (the lower edge of the
+    baseline quantile's bucket x (1 + margin)) or perStepAbsolute's maxStepSeconds."""
 
     metric: LatencyMetric
     quantile: float
@@ -242,13 +277,20 @@ class LatencyEvidence:
     canary: PoolLatency | None = None
     baseline: PoolLatency | None = None
     limit_seconds: float | None = None
-    test: ExceedanceTest | None = None
     # perToken on exact sums (core/latency.py): the measured speed-up with the mean test, and
-    # one exceedance test per bucket bound (Holm-corrected together)
+    # one exceedance test per bucket bound (corrected together with the quantile's Fail test)
     speedup: SpeedUp | None = None
     bounds: tuple[BoundTest, ...] = ()
     # what an Inconclusive check could not show (empty when it passed, failed or errored)
     undecided: tuple[LatencyUndecided, ...] = ()
+    # the quantile at the layout's resolution: edges, "within" shown or not, the Fail test
+    tail: TailGuard | None = None
+    # latency.confirmOn: does a Pass need the quantile shown within too (else the mean only)
+    confirms_quantile: bool = False
+    # the window's family-wise evidence of a regression: the smallest p-value over its weight
+    # in the family (weighted Bonferroni, the quantile's at its `decisive_p`; NaN: nothing
+    # tested). `checks.decisive` compares it with significance ** windows.
+    p_adjusted: float = math.nan
 
     @property
     def worst_bound(self) -> BoundTest | None:
@@ -258,7 +300,8 @@ class LatencyEvidence:
 
     @property
     def ratio(self) -> float | None:
-        """Canary quantile over baseline quantile, when both are finite and the baseline > 0."""
+        """Canary quantile over baseline quantile, when both are finite and the baseline > 0
+        (display only: interpolated inside buckets)."""
         if self.canary is None or self.baseline is None:
             return None
         c, b = self.canary.quantile_seconds, self.baseline.quantile_seconds
@@ -273,6 +316,7 @@ class LatencyEvidence:
             "max_regression_ratio": self.max_regression_ratio,
             "significance": self.significance,
             "min_count": float(self.min_count),
+            "confirm_on": "meanAndQuantile" if self.confirms_quantile else "mean",
         }
         if self.tokens_per_step is not None:
             out["tokens_per_step"] = self.tokens_per_step
@@ -289,22 +333,10 @@ class LatencyEvidence:
             out["ratio"] = ev(ratio)
         if self.limit_seconds is not None:
             out["limit"] = ev(self.limit_seconds)
-        if self.test is not None:
-            t = self.test
-            out |= {
-                "edge": ev(t.edge),
-                "above": ev(t.above),
-                "fraction_above": ev(t.fraction),
-                "expected_fraction": t.expected_fraction,
-                "p_value": ev(t.p_value),
-                "tail_edge": ev(t.edge),
-                "tail_fraction_above": ev(t.fraction),
-                "tail_upper": ev(t.upper),
-                "tail_p_within": ev(t.p_within),
-                "tail_needed": ev(t.needed),
-            }
         if self.undecided:
             out["undecided"] = ",".join(u.value for u in self.undecided)
+        if math.isfinite(self.p_adjusted):
+            out["p_adjusted"] = self.p_adjusted
         if self.speedup is not None:
             sp = self.speedup
             out |= {
@@ -325,7 +357,42 @@ class LatencyEvidence:
                 "baseline_fraction_above": ev(worst.baseline_fraction),
                 "p_value": ev(worst.p_value),
             }
+        if self.tail is not None:
+            out |= _tail_flat(self.tail)
         return out
+
+
+def _tail_flat(t: TailGuard) -> dict[str, float | str]:
+    r = t.resolution
+    out: dict[str, float | str] = {
+        "tail_within": t.within.value,
+        "effective_margin": ev(r.effective_margin),
+        "least_margin": ev(r.least_margin),
+        "resolvable": "true" if r.resolvable else "false",
+        "reference_bucket_lo": ev(r.bucket_lo),
+        "reference_bucket_hi": ev(r.bucket_hi),
+    }
+    if r.pass_edge is not None:
+        out["pass_edge"] = r.pass_edge
+    if r.fail_edge is not None:
+        out["fail_edge"] = r.fail_edge
+    if t.pass_test is not None:
+        p = t.pass_test
+        out |= {
+            "tail_fraction_above": ev(p.fraction),
+            "tail_upper": ev(p.upper),
+            "tail_p_within": ev(p.p_within),
+            "tail_needed": ev(p.needed),
+        }
+    if t.fail_test is not None:
+        f = t.fail_test
+        out |= {
+            "fail_above": ev(f.above),
+            "fail_fraction_above": ev(f.fraction),
+            "expected_fraction": f.expected_fraction,
+            "fail_p_value": ev(f.p_value),
+        }
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from alphagate.core import resolution
 from alphagate.core.model import Buckets
 
 # promql/quantile.go: smallDeltaTolerance, and almost.Equal's minNormal.
@@ -251,6 +252,20 @@ def scale(buckets: Buckets, factor: float) -> Buckets:
         bounds=tuple(b * factor for b in buckets.bounds),
         counts=buckets.counts,
         sum=buckets.sum * factor,
+    )
+
+
+def resolution_at(
+    q: float, reference: Buckets | None, margin: float, layout: Sequence[float] | None = None
+) -> resolution.Resolution | None:
+    """What a guard "within (1 + margin) x this histogram's q-quantile" can claim: the edges
+    around the bucket holding the quantile, the canary counted in `layout` (default: the
+    reference's own bounds). None when the quantile is unknown."""
+    lo, hi = bracket(q, reference)
+    if reference is None or math.isnan(lo) or math.isnan(hi):
+        return None
+    return resolution.relative(
+        reference.bounds if layout is None else layout, max(lo, 0.0), hi, margin
     )
 
 

@@ -9,7 +9,13 @@ episode hits one pod for a while) the pooled means of canary and baseline give
   the log ratio, Welch degrees of freedom): the direct answer to "is speculation net positive
   at the live concurrency?";
 * the **mean test**: is the canary's mean significantly above the baseline's times
-  (1 + maxRegressionRatio)?
+  (1 + maxRegressionRatio)? Its reverse (the speed-up's lower bound at or above
+  1 / (1 + margin)) is what confirms a canary;
+* the **quantile at the layout's resolution** (core/resolution.py): the canary's share above
+  the Fail edge (the first bound at or above the upper edge of the baseline quantile's bucket
+  x (1 + margin)) tested against 1 - quantile, and its share above the Pass edge (the last
+  bound at or below the lower edge x (1 + margin)) shown at most 1 - quantile where the layout
+  resolves the margin. No limit is built from an interpolated quantile;
 * the **tail tests**: a canary at most (1 + maxRegressionRatio) times slower than the
   baseline at every quantile has, at any bucket bound b, no larger share of requests above b
   than the baseline has above b / (1 + margin), hence above the largest bound b' <= that. So
@@ -17,8 +23,11 @@ episode hits one pod for a while) the pooled means of canary and baseline give
   above the baseline's share above b' (plus a slack of maxRegressionRatio of the (1 - q) tail
   budget, so a few stray requests cannot matter). Exact under that null with any bucket
   layout, no interpolation; finer buckets (vLLM's --custom-histogram-buckets) make it sharper.
-  One test per bound, corrected together with the mean test by Holm's step-down at
-  `significance`.
+  One test per bound.
+
+The regression tests form one family at `significance`, corrected by weighted Holm: the mean
+test and the quantile's Fail test carry 45% of the weight each, the bounds share the last 10%
+(so twenty bounds do not take the policy's own tests' power away).
 
 A speculating canary is usually faster on average with a wider spread: that is not a
 regression unless its tail is slower by more than the margin. Pure.
@@ -33,12 +42,32 @@ from typing import Final
 
 from alphagate.core import histogram
 from alphagate.core.batching import Ratio, blocks, ratio, welch_dof
-from alphagate.core.model import BoundTest, Buckets, ExceedanceTest, LatencySample, SpeedUp
+from alphagate.core.model import (
+    BoundTest,
+    Buckets,
+    ExceedanceTest,
+    LatencySample,
+    SpeedUp,
+    TailGuard,
+)
+from alphagate.core.resolution import Resolution, TailWithin
 from alphagate.core.stats import betainc, binomial_sf, t_cdf, t_quantile
 
 BATCH_SECONDS: Final = 60.0
 _MAX_NEEDED: Final = 1e9  # observations: beyond this "needed" reads as never
 _BISECT: Final = 60
+MAX_SECONDS_PER_TOKEN: Final = 1e6  # a mean time per token beyond this is a corrupt counter
+# increase() extrapolates counts to fractions; below a millionth of an observation is noise
+# (and its square underflows the batch statistics)
+MIN_COUNT: Final = 1e-6
+_Z_975: Final = 1.959963984540054
+_MAX_EXP: Final = 709.0  # math.exp overflows a float just above this
+# Weights of the regression family (weighted Holm): the mean, the quantile's Fail test, and
+# all bounds together, so that a fine layout's many bounds do not dilute the policy's own tests
+# (docs/decisions.md, "Latency guard on exact sums").
+W_MEAN: Final = 0.45
+W_QUANTILE: Final = 0.45
+W_BOUNDS: Final = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +75,21 @@ class TailReport:
     speedup: SpeedUp | None
     bounds: tuple[BoundTest, ...]
     mean_rejected: bool
-    # The non-inferiority side: both pools pooled over the common layout (for the quantile
-    # as histogram_quantile reads it), the limit (1 + margin) x the baseline's quantile, and
-    # the canary's share above the bucket bound at or above it against 1 - quantile.
+    # Both pools pooled over the common layout (for people, and for the baseline's bucket).
     canary_hist: Buckets | None = None
     baseline_hist: Buckets | None = None
-    limit: float | None = None
-    tail: ExceedanceTest | None = None
+    # The quantile at the layout's resolution (None without a baseline quantile).
+    tail: TailGuard | None = None
+    # The family's smallest weighted-Bonferroni p-value (NaN: nothing tested).
+    p_adjusted: float = math.nan
 
     @property
     def regressed(self) -> bool:
-        return self.mean_rejected or any(b.rejected for b in self.bounds)
+        return (
+            self.mean_rejected
+            or any(b.rejected for b in self.bounds)
+            or (self.tail is not None and self.tail.rejected)
+        )
 
     @property
     def worst(self) -> BoundTest | None:
@@ -81,27 +114,55 @@ def mean_per_token(samples: Sequence[LatencySample], batch_seconds: float) -> Ra
 
 
 def _usable(s: LatencySample) -> bool:
-    return math.isfinite(s.count) and math.isfinite(s.sum) and s.count > 0 and s.sum >= 0
+    """Finite, positive and plausible: no pool finishes 1e15 requests in a window, nor spends
+    more than MAX_SECONDS_PER_TOKEN on a token (larger numbers are corrupt counters)."""
+    return (
+        math.isfinite(s.count)
+        and math.isfinite(s.sum)
+        and MIN_COUNT <= s.count <= histogram.MAX_PLAUSIBLE
+        and 0 <= s.sum <= s.count * MAX_SECONDS_PER_TOKEN
+    )
+
+
+def _exp(x: float) -> float:
+    """math.exp that saturates at inf instead of raising OverflowError."""
+    if math.isnan(x):
+        return math.nan
+    return math.inf if x > _MAX_EXP else math.exp(x)
 
 
 def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float) -> SpeedUp | None:
-    """Measured speed-up and the one-sided mean test; None without an honest spread."""
-    if not (canary.conclusive and baseline.conclusive and canary.value > 0 and baseline.value > 0):
+    """Measured speed-up and the one-sided mean test; None without an honest spread. Never
+    raises: a Welch dof near zero gives an interval as wide as it is ([0, inf]), not an
+    overflow."""
+    values = (canary.value, baseline.value, canary.se, baseline.se, margin, confidence)
+    if not (canary.conclusive and baseline.conclusive and all(map(math.isfinite, values))):
+        return None
+    if not (canary.value > 0 and baseline.value > 0 and margin > -1.0):
         return None
     rel_c, rel_b = canary.se / canary.value, baseline.se / baseline.value
-    var = rel_c**2 + rel_b**2
-    dof = welch_dof([(rel_c**2, canary.dof), (rel_b**2, baseline.dof)])
+    # products, not **: a float power raises OverflowError where a product gives inf
+    var_c, var_b = rel_c * rel_c, rel_b * rel_b
+    var = var_c + var_b
+    if not math.isfinite(var):
+        return None
+    dof = welch_dof([(var_c, canary.dof), (var_b, baseline.dof)])
+    if not dof > 0:
+        return None
     se = math.sqrt(var)
     log_s = math.log(baseline.value) - math.log(canary.value)
-    q = t_quantile(0.5 + confidence / 2.0, dof) if math.isfinite(dof) else 1.959963984540054
+    q = t_quantile(0.5 + confidence / 2.0, dof) if math.isfinite(dof) else _Z_975
+    half = q * se if se > 0 else 0.0
+    if math.isnan(half):
+        half = math.inf
     # H0: log(canary / baseline) <= log(1 + margin) (a regression if rejected); the reverse
     # H0': log(canary / baseline) >= log(1 + margin) (within the margin if rejected)
     gap = -log_s - math.log1p(margin)
-    stat = gap / se if se > 0 else math.copysign(math.inf, gap)
+    stat = gap / se if se > 0 else (math.copysign(math.inf, gap) if gap != 0 else 0.0)
     return SpeedUp(
-        value=math.exp(log_s),
-        lower=math.exp(log_s - q * se),
-        upper=math.exp(log_s + q * se),
+        value=_exp(log_s),
+        lower=_exp(log_s - half),
+        upper=_exp(log_s + half),
         confidence=confidence,
         canary_mean=canary.value,
         baseline_mean=baseline.value,
@@ -115,7 +176,7 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
 
 def _above(samples: Sequence[LatencySample], bound: float, batch_seconds: float) -> Ratio | None:
     """Share of observations above `bound` over independent batches of samples."""
-    usable = [s for s in samples if s.buckets is not None and s.buckets.total > 0]
+    usable = [s for s in samples if s.buckets is not None and s.buckets.total >= MIN_COUNT]
     pairs = []
     for b in blocks(usable, batch_seconds):
         total = above = 0.0
@@ -139,14 +200,16 @@ def _var(r: Ratio) -> float:
     """The clustered variance, never below the variance of independent requests."""
     p = min(1.0, max(0.0, r.value))
     floor = max(p * (1.0 - p), 1.0 / r.den) / r.den
-    return max(r.se**2 if math.isfinite(r.se) else 0.0, floor)
+    return max(r.se * r.se if math.isfinite(r.se) else 0.0, floor)
 
 
 def _bound_test(bound: float, lower: float, c: Ratio, b: Ratio, *, slack: float) -> BoundTest:
     allowed = b.value + slack
     vc, vb = _var(c), _var(b)
     dof = welch_dof([(vc, c.dof or math.inf), (vb, b.dof or math.inf)])
-    stat = (c.value - allowed) / math.sqrt(vc + vb)
+    gap = c.value - allowed
+    sd = math.sqrt(vc + vb)
+    stat = gap / sd if sd > 0 else (math.copysign(math.inf, gap) if gap != 0 else 0.0)
     return BoundTest(bound, c.value, lower, b.value, allowed, _sf(stat, dof))
 
 
@@ -233,7 +296,7 @@ def within_test(
             n_min = _bisect(
                 lambda m: binomial_cdf(share * m, m, expected) <= significance, n, _MAX_NEEDED
             )
-            needed = n_min * deff if n_min < _MAX_NEEDED else math.inf
+            needed = n_min * deff if n_min < 0.5 * _MAX_NEEDED else math.inf
     return ExceedanceTest(
         edge=edge,
         above=above,
@@ -260,17 +323,64 @@ def pooled(samples: Sequence[LatencySample], layout: Sequence[float]) -> Buckets
 
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected at family-wise level `alpha`."""
-    order = sorted(
-        (i for i, p in enumerate(p_values) if math.isfinite(p)), key=lambda i: p_values[i]
-    )
-    m = len(order)
+    return weighted_holm(p_values, [1.0] * len(p_values), alpha)
+
+
+def weighted_holm(p_values: Sequence[float], weights: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's weighted step-down (Holm 1979): at each step the hypothesis with the smallest
+    p / weight is rejected when p <= alpha x weight / (the weights still in play). NaN
+    p-values and non-positive weights take no part."""
+    live = [
+        i
+        for i, (p, w) in enumerate(zip(p_values, weights, strict=True))
+        if math.isfinite(p) and w > 0
+    ]
     out = [False] * len(p_values)
-    for rank, i in enumerate(order):
-        if p_values[i] <= alpha / (m - rank):
-            out[i] = True
-        else:
+    while live:
+        total = math.fsum(weights[i] for i in live)
+        best = min(live, key=lambda i: p_values[i] / weights[i])
+        if not p_values[best] <= alpha * weights[best] / total:
             break
+        out[best] = True
+        live.remove(best)
     return out
+
+
+def adjusted(p_values: Sequence[float], weights: Sequence[float]) -> float:
+    """The family's smallest weighted-Bonferroni p-value, min p x (sum of weights) / weight
+    (NaN when nothing was tested): at or below a level, the family rejects at that level."""
+    live = [(p, w) for p, w in zip(p_values, weights, strict=True) if math.isfinite(p) and w > 0]
+    if not live:
+        return math.nan
+    total = math.fsum(w for _, w in live)
+    return min(1.0, min(p * total / w for p, w in live))
+
+
+def _bound_tests(
+    canary: Sequence[LatencySample],
+    baseline: Sequence[LatencySample],
+    layout: Sequence[float],
+    *,
+    quantile: float,
+    margin: float,
+    batch_seconds: float,
+) -> list[BoundTest]:
+    """One test per common bound b: the canary's share above b against the baseline's above
+    the largest bound <= b / (1 + margin), plus a slack of margin x (1 - quantile)."""
+    slack = margin * (1.0 - quantile)
+    tests: list[BoundTest] = []
+    for bound in layout:
+        lower = [x for x in layout if x <= bound / (1.0 + margin) * (1.0 + 1e-12)]
+        if not lower:
+            continue  # the baseline's share above anything below the first bound is all
+        c = _above(canary, bound, batch_seconds)
+        b = _above(baseline, lower[-1], batch_seconds)
+        if c is None or b is None or not (c.conclusive and b.conclusive):
+            continue
+        if c.num == 0 or b.num == b.den:
+            continue  # nothing of the canary above it, or everything of the baseline
+        tests.append(_bound_test(bound, lower[-1], c, b, slack=slack))
+    return tests
 
 
 def compare(
@@ -283,7 +393,10 @@ def compare(
     confidence: float = 0.95,
     batch_seconds: float = BATCH_SECONDS,
 ) -> TailReport:
-    """The mean test and one tail test per bucket bound, Holm-corrected together."""
+    """The mean test, the quantile's Fail test and one test per bucket bound, corrected
+    together (weighted Holm); the quantile's Pass side at the layout's resolution."""
+    canary = _valid(canary)
+    baseline = _valid(baseline)
     c_mean = mean_per_token(canary, batch_seconds)
     b_mean = mean_per_token(baseline, batch_seconds)
     s = (
@@ -291,73 +404,96 @@ def compare(
         if c_mean is not None and b_mean is not None
         else None
     )
-    slack = margin * (1.0 - quantile)
-    tests: list[BoundTest] = []
     layout = common_bounds(canary, baseline)
-    for bound in layout:
-        lower = [x for x in layout if x <= bound / (1.0 + margin) * (1.0 + 1e-12)]
-        if not lower:
-            continue  # the baseline's share above anything below the first bound is all
-        c = _above(canary, bound, batch_seconds)
-        b = _above(baseline, lower[-1], batch_seconds)
-        if c is None or b is None or not (c.conclusive and b.conclusive):
-            continue
-        if c.num == 0 or b.num == b.den:
-            continue  # nothing of the canary above it, or everything of the baseline
-        tests.append(_bound_test(bound, lower[-1], c, b, slack=slack))
-    p_values = [s.p_regressed if s is not None else math.nan, *(t.p_value for t in tests)]
-    rejected = holm(p_values, significance)
-    bounds = tuple(replace(t, rejected=r) for t, r in zip(tests, rejected[1:], strict=True))
-    c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
-    limit, tail = _tail_within(
-        canary,
-        b_hist,
-        layout,
-        quantile=quantile,
-        margin=margin,
-        significance=significance,
-        batch_seconds=batch_seconds,
+    tests = _bound_tests(
+        canary, baseline, layout, quantile=quantile, margin=margin, batch_seconds=batch_seconds
     )
+    c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
+    res = histogram.resolution_at(quantile, b_hist, margin, layout)
+    tail = None
+    if res is not None:
+        tail = tail_guard(
+            res,
+            lambda edge: _above(canary, edge, batch_seconds),
+            quantile=quantile,
+            significance=significance,
+        )
+    fail_p = tail.fail_test.p_value if tail is not None and tail.fail_test else math.nan
+    mean_p = s.p_regressed if s is not None else math.nan
+    p_values = [mean_p, fail_p, *(t.p_value for t in tests)]
+    weights = [W_MEAN, W_QUANTILE, *(W_BOUNDS / len(tests) for _ in tests)]
+    rejected = weighted_holm(p_values, weights, significance)
+    decisive_p = tail.decisive_p if tail is not None else math.nan
+    bounds = tuple(replace(t, rejected=r) for t, r in zip(tests, rejected[2:], strict=True))
+    if tail is not None:
+        tail = replace(tail, rejected=rejected[1])
     return TailReport(
         speedup=s,
         bounds=bounds,
         mean_rejected=rejected[0],
         canary_hist=c_hist,
         baseline_hist=b_hist,
-        limit=limit,
         tail=tail,
+        p_adjusted=adjusted([mean_p, decisive_p, *p_values[2:]], weights),
     )
 
 
-def _tail_within(
-    canary: Sequence[LatencySample],
-    b_hist: Buckets | None,
-    layout: Sequence[float],
+def _valid(samples: Sequence[LatencySample]) -> list[LatencySample]:
+    """Samples whose buckets, when present, are a usable histogram (bad buckets are dropped,
+    their exact sums kept)."""
+    return [
+        s if s.buckets is None or histogram.problem(s.buckets) is None else replace(s, buckets=None)
+        for s in samples
+    ]
+
+
+def tail_guard(
+    res: Resolution,
+    share_above: Callable[[float], Ratio | None],
     *,
     quantile: float,
-    margin: float,
     significance: float,
-    batch_seconds: float,
-) -> tuple[float | None, ExceedanceTest | None]:
-    """(limit, test): the canary's share above the first common bound at or above the limit
-    (1 + margin) x the baseline's quantile (histogram_quantile), tested both ways against
-    1 - quantile over the canary's independent batches. (None, None) without a baseline
-    quantile; (limit, None) when no finite bound reaches the limit."""
-    b_q = histogram.quantile(quantile, b_hist)
-    if not (math.isfinite(b_q) and b_q >= 0):
-        return None, None
-    limit = b_q * (1.0 + margin)
-    edge = next((x for x in layout if x >= limit * (1.0 - 1e-12)), None)
-    if edge is None:
-        return limit, None
-    share = _above(canary, edge, batch_seconds)
-    if share is None:
-        return limit, None
-    return limit, within_test(
-        edge,
-        share.num,
-        share.den,
-        expected=1.0 - quantile,
-        significance=significance,
-        se=share.se,
+) -> TailGuard:
+    """The quantile's two sides at the resolution `res`: the canary's share above the Pass
+    edge tested "at most 1 - quantile" (only where the layout resolves the margin does it
+    make "within" SHOWN), and its share above the Fail edge tested "above 1 - quantile".
+    `share_above(edge)` gives the canary's share above a bound over independent batches."""
+    expected = 1.0 - quantile
+    pass_share = share_above(res.pass_edge) if res.pass_edge is not None else None
+    fail_share = share_above(res.fail_edge) if res.fail_edge is not None else None
+    pass_test = _exceeds(res.pass_edge, pass_share, expected, significance)
+    fail_test = _exceeds(res.fail_edge, fail_share, expected, significance)
+    if not res.resolvable:
+        within = TailWithin.UNRESOLVABLE
+    elif pass_test is None or math.isnan(pass_test.p_within):
+        within = TailWithin.UNTESTABLE
+    elif pass_test.p_within <= significance:
+        within = TailWithin.SHOWN
+    else:
+        within = TailWithin.NOT_SHOWN
+    decisive_p = math.nan
+    if fail_test is not None and fail_share is not None:
+        decisive_p = fail_test.p_value
+        if fail_share.conclusive:
+            decisive_p = max(decisive_p, _t_above(fail_share, expected))
+    return TailGuard(quantile, res, within, pass_test, fail_test, decisive_p=decisive_p)
+
+
+def _exceeds(
+    edge: float | None, share: Ratio | None, expected: float, significance: float
+) -> ExceedanceTest | None:
+    if edge is None or share is None:
+        return None
+    return within_test(
+        edge, share.num, share.den, expected=expected, significance=significance, se=share.se
     )
+
+
+def _t_above(share: Ratio, expected: float) -> float:
+    """p of "the share is above `expected`" on a t test over the batches' spread (their dof),
+    the variance never below that of independent requests: what one window may claim at the
+    level of several (a stall episode of one pod is one batch, not hundreds of requests)."""
+    gap = share.value - expected
+    sd = math.sqrt(_var(share))
+    stat = gap / sd if sd > 0 else (math.copysign(math.inf, gap) if gap != 0 else 0.0)
+    return _sf(stat, share.dof)

@@ -2,19 +2,26 @@
 exact sums where vLLM gives them and on the bucket question otherwise.
 
 A Pass needs evidence that the canary is within the margin (non-inferiority), not only the
-absence of a significant regression: whatever the window cannot show is Inconclusive, with a
-typed `LatencyUndecided` cause and the numbers a person needs (how many requests would show
-it). `core/latency.py` holds the statistics; this module words and types the verdict.
+absence of a significant regression. On exact sums that evidence is the mean per token
+(`latency.confirmOn: mean`, the default) or the mean and the quantile (`meanAndQuantile`);
+on a pooled histogram, which has no spread for a mean test, it is the quantile. A quantile is
+judged only as finely as the bucket layout resolves it (core/resolution.py): it is never
+claimed within where the baseline's bucket is wider than the margin (typed `unresolvable`),
+and its Fail side prints the effective margin it can see. Whatever the window cannot show is
+Inconclusive, with a typed `LatencyUndecided` cause and the numbers a person needs.
+`core/latency.py` holds the statistics; this module words and types the verdict.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Final
 
-from alphagate.config import LatencyGuard, LatencyMetric
-from alphagate.core import histogram, latency
+from alphagate.config import ConfirmOn, LatencyGuard, LatencyMetric
+from alphagate.core import histogram, latency, resolution
+from alphagate.core.batching import Ratio
 from alphagate.core.fmt import number as _fmt
 from alphagate.core.model import (
     Buckets,
@@ -25,19 +32,31 @@ from alphagate.core.model import (
     LatencyUndecided,
     PoolLatency,
     PoolObservation,
+    TailGuard,
     Verdict,
 )
-from alphagate.core.stats import binomial_sf
+from alphagate.core.resolution import Resolution, TailWithin, describe
+from alphagate.core.resolution import ms as _ms
+from alphagate.core.resolution import quantile_name as _q
 
-_NO_DATA_L: Final = (LatencyUndecided.NO_DATA,)
+_NO_DATA: Final = (LatencyUndecided.NO_DATA,)
 _FEW: Final = (LatencyUndecided.FEW_OBSERVATIONS,)
 _UNTESTABLE: Final = (LatencyUndecided.UNTESTABLE,)
+_UNDECIDED_TAIL: Final = {
+    TailWithin.UNRESOLVABLE: LatencyUndecided.UNRESOLVABLE,
+    TailWithin.NOT_SHOWN: LatencyUndecided.TAIL_NOT_SHOWN,
+    TailWithin.UNTESTABLE: LatencyUndecided.UNTESTABLE,
+}
+
+Missing = list[tuple[LatencyUndecided, str]]
+
+
+# ---------------------------------------------------------------- words
 
 
 def _tail_text(t: ExceedanceTest, guard: LatencyGuard, unit: str) -> str:
     """Why the canary's tail is not shown within the limit, with the numbers that say what
     is missing (how many observations would show it at this share)."""
-    q = f"P{guard.quantile * 100:g}"
     worth = ""
     if math.isfinite(t.effective) and t.effective < 0.95 * t.total:
         worth = f", worth {t.effective:.0f} independent ones (clustered in time and pods)"
@@ -50,13 +69,13 @@ def _tail_text(t: ExceedanceTest, guard: LatencyGuard, unit: str) -> str:
     else:
         need = f"about {t.needed:,.0f} {unit} would show it at this share"
     return (
-        f"{q} from {t.total:,.0f} canary {unit} cannot be told within "
+        f"{_q(guard.quantile)} from {t.total:,.0f} canary {unit} cannot be told within "
         f"+{guard.max_regression_ratio:.0%}: {share}; {need}"
     )
 
 
 def _describe(guard: LatencyGuard, tokens_per_step: float | None) -> str:
-    q = f"P{guard.quantile * 100:g}"
+    q = _q(guard.quantile)
     if guard.metric is LatencyMetric.PER_TOKEN:
         return f"{q} time per output token (per token)"
     if guard.metric is LatencyMetric.PER_STEP_SCALED:
@@ -66,8 +85,59 @@ def _describe(guard: LatencyGuard, tokens_per_step: float | None) -> str:
     return f"{q} inter-token latency per step (absolute stutter limit {limit} s)"
 
 
-def _histogram(pool: PoolObservation, metric: LatencyMetric) -> Buckets | None:
-    return pool.tpot if metric is LatencyMetric.PER_TOKEN else pool.itl
+def _quantile_missing(tail: TailGuard | None, guard: LatencyGuard, unit: str) -> Missing:
+    """What keeps the quantile from being shown within, where a Pass needs it."""
+    if tail is None:
+        return [(LatencyUndecided.UNTESTABLE, f"the baseline's {_q(guard.quantile)} is unknown")]
+    cause = _UNDECIDED_TAIL.get(tail.within)
+    if cause is None:
+        return []
+    if cause is LatencyUndecided.TAIL_NOT_SHOWN and tail.pass_test is not None:
+        return [(cause, _tail_text(tail.pass_test, guard, unit))]
+    q, m = _q(guard.quantile), guard.max_regression_ratio
+    if cause is LatencyUndecided.UNRESOLVABLE:
+        return [(cause, f"{q} within +{m:.0%} is unresolvable at these buckets")]
+    return [(cause, f"{q} within +{m:.0%} cannot be tested at these buckets")]
+
+
+def _possible(tail: TailGuard | None) -> Missing:
+    """A canary share above the Fail edge over 1 - quantile, not significantly."""
+    f = tail.fail_test if tail is not None else None
+    if f is None or not f.fraction > f.expected_fraction:
+        return []
+    return [
+        (
+            LatencyUndecided.POSSIBLE_REGRESSION,
+            f"possible regression, not significant: {f.fraction:.2%} of canary requests above "
+            f"the Fail edge {_fmt(f.edge)} s against {f.expected_fraction:.2%} allowed "
+            f"(p={_fmt(f.p_value, 2)})",
+        )
+    ]
+
+
+# ---------------------------------------------------------------- the check
+
+
+@dataclass(frozen=True, slots=True)
+class _Out:
+    """Builds the check's results with the evidence gathered so far."""
+
+    guard: LatencyGuard
+    what: str
+    slice: str | None
+    evidence: LatencyEvidence
+
+    def __call__(
+        self,
+        verdict: Verdict,
+        text: str,
+        undecided: Sequence[LatencyUndecided] = (),
+        *,
+        prefix: bool = True,
+    ) -> CheckResult:
+        evidence = replace(self.evidence, undecided=tuple(undecided))
+        reason = f"{self.what}: {text}" if prefix else text
+        return CheckResult(CheckKind.LATENCY, verdict, reason, evidence, self.slice)
 
 
 def check_latency(
@@ -78,205 +148,190 @@ def check_latency(
     tokens_per_step: float | None = None,
     slice: str | None = None,
 ) -> CheckResult:
-    """P-quantile latency guard of canary against baseline (or an absolute stutter limit).
-
-    The limit is the baseline's interpolated quantile times (1 + maxRegressionRatio)
-    (perStepAbsolute: maxStepSeconds). Because a regression can hide inside one coarse bucket,
-    the verdict comes from the bucket question: the canary's observations above the smallest
-    bucket bound >= the limit are tested one-sided against the (1 - q) share a canary within
-    the limit can have at most (binomial tail). FAIL when significant at guard.significance;
-    INCONCLUSIVE when the share is above (1 - q) but not significant, or below minCount;
-    PASS otherwise.
-    """
-    metric = guard.metric
-    absolute = metric is LatencyMetric.PER_STEP_ABSOLUTE
-    what = _describe(guard, tokens_per_step)
-    # The evidence so far: each step below fills its part (`result` reads them when called),
-    # so an early stop shows how far the check got.
-    scaled_by: float | None = None
-    c_read: PoolLatency | None = None
-    b_read: PoolLatency | None = None
-    limit_seconds: float | None = None
-    exceeded: ExceedanceTest | None = None
-
-    def result(
-        verdict: Verdict,
-        text: str,
-        *,
-        prefix: bool = True,
-        undecided: tuple[LatencyUndecided, ...] = (),
-    ) -> CheckResult:
-        evidence = LatencyEvidence(
-            metric=metric,
+    """The latency guard of canary against baseline (or an absolute stutter limit): on exact
+    sums per pod (`_by_sums`) where the metric is perToken and both pools carry them, else on
+    the pooled histograms (`_by_buckets`). Never raises on data: bad input is Error or
+    Inconclusive with a typed cause."""
+    out = _Out(
+        guard,
+        _describe(guard, tokens_per_step),
+        slice,
+        LatencyEvidence(
+            metric=guard.metric,
             quantile=guard.quantile,
             max_regression_ratio=guard.max_regression_ratio,
             significance=guard.significance,
             min_count=guard.min_count,
-            tokens_per_step=scaled_by,
-            canary=c_read,
-            baseline=b_read,
-            limit_seconds=limit_seconds,
-            test=exceeded,
-            undecided=undecided,
-        )
-        reason = f"{what}: {text}" if prefix else text
-        return CheckResult(CheckKind.LATENCY, verdict, reason, evidence, slice)
-
+            confirms_quantile=guard.confirm_on is ConfirmOn.MEAN_AND_QUANTILE,
+        ),
+    )
     if not guard.enabled:
-        return result(Verdict.PASS, "latency guard disabled", prefix=False)
-    if canary is None:
-        return result(Verdict.ERROR, "no canary pool in the observation")
-    if canary.error is not None:
-        return result(Verdict.ERROR, f"canary source failed: {canary.error}")
-    if not absolute:
-        if baseline is None:
-            return result(Verdict.ERROR, "no baseline pool in the observation")
-        if baseline.error is not None:
-            return result(Verdict.ERROR, f"baseline source failed: {baseline.error}")
-
+        return out(Verdict.PASS, "latency guard disabled", prefix=False)
+    absolute = guard.metric is LatencyMetric.PER_STEP_ABSOLUTE
+    failed = _source_errors(out, canary, None if absolute else baseline, absolute)
+    if failed is not None:
+        return failed
+    assert canary is not None
     if (
-        metric is LatencyMetric.PER_TOKEN
+        guard.metric is LatencyMetric.PER_TOKEN
         and canary.tpot_samples
         and baseline is not None
         and baseline.tpot_samples
     ):
         return _by_sums(canary, baseline, guard, slice)
+    return _by_buckets(out, canary, baseline, tokens_per_step)
 
-    c_hist = _histogram(canary, metric)
-    b_hist = (
-        _histogram(baseline, metric) if baseline is not None and baseline.error is None else None
-    )
-    if c_hist is None:
-        return result(
-            Verdict.INCONCLUSIVE, "no canary histogram in the window", undecided=_NO_DATA_L
-        )
-    bad = histogram.problem(c_hist)
-    if bad is not None:
-        return result(Verdict.ERROR, f"bad canary histogram: {bad}")
-    if b_hist is not None:
-        bad = histogram.problem(b_hist)
-        if bad is not None:
-            if not absolute:
-                return result(Verdict.ERROR, f"bad baseline histogram: {bad}")
-            b_hist = None
-    elif not absolute:
-        return result(
-            Verdict.INCONCLUSIVE, "no baseline histogram in the window", undecided=_NO_DATA_L
-        )
 
-    if metric is LatencyMetric.PER_STEP_SCALED:
-        if tokens_per_step is None or not math.isfinite(tokens_per_step) or tokens_per_step < 1:
-            return result(
-                Verdict.INCONCLUSIVE,
-                "no measured tokens per step to scale the canary's per-step latency by",
-                undecided=_NO_DATA_L,
-            )
-        scaled_by = tokens_per_step
-        c_hist = histogram.scale(c_hist, 1.0 / tokens_per_step)
-
-    q = guard.quantile
-    c_p = histogram.quantile(q, c_hist)
-    c_lo, c_hi = histogram.bracket(q, c_hist)
-    c_read = PoolLatency(c_hist.total, c_p, c_lo, c_hi)
-    b_p = math.nan
-    if b_hist is not None:
-        b_p = histogram.quantile(q, b_hist)
-        b_lo, b_hi = histogram.bracket(q, b_hist)
-        b_read = PoolLatency(b_hist.total, b_p, b_lo, b_hi)
-
-    if c_hist.total < guard.min_count:
-        return result(
-            Verdict.INCONCLUSIVE,
-            f"too few canary observations ({c_hist.total:.0f} < minCount {guard.min_count})",
-            undecided=_FEW,
-        )
-    if not absolute and b_hist is not None and b_hist.total < guard.min_count:
-        return result(
-            Verdict.INCONCLUSIVE,
-            f"too few baseline observations ({b_hist.total:.0f} < minCount {guard.min_count})",
-            undecided=_FEW,
-        )
-
+def _source_errors(
+    out: _Out, canary: PoolObservation | None, baseline: PoolObservation | None, absolute: bool
+) -> CheckResult | None:
+    """Error when a pool the guard needs is missing or its source failed."""
+    if canary is None:
+        return out(Verdict.ERROR, "no canary pool in the observation")
+    if canary.error is not None:
+        return out(Verdict.ERROR, f"canary source failed: {canary.error}")
     if absolute:
-        limit = float(guard.max_step_seconds or math.nan)
-        limit_text = f"the stutter limit {_fmt(limit)} s"
-    else:
-        if not (math.isfinite(b_p) and b_p >= 0):
-            return result(
-                Verdict.INCONCLUSIVE, f"baseline quantile is {_fmt(b_p)}", undecided=_UNTESTABLE
-            )
-        limit = b_p * (1.0 + guard.max_regression_ratio)
-        limit_text = f"baseline {_fmt(b_p)} s +{guard.max_regression_ratio:.0%} = {_fmt(limit)} s"
-    limit_seconds = limit
-    ex = histogram.exceedance(limit, c_hist)
-    values = f"canary {_fmt(c_p)} s in bucket ({_fmt(c_lo)}, {_fmt(c_hi)}]"
-    if b_hist is not None:
-        values += f", baseline {_fmt(b_p)} s"
-    if ex is None:
-        return result(
-            Verdict.INCONCLUSIVE,
-            f"{values}; no finite canary bucket bound at or above {limit_text}: the buckets "
-            f"cannot test it",
-            undecided=_UNTESTABLE,
-        )
-    expected = 1.0 - q
-    k, n = round(ex.above), round(ex.total)
-    p_value = binomial_sf(k, n, expected)
-    exceeded = replace(
-        latency.within_test(
-            ex.edge, ex.above, ex.total, expected=expected, significance=guard.significance
-        ),
-        p_value=p_value,
-    )
-    test = (
-        f"{ex.fraction:.2%} of {n} canary observations exceed {_fmt(ex.edge)} s (the bucket "
-        f"bound at or above {limit_text}); allowed {expected:.2%}, p={_fmt(p_value, 2)}"
-    )
-    if math.isnan(p_value):
-        return result(
-            Verdict.INCONCLUSIVE, f"{values}; exceedance test undefined", undecided=_UNTESTABLE
-        )
-    if p_value < guard.significance:
-        return result(Verdict.FAIL, f"regressed: {values}; {test} < {_fmt(guard.significance)}")
-    missing: list[tuple[LatencyUndecided, str]] = []
-    if ex.fraction > expected:
-        missing.append(
-            (
-                LatencyUndecided.POSSIBLE_REGRESSION,
-                f"possible regression, not significant: {test} >= {_fmt(guard.significance)}",
-            )
-        )
-    if not exceeded.p_within <= guard.significance:
-        missing.append(
-            (LatencyUndecided.TAIL_NOT_SHOWN, _tail_text(exceeded, guard, "observations"))
-        )
-    if not absolute and c_p > limit:
-        missing.append(
-            (
-                LatencyUndecided.QUANTILE_ABOVE_LIMIT,
-                f"canary P{q * 100:g} {_fmt(c_p)} s is above the limit {_fmt(limit)} s",
-            )
-        )
-    if missing:
-        undecided = tuple(u for u, _ in missing)
-        return result(
-            Verdict.INCONCLUSIVE,
-            f"{values}; not shown within the limit: " + "; ".join(t for _, t in missing),
-            undecided=undecided,
-        )
-    return result(
-        Verdict.PASS,
-        f"within limit: {values}; {test}; shown at most {expected:.2%} "
-        f"(upper bound {exceeded.upper:.2%}, p={_fmt(exceeded.p_within, 2)})",
-    )
+        return None
+    if baseline is None:
+        return out(Verdict.ERROR, "no baseline pool in the observation")
+    if baseline.error is not None:
+        return out(Verdict.ERROR, f"baseline source failed: {baseline.error}")
+    return None
 
 
-def _pool_read(hist: Buckets | None, q: float) -> PoolLatency | None:
-    """The pooled quantile for people to read beside the exact means (display only)."""
+def _histogram(pool: PoolObservation, metric: LatencyMetric) -> Buckets | None:
+    return pool.tpot if metric is LatencyMetric.PER_TOKEN else pool.itl
+
+
+def _read(hist: Buckets | None, q: float) -> PoolLatency | None:
+    """The pooled quantile for people to read (display only; never a limit)."""
     if hist is None or histogram.problem(hist) is not None or not hist.total > 0:
         return None
     lo, hi = histogram.bracket(q, hist)
     return PoolLatency(hist.total, histogram.quantile(q, hist), lo, hi)
+
+
+def _histograms(
+    out: _Out, canary: PoolObservation, baseline: PoolObservation | None, tps: float | None
+) -> tuple[Buckets, Buckets | None, _Out] | CheckResult:
+    """The canary's histogram (scaled to per token for perStepScaled) and the baseline's, or
+    the result that stops the check."""
+    metric = out.guard.metric
+    absolute = metric is LatencyMetric.PER_STEP_ABSOLUTE
+    c_hist = _histogram(canary, metric)
+    b_hist = _histogram(baseline, metric) if baseline is not None else None
+    if c_hist is None:
+        return out(Verdict.INCONCLUSIVE, "no canary histogram in the window", _NO_DATA)
+    bad = histogram.problem(c_hist)
+    if bad is not None:
+        return out(Verdict.ERROR, f"bad canary histogram: {bad}")
+    if b_hist is not None and histogram.problem(b_hist) is not None:
+        if not absolute:
+            return out(Verdict.ERROR, f"bad baseline histogram: {histogram.problem(b_hist)}")
+        b_hist = None
+    if b_hist is None and not absolute:
+        return out(Verdict.INCONCLUSIVE, "no baseline histogram in the window", _NO_DATA)
+    if metric is LatencyMetric.PER_STEP_SCALED:
+        if tps is None or not math.isfinite(tps) or tps < 1:
+            return out(
+                Verdict.INCONCLUSIVE,
+                "no measured tokens per step to scale the canary's per-step latency by",
+                _NO_DATA,
+            )
+        c_hist = histogram.scale(c_hist, 1.0 / tps)
+        out = replace(out, evidence=replace(out.evidence, tokens_per_step=tps))
+    return c_hist, b_hist, out
+
+
+def _pooled_share(hist: Buckets) -> Callable[[float], Ratio | None]:
+    """The share of a pooled histogram above a bound, as one batch (independent requests)."""
+
+    def share(edge: float) -> Ratio | None:
+        ex = histogram.exceedance(edge, hist)
+        if ex is None:
+            return None
+        return Ratio(ex.fraction, ex.above, ex.total, math.nan, 0.0, 1)
+
+    return share
+
+
+def _by_buckets(
+    out: _Out, canary: PoolObservation, baseline: PoolObservation | None, tps: float | None
+) -> CheckResult:
+    """The quantile on pooled histograms (no per-pod sums, or a per-step metric): FAIL when
+    the canary's share above the Fail edge is significantly above 1 - quantile; PASS only
+    when its share above the Pass edge is shown at most 1 - quantile where the layout
+    resolves the margin (there is no mean test here)."""
+    got = _histograms(out, canary, baseline, tps)
+    if isinstance(got, CheckResult):
+        return got
+    c_hist, b_hist, out = got
+    guard, q = out.guard, out.guard.quantile
+    absolute = guard.metric is LatencyMetric.PER_STEP_ABSOLUTE
+    ev = replace(out.evidence, canary=_read(c_hist, q), baseline=_read(b_hist, q))
+    out = replace(out, evidence=ev)
+    if c_hist.total < guard.min_count:
+        text = f"too few canary observations ({c_hist.total:.0f} < minCount {guard.min_count})"
+        return out(Verdict.INCONCLUSIVE, text, _FEW)
+    if not absolute and b_hist is not None and b_hist.total < guard.min_count:
+        text = f"too few baseline observations ({b_hist.total:.0f} < minCount {guard.min_count})"
+        return out(Verdict.INCONCLUSIVE, text, _FEW)
+    res = _reference(guard, c_hist, b_hist)
+    if res is None:
+        b_q = ev.baseline.quantile_seconds if ev.baseline is not None else math.nan
+        return out(Verdict.INCONCLUSIVE, f"baseline quantile is {_fmt(b_q)}", _UNTESTABLE)
+    tail = latency.tail_guard(
+        res, _pooled_share(c_hist), quantile=q, significance=guard.significance
+    )
+    fail = tail.fail_test
+    fail_p = fail.p_value if fail is not None else math.nan
+    tail = replace(tail, rejected=fail_p <= guard.significance)
+    limit = res.bucket_hi if absolute else res.bucket_lo * (1.0 + res.margin)
+    out = replace(
+        out,
+        evidence=replace(out.evidence, tail=tail, limit_seconds=limit, p_adjusted=tail.decisive_p),
+    )
+    return _bucket_verdict(out, tail, absolute)
+
+
+def _reference(guard: LatencyGuard, c_hist: Buckets, b_hist: Buckets | None) -> Resolution | None:
+    """The edges at the canary's layout: around the baseline quantile's bucket, or the limit."""
+    if guard.metric is LatencyMetric.PER_STEP_ABSOLUTE:
+        return resolution.absolute(c_hist.bounds, float(guard.max_step_seconds or math.nan))
+    return histogram.resolution_at(
+        guard.quantile, b_hist, guard.max_regression_ratio, c_hist.bounds
+    )
+
+
+def _bucket_verdict(out: _Out, tail: TailGuard, absolute: bool) -> CheckResult:
+    guard = out.guard
+    res, fail = tail.resolution, tail.fail_test
+    where = describe(res, guard.quantile, absolute=absolute)
+    if tail.rejected and fail is not None:
+        return out(
+            Verdict.FAIL,
+            f"regressed: {fail.fraction:.2%} of {fail.total:,.0f} canary observations above "
+            f"{_fmt(fail.edge)} s, allowed {fail.expected_fraction:.2%}, "
+            f"p={_fmt(fail.p_value, 2)} < {_fmt(guard.significance)} ({where})",
+        )
+    missing = _quantile_missing(tail, guard, "observations") + _possible(tail)
+    if missing:
+        return out(
+            Verdict.INCONCLUSIVE,
+            "not shown within the limit: " + "; ".join(t for _, t in missing) + f" ({where})",
+            [u for u, _ in missing],
+        )
+    shown = tail.pass_test
+    assert shown is not None  # SHOWN needs its test
+    return out(
+        Verdict.PASS,
+        f"within limit: {shown.fraction:.2%} of {shown.total:,.0f} canary observations above "
+        f"{_fmt(shown.edge)} s, shown at most {shown.expected_fraction:.2%} (upper bound "
+        f"{shown.upper:.2%}, p={_fmt(shown.p_within, 2)}) ({where})",
+    )
+
+
+# ---------------------------------------------------------------- exact sums
 
 
 def _by_sums(
@@ -285,18 +340,15 @@ def _by_sums(
     guard: LatencyGuard,
     slice: str | None,
 ) -> CheckResult:
-    """The guard on exact sums and per-bound exceedance over independent batches
-    (core/latency.py): FAIL when the mean test or any bound's test rejects after Holm.
+    """The guard on exact sums, the quantile at the layout's resolution and per-bound
+    exceedance over independent batches (core/latency.py): FAIL when the family (mean, the
+    quantile's Fail test, every bound) rejects anything after weighted Holm.
 
-    PASS needs the evidence that the canary is within the margin (intersection-union: each
-    part at `significance`): the speed-up's one-sided lower bound at or above
-    1 / (1 + margin); the canary's share above the bucket bound at or above the limit
-    (baseline quantile x (1 + margin)) shown at most 1 - quantile; its quantile, read like
-    histogram_quantile, not above the limit; and no bound's share above its allowed share.
-    Anything not shown is INCONCLUSIVE, with what is missing in `undecided`."""
-    what = "time per output token (per token, exact means and every bucket bound)"
-    q = guard.quantile
-    margin = guard.max_regression_ratio
+    PASS needs the evidence that the canary is within the margin: the speed-up's one-sided
+    lower bound at or above 1 / (1 + margin) (and, with confirmOn meanAndQuantile, the
+    quantile shown within at a layout that resolves the margin); no share above the Fail edge
+    or any bound above its allowed share. Anything not shown is INCONCLUSIVE."""
+    q, margin = guard.quantile, guard.max_regression_ratio
     report = latency.compare(
         canary.tpot_samples,
         baseline.tpot_samples,
@@ -305,146 +357,122 @@ def _by_sums(
         significance=guard.significance,
         batch_seconds=guard.batch_seconds,
     )
-    c_count = math.fsum(t.count for t in canary.tpot_samples)
-    b_count = math.fsum(t.count for t in baseline.tpot_samples)
-    sp = report.speedup
-    c_read = _pool_read(report.canary_hist or canary.tpot, q)
-    b_read = _pool_read(report.baseline_hist or baseline.tpot, q)
-    evidence = LatencyEvidence(
-        metric=guard.metric,
-        quantile=q,
-        max_regression_ratio=margin,
-        significance=guard.significance,
-        min_count=guard.min_count,
-        canary=c_read,
-        baseline=b_read,
-        limit_seconds=report.limit,
-        test=report.tail,
-        speedup=sp,
-        bounds=report.bounds,
+    tail = report.tail
+    limit = tail.resolution.bucket_lo * (1.0 + margin) if tail is not None else None
+    out = _Out(
+        guard,
+        "time per output token (per token, exact means and every bucket bound)",
+        slice,
+        LatencyEvidence(
+            metric=guard.metric,
+            quantile=q,
+            max_regression_ratio=margin,
+            significance=guard.significance,
+            min_count=guard.min_count,
+            canary=_read(report.canary_hist or canary.tpot, q),
+            baseline=_read(report.baseline_hist or baseline.tpot, q),
+            limit_seconds=limit,
+            speedup=report.speedup,
+            bounds=report.bounds,
+            tail=tail,
+            confirms_quantile=guard.confirm_on is ConfirmOn.MEAN_AND_QUANTILE,
+            p_adjusted=report.p_adjusted,
+        ),
     )
-
-    def result(
-        verdict: Verdict, text: str, undecided: tuple[LatencyUndecided, ...] = ()
-    ) -> CheckResult:
-        typed = replace(evidence, undecided=undecided) if undecided else evidence
-        return CheckResult(CheckKind.LATENCY, verdict, f"{what}: {text}", typed, slice)
-
-    if c_count < guard.min_count or b_count < guard.min_count:
-        return result(
+    c_count = math.fsum(t.count for t in canary.tpot_samples if math.isfinite(t.count))
+    b_count = math.fsum(t.count for t in baseline.tpot_samples if math.isfinite(t.count))
+    if not (c_count >= guard.min_count and b_count >= guard.min_count):
+        return out(
             Verdict.INCONCLUSIVE,
             f"too few observations (canary {c_count:.0f}, baseline {b_count:.0f} < minCount "
             f"{guard.min_count})",
             _FEW,
         )
-    if sp is None:
-        return result(
+    if report.speedup is None:
+        return out(
             Verdict.INCONCLUSIVE,
-            "fewer than two independent batches (pods or blocks of batchSeconds) in a pool: "
-            "no honest comparison",
+            "fewer than two independent batches (pods or blocks of batchSeconds) in a pool, "
+            "or no spread between them: no honest comparison",
             (LatencyUndecided.FEW_BATCHES,),
         )
+    return _sums_verdict(out, report)
+
+
+def _sums_verdict(out: _Out, report: latency.TailReport) -> CheckResult:
+    guard = out.guard
+    sp, tail, margin = report.speedup, report.tail, guard.max_regression_ratio
+    assert sp is not None
     means = (
-        f"canary {_fmt(sp.canary_mean * 1e3)} ms vs baseline {_fmt(sp.baseline_mean * 1e3)} ms "
-        f"per token, measured speed-up {sp.value:.2f}x [{sp.lower:.2f}, {sp.upper:.2f}]"
+        f"canary {_ms(sp.canary_mean)} vs baseline {_ms(sp.baseline_mean)} per token, measured "
+        f"speed-up {_fmt(sp.value, 3)}x [{_fmt(sp.lower, 3)}, {_fmt(sp.upper, 3)}]"
+    )
+    where = (
+        f" ({describe(tail.resolution, guard.quantile)})"
+        if tail is not None
+        else f" (the baseline's {_q(guard.quantile)} is unknown: no quantile guard)"
     )
     if report.regressed:
-        parts = []
-        if report.mean_rejected:
-            parts.append(f"mean above baseline +{margin:.0%} (p={sp.p_regressed:.2g})")
-        parts += [
-            f"{b.canary_fraction:.2%} above {_fmt(b.bound)} s vs the baseline's "
-            f"{b.baseline_fraction:.2%} above {_fmt(b.baseline_bound)} s "
-            f"(allowed {b.allowed_fraction:.2%}, p={b.p_value:.2g})"
-            for b in report.bounds
-            if b.rejected
-        ][:3]
-        return result(
-            Verdict.FAIL,
-            f"regressed: {means}; " + "; ".join(parts) + f" (Holm at {_fmt(guard.significance)})",
-        )
-    missing = _not_shown(report, guard, c_read, b_read)
-    if missing:
-        return result(
-            Verdict.INCONCLUSIVE,
-            f"{means}; not shown within the limit: " + "; ".join(t for _, t in missing),
-            tuple(u for u, _ in missing),
-        )
-    tail = report.tail
-    assert tail is not None  # _not_shown reports a missing tail test
-    return result(
-        Verdict.PASS,
-        f"within limit: {means}, its lower bound above {1.0 / (1.0 + margin):.3f} "
-        f"(p={_fmt(sp.p_within, 2)}); {tail.fraction:.2%} of {tail.total:,.0f} canary requests "
-        f"above {_fmt(tail.edge)} s (the bound at or above the limit {_fmt(report.limit or 0)} "
-        f"s), shown at most {tail.expected_fraction:.2%} (upper bound {tail.upper:.2%}); no "
-        f"bucket bound shows more slow requests",
-    )
-
-
-def _not_shown(
-    report: latency.TailReport,
-    guard: LatencyGuard,
-    c_read: PoolLatency | None,
-    b_read: PoolLatency | None,
-) -> list[tuple[LatencyUndecided, str]]:
-    """What the exact-sums evidence does not show of "within the margin", with the numbers."""
-    sp = report.speedup
-    assert sp is not None
-    margin = guard.max_regression_ratio
-    q = f"P{guard.quantile * 100:g}"
-    out: list[tuple[LatencyUndecided, str]] = []
+        return out(Verdict.FAIL, f"regressed: {means}; " + _regressions(report, guard) + where)
+    missing: Missing = []
     if not sp.p_within <= guard.significance:
-        out.append(
+        missing.append(
             (
                 LatencyUndecided.MEAN_NOT_SHOWN,
                 f"the mean is not shown within +{margin:.0%}: the speed-up's lower bound is "
                 f"not above {1.0 / (1.0 + margin):.3f} (p={_fmt(sp.p_within, 2)})",
             )
         )
-    tail = report.tail
-    if report.limit is None:
-        out.append((LatencyUndecided.UNTESTABLE, f"the baseline's {q} is unknown"))
-    elif tail is None:
-        out.append(
-            (
-                LatencyUndecided.UNTESTABLE,
-                f"no finite bucket bound at or above the limit {_fmt(report.limit)} s "
-                f"(baseline {q} +{margin:.0%}): the buckets cannot test it",
-            )
+    if guard.confirm_on is ConfirmOn.MEAN_AND_QUANTILE:
+        missing += _quantile_missing(tail, guard, "requests")
+    missing += _possible(tail) + _bounds_over(report)
+    if missing:
+        return out(
+            Verdict.INCONCLUSIVE,
+            f"{means}; not shown within the limit: " + "; ".join(t for _, t in missing) + where,
+            [u for u, _ in missing],
         )
-    elif not tail.p_within <= guard.significance:
-        out.append((LatencyUndecided.TAIL_NOT_SHOWN, _tail_text(tail, guard, "requests")))
-    if (
-        report.limit is not None
-        and c_read is not None
-        and b_read is not None
-        and c_read.quantile_seconds > report.limit
-    ):
-        hint = ""
-        if c_read.bucket_lo <= report.limit:
-            hint = (
-                f"; the limit lies inside the canary's bucket ({_fmt(c_read.bucket_lo)}, "
-                f"{_fmt(c_read.bucket_hi)}] s, so only finer buckets (vLLM's "
-                f"--custom-histogram-buckets) can tell"
-            )
-        out.append(
-            (
-                LatencyUndecided.QUANTILE_ABOVE_LIMIT,
-                f"canary {q} {_fmt(c_read.quantile_seconds * 1e3)} ms is above the limit "
-                f"{_fmt(report.limit * 1e3)} ms (baseline {_fmt(b_read.quantile_seconds * 1e3)}"
-                f" ms +{margin:.0%}){hint}",
-            )
+    claim = "mean and quantile" if guard.confirm_on is ConfirmOn.MEAN_AND_QUANTILE else "mean"
+    return out(
+        Verdict.PASS,
+        f"within limit ({claim}): {means}, its lower bound above {1.0 / (1.0 + margin):.3f} "
+        f"(p={_fmt(sp.p_within, 2)}); no bucket bound shows more slow requests{where}",
+    )
+
+
+def _regressions(report: latency.TailReport, guard: LatencyGuard) -> str:
+    """The rejected tests of a failing window, for people."""
+    sp, tail = report.speedup, report.tail
+    parts = []
+    if report.mean_rejected and sp is not None:
+        parts.append(
+            f"mean above baseline +{guard.max_regression_ratio:.0%} (p={_fmt(sp.p_regressed, 2)})"
         )
+    if tail is not None and tail.rejected and tail.fail_test is not None:
+        f = tail.fail_test
+        parts.append(
+            f"{f.fraction:.2%} of canary requests above the {_q(guard.quantile)} Fail edge "
+            f"{_fmt(f.edge)} s, allowed {f.expected_fraction:.2%} (p={_fmt(f.p_value, 2)})"
+        )
+    parts += [
+        f"{b.canary_fraction:.2%} above {_fmt(b.bound)} s vs the baseline's "
+        f"{b.baseline_fraction:.2%} above {_fmt(b.baseline_bound)} s "
+        f"(allowed {b.allowed_fraction:.2%}, p={_fmt(b.p_value, 2)})"
+        for b in report.bounds
+        if b.rejected
+    ][:3]
+    return "; ".join(parts) + f" (weighted Holm at {_fmt(guard.significance)})"
+
+
+def _bounds_over(report: latency.TailReport) -> Missing:
     over = [b for b in report.bounds if b.canary_fraction > b.allowed_fraction]
-    if over:
-        b = max(over, key=lambda x: x.canary_fraction - x.allowed_fraction)
-        out.append(
-            (
-                LatencyUndecided.POSSIBLE_REGRESSION,
-                f"possible regression, not significant: {b.canary_fraction:.2%} above "
-                f"{_fmt(b.bound)} s against {b.allowed_fraction:.2%} allowed "
-                f"(p={_fmt(b.p_value, 2)}; {len(over)} bound(s) over)",
-            )
+    if not over:
+        return []
+    b = max(over, key=lambda x: x.canary_fraction - x.allowed_fraction)
+    return [
+        (
+            LatencyUndecided.POSSIBLE_REGRESSION,
+            f"possible regression, not significant: {b.canary_fraction:.2%} above "
+            f"{_fmt(b.bound)} s against {b.allowed_fraction:.2%} allowed "
+            f"(p={_fmt(b.p_value, 2)}; {len(over)} bound(s) over)",
         )
-    return out
+    ]

@@ -31,6 +31,7 @@ from alphagate.core.model import (
     DraftCause,
     DraftChange,
     Evaluation,
+    LatencyEvidence,
     State,
     Verdict,
 )
@@ -237,6 +238,24 @@ class EventRecorder:
             return False
 
 
+def latency_note(e: Evaluation) -> str:
+    """The latency guard's quantile at its buckets, for a flip's Event: the effective margin
+    (the regression the Fail side is sure to see) and whether "within" was shown; "" when no
+    latency check got that far."""
+    notes = []
+    for c in e.checks:
+        ev = c.evidence
+        if not isinstance(ev, LatencyEvidence) or ev.tail is None:
+            continue
+        t = ev.tail
+        q = f"P{ev.quantile * 100:g}"
+        sure = t.effective_margin
+        margin = f"effective margin {sure:+.0%}" if math.isfinite(sure) else "no sure margin"
+        where = f" [{c.slice}]" if c.slice else ""
+        notes.append(f"{q}{where} {margin}, within {t.within.value}")
+    return f" (latency: {'; '.join(notes)})" if notes else ""
+
+
 def decision_events(
     events: EventRecorder,
     ref: ObjectRef,
@@ -260,6 +279,7 @@ def decision_events(
             f" (alpha {e.combined.value:.3f} [{e.combined.lower:.3f}, {e.combined.upper:.3f}],"
             f" {e.combined.drafts:.0f} drafts)"
         )
+    alpha += latency_note(e)
     config = argsmod.render(
         dict(speculative_config) if speculative_config is not None else spec.speculative_config
     )

@@ -66,6 +66,20 @@ def plan(
     draft_arch: list[str] = typer.Option(
         [], "--draft-arch", help="Override a draft-model architecture number."
     ),
+    tpot_median_ms: float | None = typer.Option(
+        None,
+        "--tpot-median-ms",
+        min=0.001,
+        max=10000.0,
+        help="Expected median time per output token (ms), for the latency buckets the pods get.",
+    ),
+    tpot_p99_ms: float | None = typer.Option(
+        None,
+        "--tpot-p99-ms",
+        min=0.001,
+        max=10000.0,
+        help="Expected P99 time per output token (ms), for the latency buckets the pods get.",
+    ),
     out: Path | None = typer.Option(
         None, "--out", help="Write <name>.md and <name>.yaml into this directory."
     ),
@@ -115,6 +129,8 @@ def plan(
             gpus=gpus,
             target_arch=t_arch,
             draft_arch=d_arch,
+            tpot_median_seconds=tpot_median_ms / 1e3 if tpot_median_ms is not None else None,
+            tpot_p99_seconds=tpot_p99_ms / 1e3 if tpot_p99_ms is not None else None,
         )
         result = build(inp)
     except (ValueError, PolicyError) as exc:

@@ -27,6 +27,7 @@ from alphagate.core.speedup import (
     speedup_at,
 )
 from alphagate.core.suitability import Condition, Workload, assess
+from alphagate_lab.planning import buckets as bkt
 from alphagate_lab.planning import memory as mem
 from alphagate_lab.planning.slices import SliceSpec, mix_alpha
 
@@ -62,6 +63,10 @@ class PlanInput:
     gpus: int = 1
     target_arch: mem.Arch | None = None  # None: looked up from `model` when built in
     draft_arch: mem.Arch | None = None  # None: looked up from `draft_model` when built in
+    # Expected time per output token at the median and P99 (seconds), for the latency buckets
+    # the pods get; None: a layout for 8-35 ms medians.
+    tpot_median_seconds: float | None = None
+    tpot_p99_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not self.model.strip():
@@ -76,6 +81,9 @@ class PlanInput:
             raise ValueError(f"overhead must be >= 0, got {self.overhead}")
         if not (0.0 <= self.gate <= 1.0):
             raise ValueError(f"gate must be within [0, 1], got {self.gate}")
+        for name, v in (("median", self.tpot_median_seconds), ("P99", self.tpot_p99_seconds)):
+            if v is not None and not (math.isfinite(v) and 0 < v <= 10.0):
+                raise ValueError(f"expected {name} time per token must be in (0, 10] s, got {v}")
         if not (0.0 <= self.enable_margin <= 1.0 - self.gate):
             raise ValueError(
                 f"enable margin must keep gate + margin within [0, 1], got {self.enable_margin}"
@@ -109,6 +117,8 @@ class Plan:
     warnings: tuple[str, ...] = field(default=())
     spec_problems: tuple[specconfig.Problem, ...] = ()
     memory: mem.MemoryReport | None = None
+    # --custom-histogram-buckets for the pod template baseline and canary share
+    buckets: bkt.Layout = field(default_factory=bkt.layout)
 
     @property
     def manifest_valid(self) -> bool:
@@ -165,6 +175,13 @@ class Plan:
             ],
             "manifest_valid": self.manifest_valid,
             "memory": self.memory.to_dict() if self.memory is not None else None,
+            "histogram_buckets": {
+                "args": list(self.buckets.args),
+                "bounds": list(self.buckets.bounds),
+                "where": "the pod template the baseline and the canary Deployments share",
+                "series_per_pod": self.buckets.series_per_pod,
+                "extra_series_per_pod": self.buckets.extra_series_per_pod,
+            },
             "manifest": self.manifest,
         }
 
@@ -247,6 +264,7 @@ def build(inp: PlanInput) -> Plan:
         warnings=tuple(warnings),
         spec_problems=problems,
         memory=_memory(inp),
+        buckets=bkt.layout(inp.tpot_median_seconds, inp.tpot_p99_seconds),
     )
 
 

@@ -7,6 +7,7 @@ import json
 
 from alphagate import config, vllm
 from alphagate.core.speedup import alpha_for_at, speedup_at
+from alphagate_lab.planning import buckets as bkt
 from alphagate_lab.planning import memory as mem
 from alphagate_lab.planning.plan import Plan, slug
 from alphagate_lab.planning.queries import WINDOW, queries, selector
@@ -24,6 +25,38 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _code(lang: str, body: str) -> list[str]:
     return [f"```{lang}", body, "```"]
+
+
+def _buckets(plan: Plan) -> list[str]:
+    """Stage 1's latency buckets: the flag for the shared pod template, and what it costs."""
+    b = plan.buckets
+    ms = f"{b.median_seconds * 1e3:g} ms median, {b.p99_seconds * 1e3:g} ms P99 per token"
+    out = [
+        f"Give the pod template the baseline and the canary share latency buckets fine enough "
+        f"for a P99 guard: {len(b.bounds)} bounds in ~{b.step:.0%} steps from "
+        f"{b.bounds[0] * 1e3:g} ms to {b.bounds[-1] * 1e3:g} ms (for {ms}; set "
+        "`--tpot-median-ms`/`--tpot-p99-ms` from this stage's measurements). vLLM's default "
+        "per-token buckets are 1.33-2.5x wide where chat models live, so no guard can tell a "
+        "+10% P99 regression there:",
+        "",
+    ]
+    out += _code("yaml", yaml_args(b.args))
+    out += [
+        "",
+        f"The family sets `{vllm.ITL}` and `{vllm.TPOT}`: {b.series_per_pod} series per pod and "
+        f"label set ({b.extra_series_per_pod:+d} against the default layout; "
+        f"{b.extra_series_per_pod * 1000:+,} at 1,000 pods). Restarting the baseline with it is "
+        "a rollout of its own: do it before the canary exists.",
+        "",
+    ]
+    return out
+
+
+def yaml_args(args: tuple[str, ...]) -> str:
+    """The container's extra args as the pod template writes them."""
+    lines = ["# containers[name=vllm].args, in the template both Deployments share"]
+    lines += [f"- '{a}'" if a.startswith("{") else f"- {a}" for a in args]  # JSON: no ' in it
+    return "\n".join(lines)
 
 
 def render(plan: Plan) -> str:
@@ -138,6 +171,7 @@ def render(plan: Plan) -> str:
         "a `labelmap` relabelling).",
         "",
     ]
+    out += _buckets(plan)
     for name, sel in baseline_sel:
         q = queries(sel)
         out += [f"Slice `{name}`:", ""]
@@ -159,8 +193,9 @@ def render(plan: Plan) -> str:
         "## Stage 2: enable the draft on a canary",
         "",
         "Create the canary Deployment(s) from the baseline's template with a few replicas (its "
-        "traffic share is its replica share) and the label `role: canary`. Speculation is a "
-        "start-up argument; changing it restarts the pods:",
+        "traffic share is its replica share) and the label `role: canary`; it keeps the "
+        f"template's `{bkt.FLAG}`, so both pools count latency in the same bounds. Speculation "
+        "is a start-up argument, on the canary only; changing it restarts the pods:",
         "",
     ]
     out += _code("sh", f"--speculative-config '{spec_json}'")
@@ -248,9 +283,12 @@ def render(plan: Plan) -> str:
         "",
         "Mean latency falls with speculation but P99 can rise: a step whose draft was rejected "
         "early costs a full verify pass for one token, and under a full batch those steps "
-        "line up. vLLM's buckets are coarse (…0.05, 0.075, 0.1 s), so a 10% regression can hide "
-        "inside one bucket; alphagate also tests the share of canary observations above the "
-        "bucket holding the baseline's P99. To see the tail before the rollout:",
+        "line up. The guard confirms on the exact mean per token and fails on the P99 as "
+        "finely as the buckets resolve it: on vLLM's default ones (…0.05, 0.075, 0.1 s) a P99 "
+        "regression below 1.5-3x can go unseen (status prints the effective margin); with the "
+        "Stage 1 buckets it fails from about +21-33%. With those buckets, `latency.confirmOn: "
+        "meanAndQuantile` also makes a Pass show the P99 within +10% (several thousand "
+        "requests per window). To see the tail before the rollout:",
         "",
     ]
     out += _code(

@@ -95,7 +95,36 @@ class LatencyEvidence(StatusModel):
         default=None, description="Upper bound of the bucket holding the baseline's quantile."
     )
     limit_seconds: float | None = Field(
-        default=None, description="The absolute limit compared against (perStepAbsolute)."
+        default=None,
+        description=(
+            "The Pass limit: the lower edge of the baseline quantile's bucket x (1 + "
+            "maxRegressionRatio), or perStepAbsolute's maxStepSeconds (never an interpolated "
+            "quantile)."
+        ),
+    )
+    tail_within: str | None = Field(
+        default=None,
+        description=(
+            "What the quantile showed of 'within the margin': shown, not-shown, unresolvable "
+            "(the baseline quantile's bucket is wider than the margin: finer buckets can tell) "
+            "or untestable."
+        ),
+    )
+    effective_margin: float | None = Field(
+        default=None,
+        description=(
+            "The smallest quantile regression the Fail side is sure to be able to show at this "
+            "bucket layout, as a fraction (2.0 = +200%): the policy's margin or the layout's, "
+            "whichever is wider. Smaller quantile regressions can go unseen."
+        ),
+    )
+    pass_edge_seconds: float | None = Field(
+        default=None,
+        description="The bucket bound the canary's quantile must be shown at or below to pass.",
+    )
+    fail_edge_seconds: float | None = Field(
+        default=None,
+        description="The bucket bound above which more than 1 - quantile of requests fails.",
     )
     edge_seconds: float | None = Field(
         default=None, description="The bucket bound the exceedance is counted above."
@@ -104,7 +133,7 @@ class LatencyEvidence(StatusModel):
         default=None, description="Fraction of canary observations above the edge."
     )
     expected_exceedance: float | None = Field(
-        default=None, description="The fraction expected without a regression."
+        default=None, description="The fraction allowed above the edge without a regression."
     )
     p_value: float | None = Field(default=None, description="p-value of the exceedance test.")
     measured_speedup: float | None = Field(
@@ -187,8 +216,12 @@ def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
         ev = c.evidence
         if not isinstance(ev, model.LatencyEvidence):
             continue
-        canary, baseline, test, sp = ev.canary, ev.baseline, ev.test, ev.speedup
+        canary, baseline, sp, tail = ev.canary, ev.baseline, ev.speedup, ev.tail
+        # The Fail side's strongest test: the quantile's, or the bound with the smallest p.
+        test = tail.fail_test if tail is not None else None
         worst = ev.worst_bound
+        if test is not None and worst is not None and worst.p_value < test.p_value:
+            test = None
         out.append(
             LatencyEvidence(
                 check=c.name,
@@ -205,6 +238,10 @@ def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
                 baseline_bucket_lower_seconds=rounded(baseline.bucket_lo) if baseline else None,
                 baseline_bucket_upper_seconds=rounded(baseline.bucket_hi) if baseline else None,
                 limit_seconds=rounded(ev.limit_seconds),
+                tail_within=tail.within.value if tail else None,
+                effective_margin=rounded(tail.effective_margin) if tail else None,
+                pass_edge_seconds=rounded(tail.resolution.pass_edge) if tail else None,
+                fail_edge_seconds=rounded(tail.resolution.fail_edge) if tail else None,
                 edge_seconds=rounded(test.edge if test else worst.bound if worst else None),
                 exceedance=rounded(
                     test.fraction if test else worst.canary_fraction if worst else None

@@ -1,17 +1,25 @@
-"""A small, independent generator of per-pod, per-interval TPOT histograms, for guard tests.
+"""A small, independent generator of per-pod, per-interval TPOT histograms, for the latency
+guard's tests and its benchmark (`alphagate_lab.bench.latency_guard`). It shares nothing with the
+simulator or the guard but the input types.
 
 Each finished request reports one time per output token (vLLM's
 `request_time_per_output_token_seconds`): a per-request lognormal around the pool's median,
 times a slowdown for the canary, plus, when a stall episode of its pod overlapped its life, the
 stalled time spread over its tokens. Stalls hit every pod of both roles alike (per-pod Poisson
 episodes), so they cluster slow requests in one pod for a while: the correlation a guard that
-treats requests as independent mistakes for a regression. Counts are binned into vLLM's default
-buckets; sums are exact.
+treats requests as independent mistakes for a regression. Counts are binned into a bucket
+layout (vLLM's default unless told); sums are exact.
+
+Two kinds of regression: `slowdown` scales every request (uniform), `tail_share` of the
+requests are `tail_factor` times slower (tail-only: the mean moves by a few percent while the
+P99 moves a lot). `tail_factor_for` finds the factor that moves the P99 by a given ratio.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -21,6 +29,7 @@ VLLM_BOUNDS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, float("inf"),
 )  # fmt: skip
+_N = NormalDist()
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,37 @@ class Pool:
     stall_every: float = 900.0  # seconds between stall episodes per pod (mean)
     stall_seconds: float = 20.0  # mean stall length
     interval: float = 30.0
+    bounds: tuple[float, ...] = VLLM_BOUNDS
+    tail_share: float = 0.0  # share of requests `tail_factor` times slower (tail-only)
+    tail_factor: float = 1.0
+
+
+def quantile(p: Pool, q: float = 0.99) -> float:
+    """The q-quantile of the pool's per-request time per token without stalls (bisection on
+    the lognormal mixture)."""
+    lo, hi = p.median * p.slowdown * 1e-3, p.median * p.slowdown * max(1.0, p.tail_factor) * 1e3
+
+    def sf(x: float) -> float:
+        z = math.log(x / (p.median * p.slowdown)) / p.sigma
+        z_tail = math.log(x / (p.median * p.slowdown * p.tail_factor)) / p.sigma
+        return (1 - p.tail_share) * (1 - _N.cdf(z)) + p.tail_share * (1 - _N.cdf(z_tail))
+
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if sf(mid) > 1.0 - q else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def tail_factor_for(ratio: float, base: Pool, share: float = 0.03, q: float = 0.99) -> float:
+    """The factor by which `share` of the requests must be slower for the pool's q-quantile
+    to move by `ratio` (bisection)."""
+    target = ratio * quantile(base, q)
+    lo, hi = 1.0, 1e3
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        moved = quantile(Pool(**{**base.__dict__, "tail_share": share, "tail_factor": mid}), q)
+        lo, hi = (mid, hi) if moved < target else (lo, mid)
+    return math.sqrt(lo * hi)
 
 
 def _stalls(rng: np.random.Generator, p: Pool, horizon: float) -> np.ndarray:
@@ -48,13 +88,15 @@ def pool_samples(
     """Per-pod, per-interval increments of the TPOT histogram over `intervals` scrapes."""
     out = []
     horizon = intervals * p.interval
-    bounds = np.array(VLLM_BOUNDS[:-1])
+    bounds = np.array(p.bounds[:-1])
     for j in range(p.pods):
         stalls = _stalls(rng, p, horizon)
         n = rng.poisson(p.rate * horizon)
         finish = rng.uniform(0.0, horizon, n)
         tokens = np.maximum(2.0, rng.exponential(p.tokens, n))
         tpot = p.median * p.slowdown * np.exp(p.sigma * rng.standard_normal(n))
+        if p.tail_share > 0:
+            tpot = np.where(rng.random(n) < p.tail_share, tpot * p.tail_factor, tpot)
         life = tokens * tpot
         begin = finish - life
         stalled = np.zeros(n)
@@ -70,7 +112,7 @@ def pool_samples(
                 LatencySample(
                     count=float(v.size),
                     sum=float(v.sum()),
-                    buckets=Buckets(bounds=VLLM_BOUNDS, counts=(*cum, float(v.size))),
+                    buckets=Buckets(bounds=p.bounds, counts=(*cum, float(v.size))),
                     pod=f"{prefix}-{j}",
                     start=start,
                     end=start + p.interval,
