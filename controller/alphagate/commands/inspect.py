@@ -23,12 +23,12 @@ from typing import Any
 
 import typer
 
+from alphagate import histogram_layout as bkt
 from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
 from alphagate.sources.common import HistSum, redact_url
 from alphagate.sources.exposition import Counter, Hist, Page, Series
 from alphagate.sources.scrape import read_page
-from alphagate_lab.planning import buckets as bkt
 
 QUANTILES = (0.5, 0.99)
 GUARD_QUANTILES = (0.99, 0.95)

@@ -27,6 +27,7 @@ from typing import Final
 
 import numpy as np
 
+from alphagate import histogram_layout as buckets
 from alphagate.config import LatencyGuard
 from alphagate.core import checks
 from alphagate.core.model import (
@@ -39,7 +40,6 @@ from alphagate.core.model import (
 )
 from alphagate.core.resolution import TailWithin
 from alphagate_lab.bench import latency_traffic as lt
-from alphagate_lab.planning import buckets
 
 WINDOW: Final = 300.0
 GUARD: Final = LatencyGuard()  # as shipped

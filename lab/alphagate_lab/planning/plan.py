@@ -18,6 +18,7 @@ from typing import Any, Final
 import yaml
 
 from alphagate import config, specconfig
+from alphagate import histogram_layout as bkt
 from alphagate.core.speedup import (
     DEFAULT_RIDGE_TOKENS,
     breakeven_alpha,
@@ -27,7 +28,6 @@ from alphagate.core.speedup import (
     speedup_at,
 )
 from alphagate.core.suitability import Condition, Workload, assess
-from alphagate_lab.planning import buckets as bkt
 from alphagate_lab.planning import memory as mem
 from alphagate_lab.planning.slices import SliceSpec, mix_alpha
 

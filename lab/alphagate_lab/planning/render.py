@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from alphagate import config, vllm
+from alphagate import histogram_layout as bkt
 from alphagate.core.speedup import alpha_for_at, speedup_at
-from alphagate_lab.planning import buckets as bkt
 from alphagate_lab.planning import memory as mem
 from alphagate_lab.planning.plan import Plan, slug
 from alphagate_lab.planning.queries import WINDOW, queries, selector
