@@ -61,15 +61,20 @@ def test_short_requests_give_blocks_of_one_range_step() -> None:
 
 
 def test_inflation_is_one_third_of_life_over_block_for_short_requests() -> None:
-    # one request class of life L: sum L^3 / sum L^2 = L, so 1 / (1 - L / (3 B)) at every
-    # inner boundary, and nothing for a pod that is one block
+    # one request class of life L: sum L^3 / sum L^2 = L, so a share L / (3 B) of the variance
+    # lies across each inner boundary, counted M / (M - 1) times by M batches' spread
     points = [(6.0, 10.0)]
-    assert blocksize.inflation(points, 30.0, 1.0) == pytest.approx(1 / (1 - 6 / 90))
-    assert blocksize.inflation(points, 30.0, 0.5) == pytest.approx(1 / (1 - 0.5 * 6 / 90))
-    assert blocksize.inflation(points, 30.0, 0.0) == 1.0
+    lost = 6 / 90
+    assert blocksize.inflation(points, 30.0, 1.0, 10) == pytest.approx(1 / (1 - lost * 10 / 9))
+    assert blocksize.inflation(points, 30.0, 0.5, 2) == pytest.approx(1 / (1 - 0.5 * lost * 2))
+    assert blocksize.inflation(points, 30.0, 0.0, 4) == 1.0  # pods that are one block each
+    assert blocksize.inflation(points, 30.0, 1.0, 1) == 1.0  # one batch: no spread at all
     # longer than the block: 1 / u - 1 / (3 u^2) of its weight stays inside blocks
-    assert blocksize.inflation([(60.0, 1.0)], 30.0, 1.0) == pytest.approx(1 / (0.5 - 1 / 12))
-    shorter = [blocksize.inflation(points, b, 1.0) for b in (10.0, 30.0, 90.0, 300.0)]
+    long_lost = 1 - (0.5 - 1 / 12)
+    assert blocksize.inflation([(60.0, 1.0)], 30.0, 1.0, 100) == pytest.approx(
+        1 / (1 - long_lost * 100 / 99)
+    )
+    shorter = [blocksize.inflation(points, b, 1.0, 10) for b in (10.0, 30.0, 90.0, 300.0)]
     assert shorter == sorted(shorter, reverse=True)
 
 
@@ -87,7 +92,8 @@ def test_the_inflation_matches_the_variance_blocks_miss_on_replayed_traffic() ->
             errors.append(e.value - truth)
             variances.append(e.std_error**2)
             c = blocksize._candidate(w.samples, 30.0)
-            modelled.append(blocksize.inflation(blocksize._usable(w.lives), 30.0, c.inner))
+            points = blocksize._usable(w.lives)
+            modelled.append(blocksize.inflation(points, 30.0, c.inner, c.batches))
     measured = float(np.var(errors) / np.mean(variances))
     # 144 windows: the variance ratio is known to about +-12%
     assert 1.0 < float(np.median(modelled)) < 1.2
@@ -109,8 +115,8 @@ def test_requests_longer_than_half_the_window_make_one_pod_unjudgeable() -> None
     assert why.pods == 2
     # that window would do: two blocks of the needed length keep the inflation in bounds
     points = blocksize._usable(lives(decode))
-    assert blocksize.inflation(points, why.block_seconds, 0.5) <= blocksize.MAX_INFLATION
-    assert blocksize.inflation(points, why.block_seconds - 30.0, 0.5) > blocksize.MAX_INFLATION
+    assert blocksize.inflation(points, why.block_seconds, 0.5, 2) <= blocksize.MAX_INFLATION
+    assert blocksize.inflation(points, why.block_seconds - 30, 0.5, 2) > blocksize.MAX_INFLATION
     # and two pods are two batches whatever the lives
     two = one_pod() + one_pod(pod="q")
     e2 = acceptance.estimate(two, confidence=0.95, batch_seconds=plan.seconds)

@@ -111,15 +111,23 @@ def _captured(u: float) -> float:
     return 1.0 - u / 3.0 if u <= 1.0 else 1.0 / u - 1.0 / (3.0 * u * u)
 
 
-def inflation(points: Sequence[tuple[float, float]], block: float, inner: float) -> float:
-    """True over seen variance of a pod's blocks of `block` seconds, `inner` the share of the
-    window's draft weight that has a boundary inside its pod ((m - 1) / m for m blocks)."""
+def inflation(
+    points: Sequence[tuple[float, float]], block: float, inner: float, batches: int
+) -> float:
+    """True over estimated variance of alpha from `batches` blocks of `block` seconds, `inner`
+    the share of the draft weight whose pod has a boundary inside ((m - 1) / m for m blocks).
+
+    The cross terms the blocks miss (`cross`, a share of the true variance) enter twice: the
+    blocks' own variances leave them out, and a block's deviation from the pooled mean shrinks
+    by what it shares with its neighbour. With M batches the spread estimates the variance
+    minus cross x M / (M - 1) (for adjacent blocks with covariance C: M V - 2 C against the
+    true M V + 2 (M - 1) C), so the ratio is 1 / (1 - cross M / (M - 1))."""
     total = math.fsum(n * m * m for m, n in points)
-    if not (total > 0 and block > 0) or inner <= 0:
+    if not (total > 0 and block > 0) or inner <= 0 or batches < 2:
         return 1.0
     lost = math.fsum(n * m * m * (1.0 - _captured(m / block)) for m, n in points)
-    seen = total - inner * lost
-    return total / seen if seen > 0 else math.inf
+    seen = 1.0 - inner * lost / total * batches / (batches - 1)
+    return 1.0 / seen if seen > 0 else math.inf
 
 
 def life_seconds(points: Sequence[tuple[float, float]]) -> float:
@@ -156,6 +164,7 @@ class _Candidate:
     seconds: float
     dof: float
     inner: float
+    batches: int
 
 
 def _candidate(samples: Sequence[AcceptanceSample], seconds: float) -> _Candidate:
@@ -169,7 +178,7 @@ def _candidate(samples: Sequence[AcceptanceSample], seconds: float) -> _Candidat
     for b, w in zip(cut, weights, strict=True):
         per_pod.setdefault(b[0].pod, []).append(w)
     inner = math.fsum(math.fsum(ws) * (len(ws) - 1) / len(ws) for ws in per_pod.values())
-    return _Candidate(seconds, dof, inner / total if total > 0 else 0.0)
+    return _Candidate(seconds, dof, inner / total if total > 0 else 0.0, len(weights))
 
 
 def plan(
@@ -201,7 +210,7 @@ def plan(
     best: tuple[float, float, float] | None = None  # (score, seconds, inflation)
     for k in range(1, int(span / step + 1e-9) + 1):
         c = _candidate(usable, k * step)
-        infl = inflation(pts, c.seconds, c.inner)
+        infl = inflation(pts, c.seconds, c.inner, c.batches)
         if c.dof <= 0 or infl > MAX_INFLATION:
             continue
         score = t_quantile(q, c.dof) * math.sqrt(infl)
@@ -214,13 +223,14 @@ def plan(
 
 def needed_block(lives: RequestLives | None, step: float) -> float:
     """The shortest block (a multiple of `step`) two of which on one pod keep the variance
-    inflation within MAX_INFLATION; NaN when lives or `step` are unknown."""
+    inflation within MAX_INFLATION (with more blocks it only falls); NaN when lives or `step`
+    are unknown."""
     pts = _usable(lives)
     if not pts or not step > 0:
         return math.nan
 
     def fits(k: int) -> bool:
-        return inflation(pts, k * step, 0.5) <= MAX_INFLATION
+        return inflation(pts, k * step, 0.5, 2) <= MAX_INFLATION
 
     hi = 1
     while hi < _MAX_STEPS and not fits(hi):  # the inflation falls as blocks lengthen
