@@ -181,6 +181,15 @@ def _candidate(samples: Sequence[AcceptanceSample], seconds: float) -> _Candidat
     return _Candidate(seconds, dof, inner / total if total > 0 else 0.0, len(weights))
 
 
+def _multiples(most: int) -> list[int]:
+    """The block lengths tried, in sample spacings: every one up to eight, then about 25%
+    apart up to `most` (a long window holds many samples; the best length is not that sharp)."""
+    out = list(range(1, min(most, 8) + 1))
+    while out and out[-1] < most:
+        out.append(min(most, max(out[-1] + 1, round(out[-1] * 1.25))))
+    return out
+
+
 def plan(
     samples: Sequence[AcceptanceSample],
     lives: RequestLives | None,
@@ -208,7 +217,7 @@ def plan(
         return BlockPlan(seconds, BlockBasis.LIVES, 1.0, life, requests, step or seconds)
     q = 0.5 + confidence / 2.0
     best: tuple[float, float, float] | None = None  # (score, seconds, inflation)
-    for k in range(1, int(span / step + 1e-9) + 1):
+    for k in _multiples(int(span / step + 1e-9)):
         c = _candidate(usable, k * step)
         infl = inflation(pts, c.seconds, c.inner, c.batches)
         if c.dof <= 0 or infl > MAX_INFLATION:
