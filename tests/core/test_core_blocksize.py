@@ -91,7 +91,7 @@ def test_the_inflation_matches_the_variance_blocks_miss_on_replayed_traffic() ->
             assert e is not None and e.conclusive
             errors.append(e.value - truth)
             variances.append(e.std_error**2)
-            c = blocksize._candidate(w.samples, 30.0)
+            c = blocksize._candidate(blocksize._by_pod(w.samples), 30.0)
             points = blocksize._usable(w.lives)
             modelled.append(blocksize.inflation(points, 30.0, c.inner, c.batches))
     measured = float(np.var(errors) / np.mean(variances))
@@ -174,3 +174,28 @@ def test_broken_histograms_are_no_lives() -> None:
         plan = blocksize.plan(one_pod(), b, configured=None, scrape_interval=15, confidence=0.95)
         assert plan.basis is BlockBasis.LIVES_UNKNOWN
         assert math.isnan(blocksize.effective_requests(b))
+
+
+def test_block_weights_are_cut_as_the_estimate_cuts_them() -> None:
+    # the planner cuts blocks itself (cheaply, once per length tried): it must cut exactly as
+    # batching.blocks does for the estimate, gaps, uneven spans and tails included
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        samples = []
+        for pod in range(int(rng.integers(1, 4))):
+            t = 0.0
+            for _ in range(int(rng.integers(1, 14))):
+                t += float(rng.choice([0.0, 0.0, 30.0, 60.0]))
+                span = float(rng.choice([15.0, 30.0, 45.0]))
+                samples.append(
+                    AcceptanceSample(10, float(rng.integers(1, 500)), 5, pod=f"p{pod}",
+                                     start=t, end=t + span)
+                )  # fmt: skip
+                t += span
+        for seconds in (15.0, 30.0, 60.0, 90.0, 1e9):
+            cut = acceptance.batches(samples, seconds)
+            c = blocksize._candidate(blocksize._by_pod(samples), seconds)
+            assert c.batches == len(cut)
+            tokens = [t for _, t in cut]
+            kish = sum(tokens) ** 2 / sum(t * t for t in tokens) - 1
+            assert c.dof == pytest.approx(kish)

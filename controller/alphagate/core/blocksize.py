@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from alphagate.core.batching import blocks
 from alphagate.core.model import (
     AcceptanceSample,
     Buckets,
@@ -167,17 +166,42 @@ class _Candidate:
     batches: int
 
 
-def _candidate(samples: Sequence[AcceptanceSample], seconds: float) -> _Candidate:
-    """Blocks of `seconds`: Kish dof over their draft tokens and the inner-boundary share."""
-    cut = blocks(samples, seconds)
-    weights = [math.fsum(s.draft_tokens for s in b) for b in cut]
+def _by_pod(samples: Sequence[AcceptanceSample]) -> list[list[tuple[float, float, float]]]:
+    """(start, end, draft tokens) per pod, in time order: what cutting into blocks needs."""
+    pods: dict[str, list[tuple[float, float, float]]] = {}
+    for s in samples:
+        pods.setdefault(s.pod, []).append((s.start, s.end, s.draft_tokens))
+    return [sorted(v) for v in pods.values()]
+
+
+def _candidate(pods: Sequence[Sequence[tuple[float, float, float]]], seconds: float) -> _Candidate:
+    """Blocks of `seconds` cut as `batching.blocks` cuts them (consecutive samples until the
+    block spans `seconds`, a shorter tail joining the block before it): Kish dof over their
+    draft tokens, the share of weight whose pod has an inner boundary, the block count."""
+    weights: list[float] = []
+    inner = 0.0
+    for items in pods:
+        cut: list[float] = []
+        first = last = 0.0
+        for start, end, tokens in items:
+            if cut and last - first >= seconds:
+                cut.append(tokens)
+                first = start
+            elif cut:
+                cut[-1] += tokens
+            else:
+                cut.append(tokens)
+                first = start
+            last = end
+        if len(cut) > 1 and last - first < seconds:
+            tail = cut.pop()
+            cut[-1] += tail
+        weights.extend(cut)
+        if cut:
+            inner += math.fsum(cut) * (len(cut) - 1) / len(cut)
     total = math.fsum(weights)
     squares = math.fsum(w * w for w in weights)
     dof = total * total / squares - 1.0 if squares > 0 else 0.0
-    per_pod: dict[str, list[float]] = {}
-    for b, w in zip(cut, weights, strict=True):
-        per_pod.setdefault(b[0].pod, []).append(w)
-    inner = math.fsum(math.fsum(ws) * (len(ws) - 1) / len(ws) for ws in per_pod.values())
     return _Candidate(seconds, dof, inner / total if total > 0 else 0.0, len(weights))
 
 
@@ -217,8 +241,9 @@ def plan(
         return BlockPlan(seconds, BlockBasis.LIVES, 1.0, life, requests, step or seconds)
     q = 0.5 + confidence / 2.0
     best: tuple[float, float, float] | None = None  # (score, seconds, inflation)
+    pods = _by_pod(usable)
     for k in _multiples(int(span / step + 1e-9)):
-        c = _candidate(usable, k * step)
+        c = _candidate(pods, k * step)
         infl = inflation(pts, c.seconds, c.inner, c.batches)
         if c.dof <= 0 or infl > MAX_INFLATION:
             continue
