@@ -37,9 +37,6 @@ BASE: dict[str, Any] = {
             "enableAbove": 0.60,
             "minDrafts": 500,
             "consecutiveWindows": 2,
-            # The simulator's requests are short (256-400 tokens, a few seconds): a 30 s scrape
-            # of its one canary pod outlives them, so each scrape is its own batch.
-            "batchSeconds": 30,
         },
         "timing": {
             "intervalSeconds": 30,

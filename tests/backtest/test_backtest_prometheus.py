@@ -80,8 +80,7 @@ def policy(url: str) -> dict[str, Any]:
                     "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                 }
             ],
-            # the simulator's requests are short: each step's increment is its own batch
-            "acceptance": {"minDrafts": 100, "consecutiveWindows": 1, "batchSeconds": STEP},
+            "acceptance": {"minDrafts": 100, "consecutiveWindows": 1},
             "latency": {"enabled": False},
             "timing": {
                 "intervalSeconds": STEP,

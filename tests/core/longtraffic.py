@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alphagate.core.model import AcceptanceSample
+from alphagate import vllm
+from alphagate.core.model import AcceptanceSample, Buckets, RequestLives
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,10 @@ def pod_samples(
     *,
     intervals: int,
     burn_in_seconds: float = 3600.0,
+    decode_times: list[float] | None = None,
 ) -> list[AcceptanceSample]:
-    """Counter increments of one pod over `intervals` scrapes after a burn-in (steady state)."""
+    """Counter increments of one pod over `intervals` scrapes after a burn-in (steady state);
+    `decode_times` gets the wall-clock decode time of every request finishing in them."""
     horizon = burn_in_seconds + intervals * t.interval_seconds
     wall, prog = _progress_clock(rng, t, horizon + 1.0)
     # Arrivals keep `concurrency` requests running on average (Little's law, in progress time).
@@ -116,7 +119,8 @@ def pod_samples(
     mean_steps = mean_len / (1 + float(_g(np.array(p_mean), t.k)))
     rate = t.concurrency / (mean_steps * t.step_seconds)
     n = rng.poisson(rate * horizon)
-    arrive = np.interp(rng.uniform(0, horizon, n), wall, prog)
+    arrive_wall = rng.uniform(0, horizon, n)
+    arrive = np.interp(arrive_wall, wall, prog)
     p = rng.beta(t.beta_a, t.beta_b, n)
     length = t.median_tokens * np.exp(t.sigma * rng.standard_normal(n))
     g, v = _g(p, t.k), _v(p, t.k)
@@ -124,6 +128,13 @@ def pod_samples(
     finish = arrive + steps * t.step_seconds
     edges = burn_in_seconds + t.interval_seconds * np.arange(intervals + 1)
     pe = np.interp(edges, wall, prog)
+    if decode_times is not None:
+        # the first wall instant the pod's progress reaches `finish` (stalls hold it still)
+        idx = np.clip(np.searchsorted(prog, finish, side="left"), 1, prog.size - 1)
+        p0, p1, w0, w1 = prog[idx - 1], prog[idx], wall[idx - 1], wall[idx]
+        done = w0 + (finish - p0) * np.where(p1 > p0, (w1 - w0) / np.maximum(p1 - p0, 1e-12), 0)
+        inside = (done > edges[0]) & (done <= edges[-1])
+        decode_times.extend((done - arrive_wall)[inside].tolist())
     out = []
     for i in range(intervals):
         lo, hi = pe[i], pe[i + 1]
@@ -146,6 +157,24 @@ def pod_samples(
             )
         )
     return out
+
+
+def window_lives(
+    seed: int, t: Traffic, *, pods: int, intervals: int = 10
+) -> tuple[list[AcceptanceSample], RequestLives | None]:
+    """`window`'s samples (the same draws) and the pods' decode-time histogram over them, as
+    `vllm:request_decode_time_seconds` would export it."""
+    rng = np.random.default_rng(seed)
+    out: list[AcceptanceSample] = []
+    times: list[float] = []
+    for j in range(pods):
+        out.extend(pod_samples(rng, t, f"pod-{j}", intervals=intervals, decode_times=times))
+    if not times:
+        return out, None
+    d = np.array(times)
+    bounds = (*vllm.DECODE_TIME_BUCKETS, math.inf)
+    counts = tuple(float(np.sum(d <= b)) for b in bounds)
+    return out, RequestLives(histogram=Buckets(bounds, counts, float(d.sum())))
 
 
 def window(seed: int, t: Traffic, *, pods: int, intervals: int = 10) -> list[AcceptanceSample]:

@@ -59,7 +59,7 @@ def resource(slice_name: str, *, selector: dict[str, str] | None = None) -> dict
             }
         ],
         source={"kind": "prometheus", "prometheus": prometheus},
-        acceptance={"minDrafts": 100, "consecutiveWindows": 1, "batchSeconds": INTERVAL},
+        acceptance={"minDrafts": 100, "consecutiveWindows": 1},
         timing={
             "intervalSeconds": INTERVAL,
             "windowSeconds": 4 * INTERVAL,

@@ -89,3 +89,32 @@ def test_advise_is_the_same_rule_for_the_controller() -> None:
     (w,) = timing.advise(spec, 16.0)  # 30 s interval spans 1.9 scrapes of 16 s
     assert w.problem is TimingProblem.INTERVAL_TOO_SHORT and w.scrapes == pytest.approx(30 / 16)
     assert w.needed_seconds == 32 and w.message
+
+
+def test_batch_seconds_over_half_the_window_warns(tmp_path: Path) -> None:
+    # one canary pod's 300 s window would be one block of 600 s: never judged
+    path = _with(tmp_path, CHAT, acceptance={"batchSeconds": 600})
+    code, found = _check(path)
+    assert code == 0
+    assert [(w["problem"], w["field"], w["needed_seconds"]) for w in found] == [
+        (TimingProblem.BLOCKS_TOO_LONG.value, "spec.acceptance.batchSeconds", 1200.0)
+    ]
+    text = runner.invoke(app, ["policy", "check", str(path)])
+    assert "leave batchSeconds out" in text.output
+    # half the window fits twice: no warning
+    assert _check(_with(tmp_path, CHAT, acceptance={"batchSeconds": 150}))[1] == []
+
+
+def test_a_window_of_one_sample_warns_with_automatic_blocks(tmp_path: Path) -> None:
+    # Prometheus policy evaluated every 120 s over 180 s: a pod's window is one 120 s sample
+    path = _with(tmp_path, CHAT, timing={"intervalSeconds": 120, "windowSeconds": 180})
+    _, found = _check(path)
+    assert [(w["problem"], w["needed_seconds"]) for w in found] == [
+        (TimingProblem.WINDOW_ONE_BLOCK.value, 240.0)
+    ]
+
+
+def test_the_shipped_chat_policy_leaves_blocks_automatic() -> None:
+    spec = config.parse(yaml.safe_load(CHAT.read_text())).spec
+    assert spec.acceptance.batch_seconds is None
+    assert timing.batches_advice(spec, 15.0) == ()

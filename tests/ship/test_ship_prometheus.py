@@ -76,8 +76,8 @@ def _policy(url: str) -> config.SpeculativeCanary:
                         "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                     }
                 ],
-                # One pod per role: its 5 s blocks are the batches (short simulated requests).
-                "acceptance": {"minDrafts": 1, "batchSeconds": 5},
+                "acceptance": {"minDrafts": 1},
+                # one pod per role: its 5 s blocks are the latency batches (60 s > the window)
                 "latency": {"minCount": 1, "batchSeconds": 5},
                 "timing": {"intervalSeconds": 5, "windowSeconds": 20, "warmupSeconds": 0},
                 "source": {"kind": "prometheus", "prometheus": {}},

@@ -145,6 +145,11 @@ def test_one_shot_of_one_canary_pod_is_inconclusive_with_a_typed_cause(
     assert (evidence["lower"], evidence["upper"]) == (0.0, 1.0)
     assert evidence["drafts"] >= 50  # plenty of drafts: the cause is the batches, not the count
     assert data["action"] == "hold"
+    # and what would make it judgeable: one sample of one pod is one block, so a window of two
+    # samples, or a second canary pod
+    assert evidence["unjudgeable"] == "window-too-short"
+    assert evidence["needed_window_seconds"] >= 2 * evidence["needed_block_seconds"] > 0
+    assert evidence["needed_pods"] == 2
 
 
 def test_evaluate_against_dead_prometheus_is_an_error_verdict(policy: Path) -> None:

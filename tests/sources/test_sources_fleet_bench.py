@@ -58,12 +58,13 @@ def test_quick_run_reports_every_number(capsys: pytest.CaptureFixture[str]) -> N
     assert all(v > 0 for v in steps.values())
     kinds = {(c["source"], c["pods"]) for c in got["cycles"]}
     assert kinds == {("scrape", 20), ("scrape", 40), ("prometheus", 20), ("prometheus", 40)}
-    # The Prometheus path: up to 15 queries a pool one canary at a time, up to 15 for every
-    # pool batched (one canary, two pools, one batch), the same through the recorded rates.
+    # The Prometheus path: up to 17 queries a pool one canary at a time (15, and the
+    # speculating canary's decode times), up to 17 for every pool batched (one canary, two
+    # pools, one batch), the same through the recorded rates.
     how = {(c["pods"], c["how"]): c["median"]["queries"] for c in got["cycles"] if "how" in c}
     assert set(how) == {(20, "batched"), (20, "per canary"), (40, "batched"), (40, "recorded")}
-    assert how[(20, "batched")] < how[(20, "per canary")] <= 30
-    assert all(0 < how[k] <= 15 for k in how if k[1] != "per canary")
+    assert how[(20, "batched")] < how[(20, "per canary")] <= 32
+    assert all(0 < how[k] <= 17 for k in how if k[1] != "per canary")
     for c in got["cycles"]:
         assert len(c["cycles"]) == 2 and c["canaries"] == 1, c
         assert c["errors"] == {}  # every pool read, by both paths

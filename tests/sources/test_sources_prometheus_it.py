@@ -265,10 +265,18 @@ def test_prometheus_matches_pod_scrape_and_scenario(
     assert pc.running is not None and sc.running is not None and sc.running > 0 < pc.running
     # a gauge read at two instants up to a scrape apart: Poisson-scale difference, not a ratio
     assert abs(pc.running - sc.running) <= 3 * math.sqrt(max(pc.running, sc.running)) + 1
+    # decode times (vllm:request_decode_time_seconds), what sizes alpha's blocks: the canary
+    # pool's histogram with its exact sum, from both sources; none read for the baseline
+    assert pc.lives is not None and sc.lives is not None
+    assert pc.lives.count > 0 and sc.lives.count > 0
+    life_p = pc.lives.histogram.sum / pc.lives.count
+    life_s = sc.lives.histogram.sum / sc.lives.count
+    assert life_p == pytest.approx(life_s, rel=0.15)
 
     pb, sb = obs_prom.pool("chat", Role.BASELINE), obs_scrape.pool("chat", Role.BASELINE)
     assert pb is not None and sb is not None and pb.error is None and sb.error is None
     assert pb.acceptance == () and sb.acceptance == ()  # speculation off: no series, no error
+    assert pb.lives is None and sb.lives is None
     assert pb.pods == sb.pods == 2
     assert p99(pb.itl) == pytest.approx(p99(sb.itl), rel=0.10)
     assert pb.tpot is not None and sb.tpot is not None

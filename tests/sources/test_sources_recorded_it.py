@@ -129,7 +129,9 @@ def test_recorded_rates_decide_as_raw_counters_once_they_cover_the_window(
         assert typed(alone_ev) == typed(raw_ev) == typed(batched_ev)
         assert raw_ev.combined is not None and alone_ev.combined is not None
         assert alone_ev.combined.value == pytest.approx(raw_ev.combined.value, abs=0.03)
-        assert alone_ev.combined.batches == raw_ev.combined.batches == 4  # the canary pods
+        # at least the canary pods: automatic blocks cut each pod by its decode times, and the
+        # recorded points fall on other instants than the raw scrapes, so the cuts may differ
+        assert alone_ev.combined.batches >= 4 and raw_ev.combined.batches >= 4
     good, poor = (probing(s, o, end) for s, o in zip(SPECS, alone, strict=True))
     # what was decided: far above the gate passes (confirming needs a second window), far
     # below it rolls back on its own window

@@ -34,6 +34,7 @@ from alphagate.core.evaluate import evaluate
 from alphagate.core.histogram import quantile
 from alphagate.core.insights import Insights, analyse
 from alphagate.core.model import (
+    AcceptanceEvidence,
     Evaluation,
     LatencyEvidence,
     Memory,
@@ -45,6 +46,7 @@ from alphagate.core.model import (
 )
 from alphagate.core.resolution import describe
 from alphagate.errors import PolicyError, SourceError
+from alphagate.kube.events import judgeable_message
 from alphagate.kube.insights_status import insights_status
 from alphagate.sources import Source
 from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
@@ -298,10 +300,11 @@ def render_text(
         out.append(f"slice {s.name}  traffic weight {weight:.2f}")
         est = ev.estimates.get(s.name)
         if est is not None:
+            blocks = f" of {est.block_seconds:g} s" if math.isfinite(est.block_seconds) else ""
             out.append(
                 f"  alpha {est.value:.3f} [{est.lower:.3f}, {est.upper:.3f}]"
                 f" at {est.confidence:.0%}"
-                f" ({est.method}, {est.batches} batches, {est.drafts:.0f} drafts)"
+                f" ({est.method}, {est.batches} batches{blocks}, {est.drafts:.0f} drafts)"
                 f"  mean acceptance length {est.mean_acceptance_length:.2f}"
             )
         for role in (Role.CANARY, Role.BASELINE):
@@ -336,6 +339,11 @@ def render_text(
         if tail is not None and "effective margin" not in check.reason:
             where = describe(tail.resolution, tail.quantile)
             out.append(f"  {'':<24} {'':<12} quantile at these buckets: {where}")
+    for check in ev.checks:
+        found = check.evidence
+        if isinstance(found, AcceptanceEvidence) and found.judgeable is not None:
+            text = judgeable_message(found.judgeable, check.slice or "")
+            out.append(f"not judgeable: {text}")
     would = {
         "enable": "turn speculation ON",
         "disable": "turn speculation OFF",

@@ -247,11 +247,14 @@ def spec_config_check(docs: list[Document], vllm_version: str | None) -> dict[in
 def timing_check(
     docs: list[Document], scrape_interval: float
 ) -> dict[int, list[timing.TimingWarning]]:
-    """The timing advice per document (index into `docs`) for valid resources."""
+    """The timing advice per document (index into `docs`) for valid resources, with whether
+    one canary pod's window holds two blocks of alpha."""
     out: dict[int, list[timing.TimingWarning]] = {}
     for i, doc in enumerate(docs):
         if doc.resource is not None:
-            found = timing.advise(doc.resource.spec, scrape_interval)
+            spec = doc.resource.spec
+            found = timing.advise(spec, scrape_interval)
+            found += timing.batches_advice(spec, scrape_interval)
             if found:
                 out[i] = list(found)
     return out

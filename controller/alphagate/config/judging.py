@@ -52,13 +52,16 @@ class AcceptanceGate(StrictModel):
         le=100,
         description="Disjoint windows in a row that must agree before a flip.",
     )
-    batch_seconds: PositiveSeconds = Field(
-        default=900.0,
+    batch_seconds: PositiveSeconds | None = Field(
+        default=None,
         description=(
             "Shortest time block of one pod that counts as an independent batch for alpha's "
-            "interval: at least as long as a request lives (a request keeps its acceptance "
-            "across scrapes). Pods are always separate batches; fewer than two batches is "
-            "Inconclusive. Lower it only for short outputs."
+            "interval. Absent (the default): sized every window from how long the pool's "
+            "requests decode (vllm:request_decode_time_seconds) and the scrape interval, long "
+            "enough that adjacent blocks share little (the rest is corrected for) and as many as "
+            "the window holds, so one canary pod is judged; 900 s when decode times are not "
+            "exported. A number of seconds overrides it. Pods are always separate batches; "
+            "fewer than two batches is Inconclusive."
         ),
     )
 

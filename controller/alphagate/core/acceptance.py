@@ -31,10 +31,15 @@ from typing import Final
 
 from alphagate.core.batching import blocks, ratio
 from alphagate.core.model import AcceptanceSample, Estimate, EstimateMethod, Observation, Role
+from alphagate.core.spread import Prior, moderated
 from alphagate.core.stats import korn_graubard, normal_quantile, t_quantile, wilson
 
-# Default shortest block of one pod that is its own batch (config: acceptance.batchSeconds).
+# Shortest block of one pod that is its own batch when the caller gives none; the controller
+# sizes blocks from the requests' lives (core/blocksize.py, acceptance.batchSeconds: auto).
 BATCH_SECONDS: Final = 900.0
+INSUFFICIENT: Final = EstimateMethod.INSUFFICIENT
+# Effective finished requests per batch from which batch sums count as near normal (HC2).
+HC2_MIN_REQUESTS: Final = 5.0
 
 # increase() extrapolates each series on its own; tolerate tiny accepted > drafted excesses.
 _EXCESS_TOLERANCE: Final = 1e-3
@@ -147,15 +152,37 @@ def batches(
     ]
 
 
+def _jackknife(batches: int, requests: float) -> bool:
+    """HC3 (the jackknife's leverage correction) rather than HC2 for these batches.
+
+    Two batches: HC2, the unbiased variance; the t on one dof carries the small-sample margin
+    (HC3 doubled the variance: 96.5-98% covered). From three, HC3 when the batches are sums of
+    few requests, or when the request count is unknown: a batch of a handful of requests is
+    skewed by the rare low-acceptance one (HC2 covered 92-93% on four to eight pods of long
+    lognormal requests). Batches of many requests each are near normal and HC3 over-covered
+    them (97.5-98.5% on one or two pods cut into blocks of real chat and code traffic).
+    """
+    if batches <= 2:
+        return False
+    return not (math.isfinite(requests) and requests / batches >= HC2_MIN_REQUESTS)
+
+
 def estimate(
     samples: Sequence[AcceptanceSample],
     *,
     confidence: float,
     batch_seconds: float = BATCH_SECONDS,
+    inflation: float = 1.0,
+    prior: Prior | None = None,
+    requests: float = math.nan,
 ) -> Estimate | None:
     """alpha over `samples` with a two-sided interval at `confidence`; None when no drafts.
 
-    Bad samples (see `problem`) are skipped here; the caller reports them.
+    Batches are pods cut into blocks of `batch_seconds`; `inflation` multiplies their variance
+    for what adjacent blocks share (core/blocksize.py), and `prior` (a variance learned over
+    the last hour, core/spread.py) moderates it. `requests`, the window's effective number of
+    finished requests, says whether batches are sums of many requests (see `_jackknife`). Bad
+    samples (see `problem`) are skipped here; the caller reports them.
     """
     good = _usable(samples)
     drafts = math.fsum([s.drafts for s in good])
@@ -166,6 +193,8 @@ def estimate(
     alpha = min(1.0, max(0.0, accepted / tokens))
     units = [(a, t) for a, t in batches(good, batch_seconds) if t > 0]
     n = len(units)
+
+    own = math.nan
 
     def make(lower: float, upper: float, method: EstimateMethod, se: float, dof: float) -> Estimate:
         return Estimate(
@@ -180,6 +209,10 @@ def estimate(
             method=method,
             std_error=se,
             dof=dof,
+            block_seconds=batch_seconds,
+            inflation=inflation,
+            own_std_error=own,
+            prior_dof=prior.dof if prior is not None and method is not INSUFFICIENT else 0.0,
         )
 
     # The ratio estimator with a leverage correction and Kish's dof (core/batching.py). With
@@ -188,11 +221,14 @@ def estimate(
     # jackknife's (1 - h)^2 doubled it and covered 96.5-98% where 95% is asked. From three
     # batches on the jackknife (HC3) is kept: batch sums of few, long, lognormal requests are
     # skewed, and HC2 covered only 92-93% on four to eight such pods (docs/decisions.md).
-    r = ratio(units, jackknife=len(units) > 2)
+    r = ratio(units, jackknife=_jackknife(len(units), requests))
     # One batch (or one holding numerically all the tokens) leaves no spread to learn from.
     if r is None or not r.conclusive:
-        return make(0.0, 1.0, EstimateMethod.INSUFFICIENT, math.nan, 0.0)
-    se, dof = r.se, r.dof
+        return make(0.0, 1.0, INSUFFICIENT, math.nan, 0.0)
+    se, dof = r.se * math.sqrt(max(1.0, inflation)), r.dof
+    own = se
+    if prior is not None and (se > 0 or prior.variance > 0):
+        se, dof = moderated(se, dof, prior)
     if se > 0 and n > 2:
         # From three batches, Korn-Graubard (core/stats.py): batches of a few requests each are
         # skewed toward the rare low-acceptance request, and the symmetric t interval missed on

@@ -23,9 +23,11 @@ from alphagate.core.model import (
     CheckResult,
     Estimate,
     FloorEvidence,
+    Judgeability,
     LatencyEvidence,
     NoData,
     Undecided,
+    Unjudgeable,
     Verdict,
 )
 from alphagate.core.stats import t_quantile
@@ -78,10 +80,12 @@ def check_acceptance(
     slice: str | None = None,
     error: str | None = None,
     no_data: NoData | None = None,
+    judgeable: Judgeability | None = None,
 ) -> CheckResult:
     """Hysteresis on the confidence bounds: FAIL if upper < disableBelow, PASS if lower >
     enableAbove, else INCONCLUSIVE (band, too few drafts, no estimate: its `no_data` cause,
-    UNKNOWN when not given). ERROR if `error`."""
+    UNKNOWN when not given; too few batches: `judgeable` says what would do). ERROR if
+    `error`."""
     missing = estimate is None and error is None
     evidence = AcceptanceEvidence(
         disable_below=gate.disable_below,
@@ -89,6 +93,7 @@ def check_acceptance(
         min_drafts=gate.min_drafts,
         estimate=estimate if error is None else None,
         no_data=(no_data or NoData.UNKNOWN) if missing else None,
+        judgeable=judgeable if estimate is not None and not estimate.conclusive else None,
     )
 
     def result(verdict: Verdict, reason: str, undecided: Undecided | None = None) -> CheckResult:
@@ -112,8 +117,7 @@ def check_acceptance(
         return result(
             Verdict.INCONCLUSIVE,
             f"alpha{where} {_fmt(estimate.value)} from {estimate.batches} independent batch(es): "
-            f"fewer than 2 pods or pod blocks of batchSeconds {_fmt(gate.batch_seconds)} s, so "
-            f"no honest interval (more pods or a longer window)",
+            f"{_few_batches(evidence.judgeable, estimate)}",
             Undecided.FEW_BATCHES,
         )
     if estimate.drafts < gate.min_drafts:
@@ -140,6 +144,32 @@ def check_acceptance(
         f"{_interval(estimate)}{where}: interval overlaps the band "
         f"[{_fmt(gate.disable_below)}, {_fmt(gate.enable_above)}]",
         Undecided.IN_BAND,
+    )
+
+
+_UNJUDGEABLE: Final = {
+    Unjudgeable.REQUESTS_OUTLIVE_WINDOW: "requests decode so long that a batch of one pod needs",
+    Unjudgeable.DECODE_TIMES_UNKNOWN: (
+        "no decode times (vllm:request_decode_time_seconds) to size blocks by, so a batch of one "
+        "pod needs"
+    ),
+    Unjudgeable.BLOCKS_TOO_LONG: "acceptance.batchSeconds makes a batch of one pod",
+    Unjudgeable.DRAFTS_IN_ONE_BLOCK: "every draft came within one block of",
+    Unjudgeable.WINDOW_TOO_SHORT: "the window holds fewer than two samples of a pod, each",
+}
+
+
+def _few_batches(j: Judgeability | None, e: Estimate) -> str:
+    """Why there are fewer than two batches, and what window or pod count would have two."""
+    if j is None:
+        return (
+            f"fewer than 2 pods or pod blocks of {_fmt(e.block_seconds)} s, so no honest "
+            f"interval (more pods or a longer window)"
+        )
+    return (
+        f"{_UNJUDGEABLE[j.cause]} {_fmt(j.block_seconds)} s, so no honest interval in a "
+        f"{_fmt(j.current_window_seconds)} s window: a window of {_fmt(j.window_seconds)} s or "
+        f"{j.pods} canary pods would be judged"
     )
 
 

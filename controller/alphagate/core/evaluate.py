@@ -19,7 +19,18 @@ import math
 from collections.abc import Sequence
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import acceptance, checks, histogram, machine, reprobe, shape, speedup
+from alphagate.core import (
+    acceptance,
+    blocksize,
+    checks,
+    histogram,
+    machine,
+    poolalpha,
+    reprobe,
+    shape,
+    speedup,
+    timing,
+)
 from alphagate.core.model import (
     Action,
     Cause,
@@ -28,6 +39,7 @@ from alphagate.core.model import (
     Command,
     Estimate,
     Evaluation,
+    Judgeability,
     LatencyEvidence,
     Memory,
     NoData,
@@ -40,6 +52,7 @@ from alphagate.core.model import (
     WindowEvidence,
     ev,
 )
+from alphagate.core.spread import Spread
 from alphagate.core.suitability import Suitability, output_length
 
 
@@ -54,6 +67,49 @@ def _slice_error(observation: Observation, name: str) -> str | None:
     if bad is not None:
         return f"bad data on slice {name}: {bad}"
     return None
+
+
+def _estimates(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    names: Sequence[str],
+    memory: Memory,
+    now: float,
+) -> tuple[dict[str, Estimate], dict[str, Judgeability], dict[str, Spread]]:
+    """alpha per slice (core/poolalpha.py: blocks sized from the requests' lives, the learned
+    between-request variance as a prior), what would make an unjudgeable slice judgeable, and
+    what each slice learned."""
+    gate = spec.acceptance
+    estimates: dict[str, Estimate] = {}
+    judgeable: dict[str, Judgeability] = {}
+    learned = dict(memory.spread)
+    if observation.source_error is not None:
+        return estimates, judgeable, learned
+    scrape = timing.scrape_interval(spec, observation.scrape_interval_seconds)
+    for name in names:
+        canary = observation.pool(name, Role.CANARY)
+        if canary is None or canary.error is not None:
+            continue
+        got = poolalpha.estimate(
+            canary,
+            confidence=gate.confidence,
+            batch_seconds=gate.batch_seconds,
+            scrape_interval=scrape,
+            learned=learned.get(name),
+            now=now,
+            window_seconds=observation.window_seconds,
+        )
+        if got.learned is not None:
+            learned[name] = got.learned
+        if got.estimate is None:
+            continue
+        estimates[name] = got.estimate
+        why = blocksize.judgeable(
+            got.plan, got.estimate, canary.lives, window_seconds=observation.window_seconds
+        )
+        if why is not None:
+            judgeable[name] = why
+    return estimates, judgeable, learned
 
 
 def no_data(observation: Observation, names: Sequence[str]) -> NoData | None:
@@ -153,17 +209,7 @@ def evaluate(
     suffix = len(spec.slices) > 1  # name checks by slice when the policy has several
 
     # ---- estimate
-    estimates: dict[str, Estimate] = {}
-    if observation.source_error is None:
-        for name in names:
-            canary = observation.pool(name, Role.CANARY)
-            if canary is None or canary.error is not None:
-                continue
-            e = acceptance.estimate(
-                canary.acceptance, confidence=gate.confidence, batch_seconds=gate.batch_seconds
-            )
-            if e is not None:
-                estimates[name] = e
+    estimates, judgeable, learned = _estimates(spec, observation, names, memory, now)
     weights = acceptance.weights(observation, names)
     if not math.fsum(weights.values()) > 0:
         weights = _fallback_weights(estimates, names)
@@ -175,7 +221,7 @@ def evaluate(
     for name, e in estimates.items():
         if e.drafts >= gate.min_drafts and math.isfinite(e.value):
             last_alpha[name] = e.value
-    memory = memory.model_copy(update={"last_alpha": last_alpha})
+    memory = memory.model_copy(update={"last_alpha": last_alpha, "spread": learned})
     good_share: float | None = None
     if math.fsum(weights.values()) > 0:
         good_share = math.fsum(
@@ -229,7 +275,9 @@ def evaluate(
                 )
             )
         else:
-            results.extend(_judge(spec, observation, names, estimates, combined, per_slice, suffix))
+            results.extend(
+                _judge(spec, observation, names, estimates, combined, per_slice, suffix, judgeable)
+            )
 
     verdict = checks.overall(results)
     alpha = combined.value if combined is not None else None
@@ -329,6 +377,7 @@ def _judge(
     combined: Estimate | None,
     per_slice: bool,
     suffix: bool,
+    judgeable: dict[str, Judgeability],
 ) -> list[CheckResult]:
     gate = spec.acceptance
     out: list[CheckResult] = []
@@ -342,13 +391,18 @@ def _judge(
                     slice=n if suffix else None,
                     error=errors[n],
                     no_data=no_data(observation, [n]),
+                    judgeable=judgeable.get(n),
                 )
             )
     else:
         failed = "; ".join(e for e in errors.values() if e is not None) or None
         out.append(
             checks.check_acceptance(
-                combined, gate=gate, error=failed, no_data=no_data(observation, names)
+                combined,
+                gate=gate,
+                error=failed,
+                no_data=no_data(observation, names),
+                judgeable=next((judgeable[n] for n in names if n in judgeable), None),
             )
         )
         for s in spec.slices:

@@ -46,6 +46,14 @@ class Estimate:
     # to combine slices. NaN when unknown.
     std_error: float = math.nan
     dof: float = math.inf
+    # Batch means only: the per-pod block length (s), the variance inflation applied for what
+    # adjacent blocks share (core/blocksize.py), the standard error before the learned prior
+    # (core/spread.py: what the next windows learn from) and the prior's degrees of freedom
+    # inside `dof` (0: no prior).
+    block_seconds: float = math.nan
+    inflation: float = 1.0
+    own_std_error: float = math.nan
+    prior_dof: float = 0.0
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -78,6 +86,7 @@ def _estimate_flat(e: Estimate | None) -> dict[str, float | str]:
         "draft_tokens": ev(e.draft_tokens),
         "accepted_tokens": ev(e.accepted_tokens),
         "batches": float(e.batches),
+        "block_seconds": ev(e.block_seconds),
         "method": str(e.method),
         "mean_acceptance_length": ev(e.mean_acceptance_length),
     }
@@ -99,6 +108,43 @@ class Undecided(StrEnum):
     IN_BAND = "in-band"
 
 
+class Unjudgeable(StrEnum):
+    """Why a canary's window holds fewer than two independent batches, so alpha has no honest
+    interval (`Judgeability.cause`); the values are stable labels (conditions, Events)."""
+
+    # Requests decode so long that a batch must span more than half the window on one pod.
+    REQUESTS_OUTLIVE_WINDOW = "requests-outlive-window"
+    # batchSeconds is automatic but the pods export no decode times: 900 s blocks.
+    DECODE_TIMES_UNKNOWN = "decode-times-unknown"
+    # acceptance.batchSeconds, set by hand, is longer than half the window.
+    BLOCKS_TOO_LONG = "blocks-too-long"
+    # Blocks would fit, but every draft of the window came within one block (bursty traffic).
+    DRAFTS_IN_ONE_BLOCK = "drafts-in-one-block"
+    # The window holds fewer than two samples of a pod (range steps, or pod scrapes).
+    WINDOW_TOO_SHORT = "window-too-short"
+
+
+@dataclass(frozen=True, slots=True)
+class Judgeability:
+    """What would make an undecidable window judgeable: the cause, the block length one batch
+    needs, the window that holds two such blocks of one pod, and the canary pods that make
+    every window judgeable (pods never share a request: each is a batch)."""
+
+    cause: Unjudgeable
+    block_seconds: float
+    window_seconds: float
+    current_window_seconds: float
+    pods: int = 2
+
+    def flat(self) -> dict[str, float | str]:
+        return {
+            "unjudgeable": self.cause.value,
+            "needed_block_seconds": ev(self.block_seconds),
+            "needed_window_seconds": ev(self.window_seconds),
+            "needed_pods": float(self.pods),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class AcceptanceEvidence:
     """The gate an acceptance check applied and the estimate it judged (None: no drafts)."""
@@ -110,6 +156,8 @@ class AcceptanceEvidence:
     no_data: NoData | None = None  # why there is no estimate (None: there is one, or an error)
     # why the check could not decide (None when it passed, failed or errored)
     undecided: Undecided | None = None
+    # few-batches only: what would make the window judgeable (None: not known or not that)
+    judgeable: Judgeability | None = None
 
     def flat(self) -> dict[str, float | str]:
         """Flat JSON-safe view for people (status details, CLI JSON); code reads the fields."""
@@ -123,6 +171,8 @@ class AcceptanceEvidence:
             out["no_data"] = self.no_data.value
         if self.undecided is not None:
             out["undecided"] = self.undecided.value
+        if self.judgeable is not None:
+            out |= self.judgeable.flat()
         return out
 
 

@@ -24,6 +24,7 @@ from alphagate.core.evidence import (
     EstimateMethod,
     ExceedanceTest,
     FloorEvidence,
+    Judgeability,
     LatencyEvidence,
     LatencyUndecided,
     PoolLatency,
@@ -31,9 +32,11 @@ from alphagate.core.evidence import (
     SpeedUp,
     TailGuard,
     Undecided,
+    Unjudgeable,
     WindowEvidence,
     ev,
 )
+from alphagate.core.spread import Spread
 from alphagate.core.vocab import (
     Action,
     Alert,
@@ -66,6 +69,7 @@ __all__ = [
     "ExceedanceTest",
     "FloorEvidence",
     "Guard",
+    "Judgeability",
     "LatencyEvidence",
     "LatencyUndecided",
     "NoData",
@@ -76,6 +80,7 @@ __all__ = [
     "State",
     "TailGuard",
     "Undecided",
+    "Unjudgeable",
     "Verdict",
     "WindowEvidence",
     "ev",
@@ -132,6 +137,25 @@ class LatencySample:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestLives:
+    """How long the pool's requests decoded, over the window: what sizes alpha's time blocks
+    (core/blocksize.py). A request keeps its acceptance for its whole life, so blocks of one
+    pod are near independent only when they are long against the lives of the requests that
+    carry most drafts.
+
+    `histogram` is `vllm:request_decode_time_seconds` summed over the pool's pods (the requests
+    that finished in the window; exact `_sum`). One histogram per pool is enough: the pods of a
+    pool serve one slice's traffic."""
+
+    histogram: Buckets
+
+    @property
+    def count(self) -> float:
+        """Requests that finished in the window."""
+        return self.histogram.total
+
+
+@dataclass(frozen=True, slots=True)
 class PoolObservation:
     """What one pool (canary or baseline pods of one slice) did over the window.
 
@@ -159,6 +183,8 @@ class PoolObservation:
     spec_series: bool | None = None
     # why `acceptance` is empty when the source can tell (None: there are drafts, or unknown)
     no_data: NoData | None = None
+    # decode times of the requests that finished in the window (None: not read or none)
+    lives: RequestLives | None = None
 
     @property
     def speculating(self) -> bool:
@@ -297,6 +323,9 @@ class Memory(BaseModel):
     probe_deadline: float = 0.0  # past it a probe without a verdict keeps probing, and says so
     flip_times: tuple[float, ...] = ()  # recent flips, for the flips-per-hour cap
     last_alpha: dict[str, float] = Field(default_factory=dict)  # per slice, last estimate
+    # per slice, the between-request variance of alpha learned over the last hour: a prior
+    # for each window's interval (core/spread.py)
+    spread: dict[str, Spread] = Field(default_factory=dict)
     good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
     # the traffic's shape in the last window whose alpha cleared the gate while speculating,
     # and in the window that rolled back: a return of the first, away from the second,

@@ -8,7 +8,9 @@ scrapes once per evaluation: its scrape interval is intervalSeconds, and the win
 at least two of those increments.
 
 Both `alphagate policy check` and the controller call `advise`; the warnings are typed so
-Events, conditions, logs and the CLI derive their words from the fields.
+Events, conditions, logs and the CLI derive their words from the fields. `policy check` also
+calls `batches_advice`: whether a window of one canary pod (the common canary) can hold two
+blocks of alpha at all; the controller learns that from the data (CanaryJudgeable).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class TimingProblem(StrEnum):
     INTERVAL_TOO_SHORT = "interval-too-short"  # each batch's increase()[intervalSeconds]
     WINDOW_TOO_SHORT = "window-too-short"  # the window's increase()[windowSeconds]
     STALENESS_TOO_SHORT = "staleness-too-short"  # afterSeconds below window + warm-up
+    # one canary pod's window holds fewer than two blocks of alpha (policy check only)
+    BLOCKS_TOO_LONG = "blocks-too-long"  # acceptance.batchSeconds over half the window
+    WINDOW_ONE_BLOCK = "window-one-block"  # window under two samples of a pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,19 @@ class TimingWarning:
     @property
     def message(self) -> str:
         """One line for people (nothing parses it)."""
+        if self.problem is TimingProblem.BLOCKS_TOO_LONG:
+            return (
+                f"{self.field} {self.seconds:g} s leaves fewer than two blocks of one pod in a "
+                f"window, so one canary pod is never judged: make timing.windowSeconds at "
+                f"least {self.needed_seconds:g} s or leave batchSeconds out (sized from the "
+                f"requests' decode times)"
+            )
+        if self.problem is TimingProblem.WINDOW_ONE_BLOCK:
+            return (
+                f"{self.field} {self.seconds:g} s holds fewer than two samples of a pod (one "
+                f"range step of intervalSeconds each), so one canary pod is never judged: make "
+                f"it at least {self.needed_seconds:g} s"
+            )
         if self.problem is TimingProblem.STALENESS_TOO_SHORT:
             return (
                 f"{self.field} {self.seconds:g} s is shorter than windowSeconds + warmupSeconds "
@@ -99,3 +117,41 @@ def advise(
             )
         )
     return tuple(out)
+
+
+def batches_advice(
+    spec: SpeculativeCanarySpec, scrape_interval_seconds: float | None
+) -> tuple[TimingWarning, ...]:
+    """Can a window of one canary pod hold two blocks of alpha? An explicit batchSeconds must
+    fit twice in the window; automatic blocks are at least one sample of the pod (one range
+    step of intervalSeconds), so the window must hold two of those. (Whether requests live
+    short enough only the data can say: the controller's CanaryJudgeable condition.)"""
+    t = spec.timing
+    configured = spec.acceptance.batch_seconds
+    if configured is not None:
+        if t.window_seconds < 2.0 * configured:
+            return (
+                TimingWarning(
+                    TimingProblem.BLOCKS_TOO_LONG,
+                    "spec.acceptance.batchSeconds",
+                    configured,
+                    2.0 * configured,
+                ),
+            )
+        return ()
+    if spec.source.kind is SourceKind.POD_SCRAPE:
+        return ()  # a pod scrape's sample is one interval: `advise` holds the window to two
+    # a sample is one range step (intervalSeconds); two scrapes per window are `advise`'s
+    s = scrape_interval(spec, scrape_interval_seconds)
+    block = t.interval_seconds
+    if t.window_seconds < 2.0 * block:
+        return (
+            TimingWarning(
+                TimingProblem.WINDOW_ONE_BLOCK,
+                "spec.timing.windowSeconds",
+                t.window_seconds,
+                2.0 * block,
+                s,
+            ),
+        )
+    return ()

@@ -31,8 +31,10 @@ from alphagate.core.model import (
     DraftCause,
     DraftChange,
     Evaluation,
+    Judgeability,
     LatencyEvidence,
     State,
+    Unjudgeable,
     Verdict,
 )
 from alphagate.core.timing import TimingWarning
@@ -84,6 +86,8 @@ class Reason(StrEnum):
     OWNERSHIP_REFUSED = "OwnershipRefused"
     OWNERSHIP_RESUMED = "OwnershipResumed"
     API_BUDGET_EXCEEDED = "ApiBudgetExceeded"  # an evaluation deferred or a request refused
+    # the canary's windows hold fewer than two independent batches: alpha cannot be judged
+    CANARY_UNJUDGEABLE = "CanaryUnjudgeable"
 
 
 class EventType(StrEnum):
@@ -365,6 +369,35 @@ def timing_events(events: EventRecorder, ref: ObjectRef, warnings: Sequence[Timi
     policy generation and scrape interval, not every evaluation."""
     for w in warnings:
         events.warning(ref, Reason.TIMING_TOO_SHORT, w.message)
+
+
+def unjudgeable_event(events: EventRecorder, ref: ObjectRef, unit: str, why: Judgeability) -> None:
+    """One Warning Event for a canary whose windows cannot be judged (core/blocksize), with the
+    window or pod count that would be: the caller sends it once per change, not every
+    evaluation."""
+    events.warning(ref, Reason.CANARY_UNJUDGEABLE, judgeable_message(why, unit))
+
+
+def judgeable_message(why: Judgeability, unit: str = "") -> str:
+    """The words for a `Judgeability` (conditions and Events; nothing parses them)."""
+    where = f" [slice {unit}]" if unit else ""
+    return (
+        f"alpha cannot be judged{where}: {UNJUDGEABLE_WORDS[why.cause]} "
+        f"{why.block_seconds:g} s, so a {why.current_window_seconds:g} s window of one pod holds "
+        f"fewer than two; timing.windowSeconds {why.window_seconds:g} or {why.pods} canary pods "
+        f"would be judged"
+    )
+
+
+UNJUDGEABLE_WORDS: Final = {
+    Unjudgeable.REQUESTS_OUTLIVE_WINDOW: "requests decode so long that a batch must span",
+    Unjudgeable.DECODE_TIMES_UNKNOWN: (
+        "the pods export no vllm:request_decode_time_seconds, so batches span"
+    ),
+    Unjudgeable.BLOCKS_TOO_LONG: "acceptance.batchSeconds makes batches span",
+    Unjudgeable.DRAFTS_IN_ONE_BLOCK: "every draft came in one burst; a batch spans",
+    Unjudgeable.WINDOW_TOO_SHORT: "a batch spans at least one sample of the pod,",
+}
 
 
 def list_events(

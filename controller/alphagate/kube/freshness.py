@@ -1,10 +1,13 @@
-"""Two conditions that say whether the canary is judged at all: VerdictFresh and TimingFits.
+"""Three conditions that say whether the canary is judged at all: VerdictFresh, TimingFits and
+CanaryJudgeable.
 
 VerdictFresh is False while some unit is Probing or On without a conclusive verdict for
 staleness.afterSeconds (the core raises `Alert.VERDICT_STALE`): speculation runs unchecked.
 TimingFits is False when the policy's interval or window spans fewer than two scrape intervals
-of its source (`core.timing.advise`), so `increase()` is empty at times. Both read typed
-fields only; the words are made here.
+of its source (`core.timing.advise`), so `increase()` is empty at times. CanaryJudgeable is
+False while a window of the canary holds fewer than two independent batches of alpha, with the
+cause and the window or pod count that would do (`Judgeability`, core/blocksize.py). All read
+typed fields only; the words are made here (and in `kube.events`).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core.model import Alert, Evaluation
+from alphagate.core.model import AcceptanceEvidence, Alert, CheckKind, Evaluation, Judgeability
 from alphagate.core.timing import TimingWarning
+from alphagate.kube.events import judgeable_message
 from alphagate.kube.status import ConditionType, set_condition
 
 
@@ -88,6 +92,67 @@ def timing_fits(
         True,
         "Fits" if scrape_interval_seconds is not None else "ScrapeIntervalUnknown",
         known,
+        now=now,
+        generation=generation,
+    )
+
+
+def unjudgeable(evaluations: Sequence[tuple[str, Evaluation]]) -> list[tuple[str, Judgeability]]:
+    """(unit, why) for every unit whose last window could not be judged for want of batches."""
+    out = []
+    for unit, e in evaluations:
+        for c in e.checks:
+            ev = c.evidence
+            accepting = c.kind is CheckKind.ACCEPTANCE and isinstance(ev, AcceptanceEvidence)
+            if accepting and isinstance(ev, AcceptanceEvidence) and ev.judgeable is not None:
+                out.append((c.slice or unit, ev.judgeable))
+    return out
+
+
+def _judged(evaluations: Sequence[tuple[str, Evaluation]]) -> int:
+    """How many acceptance checks judged an interval (at least two batches)."""
+    return sum(
+        1
+        for _, e in evaluations
+        for c in e.checks
+        if c.kind is CheckKind.ACCEPTANCE
+        and isinstance(c.evidence, AcceptanceEvidence)
+        and c.evidence.estimate is not None
+        and c.evidence.estimate.conclusive
+    )
+
+
+def canary_judgeable(
+    conditions: list[Any],
+    evaluations: Sequence[tuple[str, Evaluation]],
+    *,
+    now: float,
+    generation: int,
+) -> list[Any]:
+    """CanaryJudgeable from the units' acceptance checks: False (reason: the cause) while a
+    window has drafts but fewer than two batches, True once one has an interval; unchanged
+    while nothing is judged (speculation off, no drafts, warm-up)."""
+    found = unjudgeable(evaluations)
+    if found:
+        why = found[0][1]
+        reason = "".join(part.capitalize() for part in why.cause.value.split("-"))
+        return set_condition(
+            conditions,
+            ConditionType.CANARY_JUDGEABLE,
+            False,
+            reason,
+            "; ".join(judgeable_message(w, u) for u, w in found)[:1024],
+            now=now,
+            generation=generation,
+        )
+    if not _judged(evaluations):
+        return conditions
+    return set_condition(
+        conditions,
+        ConditionType.CANARY_JUDGEABLE,
+        True,
+        "Judgeable",
+        "the canary's windows hold at least two independent batches of alpha",
         now=now,
         generation=generation,
     )

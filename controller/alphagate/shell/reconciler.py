@@ -20,10 +20,11 @@ patch keeps the previous Memory (the decision is recorded with `applied: false` 
 next interval), so an API error can neither lose nor half-apply a flip.
 
 The steps live beside it: claiming and resuming (`shell.claims`), manual commands
-(`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`), judging,
-K tuning and the diagnosis Event (`shell.insight`), applying (`shell.act`), the TimingFits
-warning (`shell.timing_warnings`). A policy naming a Prometheus
-endpoint the admin did not configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
+(`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`), judging, K
+tuning and the diagnosis Event (`shell.insight`), applying (`shell.act`), the TimingFits
+warning (`shell.timing_warnings`), the CanaryJudgeable one (`shell.judgeable_warnings`). A
+policy naming a Prometheus endpoint the admin did not configure is an invalid spec
+(SpecValid=False `UnknownEndpoint`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from alphagate.kube.units import (
 from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.claims import prepare
 from alphagate.shell.insight import Diagnoses
+from alphagate.shell.judgeable_warnings import JudgeableWarnings
 from alphagate.shell.manual import manual_command
 from alphagate.shell.observing import observe_all
 from alphagate.shell.outcome import (
@@ -142,6 +144,7 @@ class Reconciler(WatchLoop):
         self.diagnoses = Diagnoses()  # the diagnosis findings last reported
         self._tracked: set[tuple[str, str]] = set()
         self.timing_warnings = TimingWarnings(self.events, self.recorder)  # told once per change
+        self.judgeable_warnings = JudgeableWarnings(self.events)  # told once per change
         self.evaluations = 0
 
     # ------------------------------------------------------------ sources
@@ -156,6 +159,7 @@ class Reconciler(WatchLoop):
             self._memories.pop((namespace, name), None)
             self._tracked.discard((namespace, name))
         self.timing_warnings.forget(namespace, name)
+        self.judgeable_warnings.forget(namespace, name)
         self.sources.drop(namespace, name)
         if self.kube.budget is not None:
             self.kube.budget.forget(namespace, name)
@@ -397,6 +401,14 @@ class Reconciler(WatchLoop):
             [u.evaluation for u in out.units if u.evaluation is not None],
             now=now,
             generation=generation,
+        )
+        conditions = self.judgeable_warnings.check(
+            [(u.unit.name, u.evaluation) for u in out.units if u.evaluation is not None],
+            conditions,
+            ref=ref,
+            generation=generation,
+            now=now,
+            log=log,
         )
 
         if any(u.error_reason == "NotLeader" for u in out.units):

@@ -82,6 +82,7 @@ def _family_prefixes() -> str:
     prefixes = {"spec_decode_num_", "generation_tokens_", vllm.base(vllm.ITL)[5:] + "_"}
     prefixes.add(vllm.base(vllm.TPOT)[5:] + "_")
     prefixes.add(vllm.REQUEST_GENERATION_TOKENS[5:] + "_")
+    prefixes.add(vllm.DECODE_TIME[5:] + "_")
     prefixes |= {g.value[5:] for g in Gauge}
     assert all(any(s.startswith(p) for p in prefixes) for s in stems)  # import-time self-check
     return "|".join(sorted(prefixes))

@@ -32,6 +32,7 @@ class Hist(Enum):
     ITL = vllm.ITL
     TPOT = vllm.TPOT
     OUTPUT_LENGTH = vllm.REQUEST_GENERATION_TOKENS  # tokens per finished request
+    DECODE_TIME = vllm.DECODE_TIME  # seconds each finished request decoded (alpha's blocks)
 
     __hash__ = object.__hash__  # as for Counter
 

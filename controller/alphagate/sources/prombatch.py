@@ -1,6 +1,6 @@
 """The Prometheus path at fleet size: one query per family for many canaries at once.
 
-:meth:`PrometheusSource.observe` sends up to 15 queries a pool, 30 a canary: at 100 canaries,
+:meth:`PrometheusSource.observe` sends up to 17 queries a pool, 32 a canary: at 100 canaries,
 some 3,000 queries every interval. :func:`observe_many` groups the pools of many canaries by the
 label names their selectors use, sends those queries once per group (at most :data:`MAX_POOLS`
 pools), each matching the union of the pools' values and grouped ``by`` those names as well,

@@ -49,6 +49,8 @@ from alphagate.core.model import (
     NoData,
     Observation,
     PoolObservation,
+    RequestLives,
+    Role,
 )
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources import http
@@ -406,6 +408,7 @@ class PrometheusSource:
             no_data=no_data,
             output_lengths=_buckets(ask, q.output_length_buckets, q.output_length_sum, end),
             running=_running(ask, q.running, end),
+            lives=_lives(ask, q, end) if ref.role is Role.CANARY and samples else None,
         )
 
 
@@ -437,6 +440,13 @@ def _recorded_reach(ask: Asker, q: PoolQueries, end: float, every: float, where:
             f"behind; see prometheus_rule_group_last_duration_seconds"
         )
     raise SourceError(SourceErrorKind.STALE, why, target=where)
+
+
+def _lives(ask: Asker, q: PoolQueries, at: float) -> RequestLives | None:
+    """The pool's decode times over the window (what sizes alpha's blocks); None when the
+    pods export none or no request finished."""
+    h = _buckets(ask, q.decode_time_buckets, q.decode_time_sum, at)
+    return RequestLives(h) if h is not None and h.total > 0 else None
 
 
 def _running(ask: Asker, expr: str, at: float) -> float | None:

@@ -18,6 +18,9 @@ both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores,
       sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{M}[W]))
       sum (increase(vllm:inter_token_latency_seconds_sum{M}[W]))
       (and the same two for vllm:request_time_per_output_token_seconds)
+    how long requests decode (canary pools: what sizes alpha's blocks), instant at end:
+      sum by (le) (increase(vllm:request_decode_time_seconds_bucket{M}[W]))
+      sum (increase(vllm:request_decode_time_seconds_sum{M}[W]))
     spec-decode series present when the range queries came back empty, instant at end:
       count (last_over_time(vllm:spec_decode_num_drafts_total{M}[W]))
     with recorded rates (``recordedRulesIntervalSeconds`` E), the counters above become
@@ -134,6 +137,9 @@ class PoolQueries:
     output_length_buckets: str = ""
     output_length_sum: str = ""
     running: str = ""
+    # how long the requests that finished in the window decoded (alpha's block length)
+    decode_time_buckets: str = ""
+    decode_time_sum: str = ""
     # recorded rates only: when the rules last recorded the pool (the newest point's time),
     # and whether the pool has raw series (rules missing rather than no pods)
     recorded_at: str = ""
@@ -181,6 +187,8 @@ def queries(
         "output_length_sum": increase_by(
             vllm.REQUEST_GENERATION_TOKENS + vllm.SUM, m, w, extra[2:]
         ),
+        "decode_time_buckets": increase_by(vllm.DECODE_TIME + vllm.BUCKET, m, w, vllm.LE + extra),
+        "decode_time_sum": increase_by(vllm.DECODE_TIME + vllm.SUM, m, w, extra[2:]),
         # mean over the window per pod (engines of a pod add up), then the mean over pods
         "running": _either(
             lambda n: f"avg{by_keys} (sum by ({pod}) (avg_over_time({n}{{{m}}}[{w}])))",

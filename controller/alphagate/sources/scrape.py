@@ -48,6 +48,7 @@ from alphagate.core.model import (
     NoData,
     Observation,
     PoolObservation,
+    RequestLives,
     Role,
 )
 from alphagate.errors import SourceError, SourceErrorKind
@@ -407,6 +408,7 @@ class ScrapeSource:
             spec_series=spec_series,
             no_data=no_data,
             output_lengths=hists[Hist.OUTPUT_LENGTH].to_buckets(),
+            lives=_lives(hists[Hist.DECODE_TIME]) if ref.role is Role.CANARY and samples else None,
             running=(
                 math.fsum(math.fsum(v) / len(v) for v in running.values()) / len(running)
                 if running
@@ -421,6 +423,13 @@ class ScrapeSource:
             state.prune(before)
             if not state.ring and state.last_at < before:
                 del self._states[key]
+
+
+def _lives(decode: HistSum) -> RequestLives | None:
+    """The pool's decode times over the window (what sizes alpha's blocks); None when the
+    pods export none or no request finished."""
+    h = decode.to_buckets()
+    return RequestLives(h) if h is not None and h.total > 0 else None
 
 
 def read_page(

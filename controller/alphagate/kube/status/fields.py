@@ -64,6 +64,10 @@ class ConditionType(StrEnum):
     VERDICT_FRESH = "VerdictFresh"
     # False when the interval or window spans fewer than two scrape intervals (core/timing)
     TIMING_FITS = "TimingFits"
+    # False (reason: the cause, e.g. RequestsOutliveWindow) while the canary's windows hold
+    # fewer than two independent batches, so alpha has no interval (core/blocksize.py); True
+    # once a window is judged; unchanged while nothing is judged
+    CANARY_JUDGEABLE = "CanaryJudgeable"
     # False (reason ShortOutputs) while outputs are too short for speculation to pay
     # (vllm:request_generation_tokens, core/suitability): no probe starts; True once measured
     # long enough; absent while not measured
@@ -80,7 +84,7 @@ class Condition(StatusModel):
     type: str = Field(
         description=(
             "Condition type: Ready, SourceHealthy, SpecValid, RolloutComplete, VerdictFresh, "
-            "TimingFits or OutputsLongEnough."
+            "TimingFits, CanaryJudgeable or OutputsLongEnough."
         )
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")

@@ -1,0 +1,115 @@
+"""The shipped chat policy, unmodified, judges one canary pod (beside three baselines) on the
+real conversation trace: alpha's blocks are sized from the pod's decode times, so a 300 s
+window holds ten of them, and a canary at 0.45 is rolled back while one at 0.70 is confirmed.
+
+Before (batchSeconds 900 s, longer than the window) every such window was one batch: the
+interval [0, 1] forever, a 0.45 canary never judged."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import tracetraffic as tt
+import yaml
+
+from alphagate import config
+from alphagate.core.evaluate import evaluate
+from alphagate.core.model import (
+    AcceptanceEvidence,
+    Action,
+    CheckKind,
+    Evaluation,
+    Memory,
+    Observation,
+    PoolObservation,
+    Role,
+    Rollout,
+    State,
+    Undecided,
+    Unjudgeable,
+    Verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = config.parse(
+    yaml.safe_load((ROOT / "policies" / "general-chat-eagle3.yaml").read_text())
+).spec
+T0 = 2_000_000.0
+OLD = T0 - 100_000
+SETTLED = Rollout(completed_at=OLD, speculation_on=True)
+
+
+def _observation(w: tt.Window, at: float) -> Observation:
+    """One window of the canary pod, shifted so it ends at `at` (the trace window's samples
+    start BURN_IN seconds into the run)."""
+    shift = at - SPEC.timing.window_seconds - w.samples[0].start
+    samples = tuple(
+        dataclasses.replace(s, start=s.start + shift, end=s.end + shift) for s in w.samples
+    )
+    tokens = sum(s.drafts + s.accepted_tokens for s in samples)
+    return Observation(
+        at=at,
+        window_seconds=SPEC.timing.window_seconds,
+        pools=(
+            PoolObservation(
+                "chat", Role.CANARY, acceptance=samples, lives=w.lives, generation_tokens=tokens
+            ),
+            PoolObservation("chat", Role.BASELINE, generation_tokens=3 * tokens),
+        ),
+    )
+
+
+def _run(alpha: float, seed: int, windows: int) -> list[Evaluation]:
+    memory = Memory(state=State.ON, since=OLD, last_flip_at=OLD)
+    out = []
+    for i, w in enumerate(tt.run(seed, tt.Setup(mix=tt.mix_at(alpha)), windows=windows)):
+        at = T0 + (i + 1) * SPEC.timing.window_seconds
+        e = evaluate(SPEC, _observation(w, at), memory, SETTLED, now=at)
+        out.append(e)
+        memory = e.memory
+        if e.action is Action.DISABLE:
+            break
+    return out
+
+
+def _acceptance(e: Evaluation) -> AcceptanceEvidence:
+    (check,) = [c for c in e.checks if c.kind is CheckKind.ACCEPTANCE]
+    assert isinstance(check.evidence, AcceptanceEvidence)
+    return check.evidence
+
+
+def test_the_shipped_policy_rolls_back_one_canary_pod_at_045() -> None:
+    for seed in range(3):
+        evs = _run(0.45, seed, windows=3)
+        first = _acceptance(evs[0])
+        assert evs[0].checks[0].verdict is Verdict.FAIL
+        assert first.estimate is not None and first.estimate.batches == 10
+        assert first.estimate.block_seconds == 30.0 and first.estimate.upper < 0.50
+        assert evs[-1].action is Action.DISABLE  # within 15 minutes
+        assert len(evs) <= 2
+
+
+def test_the_shipped_policy_confirms_one_canary_pod_at_070() -> None:
+    evs = _run(0.70, 7, windows=6)
+    verdicts = [_acceptance(e) for e in evs]
+    assert all(v.estimate is not None and v.estimate.lower > 0.60 for v in verdicts)
+    assert all(e.action is Action.HOLD and e.memory.state is State.ON for e in evs)
+    # the between-request variance was learned: a prior once three windows' worth remains
+    # (it forgets with a one-hour time constant, so from the fifth window on)
+    assert "chat" in evs[-1].memory.spread
+    priors = [v.estimate.prior_dof for v in verdicts if v.estimate is not None]
+    assert priors[:4] == [0.0] * 4 and all(p > 0 for p in priors[4:])
+
+
+def test_a_window_that_cannot_decide_says_what_would() -> None:
+    # the shipped policy on a pod whose samples carry no decode times: auto falls back to
+    # 900 s blocks, and the check names the cause and the window that would be judged
+    w = tt.run(1, tt.Setup(mix=tt.mix_at(0.7)), windows=1)[0]
+    obs = _observation(dataclasses.replace(w, lives=None), T0)
+    e = evaluate(SPEC, obs, Memory(state=State.ON, since=OLD, last_flip_at=OLD), SETTLED, now=T0)
+    ev = _acceptance(e)
+    assert ev.undecided is Undecided.FEW_BATCHES
+    assert ev.judgeable is not None and ev.judgeable.cause is Unjudgeable.DECODE_TIMES_UNKNOWN
+    assert (ev.judgeable.window_seconds, ev.judgeable.pods) == (1800.0, 2)
+    assert ev.flat()["unjudgeable"] == "decode-times-unknown"
