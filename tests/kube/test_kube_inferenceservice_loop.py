@@ -9,9 +9,11 @@ reason."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_support import BASE_ARGS, CFG, NS, Clock, FakeSource, canary_cr
 
 from alphagate.kube import args as argsmod
@@ -232,3 +234,36 @@ def test_the_stand_in_puts_back_a_direct_edit_of_the_deployment(api: ApiServer) 
 
 def _edits_args(ops: Any) -> bool:
     return any(str(op.get("path", "")).endswith("/args") for op in ops or [])
+
+
+def test_the_shipped_kserve_policy_flips_its_inference_service(api: ApiServer) -> None:
+    """policies/kserve-hf-vllm.yaml as shipped: its canary InferenceService is probed, and
+    KServe renders the flag into the predictor's pods."""
+    path = Path(__file__).resolve().parents[2] / "policies" / "kserve-hf-vllm.yaml"
+    policy = yaml.safe_load(path.read_text())
+    for name in ("llama-chat-canary", "llama-chat-baseline"):
+        api.put(InferenceServiceTemplate(name, NS, replicas=2).build())
+    api.put(policy)
+    kube = Kube.from_configuration(api.configuration())
+    clock = Clock()
+
+    def on(slice_name: str) -> bool:
+        dep = api.get("deployments", NS, "llama-chat-canary-predictor", group="apps")
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        return argsmod.read(c["args"]) is not None
+
+    source = FakeSource(api, lambda s: 0.7, on=on)
+    rec = _reconciler(api, kube, clock, source)
+    try:
+        clock.tick()
+        out = rec.reconcile(NS, policy["metadata"]["name"])
+    finally:
+        kube.close()
+    assert out.evaluation.action.value == "enable"
+    assert on("chat")
+    canary = api.get(ISVC, NS, "llama-chat-canary", group=GROUP)
+    assert (
+        argsmod.read(canary["spec"]["predictor"]["model"]["args"])
+        == policy["spec"]["speculativeConfig"]
+    )
+    assert api.requests_matching(resource="deployments", method="PATCH") == []
