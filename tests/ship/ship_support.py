@@ -31,6 +31,7 @@ KUSTOMIZATIONS = {
     "deploy/overlays/prod": "prod overlay",
     "deploy/overlays/cluster-wide": "cluster-wide overlay",
     "deploy/overlays/sharded": "sharded overlay (replicas split the canaries)",
+    "deploy/overlays/kserve": "default plus the RBAC a KServe InferenceService target needs",
     "dashboards": "Grafana dashboard ConfigMap",
 }
 

@@ -134,7 +134,9 @@ def _build_with(tmp_path: Path, directory: str, **settings: Any) -> list[dict[st
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
-@pytest.mark.parametrize("directory", ["deploy", "deploy/overlays/prod", "deploy/overlays/dev"])
+@pytest.mark.parametrize(
+    "directory", ["deploy", "deploy/overlays/prod", "deploy/overlays/dev", "deploy/overlays/kserve"]
+)
 def test_settings_reach_every_object(tmp_path: Path, directory: str) -> None:
     objs = _build_with(
         tmp_path,
@@ -166,6 +168,9 @@ def test_settings_reach_every_object(tmp_path: Path, directory: str) -> None:
             assert obj["metadata"]["labels"]["release"] == "prom"
     if directory.endswith("prod"):
         assert any(o["apiVersion"].startswith("monitoring.coreos.com/") for o in objs)
+    if directory.endswith("kserve"):  # the KServe Role goes where the controller's does
+        assert by["Role", "alphagate-kserve"]["metadata"]["namespace"] == "inference"
+        assert by["RoleBinding", "alphagate-kserve"]["metadata"]["namespace"] == "inference"
 
 
 def test_cluster_wide_drops_the_namespace_whatever_it_is(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ import typer
 from alphagate.config import PrometheusSource as PrometheusSettings
 from alphagate.config import SourceKind, SpeculativeCanary, SpeculativeCanarySpec
 from alphagate.core import timing
+from alphagate.core.draft_length import DraftLengthReport
 from alphagate.core.evaluate import evaluate
 from alphagate.core.histogram import quantile
 from alphagate.core.insights import Insights, analyse
@@ -208,17 +209,21 @@ def _insights_json(ins: Insights | None) -> dict[str, Any] | None:
     return out
 
 
+def draft_text(d: DraftLengthReport) -> list[str]:
+    """The draft-length recommendation and its reason, as `evaluate` and `inspect` print it."""
+    rates = ", ".join(f"{p.unconditional:.3f}" for p in d.positions)
+    return [
+        f"draft length K={d.configured_k}: {d.advice.value}, recommended K={d.recommended_k}"
+        f" (position rates {rates or 'n/a'}; cost {d.cost.per_position:.3g} per position, "
+        f"{d.cost.source.value})",
+        f"  {d.reason}",
+    ]
+
+
 def _insights_text(ins: Insights) -> list[str]:
     out = []
-    d = ins.draft
-    if d is not None:
-        rates = ", ".join(f"{p.unconditional:.3f}" for p in d.positions)
-        out.append(
-            f"draft length K={d.configured_k}: {d.advice.value}, recommended K={d.recommended_k}"
-            f" (position rates {rates or 'n/a'}; cost {d.cost.per_position:.3g} per position, "
-            f"{d.cost.source.value})"
-        )
-        out.append(f"  {d.reason}")
+    if ins.draft is not None:
+        out.extend(draft_text(ins.draft))
     g = ins.diagnosis
     if g is not None:
         out.append(f"latency shape {g.shape.value}: {g.reason}")

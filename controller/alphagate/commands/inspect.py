@@ -11,6 +11,9 @@ P99 and a P95 guard at the default +10% margin, the smallest regression a Fail c
 (at best, and surely), whether "within +10%" can be shown at all, and the
 ``--custom-histogram-buckets`` layout that would resolve it (the one ``alphagate plan`` writes,
 from the page's P50 and P99 per token).
+Then the draft length the core's tuner recommends on those counters (`inspect_draft`), and
+the page's vLLM layout: the releases whose pages look like it, and for one alphagate cannot
+judge, the release it needs (`alphagate.vllm_compat`).
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ from typing import Any
 import typer
 
 from alphagate import histogram_layout as bkt
+from alphagate import vllm_compat
+from alphagate.commands import inspect_draft
+from alphagate.commands.evaluate import draft_text
+from alphagate.config import LatencyMetric
 from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
 from alphagate.sources.common import HistSum, redact_url
 from alphagate.sources.exposition import Counter, Hist, Page, Series
-from alphagate.sources.scrape import read_page
+from alphagate.sources.scrape import read_page_layout
 
 QUANTILES = (0.5, 0.99)
 GUARD_QUANTILES = (0.99, 0.95)
@@ -284,23 +291,70 @@ def render_text(models: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def layout_lines(layout: vllm_compat.Layout) -> list[str]:
+    """The page's vLLM layout (the releases whose pages look like it), and, for one alphagate
+    cannot judge with its default latency guard, the release it needs and why, in one line."""
+    out = [f"page layout              {layout.name}"]
+    problem = layout.problem(LatencyMetric.PER_TOKEN)
+    if problem is not None:
+        out.append(f"  cannot judge: {problem}")
+    return out
+
+
+def layout_json(layout: vllm_compat.Layout) -> dict[str, Any]:
+    return {
+        "name": layout.name,
+        "releases": list(layout.versions),
+        "custom_buckets": list(layout.custom_buckets),
+        "problems": {m.value: p for m in LatencyMetric if (p := layout.problem(m)) is not None},
+    }
+
+
+def draft_lines(page: Page, method: str | None) -> tuple[list[str], dict[str, Any]]:
+    """Per speculating model: the draft length the core's tuner recommends, with its evidence
+    (text lines, and the JSON by model name)."""
+    lines: list[str] = []
+    out: dict[str, Any] = {}
+    by_model: dict[str, list[Series]] = defaultdict(list)
+    for s in page.series.values():
+        by_model[s.model_name].append(s)
+    for model in sorted(by_model):
+        d = inspect_draft.report(sorted(by_model[model], key=lambda s: s.engine), method)
+        if d is None:
+            continue
+        lines.append(f"{model}  {draft_text(d)[0]}")
+        lines.extend([draft_text(d)[1], inspect_draft.options_text(d)])
+        out[model] = inspect_draft.as_json(d)
+    return lines, out
+
+
 def inspect_command(
     target: str = typer.Argument(..., help="A /metrics URL (http[s]://...) or a saved page."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
     timeout: float = typer.Option(
         10.0, "--timeout", min=0.1, max=300.0, help="Seconds to wait for a URL (0.1..300)."
     ),
+    method: str | None = typer.Option(
+        None,
+        "--method",
+        help="The speculative method the pod runs (ngram, eagle3, mtp, draft_model, ...): its "
+        "default cost per draft position prices the recommended K.",
+    ),
 ) -> None:
-    """Alpha, mean acceptance length, per-position acceptance and ITL P50/P99 of one page.
+    """Alpha, mean acceptance length, per-position acceptance, ITL P50/P99, the recommended
+    draft length K and the vLLM layout of one page.
 
     Exit status 1 when the page's numbers are impossible (alpha outside [0, 1], NaN counts)."""
-    models = report(read_page(target, timeout_seconds=timeout))
+    page, layout = read_page_layout(target, timeout_seconds=timeout)
+    models = report(page)
     bad = problems(models)
+    k_lines, k_json = draft_lines(page, method)
     if as_json:
         payload = {"target": target, "models": _clean(models), "problems": bad}
+        payload |= {"layout": layout_json(layout), "draft_length": _clean(k_json)}
         typer.echo(json.dumps(payload, indent=2))
     else:
-        typer.echo(render_text(models))
+        typer.echo("\n".join([render_text(models), *k_lines, *layout_lines(layout)]))
     for line in bad:
         typer.echo(f"error: {redact_url(target)}: {line}", err=True)
     if bad:

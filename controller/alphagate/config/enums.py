@@ -64,8 +64,10 @@ class SourceKind(StrEnum):
 
 
 class WorkloadKind(StrEnum):
-    """The kind of object whose pod template runs vLLM: a Deployment, or an Argo Rollout
-    (argoproj.io/v1alpha1) whose own canary steps roll the change out."""
+    """The kind of object whose pod template runs vLLM: a Deployment, an Argo Rollout
+    (argoproj.io/v1alpha1) whose own canary steps roll the change out, or a KServe
+    InferenceService (serving.kserve.io/v1beta1, raw deployment mode) whose predictor runs vLLM."""
 
     DEPLOYMENT = "Deployment"
     ROLLOUT = "Rollout"
+    INFERENCE_SERVICE = "InferenceService"

@@ -30,9 +30,9 @@ class SpeculativeCanarySpec(StrictModel):
 
     target: WorkloadRef = Field(
         description=(
-            "The canary Deployment (or Argo Rollout, with kind: Rollout) whose "
-            "--speculative-config alphagate turns on and off (per-slice Deployments may override "
-            "it)."
+            "The canary Deployment (or Argo Rollout, kind: Rollout; or KServe InferenceService, "
+            "kind: InferenceService) whose --speculative-config alphagate turns on and off "
+            "(per-slice Deployments may override it)."
         ),
     )
     baseline: WorkloadRef = Field(

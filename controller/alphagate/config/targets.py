@@ -10,28 +10,36 @@ from alphagate.config.enums import WorkloadKind
 
 
 class WorkloadRef(StrictModel):
-    """A Deployment (or an Argo Rollout) and the vLLM container in its pod template."""
+    """A Deployment (or an Argo Rollout, or a KServe InferenceService) and the vLLM container
+    in its pod template."""
 
     name: str = Field(
         min_length=1,
         max_length=253,
-        description="Name of the Deployment or Rollout, in the SpeculativeCanary's namespace.",
+        description=(
+            "Name of the Deployment, Rollout or InferenceService, in the SpeculativeCanary's "
+            "namespace."
+        ),
     )
     container: str = Field(
         default="vllm",
         min_length=1,
         description=(
             "Name of the vLLM container in that object's pod template whose args carry "
-            "--speculative-config."
+            "--speculative-config. An InferenceService's: the named container of "
+            "spec.predictor.containers; with spec.predictor.model, the model's container "
+            "(KServe names it kserve-container; vllm, the default, means it too)."
         ),
     )
     kind: WorkloadKind = Field(
         default=WorkloadKind.DEPLOYMENT,
         description=(
-            "Deployment (apps/v1, the default) or Rollout (argoproj.io/v1alpha1, an Argo Rollout "
-            "with its own spec.template; one that uses workloadRef is refused). The flag is "
-            "edited and recorded the same way on both; a Rollout counts as rolled out when Argo "
-            "reports it Healthy and fully promoted."
+            "Deployment (apps/v1, the default), Rollout (argoproj.io/v1alpha1, an Argo Rollout "
+            "with its own spec.template; one that uses workloadRef is refused) or "
+            "InferenceService (serving.kserve.io/v1beta1, raw deployment mode; serverless mode "
+            "is refused). The flag is edited and recorded the same way on each; a Rollout counts "
+            "as rolled out when Argo reports it Healthy and fully promoted, an InferenceService "
+            "when KServe reports it Ready and its predictor Deployment runs the edit."
         ),
     )
 

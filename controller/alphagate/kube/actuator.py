@@ -14,7 +14,10 @@ re-reads and retries a bounded number of times, then ConflictError), and reports
 Deployment's rollout as the core's `Rollout` so data from a rollout and its warm-up is never
 judged. Every failure is one of our KubeErrors, with a Warning Event when a recorder is given;
 nothing here crashes the controller. Dry-run never writes. An Argo Rollout target gets the same
-edit, record and safeguards; only how it is read and sent differs (`kube.workload`).
+edit, record and safeguards; only how it is read and sent differs (`kube.workload`); so does a
+KServe InferenceService (`kube.inferenceservice`), except that its record is written only with a
+flip (and its claim with the first, or when taken over): KServe copies its annotations into the
+predictor's pod template, so a record written alone would restart the pods.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from alphagate.errors import (
     RecordChangedError,
 )
 from alphagate.kube import args as argsmod
+from alphagate.kube import inferenceservice as isvc
 from alphagate.kube import ownership
 from alphagate.kube.client import API_ERRORS, call, translate
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
@@ -154,6 +158,8 @@ class Actuator:
 
     def read(self, namespace: str, ref: WorkloadRef) -> WorkloadState:
         what = f"read {ref.kind.value} {namespace}/{ref.name}"
+        if ref.kind is WorkloadKind.INFERENCE_SERVICE:
+            return isvc.read(self._custom, self._apps, self._as_dict, namespace, ref)
         if ref.kind is WorkloadKind.ROLLOUT:
             obj = call(
                 what,
@@ -326,6 +332,8 @@ class Actuator:
             for k, v in annotations.items()
             if k not in (ANN_MEMORY, ANN_RECORD)
         )
+        if dep.record_restarts and not args_changed:
+            stale_state = False  # the record alone would restart the pods: it rides on flips
         if dry_run or not (args_changed or stale_state):
             return ApplyResult(dep, args_changed, False, dry_run, attempts, first, dep.record)
         record = max(dep.record, expect_record or 0) + 1
@@ -350,8 +358,16 @@ class Actuator:
             raise err from exc
         except API_ERRORS as exc:
             raise translate(exc, f"patch {dep.what}") from exc
-        after = workload_state(patched, ref.container, ref.kind)
+        after = self._after(patched, ref)
         return ApplyResult(after, args_changed, True, False, attempts, first, record)
+
+    @staticmethod
+    def _after(patched: dict[str, Any], ref: WorkloadRef) -> WorkloadState:
+        """The object as the patch left it. An InferenceService's answer lacks its Deployment,
+        which KServe re-renders after the patch: rolled out it is not, until read again."""
+        if ref.kind is WorkloadKind.INFERENCE_SERVICE:
+            return isvc.isvc_state(patched, ref.container, None)
+        return workload_state(patched, ref.container, ref.kind)
 
     def _send(
         self,
@@ -361,12 +377,17 @@ class Actuator:
         new_args: list[str] | None,
     ) -> dict[str, Any]:
         """One PATCH, with the resourceVersion `dep` was read at as its precondition."""
-        if ref.kind is WorkloadKind.ROLLOUT:
+        custom = {
+            WorkloadKind.ROLLOUT: (ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL),
+            WorkloadKind.INFERENCE_SERVICE: (isvc.GROUP, isvc.VERSION, isvc.PLURAL),
+        }.get(ref.kind)
+        if custom is not None:
+            group, version, plural = custom
             out = self._custom.patch_namespaced_custom_object(
-                ROLLOUT_GROUP,
-                ROLLOUT_VERSION,
+                group,
+                version,
                 dep.namespace,
-                ROLLOUT_PLURAL,
+                plural,
                 ref.name,
                 json_patch(dep, annotations, new_args),
                 field_manager=self.field_manager,
@@ -443,6 +464,8 @@ class Actuator:
                     stale = dep.owner
                     if stale and owner_exists(stale):
                         raise ClaimedError(claimed_message(dep, owner), reason="TargetClaimed")
+                    if dep.record_restarts and not stale:
+                        return dep, ""  # the claim rides on the first flip (module text)
                     try:
                         patched = self._send(dep, ref, {ANN_OWNER: owner}, None)
                     except client.ApiException as exc:
@@ -452,7 +475,7 @@ class Actuator:
                         raise err from exc
                     except API_ERRORS as exc:
                         raise translate(exc, f"claim {dep.what}") from exc
-                    return workload_state(patched, ref.container, ref.kind), stale
+                    return self._after(patched, ref), stale
         except _Conflict as exc:
             err = ConflictError(
                 f"{what}: claim still conflicting after {self.max_attempts} attempts: {exc.error}",

@@ -14,6 +14,14 @@ So a container is accepted only when its argv visibly runs vLLM:
   component after the registry contains `vllm`: `vllm/vllm-openai`, `rocm/vllm`,
   `.../vllm-cpu`). An image of another name with vLLM inside needs `command: [vllm, serve]`.
 
+KServe's Hugging Face runtime (`python -m huggingfaceserver`, image `kserve/huggingfaceserver`)
+counts only on its vLLM backend (`--backend=vllm`): it builds its argument parser from vLLM's own
+(`make_arg_parser`) when vLLM is importable and hands the parsed arguments to
+`AsyncEngineArgs.from_cli_args`, so the flag reaches vLLM there; but it parses *known* arguments
+only, and with `--backend=auto` (its default) it serves a model vLLM does not support with
+transformers, so the flag would be dropped without a word (kserve/kserve,
+python/huggingfaceserver: `__main__.py`, `vllm/utils.py`).
+
 Launchers (each walked by its own option grammar; an option not listed is refused, since its
 effect on the argv cannot be told): env (assignments; not `-S`/`--split-string`, which splits a
 string into an argv), tini, dumb-init, catatonit, exec, nice, ionice, chrt, numactl, taskset,
@@ -103,6 +111,8 @@ SHELLS: Final = frozenset(
 PYTHON_FLAGS: Final = frozenset(("-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-P", "-b", "-q"))
 PYTHON_VALUED: Final = frozenset(("-X", "-W"))
 VLLM_MODULE: Final = "vllm.entrypoints."
+HF_MODULE: Final = "huggingfaceserver"
+HF_IMAGE: Final = "huggingfaceserver"  # kserve/huggingfaceserver and its mirrors
 
 
 class InvocationError(ValueError):
@@ -190,18 +200,37 @@ def program(tokens: Sequence[str]) -> tuple[int, tuple[str, ...]]:
     raise InvocationError(f"`{_show(tokens, 0, len(tokens))}` starts no program")
 
 
-def _runs_vllm(tokens: Sequence[str], at: int) -> bool:
-    """`vllm serve`, or python (with its own options) running a `vllm.entrypoints` module."""
-    name = base(tokens[at])
-    if name == "vllm":
-        return at + 1 < len(tokens) and tokens[at + 1] == "serve"
-    if not _is_python(name):
-        return False
+def hf_backend(args: Sequence[str]) -> str:
+    """The Hugging Face runtime's `--backend` (the last one given, as argparse takes it;
+    "auto", its default, when none is)."""
+    backend = "auto"
+    for i, token in enumerate(args):
+        if token.startswith("--backend="):
+            backend = token.partition("=")[2]
+        elif token == "--backend" and i + 1 < len(args):
+            backend = args[i + 1]
+    return backend
+
+
+def check_hf(args: Sequence[str]) -> None:
+    """Refuse KServe's Hugging Face runtime unless it runs the vLLM backend (module text)."""
+    backend = hf_backend(args)
+    if backend != "vllm":
+        raise InvocationError(
+            f"KServe's Hugging Face runtime with --backend={backend} may serve the model with "
+            "transformers, which drops --speculative-config without a word (the runtime parses "
+            "known arguments only); it hands the flag to vLLM on its vLLM backend: add "
+            "--backend=vllm to the args"
+        )
+
+
+def _module(tokens: Sequence[str], at: int) -> str | None:
+    """The module python (with its own options) runs with `-m`, else None."""
     i = at + 1
     while i < len(tokens):
         token = tokens[i]
         if token == "-m":
-            return i + 1 < len(tokens) and tokens[i + 1].startswith(VLLM_MODULE)
+            return tokens[i + 1] if i + 1 < len(tokens) else None
         if token in PYTHON_FLAGS:
             i += 1
         elif token in PYTHON_VALUED:
@@ -209,8 +238,23 @@ def _runs_vllm(tokens: Sequence[str], at: int) -> bool:
         elif token[:2] in PYTHON_VALUED:
             i += 1  # -Xdev
         else:
-            return False  # a script, `-c CODE`, or an option we do not know
-    return False
+            return None  # a script, `-c CODE`, or an option we do not know
+    return None
+
+
+def _runs_vllm(tokens: Sequence[str], at: int) -> bool:
+    """`vllm serve`, python (with its own options) running a `vllm.entrypoints` module, or
+    KServe's Hugging Face runtime on its vLLM backend (InvocationError if on another)."""
+    name = base(tokens[at])
+    if name == "vllm":
+        return at + 1 < len(tokens) and tokens[at + 1] == "serve"
+    if not _is_python(name):
+        return False
+    module = _module(tokens, at)
+    if module == HF_MODULE:
+        check_hf(tokens[at:])
+        return True
+    return module is not None and module.startswith(VLLM_MODULE)
 
 
 def image_runs_vllm(image: str) -> bool:
@@ -224,6 +268,11 @@ def image_runs_vllm(image: str) -> bool:
     return any("vllm" in p.lower() for p in parts)
 
 
+def _image_named(image: str, word: str) -> bool:
+    """The image's own name (after its registry and path, before tag and digest) has `word`."""
+    return word in image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0].lower()
+
+
 def _is_program(token: str) -> bool:
     name = base(token)
     return name in SHELLS or name in LAUNCHERS or name == "vllm" or _is_python(name)
@@ -234,6 +283,9 @@ def check(command: Sequence[str], args: Sequence[str], image: str) -> None:
     Raises InvocationError naming what was found."""
     if not command and (not args or not _is_program(args[0])):
         if image_runs_vllm(image):
+            return
+        if _image_named(image, HF_IMAGE):  # the runtime's entrypoint: python -m huggingfaceserver
+            check_hf(args)
             return
         raise InvocationError(
             f"no command, and the image {image or '(none)'!r} is not a vLLM image: alphagate "
@@ -251,4 +303,13 @@ def check(command: Sequence[str], args: Sequence[str], image: str) -> None:
         )
 
 
-__all__ = ["LAUNCHERS", "SHELLS", "InvocationError", "check", "image_runs_vllm", "program"]
+__all__ = [
+    "LAUNCHERS",
+    "SHELLS",
+    "InvocationError",
+    "check",
+    "check_hf",
+    "hf_backend",
+    "image_runs_vllm",
+    "program",
+]

@@ -1,4 +1,5 @@
-"""The objects whose pod template runs vLLM: a Deployment, or an Argo Rollout.
+"""The objects whose pod template runs vLLM: a Deployment, or an Argo Rollout (a KServe
+InferenceService is read in `kube.inferenceservice` into the same WorkloadState).
 
 Both carry the vLLM container in a pod template (`spec.template`), so the actuator edits the
 flag and writes its record the same way on both. What differs is read here: where the rollout
@@ -46,7 +47,7 @@ ROLLOUT_HEALTHY: Final = "Healthy"
 
 @dataclass(frozen=True, slots=True)
 class WorkloadState:
-    """What the actuator read from one Deployment or Rollout."""
+    """What the actuator read from one Deployment, Rollout or InferenceService."""
 
     namespace: str
     name: str
@@ -71,6 +72,10 @@ class WorkloadState:
     container_index: int = 0  # the vLLM container's place in the pod template's list
     phase: str | None = None  # Argo Rollouts' status.phase (None: a Deployment, or no phase)
     promoted: bool = True  # Rollout: the current pod hash is the stable one, and not aborted
+    owner_ready: bool = True  # InferenceService: KServe says Ready and its Deployment runs this
+    pointer: str = ""  # JSON pointer of the container object ("": the pod template's, by index)
+    anchor: tuple[str, str] = ("", "")  # (pointer, value) a JSON patch tests before editing
+    record_restarts: bool = False  # writing the record restarts pods (KServe copies annotations)
 
     @property
     def speculation_on(self) -> bool:
@@ -89,6 +94,7 @@ class WorkloadState:
             and (self.status_replicas is None or self.status_replicas == self.updated_replicas)
             and self.phase in (None, ROLLOUT_HEALTHY)
             and self.promoted
+            and self.owner_ready
         )
 
     @property
@@ -195,20 +201,9 @@ def workload_state(obj: Any, container: str, kind: str | WorkloadKind) -> Worklo
             f"{ref.get('name', '?')} (spec.workloadRef), which alphagate does not edit: inline "
             "the template in the Rollout (spec.template)"
         )
+    _not_rendered(meta, what)
     index, c = _container(template or {}, container, what)
-    args = tuple(str(a) for a in c.get("args") or ())
-    command = tuple(str(a) for a in c.get("command") or ())
-    try:
-        argsmod.check_invocation(command, args, str(c.get("image") or ""))
-    except argsmod.ArgsError as exc:
-        raise argsmod.ArgsError(f"{what}, container {container!r}: {exc}") from None
-    config = argsmod.read(args)
-    where = "args"
-    if config is None:
-        command_config = argsmod.read(command)
-        if command_config is not None:
-            config, where = command_config, "command"
-    replicas = _int(spec["replicas"]) if spec.get("replicas") is not None else 1
+    flag = container_flag(c, f"{what}, container {container!r}")
     phase: str | None = None
     promoted = True
     if kind == WorkloadKind.ROLLOUT.value:
@@ -216,30 +211,88 @@ def workload_state(obj: Any, container: str, kind: str | WorkloadKind) -> Worklo
         current, stable = status.get("currentPodHash"), status.get("stableRS")
         promoted = not status.get("abort") and (not current or not stable or current == stable)
     return WorkloadState(
-        namespace=str(meta.get("namespace")),
-        name=str(meta.get("name")),
+        **identity(meta),
         container=container,
-        resource_version=str(meta.get("resourceVersion") or ""),
-        generation=_int(meta.get("generation")),
-        observed_generation=_int(status.get("observedGeneration")),
-        replicas=replicas,
-        updated_replicas=_int(status.get("updatedReplicas")),
-        ready_replicas=_int(status.get("readyReplicas")),
-        available_replicas=_int(status.get("availableReplicas")),
-        args=args if where == "args" else command,
-        args_field=where,
-        speculative_config=config,
-        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
-        completed_at=_completed_at(status),
-        status_replicas=_int(status["replicas"]) if status.get("replicas") is not None else None,
-        image=str(c.get("image") or ""),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        owner_kinds=tuple(str(o.get("kind")) for o in meta.get("ownerReferences") or []),
+        **rollout_counts(body),
+        **flag,
         kind=kind,
         container_index=index,
         phase=phase,
         promoted=promoted,
     )
+
+
+RENDERED_BY: Final = {"InferenceService": "InferenceService"}
+"""Controllers that render a Deployment from their own spec and revert any edit of it, its
+annotations included (so alphagate could not even tell it wrote): their object is the target."""
+
+
+def _not_rendered(meta: Mapping[str, Any], what: str) -> None:
+    for ref in meta.get("ownerReferences") or []:
+        kind = str(ref.get("kind"))
+        if ref.get("controller") and kind in RENDERED_BY:
+            raise argsmod.ArgsError(
+                f"{what} is rendered by {kind} {ref.get('name', '?')} (its controller), which "
+                "puts back any edit of it, alphagate's record included, at once: every flip "
+                f"would restart the pods and be undone. Target the {kind} instead "
+                f"(target.kind: {RENDERED_BY[kind]})"
+            )
+
+
+def container_flag(c: Mapping[str, Any], what: str, *, checked: bool = True) -> dict[str, Any]:
+    """A container's argv as the WorkloadState fields that carry the flag (`args`, `args_field`,
+    `speculative_config`, `image`), after the invocation check (ArgsError naming `what`)."""
+    args = tuple(str(a) for a in c.get("args") or ())
+    command = tuple(str(a) for a in c.get("command") or ())
+    image = str(c.get("image") or "")
+    if checked:
+        try:
+            argsmod.check_invocation(command, args, image)
+        except argsmod.ArgsError as exc:
+            raise argsmod.ArgsError(f"{what}: {exc}") from None
+    config = argsmod.read(args)
+    where = "args"
+    if config is None:
+        command_config = argsmod.read(command)
+        if command_config is not None:
+            config, where = command_config, "command"
+    return {
+        "args": args if where == "args" else command,
+        "args_field": where,
+        "speculative_config": config,
+        "image": image,
+    }
+
+
+def identity(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The WorkloadState fields read from an object's metadata."""
+    return {
+        "namespace": str(meta.get("namespace")),
+        "name": str(meta.get("name")),
+        "resource_version": str(meta.get("resourceVersion") or ""),
+        "annotations": {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        "labels": {str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        "owner_kinds": tuple(str(o.get("kind")) for o in meta.get("ownerReferences") or []),
+    }
+
+
+def rollout_counts(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The WorkloadState rollout fields of an object with a Deployment-like status (a
+    Deployment, a Rollout): its generation, desired replicas and status counts."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    status = body.get("status") or {}
+    return {
+        "generation": _int(meta.get("generation")),
+        "observed_generation": _int(status.get("observedGeneration")),
+        "replicas": _int(spec["replicas"]) if spec.get("replicas") is not None else 1,
+        "updated_replicas": _int(status.get("updatedReplicas")),
+        "ready_replicas": _int(status.get("readyReplicas")),
+        "available_replicas": _int(status.get("availableReplicas")),
+        "completed_at": _completed_at(status),
+        "status_replicas": (
+            _int(status["replicas"]) if status.get("replicas") is not None else None
+        ),
+    }
 
 
 def _pointer(key: str) -> str:
@@ -271,8 +324,9 @@ def json_patch(
         {"op": "replace", "path": "/metadata/resourceVersion", "value": work.resource_version}
     ]
     if new_args is not None:
-        at = f"/spec/template/spec/containers/{work.container_index}"
-        ops.append({"op": "test", "path": f"{at}/name", "value": work.container})
+        at = work.pointer or f"/spec/template/spec/containers/{work.container_index}"
+        test, value = work.anchor if work.anchor[0] else (f"{at}/name", work.container)
+        ops.append({"op": "test", "path": test, "value": value})
         ops.append({"op": "add", "path": f"{at}/{work.args_field}", "value": list(new_args)})
     if work.annotations:
         ops.extend(
@@ -290,7 +344,10 @@ __all__ = [
     "ROLLOUT_PLURAL",
     "ROLLOUT_VERSION",
     "WorkloadState",
+    "container_flag",
+    "identity",
     "json_patch",
     "merge_body",
+    "rollout_counts",
     "workload_state",
 ]

@@ -43,11 +43,11 @@ def act(
     records: list[int] = []
     for dref, dep in zip(unit.deployments, deps, strict=True):
         state_now = evaluation.memory.state.value
-        needs = (
-            (dep.speculative_config != want)
-            or (dep.state is not None and dep.state != state_now)
-            or evaluation.transition is not None
+        record_only = (dep.state is not None and dep.state != state_now) or (
+            evaluation.transition is not None
         )
+        # an object whose record restarts pods (KServe) gets it only with a flip
+        needs = (dep.speculative_config != want) or (record_only and not dep.record_restarts)
         if not needs:
             continue
         if not may_act():

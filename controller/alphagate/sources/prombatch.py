@@ -32,6 +32,7 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources.common import error_text, failed_observation, pools_of
+from alphagate.sources.layout import metric_of
 from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
 from alphagate.sources.promwire import Point
@@ -211,6 +212,7 @@ def observe_many(
         pools: list[PoolObservation] = []
         scrapes: list[float] = []
         failed: SourceError | None = None
+        metric = metric_of(spec.latency.enabled, spec.latency.metric)
         for ref in pools_of(spec):
             (batch, index), (extra, labels) = placed[k], units[k]
             k += 1
@@ -224,7 +226,9 @@ def observe_many(
             )
             asker = _PoolAsker(batch, index, own, labels)
             try:
-                pools.append(source._pool(ref, extra, start, end, interval_seconds, ask=asker))
+                pools.append(
+                    source._pool(ref, extra, start, end, interval_seconds, ask=asker, metric=metric)
+                )
                 measured = source._scrape_interval(labels)
                 if measured is not None:
                     scrapes.append(measured)

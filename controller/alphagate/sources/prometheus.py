@@ -40,8 +40,8 @@ import httpx
 import tenacity
 
 from alphagate import vllm
+from alphagate.config import LatencyMetric, SpeculativeCanarySpec
 from alphagate.config import PrometheusSource as PrometheusSettings
-from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import (
     AcceptanceSample,
     Buckets,
@@ -69,7 +69,9 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 from alphagate.sources.exposition import parse_number
+from alphagate.sources.layout import layout_error, metric_of
 from alphagate.sources.promql import (
+    LATENCY_FAMILIES,
     PoolQueries,
     duration,
     label_name,
@@ -89,6 +91,7 @@ from alphagate.sources.promwire import (
     transient,
     ts,
 )
+from alphagate.vllm_compat import layout_of
 
 POOL_LEVEL: Final = frozenset(
     (
@@ -301,11 +304,12 @@ class PrometheusSource:
             )
             return failed_observation(spec, err, at=end, window=max(window, 0.0))
         extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
+        metric = metric_of(spec.latency.enabled, spec.latency.metric)
         pools: list[PoolObservation] = []
         scrapes: list[float] = []
         for ref in pools_of(spec):
             try:
-                pools.append(self._pool(ref, extra, start, end, interval_seconds))
+                pools.append(self._pool(ref, extra, start, end, interval_seconds, metric=metric))
                 measured = self._scrape_interval({**extra, **ref.match_labels})
                 if measured is not None:
                     scrapes.append(measured)
@@ -371,9 +375,12 @@ class PrometheusSource:
         end: float,
         interval: float,
         ask: Asker | None = None,
+        metric: LatencyMetric | None = None,
     ) -> PoolObservation:
         """One pool's observation; `ask` answers its queries (default: this source, one query
-        each; a batch answers them from queries shared by many pools)."""
+        each; a batch answers them from queries shared by many pools). `metric`: the latency
+        the policy judges; a pool without its histogram because its vLLM is too old for it is
+        an error naming the release needed."""
         labels = {**extra, **ref.match_labels}
         every = self.reads_recorded(interval)
         q = pool_queries(
@@ -395,13 +402,17 @@ class PrometheusSource:
             )
         check_finite((p.value for p in gen), vllm.GENERATION_TOKENS, q.generation_tokens)
         samples, spec_series, no_data = _acceptance(ask, q, start, end, interval)
+        itl = _buckets(ask, q.itl_buckets, q.itl_sum, end)
+        tpot = _buckets(ask, q.tpot_buckets, q.tpot_sum, end)
+        if metric is not None and (tpot if metric is LatencyMetric.PER_TOKEN else itl) is None:
+            _layout_check(ask, q.latency_present, metric, end, f"{ref.slice}/{ref.role}")
         return PoolObservation(
             slice=ref.slice,
             role=ref.role,
             acceptance=samples,
             generation_tokens=sum(p.value for p in gen),
-            itl=_buckets(ask, q.itl_buckets, q.itl_sum, end),
-            tpot=_buckets(ask, q.tpot_buckets, q.tpot_sum, end),
+            itl=itl,
+            tpot=tpot,
             tpot_samples=_latency_samples(ask, q, start, end, interval),
             pods=len({pod_of(p.labels) for p in gen}),
             spec_series=spec_series,
@@ -410,6 +421,22 @@ class PrometheusSource:
             running=_running(ask, q.running, end),
             lives=_lives(ask, q, end) if ref.role is Role.CANARY and samples else None,
         )
+
+
+def _layout_check(ask: Asker, expr: str, metric: LatencyMetric, at: float, where: str) -> None:
+    """Raise the pool's EMPTY error when its pods' latency families are a vLLM layout too old
+    for the guard's `metric` (vllm_compat); nothing for a layout it cannot place."""
+    names = {
+        vllm.unescaped(p.labels.get("__name__", "")).removesuffix(vllm.COUNT)
+        for p in ask.query(expr, at=at)
+    }
+    seen = layout_of(
+        {*names, vllm.base(vllm.GENERATION_TOKENS)},
+        examined={*LATENCY_FAMILIES, vllm.base(vllm.GENERATION_TOKENS)},
+    )
+    err = layout_error([seen], metric, where)
+    if err is not None:
+        raise err
 
 
 def _recorded_reach(ask: Asker, q: PoolQueries, end: float, every: float, where: str) -> None:

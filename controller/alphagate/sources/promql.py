@@ -23,6 +23,8 @@ both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores,
       sum (increase(vllm:request_decode_time_seconds_sum{M}[W]))
     spec-decode series present when the range queries came back empty, instant at end:
       count (last_over_time(vllm:spec_decode_num_drafts_total{M}[W]))
+    the latency families present, when the one the latency guard reads came back empty:
+      count by (__name__) ({__name__=~"vllm[:_](inter_token_latency_seconds|...)_count",M})
     with recorded rates (``recordedRulesIntervalSeconds`` E), the counters above become
     ``E * sum by (...) (sum_over_time(alphagate:<name>:rate{M}[step - 1ms]))``, and first,
     instant at end, how far the recording rules reach (see ``PrometheusSource``):
@@ -41,7 +43,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from alphagate import vllm
+from alphagate import vllm, vllm_compat
+
+LATENCY_FAMILIES: Final = tuple(sorted(vllm_compat.LATENCY))
+"""The per-step and per-token histograms of every vLLM layout, the old per-step name included
+(the compatibility table's)."""
 
 _LABEL_NAME_BAD: Final = re.compile(r"[^a-zA-Z0-9_]")
 _DURATION_PART: Final = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
@@ -144,6 +150,9 @@ class PoolQueries:
     # and whether the pool has raw series (rules missing rather than no pods)
     recorded_at: str = ""
     traffic_present: str = ""
+    # which per-step/per-token latency families the pool's pods export (by name), asked only
+    # when the one the latency guard reads is missing: the layout says which vLLM it needs
+    latency_present: str = ""
 
 
 def pool_queries(
@@ -177,7 +186,11 @@ def queries(
     extra = "".join(f", {k}" for k in keys)
     by_keys = f" by ({extra[2:]})" if keys else ""
     pod = "instance, pod" + extra
+    names = "|".join(sorted(n.removeprefix(vllm.PREFIX) for n in LATENCY_FAMILIES))
     raw = {
+        "latency_present": (
+            f'count by (__name__{extra}) ({{__name__=~"vllm[:_]({names}){vllm.COUNT}",{m}}})'
+        ),
         "spec_present": _either(
             lambda n: f"count{by_keys} (last_over_time({n}{{{m}}}[{w}]))", vllm.SPEC_DRAFTS
         ),

@@ -36,12 +36,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Self
 
-from alphagate import files
+from alphagate import files, vllm_compat
+from alphagate.config import LatencyMetric, SpeculativeCanarySpec
 from alphagate.config import ScrapeSource as ScrapeSettings
-from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import (
     AcceptanceSample,
     LatencySample,
@@ -53,6 +53,7 @@ from alphagate.core.model import (
 )
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources import exposition, http
+from alphagate.sources import layout as pagelayout
 from alphagate.sources.common import (
     SERIES_LABELS,
     HistSum,
@@ -82,6 +83,7 @@ class Scraped:
     at: float
     page: Page | None = None
     error: SourceError | None = None
+    layout: vllm_compat.Layout | None = None  # only for a page lacking a latency histogram
 
 
 def scraped(target: Target, body: bytes, content_type: str, at: float) -> Scraped:
@@ -89,7 +91,11 @@ def scraped(target: Target, body: bytes, content_type: str, at: float) -> Scrape
     Whatever is wrong with this page fails this pod only."""
     where = where_of(target)
     try:
-        return Scraped(target, at, page=parse_page(body, content_type=content_type, where=where))
+        page = parse_page(body, content_type=content_type, where=where)
+        if not pagelayout.needs_layout(page):
+            return Scraped(target, at, page=page)
+        text = exposition.decode(body, target=where)
+        return Scraped(target, at, page=page, layout=pagelayout.page_layout(page, text))
     except SourceError as exc:
         return Scraped(target, at, error=exc)
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
@@ -142,6 +148,7 @@ class Plan:
     start: float
     end: float
     interval: float
+    metric: LatencyMetric | None = None  # the latency the policy judges (None: guard off)
 
     def targets(self) -> list[Target]:
         """Every pool's targets, each URL once (a pod in two pools is scraped once)."""
@@ -279,7 +286,8 @@ class ScrapeSource:
                     SourceErrorKind.UNREACHABLE,
                     f"discovery failed: {exc!r}",  # repr names the type
                 )
-        return Plan(settings, refs, found, start=start, end=end, interval=interval)
+        metric = pagelayout.metric_of(spec.latency.enabled, spec.latency.metric)
+        return Plan(settings, refs, found, start=start, end=end, interval=interval, metric=metric)
 
     def finish(self, plan: Plan, scraped: Mapping[str, Scraped]) -> Observation:
         """A read's last step: the pods' pages (by URL) into increments and every pool's
@@ -287,7 +295,7 @@ class ScrapeSource:
         now = self.clock()
         self.failures = {}
         pools = [
-            self._pool(ref, plan.found[(ref.slice, ref.role)], scraped, plan.start)
+            self._pool(ref, plan.found[(ref.slice, ref.role)], scraped, plan.start, plan.metric)
             for ref in plan.refs
         ]
         self._prune(now)
@@ -305,6 +313,7 @@ class ScrapeSource:
         found: list[Target] | SourceError,
         scraped: Mapping[str, Scraped],
         start: float,
+        metric: LatencyMetric | None = None,
     ) -> PoolObservation:
         if isinstance(found, SourceError):
             return PoolObservation(ref.slice, ref.role, error=str(found), error_kind=found.kind)
@@ -349,6 +358,12 @@ class ScrapeSource:
             )
             return PoolObservation(
                 ref.slice, ref.role, pods=len(ok), error=str(err), error_kind=err.kind
+            )
+        layouts = (r.layout for t in found if (r := scraped[t.url]).layout is not None)
+        old = pagelayout.layout_error(layouts, metric, where)
+        if old is not None:  # a vLLM too old for the guard: say which release it needs
+            return PoolObservation(
+                ref.slice, ref.role, pods=len(ok), error=str(old), error_kind=old.kind
             )
         return self._assemble(ref, start, ok)
 
@@ -440,6 +455,20 @@ def read_page(
     max_lines: int = 1_000_000,
 ) -> Page:
     """One page from a URL or a file path (for `inspect`). Raises SourceError."""
+    return read_page_layout(
+        target, timeout_seconds=timeout_seconds, max_body_bytes=max_body_bytes, max_lines=max_lines
+    )[0]
+
+
+def read_page_layout(
+    target: str,
+    *,
+    timeout_seconds: float = 10.0,
+    max_body_bytes: int = 64 << 20,
+    max_lines: int = 1_000_000,
+) -> tuple[Page, vllm_compat.Layout]:
+    """One page from a URL or a file path, and its vLLM layout (the text searched too, so an
+    old family the parser does not keep is seen). Raises SourceError."""
     if not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
         raise SourceError(
             SourceErrorKind.TIMEOUT,
@@ -454,15 +483,17 @@ def read_page(
                 timeout=timeout_seconds,
                 max_bytes=max_body_bytes,
                 max_lines=max_lines,
-                on_body=lambda t, body, ctype: scraped(t, body, ctype, time.time()),
+                on_body=lambda t, body, ctype: _with_layout(
+                    scraped(t, body, ctype, time.time()), body
+                ),
                 on_error=lambda t, err: Scraped(t, time.time(), error=err),
             )
         finally:
             fetcher.close()
         if result.error is not None:
             raise result.error
-        assert result.page is not None
-        return result.page
+        assert result.page is not None and result.layout is not None
+        return result.page, result.layout
     try:
         body = files.read_regular(target, max_body_bytes)
     except OSError as exc:
@@ -478,8 +509,17 @@ def read_page(
             SourceErrorKind.TOO_LARGE, f"file has more than {max_lines} lines", target=target
         )
     try:
-        return parse_page(body, where=target, strict=True)
+        page = parse_page(body, where=target, strict=True)
     except (ValueError, TypeError, OverflowError) as exc:
         raise SourceError(
             SourceErrorKind.PARSE, f"cannot read the page: {exc!r}", target=target
         ) from exc
+    return page, pagelayout.page_layout(page, exposition.decode(body, target=target))
+
+
+def _with_layout(result: Scraped, body: bytes) -> Scraped:
+    """`result` with its page's whole layout (the text searched even when nothing is missing)."""
+    if result.page is None:
+        return result
+    text = exposition.decode(body, target=result.target.url)
+    return replace(result, layout=pagelayout.page_layout(result.page, text))

@@ -9,7 +9,8 @@ watch streams (newline-delimited JSON, chunked) resumable from a resourceVersion
 (with `test`), merge patch and enough strategic merge patch for containers (refused on custom
 resources, as a real server does). On top: an RBAC allow-list, scripted faults, a request log,
 a pluggable "kubelet" that moves Deployment rollout status along when the pod template changes,
-and a stand-in for Argo Rollouts that promotes an Argo `Rollout` (served as a custom resource).
+a stand-in for Argo Rollouts that promotes an Argo `Rollout` (served as a custom resource), and
+one for KServe that renders an `InferenceService`'s predictor Deployment (raw mode).
 
 It is a double, not an emulator: admission, defaulting, garbage collection and most
 validation are absent on purpose. JSON patch goes through the `jsonpatch` library; merge and
@@ -24,6 +25,7 @@ strategic merge patch are the double's own (no library keeps Kubernetes' merge k
     store        objects, resourceVersions, the REST verbs and the watch history
     deployments  a minimal Deployment, the one Deployment-status builder, the default kubelet
     argo_rollouts  a minimal Argo Rollout and the stand-in for the Argo Rollouts controller
+    kserve       a minimal InferenceService and the stand-in for KServe's controller (raw mode)
     routes       path to resource, the RBAC verb, discovery documents
     handler      the HTTP handler: routing, faults, RBAC, JSON and watch streams
     server       ApiServer: the store served on 127.0.0.1
@@ -40,6 +42,7 @@ from alphagate_lab.sandbox.apiserver.deployments import (
     RolloutCompleter,
     deployment_status,
 )
+from alphagate_lab.sandbox.apiserver.kserve import InferenceServiceTemplate, KServeReconciler
 from alphagate_lab.sandbox.apiserver.patches import (
     PATCHERS,
     STRATEGIC_MERGE_KEYS,
@@ -72,6 +75,8 @@ __all__ = [
     "DeploymentTemplate",
     "Fault",
     "Faults",
+    "InferenceServiceTemplate",
+    "KServeReconciler",
     "Kubelet",
     "Rbac",
     "RecordedRequest",

@@ -80,6 +80,16 @@ DEFAULT_TYPES: Final[tuple[ResourceType, ...]] = (
         generation=True,
         custom=True,
     ),
+    # KServe's CRD: a canary target alphagate may flip (kserve plays KServe, raw mode)
+    ResourceType(
+        "serving.kserve.io",
+        "v1beta1",
+        "inferenceservices",
+        "InferenceService",
+        subresources=_STATUS,
+        generation=True,
+        custom=True,
+    ),
 )
 
 

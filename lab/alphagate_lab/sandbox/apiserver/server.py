@@ -1,6 +1,6 @@
 """The API server double served over HTTP on 127.0.0.1: the store, with RBAC, scripted
-faults, a request log, a "kubelet" hook that moves Deployment rollouts along, and an Argo hook
-that promotes Argo Rollouts."""
+faults, a request log, a "kubelet" hook that moves Deployment rollouts along, an Argo hook
+that promotes Argo Rollouts, and a KServe hook that renders InferenceServices (raw mode)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from alphagate_lab.sandbox.apiserver.access import CONTROLLER_TOKEN, Faults, Rba
 from alphagate_lab.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
 from alphagate_lab.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
 from alphagate_lab.sandbox.apiserver.handler import make_handler
+from alphagate_lab.sandbox.apiserver.kserve import KServeReconciler
 from alphagate_lab.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
 from alphagate_lab.sandbox.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Users
 from alphagate_lab.sandbox.apiserver.store import Store
@@ -48,6 +49,7 @@ class ApiServer(Store):
         rbac: Rbac | None = None,
         kubelet: Kubelet | str | None = "default",
         argo: Kubelet | str | None = "default",
+        kserve: KServeReconciler | str | None = "default",
         watch_history: int = 10_000,
         default_watch_timeout: float = 300.0,
         port: int = 0,
@@ -67,6 +69,10 @@ class ApiServer(Store):
         # plays the Argo Rollouts controller for Rollouts whose template changed
         self.argo: Kubelet | None = (
             ArgoRolloutCompleter() if argo == "default" else argo  # type: ignore[assignment]
+        )
+        # plays KServe's InferenceService controller (raw deployment mode)
+        self.kserve: KServeReconciler | None = (
+            KServeReconciler() if kserve == "default" else kserve  # type: ignore[assignment]
         )
         self._port = port
         self._requests: list[RecordedRequest] = []
@@ -201,10 +207,31 @@ class ApiServer(Store):
         self, rtype: ResourceType, old: dict[str, Any] | None, new: dict[str, Any]
     ) -> None:
         """Call the kubelet hook when a Deployment's pod template (or the whole object) is new,
-        the Argo hook when a Rollout's is."""
+        the Argo hook when a Rollout's is, and KServe's on any change of an InferenceService or
+        a Deployment (it renders back the ones it owns)."""
         hook = {"deployments.apps": self.kubelet, "rollouts.argoproj.io": self.argo}.get(rtype.key)
-        if hook is None:
-            return
         old_gen = None if old is None else old["metadata"].get("generation")
-        if old is None or old_gen != new["metadata"].get("generation"):
+        if hook is not None and (old is None or old_gen != new["metadata"].get("generation")):
             hook(self, copy.deepcopy(new))
+        if self.kserve is not None and rtype.key in KSERVE_WATCHES and _changed(old, new):
+            self.kserve(self, copy.deepcopy(new))
+
+    def _after_status(self, rtype: ResourceType, new: dict[str, Any]) -> None:
+        """KServe copies its predictor Deployment's status into the InferenceService's."""
+        if self.kserve is not None and rtype.key == "deployments.apps":
+            self.kserve.status_changed(self, copy.deepcopy(new))
+
+
+KSERVE_WATCHES = frozenset(("deployments.apps", "inferenceservices.serving.kserve.io"))
+
+
+def _changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Anything but the status and the resourceVersion differs."""
+    if old is None:
+        return True
+
+    def strip(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}
+        return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+    return strip(old) != strip(new)

@@ -175,7 +175,9 @@ class Store:
             if new == obj:
                 return copy.deepcopy(obj)
             self._commit(rtype, key, new, "MODIFIED")
-            return copy.deepcopy(new)
+            stored = copy.deepcopy(new)
+        self._after_status(rtype, stored)
+        return stored
 
     def complete_rollout(
         self, namespace: str, name: str, *, generation: int | None = None
@@ -245,6 +247,10 @@ class Store:
         self, rtype: ResourceType, old: dict[str, Any] | None, new: dict[str, Any]
     ) -> None:
         """Called after every create and update, outside the lock (the server's kubelet hook)."""
+
+    def _after_status(self, rtype: ResourceType, new: dict[str, Any]) -> None:
+        """Called after `set_status` changed a status, outside the lock (what an object's owner
+        reads from it: KServe from its Deployment)."""
 
     # ------------------------------------------------------------ REST verbs
 
