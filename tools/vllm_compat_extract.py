@@ -20,11 +20,11 @@ Get the sources with pip (sdists, into a folder outside the repository; nothing 
       mkdir -p $SRC/$v && mv $SRC/pip-download-*/vllm_*/vllm $SRC/$v/
       rm -rf $SRC/pip-download-*
     done
-    python tools/vllm_compat_extract.py $SRC/0.* > lab/alphagate_lab/data/vllm-compat.json
+    python tools/vllm_compat_extract.py $SRC/0.* > controller/alphagate/data/vllm-compat.json
 
 and the table of docs/vllm-compat.md from it:
 
-    python tools/vllm_compat_extract.py --markdown lab/alphagate_lab/data/vllm-compat.json
+    python tools/vllm_compat_extract.py --markdown controller/alphagate/data/vllm-compat.json
 
 A release with no sdist on PyPI (0.15.x) can be read from its wheel the same way (a wheel is
 a zip: unpack `vllm/` from it). Each row of the committed JSON names the exact release read

@@ -186,7 +186,7 @@ def test_docs_table_is_rendered_from_the_data() -> None:
     assert loaded is not None and loaded.loader is not None
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
-    data = json.loads((ROOT / "lab/alphagate_lab/data/vllm-compat.json").read_text())
+    data = json.loads((ROOT / "controller/alphagate/data/vllm-compat.json").read_text())
     doc = (ROOT / "docs" / "vllm-compat.md").read_text()
     assert module.markdown(data) in doc
 
