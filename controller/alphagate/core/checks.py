@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Final
 
 from alphagate.config import AcceptanceGate
+from alphagate.core import pace
 from alphagate.core.fmt import number as _fmt
 from alphagate.core.latency_check import check_latency as check_latency
 from alphagate.core.model import (
@@ -211,8 +212,9 @@ def decisive(result: CheckResult, windows: int) -> bool:
     """Is this failing check as strong as `windows` disjoint failing windows?
 
     n independent windows that each fail at the one-sided level (1 - confidence) / 2 have a
-    joint false rate of ((1 - confidence) / 2) ** n at the gate. One window whose upper bound
-    at that joint level, on the estimate's own standard error and degrees of freedom, is
+    joint false rate of ((1 - confidence) / 2) ** n at the gate. One judged window whose upper
+    bound at a quarter of that joint level (`pace.decisive_level`: its share of the rule's
+    false rollbacks a day), on the estimate's own standard error and degrees of freedom, is
     below the threshold carries the same evidence, so it may roll back alone. Few batches
     have few degrees of freedom and heavy t tails, so with two pods this almost never holds:
     two disjoint windows are then still needed. A failing latency check: `_decisive_latency`.
@@ -225,8 +227,7 @@ def decisive(result: CheckResult, windows: int) -> bool:
         return True
     if not (e.conclusive and math.isfinite(e.std_error) and e.std_error >= 0):
         return False
-    tail = ((1.0 - e.confidence) / 2.0) ** windows
-    q = t_quantile(1.0 - tail, e.dof)
+    q = t_quantile(1.0 - pace.decisive_level(e.confidence, windows), e.dof)
     return math.isfinite(q) and e.value + q * e.std_error < threshold
 
 
