@@ -173,28 +173,46 @@ def rejection_depth(shortfall: float) -> int:
     return min(int(shortfall + EPS), MAX_DEPTH)
 
 
+def _next_probe(ctx: Ctx, advance: bool) -> tuple[float, int, str]:
+    """(cooldown end, cooldown index, text) of a rollback. A probe an early re-probe started
+    that fails keeps the cooldown it interrupted (it was a look the traffic's evidence
+    allowed, not a rollback in a row); any other policy rollback backs off a step further."""
+    m, now = ctx.memory, ctx.now
+    index = decayed_index(m, ctx.spec, now)
+    if advance and reprobe.failed_early(m):
+        until = m.cooldown_until
+        if until <= now + EPS:
+            until = now + cooldown_seconds(ctx.spec, max(0, index - 1))
+        at = wall_time(until)
+        text = f"the early re-probe failed; the cooldown it interrupted stands (until {at})"
+        return until, index, text
+    depth = rejection_depth(ctx.shortfall) if advance else 0
+    cooldown = cooldown_seconds(ctx.spec, index + depth)
+    until = now + cooldown
+    deep = f", {depth} step(s) deeper: alpha {ctx.shortfall:.1f} bands below" if depth else ""
+    text = f"next probe after {cooldown:.0f} s cooldown{deep} (at {wall_time(until)})"
+    return until, index + 1 if advance else index, text
+
+
 def _rollback(ctx: Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
     m = ctx.memory
-    index = decayed_index(m, ctx.spec, ctx.now)
-    m = m.model_copy(update={"cooldown_index": index})
-    depth = rejection_depth(ctx.shortfall) if advance else 0
-    cooldown = cooldown_seconds(ctx.spec, m.cooldown_index + depth)
-    until = ctx.now + cooldown
-    deep = f", {depth} step(s) deeper: alpha {ctx.shortfall:.1f} bands below" if depth else ""
-    text = f"{reason}; next probe after {cooldown:.0f} s cooldown{deep} (at {wall_time(until)})"
+    until, index, when = _next_probe(ctx, advance)
+    track = reprobe.at_rollback(m, ctx.fail_kinds if cause is Cause.POLICY_FAIL else ())
+    if advance and reprobe.failed_early(m):
+        track = track.model_copy(update={"spent": True, "axis": None})
     if cause is Cause.POLICY_FAIL:  # the rule's false-rollback rate, stated with its evidence
         bound = pace.budget(ctx.spec, pace.alpha_checks(ctx.spec))
         ctx = replace(ctx, evidence={**ctx.evidence, **bound.fields()})
     return ctx.go(
         State.ROLLED_BACK,
         Action.DISABLE,
-        text,
+        f"{reason}; {when}",
         cause,
         **flip(m, ctx.now),
         cooldown_until=until,
-        cooldown_index=m.cooldown_index + 1 if advance else m.cooldown_index,
+        cooldown_index=index,
         good_share_at_rollback=ctx.good_share if ctx.good_share is not None else 0.0,
-        shape_failed=ctx.shape,
+        shape=track,
         state_before_pause=None,
         paused_by=None,
     )
@@ -315,6 +333,7 @@ def _probing(ctx: Ctx) -> Decision:
             f"confirmed: {m.pass_streak} consecutive passing windows (disjoint); the backoff "
             f"decays only with time On",
             Cause.POLICY_PASS,
+            shape=m.shape.model_copy(update={"spent": False}),
         )
     status = (
         f"probing: {_judged_text(ctx)}; pass streak {m.pass_streak}/{to_pass}, "

@@ -59,6 +59,9 @@ class Run:
     verdicts: dict[str, int] = field(default_factory=dict)
     judged: list[Judged] = field(default_factory=list)
     causes: dict[str, int] = field(default_factory=dict)
+    early: list[tuple[float, str]] = field(default_factory=list)  # (seconds, basis) re-probes
+    confirmed: list[float] = field(default_factory=list)  # Probing -> On, seconds
+    cooldowns: list[float] = field(default_factory=list)  # each rollback's cooldown, seconds
 
 
 def _samples(
@@ -163,11 +166,16 @@ def run_day(
             if ev.action is Action.ENABLE:
                 enabled_at = now
                 out.enables.append(now - T0)
+                if cause is Cause.EARLY_REPROBE:
+                    out.early.append((now - T0, str(ev.transition.evidence.get("early_basis"))))
             elif cause is Cause.POLICY_FAIL:
                 out.rollbacks.append(now - T0)
                 out.detections.append(now - enabled_at)
+                out.cooldowns.append(ev.memory.cooldown_until - now)
                 rolled_at = now
-            if ev.target_speculation_on != template_on:
-                template_on = ev.target_speculation_on
-                flip_at = now
+        if ev.transition is not None and ev.transition.cause is Cause.POLICY_PASS:
+            out.confirmed.append(now - T0)
+        if ev.target_speculation_on != template_on:
+            template_on = ev.target_speculation_on
+            flip_at = now
     return out

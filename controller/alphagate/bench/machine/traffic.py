@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -72,6 +72,18 @@ class Traffic:
     sigma: float = 1.0
     step_seconds: float = 0.025  # one engine step of one running request
     interval_seconds: float = 30.0
+    # A second kind of request (long-form answers: summaries, code) with its own output
+    # lengths and acceptance; its share per block of `block_seconds` is the schedule's (or
+    # `long_share`), plus a daily cycle of amplitude `long_cycle`, plus N(0, long_sd) (real
+    # traffic's window-to-window overdispersion), clipped to [0, 1].
+    long_share: float = 0.0
+    long_sd: float = 0.0
+    long_cycle: float = 0.0
+    long_ratio: float = 3.0  # its median output length over the others'
+    long_alpha_delta: float = 0.0  # its alpha minus the others'
+    mix_schedule: tuple[tuple[float, float], ...] = ()  # (seconds, long share), linear
+    alpha_schedule: tuple[tuple[float, float], ...] = ()  # (seconds, alpha), linear
+    block_seconds: float = 300.0
 
     @property
     def service_rate(self) -> float:
@@ -181,13 +193,47 @@ def _arrivals(t: Traffic, rng: np.random.Generator, span: float) -> tuple[Floats
     return at[keep], out[keep]
 
 
-def _acceptance(t: Traffic, rng: np.random.Generator, n: int) -> Floats:
-    mean = calibrate(t)
-    p = rng.beta(mean * t.concentration, (1 - mean) * t.concentration, n)
+def _schedule(points: tuple[tuple[float, float], ...], at: Floats, default: float) -> Floats:
+    if not points:
+        return np.full(len(at), default)
+    xs, ys = zip(*points, strict=True)
+    return np.asarray(np.interp(at, np.asarray(xs), np.asarray(ys)), dtype=np.float64)
+
+
+@cache
+def _mean_for(alpha: float, t: Traffic) -> float:
+    return calibrate(replace(t, alpha=alpha, alpha_schedule=(), mix_schedule=()))
+
+
+def _acceptance(
+    t: Traffic, rng: np.random.Generator, at: Floats, long: NDArray[np.bool_]
+) -> Floats:
+    """Per-request acceptance p: the Beta law whose pooled alpha is the request's kind's alpha
+    at its arrival (rounded to 0.005 so each law is calibrated once)."""
+    alpha = _schedule(t.alpha_schedule, at, t.alpha) + np.where(long, t.long_alpha_delta, 0.0)
+    alpha = np.clip(np.round(alpha / 0.005) * 0.005, 0.02, 0.98)
+    p = np.empty(len(at))
+    for value in np.unique(alpha):
+        pick = alpha == value
+        mean = _mean_for(float(value), t)
+        p[pick] = rng.beta(mean * t.concentration, (1 - mean) * t.concentration, int(pick.sum()))
     if t.hard_share > 0:
-        hard = rng.random(n) < t.hard_share
+        hard = rng.random(len(at)) < t.hard_share
         p[hard] = rng.beta(*HARD, int(hard.sum()))
     return np.asarray(p, dtype=np.float64)
+
+
+def _long(t: Traffic, rng: np.random.Generator, at: Floats, span: float) -> NDArray[np.bool_]:
+    """Which requests are long-form: the share per block, with its cycle and overdispersion."""
+    if not (t.long_share > 0 or t.mix_schedule or t.long_cycle > 0):
+        return np.zeros(len(at), dtype=bool)
+    blocks = math.ceil(span / t.block_seconds) + 1
+    mids = np.asarray((np.arange(blocks) + 0.5) * t.block_seconds, dtype=np.float64)
+    share = _schedule(t.mix_schedule, mids, t.long_share)
+    share = share + t.long_cycle * np.sin(2 * math.pi * mids / DAY)
+    share = np.clip(share + rng.normal(0.0, t.long_sd, blocks) * (t.long_sd > 0), 0.0, 1.0)
+    block = np.minimum((at // t.block_seconds).astype(np.int64), blocks - 1)
+    return np.asarray(rng.random(len(at)) < share[block], dtype=bool)
 
 
 def _spread(
@@ -214,7 +260,9 @@ def day(t: Traffic, seed: int, span: float = DAY) -> Day:
     n = len(at)
     shares = np.asarray((*t.canary_shares, 1.0 - sum(t.canary_shares)))
     pod = rng.choice(len(shares), size=n, p=shares / shares.sum())
-    p = _acceptance(t, rng, n)
+    long = _long(t, rng, at, span)
+    length = np.where(long, np.maximum(1.0, np.round(length * t.long_ratio)), length)
+    p = _acceptance(t, rng, at, long)
     g, v = _g(p, t.k), _v(p, t.k)
     mean_steps = length / (1 + g)
     sd = np.sqrt(length * v / (1 + g) ** 3)
