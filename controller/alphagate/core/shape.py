@@ -186,6 +186,12 @@ def record(
     return track.model_copy(update={"bounds": shape.bounds, "recent": recent, "last_end": at})
 
 
+def _valid(vector: Sequence[float], size: int) -> bool:
+    """Shares the core could have written: `size` of them, each in [0, 1] (a memory read back
+    from the resource may carry anything)."""
+    return len(vector) == size and all(0.0 <= x <= 1.0 for x in vector)
+
+
 def _mean(vectors: Sequence[Sequence[float]]) -> tuple[float, ...]:
     return tuple(math.fsum(col) / len(vectors) for col in zip(*vectors, strict=True))
 
@@ -233,7 +239,8 @@ def _fit(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
 def learn(track: ShapeMemory) -> Learned:
     """At a rollback on alpha: the line from the failing windows' shape to the paying ones',
     its noise and the alpha-shape relation, from the recent windows (see the module doc)."""
-    recent = track.recent
+    size = len(track.bounds) + 1
+    recent = [w for w in track.recent if _valid(w.shares, size)]
     paid = [w.shares for w in recent if w.paid]
     failed = [w.shares for w in recent if w.failed]
     if len(paid) < MIN_PAID or not failed:
@@ -247,7 +254,11 @@ def learn(track: ShapeMemory) -> Learned:
     se = noise * math.sqrt(1.0 / len(paid) + 1.0 / len(failed))
     if not (se == 0 or 1.0 / se >= Z_SHIFT):
         return Learned(Finding.NO_SHIFT)
-    points = [(x, w.alpha) for x, w in zip(xs, recent, strict=True) if w.alpha is not None]
+    points = [
+        (x, w.alpha)
+        for x, w in zip(xs, recent, strict=True)
+        if w.alpha is not None and 0.0 <= w.alpha <= 1.0
+    ]
     if len(points) < MIN_RELATION:
         return Learned(Finding.NO_SHAPES)
     intercept, slope, t = _fit(points)
@@ -269,10 +280,11 @@ def learn(track: ShapeMemory) -> Learned:
 def returned(axis: ShapeAxis, now: TrafficShape, *, enable_above: float) -> Return:
     """Is this cooling-down window back toward the shape that paid, beyond the noise, with an
     alpha the relation predicts clears enableAbove? (see the module docstring)."""
-    if now.total < MIN_REQUESTS:
+    if not now.total >= MIN_REQUESTS:
         return Return(Finding.NO_SHAPES, shift=axis.shift, noise=axis.noise)
     current = shares(now)
-    if len(current) != len(axis.paid):
+    size = len(current)
+    if not (_valid(axis.paid, size) and _valid(axis.failed, size) and _valid(current, size)):
         return Return(Finding.LAYOUT, shift=axis.shift, noise=axis.noise)
     x, off = position(axis.paid, axis.failed, current)
     predicted = axis.intercept + axis.slope * min(1.0, max(0.0, x))
