@@ -75,3 +75,12 @@ def test_decisive_is_held_to_its_share_of_the_budget() -> None:
     # z at a^2 / 4 = 1.5625e-4 is 3.60 on many dof (3.23 at a^2): 0.55 - 3.4 se is not enough
     assert not checks.decisive(_failing(0.55 - 3.4 * 0.01, 0.01, 1000.0), windows=2)
     assert checks.decisive(_failing(0.55 - 3.7 * 0.01, 0.01, 1000.0), windows=2)
+
+
+def test_few_degrees_of_freedom_are_never_decisive() -> None:
+    """Two pods whose ratios agree to the fourth decimal by chance (measured on the code
+    trace: 0.45407 and 0.45406) give a standard error near zero; their window still needs its
+    disjoint successor."""
+    assert not checks.decisive(_failing(0.454, 1e-6, 1.0), windows=2)
+    assert not checks.decisive(_failing(0.454, 1e-6, 2.0), windows=2)
+    assert checks.decisive(_failing(0.454, 1e-6, 3.0), windows=2)
