@@ -53,7 +53,7 @@ class AcceptanceGate(StrictModel):
         description=(
             "Judged windows in a row (whole, disjoint: one per windowSeconds) that must fail "
             "before a rollback, or pass before a probe is confirmed. An undecided judged "
-            "window, or a gap of a window, starts a failing count over."
+            "window, or a gap of more than a window, starts a failing count over."
         ),
     )
     batch_seconds: PositiveSeconds = Field(

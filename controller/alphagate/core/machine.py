@@ -11,7 +11,7 @@ Rules (design.md §4):
   judged window is whole and shares no data with the last one judged (`window.judged`): one
   verdict per windowSeconds, whatever the evaluation interval, so no failing window is picked
   among overlapping ones. A judged INCONCLUSIVE or PASS window breaks a fail streak, and so
-  does a gap of a window or more since the last judged one; looks between judged windows and
+  does a gap of more than a window since the last judged one; looks between judged windows and
   ERROR windows count nothing. Confirming (Probing -> On) needs `consecutiveWindows` judged
   PASS windows with no judged FAIL between them. With a one-sided level a = (1 - confidence)
   / 2 per window, n windows in a row fail on noise about N a^n times a day (N = 86,400 /
@@ -271,9 +271,11 @@ def _judged_text(ctx: Ctx) -> str:
     if ctx.unjudged is not None:
         return f"not judged ({ctx.unjudged})"
     if not ctx.judged and ctx.verdict is not Verdict.ERROR:
+        window = ctx.spec.timing.window_seconds
         after = max(ctx.memory.streak_end, warmup_end(ctx.spec, ctx.rollout, ctx.memory) or 0.0)
-        ends = after + ctx.spec.timing.window_seconds
-        when = wall_time(ends)
+        if after + window <= ctx.now + EPS:  # the window read is shorter than windowSeconds
+            return f"look {ctx.verdict.value} (counts nothing: not a whole {window:.0f} s window)"
+        when = wall_time(after + window)
         return f"look {ctx.verdict.value} (counts nothing: the next judged window ends at {when})"
     return f"window {ctx.verdict.value}"
 

@@ -155,9 +155,10 @@ def judged(spec: SpeculativeCanarySpec, memory: Memory, start: float, now: float
 
 def adjacent(spec: SpeculativeCanarySpec, memory: Memory, start: float) -> bool:
     """Does a judged window starting at `start` follow the last one judged closely enough to
-    continue its streak (less than one window of unjudged time between them)? After a gap
-    (the controller was down, the source failed for longer) a streak starts over."""
-    return start - memory.streak_end < spec.timing.window_seconds - EPS
+    continue its streak (at most one window of unjudged time between them: one evaluation lost
+    to a crash or an unwritten status is no break)? After a longer gap (the controller was
+    down, the source failed for longer) a streak starts over."""
+    return start - memory.streak_end <= spec.timing.window_seconds + EPS
 
 
 def shared_window(
