@@ -85,6 +85,7 @@ STEPS = [
             since=OLD,
             last_flip_at=OLD,
             pass_streak=1,
+            streak_end=T0 - 300,  # the last judged window ended where this one starts
             cooldown_index=3,
             probe_deadline=T0 + 100,
         ),
@@ -97,7 +98,12 @@ STEPS = [
     (
         "probing-second-fail-rolls-back",
         mem(
-            state=State.PROBING, since=OLD, last_flip_at=OLD, fail_streak=1, probe_deadline=T0 + 100
+            state=State.PROBING,
+            since=OLD,
+            last_flip_at=OLD,
+            fail_streak=1,
+            streak_end=T0 - 300,
+            probe_deadline=T0 + 100,
         ),
         F,
         {},
@@ -175,7 +181,7 @@ STEPS = [
     ),
     (
         "on-fail-streak-rolls-back",
-        mem(state=State.ON, since=OLD, last_flip_at=OLD, fail_streak=1),
+        mem(state=State.ON, since=OLD, last_flip_at=OLD, fail_streak=1, streak_end=T0 - 300),
         F,
         {},
         State.ROLLED_BACK,
@@ -407,7 +413,12 @@ def test_step(
 
 def test_rollback_backoff_grows_and_caps() -> None:
     m = mem(
-        state=State.PROBING, since=OLD, last_flip_at=OLD, fail_streak=1, probe_deadline=T0 + 100
+        state=State.PROBING,
+        since=OLD,
+        last_flip_at=OLD,
+        fail_streak=1,
+        streak_end=T0 - 300,
+        probe_deadline=T0 + 100,
     )
     cooldowns = []
     for index in range(5):
@@ -818,34 +829,39 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
                 assert d.transition is not None and d.transition.cause is Cause.FAIL_SAFE
             else:
                 assert effective is F and not unjudged
+                # on a judged window: whole and disjoint from the last one judged
+                assert start >= before.streak_end
                 needed = machine.windows_needed(spec, tick.fail_kinds)[1]
-                assert (
-                    tick.decisive
-                    or before.fail_streak + 1 >= needed
-                    or (before.fail_streak >= needed)
-                )
+                assert tick.decisive or before.fail_streak + 1 >= needed
         # INCONCLUSIVE never moves a speculating canary; data in warm-up is never judged.
         if before.state in (State.PROBING, State.ON, State.PROMOTED) and effective is INC:
             assert m.state is before.state and d.action is Action.HOLD
         # Confirming needs PASS windows, consecutively, all judged.
         if m.state is State.ON and before.state is State.PROBING:
-            assert effective is P and before.pass_streak + 1 >= machine.windows_needed(spec)[0]
+            assert effective is P and start >= before.streak_end
+            assert before.pass_streak + 1 >= machine.windows_needed(spec)[0]
         # An enable never happens on ERROR and only from Off/RolledBack.
         if d.action is Action.ENABLE:
             assert effective is not E and before.state in (State.OFF, State.ROLLED_BACK)
-        # Streaks are consecutive DISJOINT windows: one overlapping the last counted window is
-        # no new evidence (only the opposite decisive verdict breaks the streak).
+        # Streaks count JUDGED windows only (whole, disjoint from the last judged one). A fail
+        # streak is back to back: a judged INCONCLUSIVE or a gap of a window starts it over;
+        # only a judged FAIL clears a pass streak. Looks between judged windows, ERROR and
+        # warm-up windows leave both as they were.
         if d.transition is None and m.state is not State.PAUSED:
             assert m.error_streak == (before.error_streak + 1 if effective is E else 0)
-            disjoint = start >= before.streak_end
-            if effective is P:
-                grown = before.pass_streak + 1 if disjoint else max(before.pass_streak, 1)
-                assert m.pass_streak == grown and m.fail_streak == 0
-            elif effective is F:
-                grown = before.fail_streak + 1 if disjoint else max(before.fail_streak, 1)
-                assert m.fail_streak == grown and m.pass_streak == 0
-            else:  # no evidence either way
+            counted = not unjudged and effective is not E and start >= before.streak_end
+            after = before.streak_end if not counted else now
+            assert m.streak_end == after
+            near = start - before.streak_end <= spec.timing.window_seconds
+            if not counted:
                 assert (m.pass_streak, m.fail_streak) == (before.pass_streak, before.fail_streak)
+            elif effective is P:
+                assert m.pass_streak == before.pass_streak + 1 and m.fail_streak == 0
+            elif effective is F:
+                grown = before.fail_streak + 1 if near and before.fail_streak else 1
+                assert m.fail_streak == grown and m.pass_streak == 0
+            else:  # a judged window that decides nothing breaks a fail streak only
+                assert (m.pass_streak, m.fail_streak) == (before.pass_streak, 0)
         # The flip cap holds in every sliding hour.
         recent = [f for f in flips if now - machine.HOUR < f <= now]
         assert len(recent) <= spec.timing.max_flips_per_hour
@@ -856,31 +872,84 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         assert sum(1 for g in flips[i:] if g - f < machine.HOUR) <= spec.timing.max_flips_per_hour
 
 
-def test_overlapping_windows_are_not_new_evidence() -> None:
+def test_only_disjoint_whole_windows_are_judged() -> None:
     """Two FAIL windows 30 s apart over 300 s share 90% of their data: one observation, not
-    two. The second failing window that counts must start after the first one ended."""
+    two. Evaluations between judged windows are looks that count nothing, whatever they show,
+    so a failing window is never picked among overlapping ones."""
     spec = SPEC
     m = mem(state=State.ON, since=OLD, last_flip_at=OLD)
     d = machine.step(m, F, now=T0, spec=spec, rollout=Rollout(), window_start=T0 - 300)
-    assert d.memory.fail_streak == 1 and d.action is Action.HOLD
-    # overlapping windows: failing or inconclusive, they neither add nor break
-    for i, v in enumerate((F, INC, F, F), start=1):
+    assert d.memory.fail_streak == 1 and d.memory.streak_end == T0 and d.action is Action.HOLD
+    # overlapping windows, failing, passing or inconclusive: looks, counting nothing
+    for i, v in enumerate((F, INC, P, F), start=1):
         now = T0 + 30 * i
         d = machine.step(d.memory, v, now=now, spec=spec, rollout=Rollout(), window_start=now - 300)
-        assert d.memory.fail_streak == 1 and d.action is Action.HOLD
-    # an overlapping PASS breaks the fail streak (and starts its own)
-    p = machine.step(d.memory, P, now=T0 + 150, spec=spec, rollout=Rollout(), window_start=T0 - 150)
-    assert p.memory.fail_streak == 0 and p.memory.pass_streak == 1
-    # the next disjoint failing window rolls back
+        assert (d.memory.fail_streak, d.memory.pass_streak) == (1, 0)
+        assert d.action is Action.HOLD and "look" in d.reason
+    # a window that starts where the last judged one ended but is not whole is a look too
+    d = machine.step(d.memory, F, now=T0 + 150, spec=spec, rollout=Rollout(), window_start=T0)
+    assert d.memory.fail_streak == 1 and d.action is Action.HOLD
+    # the next whole disjoint failing window rolls back
     d = machine.step(d.memory, F, now=T0 + 300, spec=spec, rollout=Rollout(), window_start=T0)
     assert d.action is Action.DISABLE
+
+
+def test_an_undecided_judged_window_breaks_a_fail_streak() -> None:
+    """Consecutive means back to back: a judged INCONCLUSIVE window between two failing ones
+    starts the count over, and so does a gap of a whole window without a judged one. A pass
+    streak (confirming restarts nothing) only a judged FAIL clears."""
+    m = mem(state=State.ON, since=OLD, last_flip_at=OLD)
+    d = machine.step(m, F, now=T0, spec=SPEC, rollout=Rollout())
+    d = machine.step(d.memory, INC, now=T0 + 300, spec=SPEC, rollout=Rollout())
+    assert (d.memory.fail_streak, d.memory.streak_end) == (0, T0 + 300)
+    d = machine.step(d.memory, F, now=T0 + 600, spec=SPEC, rollout=Rollout())
+    assert d.memory.fail_streak == 1 and d.action is Action.HOLD
+    # an ERROR window is no verdict on the traffic: the next evaluation is judged instead,
+    # and a window starting less than one window after the last judged one continues it
+    d = machine.step(d.memory, E, now=T0 + 900, spec=SPEC, rollout=Rollout())
+    assert d.memory.streak_end == T0 + 600 and d.memory.fail_streak == 1
+    cont = machine.step(d.memory, F, now=T0 + 930, spec=SPEC, rollout=Rollout())
+    assert cont.action is Action.DISABLE
+    # one window lost between two judged ones (a crash, an unwritten status) is no break ...
+    lost = machine.step(d.memory, F, now=T0 + 1200, spec=SPEC, rollout=Rollout())
+    assert lost.action is Action.DISABLE
+    # ... more than a window is: a new streak
+    late = machine.step(d.memory, F, now=T0 + 1230, spec=SPEC, rollout=Rollout())
+    assert late.action is Action.HOLD and late.memory.fail_streak == 1
+    # passes: an undecided window between two passing ones leaves the pass streak
+    probing = mem(state=State.PROBING, since=OLD, last_flip_at=OLD, probe_deadline=T0 + 9000)
+    d = machine.step(probing, P, now=T0, spec=SPEC, rollout=Rollout())
+    d = machine.step(d.memory, INC, now=T0 + 300, spec=SPEC, rollout=Rollout())
+    assert d.memory.pass_streak == 1
+    on = machine.step(d.memory, P, now=T0 + 600, spec=SPEC, rollout=Rollout())
+    assert on.memory.state is State.ON
+    # ... and a judged FAIL clears it
+    d = machine.step(d.memory, F, now=T0 + 600, spec=SPEC, rollout=Rollout())
+    assert (d.memory.pass_streak, d.memory.fail_streak) == (0, 1)
+
+
+def test_a_decisive_look_is_not_judged() -> None:
+    """The decisive single window is a judged window too: a look between judged windows does
+    not roll back however strong, so the per-day budget of decisive windows holds."""
+    m = mem(state=State.ON, since=OLD, last_flip_at=OLD, streak_end=T0 - 100)
+    d = machine.step(m, F, now=T0, spec=SPEC, rollout=Rollout(), decisive=True)
+    assert d.action is Action.HOLD and d.memory.fail_streak == 0
+    d = machine.step(d.memory, F, now=T0 + 200, spec=SPEC, rollout=Rollout(), decisive=True)
+    assert d.action is Action.DISABLE and d.transition is not None
 
 
 def test_backoff_decays_only_after_sustained_time_on() -> None:
     spec = SPEC
     decay = spec.timing.cooldown.decay_after_seconds
     # confirmed a minute ago after three rollbacks: a rollback now backs off further
-    short = mem(state=State.ON, since=T0 - 60, last_flip_at=OLD, cooldown_index=3, fail_streak=1)
+    short = mem(
+        state=State.ON,
+        since=T0 - 60,
+        last_flip_at=OLD,
+        cooldown_index=3,
+        fail_streak=1,
+        streak_end=T0 - 300,
+    )
     d = machine.step(short, F, now=T0, spec=spec, rollout=Rollout())
     assert d.action is Action.DISABLE and d.memory.cooldown_index == 4
     assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 3)

@@ -3,8 +3,7 @@ probes are, and what is not a flip. Each test here failed on the machine before 
 
 * a decisive window (its bound at the joint level of every window the rule needs clears the
   gate) rolls back alone; a plain failing window still needs its disjoint successor;
-* once a failing streak is open, the next window is read from the end of the last one counted,
-  so it is judged two intervals later instead of a whole window later;
+* only whole windows disjoint from the last one judged count (one verdict per window);
 * the cooldown after a rejection far below the gate is longer (one backoff step per band);
 * enabling a canary whose pods already run the config restarts nothing: no flip is counted
   and no warm-up starts.
@@ -107,27 +106,24 @@ def test_decisive_never_acts_on_data_in_warm_up() -> None:
     assert d.action is Action.HOLD and d.memory.state is State.ON
 
 
-# ---------------------------------------------------------------- the next disjoint window
+# ---------------------------------------------------------------- the next judged window
 
 
-def test_an_open_failing_streak_reads_from_the_last_window_counted() -> None:
+def test_an_open_failing_streak_waits_for_the_next_whole_window() -> None:
     opened = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED).memory
     assert opened.fail_streak == 1 and opened.streak_end == T0
-    # one interval later the read keeps two intervals (it overlaps, so it counts nothing) ...
-    assert machine.read_window(SPEC, SETTLED, T0 + 30, memory=opened) == (T0 - 30, T0 + 30)
-    # ... two intervals later it starts where the last one ended: disjoint, so it counts
-    start, end = machine.read_window(SPEC, SETTLED, T0 + 60, memory=opened)
-    assert (start, end) == (T0, T0 + 60)
+    # a judging unit reads whole windows; those overlapping the last judged one are looks
+    assert machine.read_window(SPEC, SETTLED, T0 + 60, memory=opened) == (T0 - 240, T0 + 60)
+    assert not machine.judged(SPEC, opened, T0 - 240, T0 + 60)
+    d = machine.step(opened, F, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0 - 240)
+    assert d.action is Action.HOLD and d.memory == opened.model_copy(
+        update={"last_conclusive_at": T0 + 60}
+    )
+    # the whole window after it is judged: the streak completes
+    start, end = machine.read_window(SPEC, SETTLED, T0 + 300, memory=opened)
+    assert (start, end) == (T0, T0 + 300) and machine.judged(SPEC, opened, start, end)
     d = machine.step(opened, F, now=end, spec=SPEC, rollout=SETTLED, window_start=start)
     assert d.action is Action.DISABLE
-    # and it never reads more than the configured window
-    assert machine.read_window(SPEC, SETTLED, T0 + 900, memory=opened) == (T0 + 600, T0 + 900)
-
-
-def test_an_on_unit_without_a_failing_streak_keeps_whole_windows() -> None:
-    passed = machine.step(on(), Verdict.PASS, now=T0, spec=SPEC, rollout=SETTLED).memory
-    assert passed.pass_streak == 1
-    assert machine.read_window(SPEC, SETTLED, T0 + 60, memory=passed) == (T0 - 240, T0 + 60)
 
 
 # ---------------------------------------------------------------- cooldown depth
@@ -141,15 +137,16 @@ def test_rejection_depth(shortfall: float, depth: int) -> None:
 
 
 def test_a_rejection_far_below_the_gate_backs_off_longer() -> None:
-    near = machine.step(on(fail_streak=1), F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=0.3)
-    far = machine.step(on(fail_streak=1), F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=2.0)
+    streak = on(fail_streak=1, streak_end=T0 - 300)
+    near = machine.step(streak, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=0.3)
+    far = machine.step(streak, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=2.0)
     assert near.action is far.action is Action.DISABLE
     assert near.memory.cooldown_until - T0 == 3600
     assert far.memory.cooldown_until - T0 == 4 * 3600
     # depth deepens this cooldown only: the index still counts rollbacks in a row
     assert near.memory.cooldown_index == far.memory.cooldown_index == 1
     # and maxSeconds caps it (On for a minute only: the index has not decayed)
-    recent = on(fail_streak=1, cooldown_index=3).model_copy(update={"since": T0 - 60})
+    recent = streak.model_copy(update={"since": T0 - 60, "cooldown_index": 3})
     capped = machine.step(recent, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=4)
     assert capped.memory.cooldown_until - T0 == 86400
 
@@ -177,11 +174,13 @@ def test_enabling_a_canary_that_already_speculates_is_no_flip() -> None:
     assert machine.not_judgeable(SPEC, off, d.memory, T0) is not None
 
 
-def test_a_partial_window_may_confirm_a_regression_but_not_clear_it() -> None:
+def test_a_partial_window_neither_confirms_nor_clears() -> None:
     opened = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED).memory
-    # 60 s after the last window counted: a PASS on those 60 s leaves the failing streak open
-    p = machine.step(opened, Verdict.PASS, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0)
-    assert p.memory.fail_streak == 1 and p.memory.pass_streak == 0
+    # 60 s after the last window judged: a look, PASS or FAIL, leaves the streak as it is
+    for v in (Verdict.PASS, F):
+        p = machine.step(opened, v, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0)
+        assert (p.memory.fail_streak, p.memory.pass_streak) == (1, 0)
+        assert p.action is Action.HOLD
     # a whole window that passes clears it
     p = machine.step(
         opened, Verdict.PASS, now=T0 + 300, spec=SPEC, rollout=SETTLED, window_start=T0

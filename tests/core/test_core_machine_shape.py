@@ -2,10 +2,11 @@
 
 Shapes are vLLM's output-length histograms (1-2-5 buckets): chat turns with a median of 512
 tokens, code answers 1.56x longer, log-normal with sigma 1, drawn request by request from a
-seeded generator. A re-probe must fire when the shape the failure came with is gone, back
-toward the shape that paid; never on sampling noise, never when the failure came on an
-unchanged shape, never past the dwell or the flip budget, and only after the first rollback
-in a row."""
+seeded generator, with the code share of each window wandering by a few points as real
+traffic does. A re-probe must fire when the shape the failure came with is gone, back toward
+the shape that paid, for several windows in a row; never on the window-to-window wander of
+the shares, never when alpha did not move with the shape, never past the dwell or the flip
+budget, only after the first rollback in a row, and once; its failure keeps the cooldown."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from alphagate.core.model import (
     PoolObservation,
     Role,
     Rollout,
+    ShapeMemory,
     State,
     TrafficShape,
     Verdict,
@@ -69,8 +71,38 @@ def traffic(
     return TrafficShape(bounds=BOUNDS, counts=draw(random.Random(seed), n, code_share), alpha=alpha)
 
 
-def rolled_back(paid: TrafficShape | None, failed: TrafficShape | None, **kw: Any) -> Memory:
-    """Rolled back 700 s ago (past the dwell), cooling down for hours, first rollback."""
+def history(
+    seed: int,
+    windows: list[tuple[float, float | None, str]],
+    *,
+    wander: float = 0.04,
+    n: int = 3000,
+) -> ShapeMemory:
+    """Recent windows, 300 s apart, ending at T0 - 700: (code share, alpha, "paid"/"failed"/""),
+    each window's share wandering by N(0, wander) as real traffic's does."""
+    rng = random.Random(seed)
+    track = ShapeMemory()
+    at = T0 - 700 - 300 * len(windows)
+    for share, alpha, kind in windows:
+        at += 300
+        wandered = min(1.0, max(0.0, share + rng.gauss(0.0, wander)))
+        shp = TrafficShape(bounds=BOUNDS, counts=draw(rng, n, wandered), alpha=alpha)
+        track = shape.record(track, shp, at=at, paid=kind == "paid", failed=kind == "failed")
+    return track
+
+
+def chat_then_code(seed: int, paid: int = 10, **kw: Any) -> ShapeMemory:
+    """Paying windows of chat (alpha ~0.70), then two failing ones of 70% code (~0.49)."""
+    rng = random.Random(seed + 7)
+    rows = [(0.0, 0.70 + rng.gauss(0, 0.01), "paid") for _ in range(paid)]
+    rows += [(0.7, 0.49 + rng.gauss(0, 0.01), "failed") for _ in range(2)]
+    return history(seed, rows, **kw)
+
+
+def rolled_back(track: ShapeMemory, **kw: Any) -> Memory:
+    """Rolled back 700 s ago on alpha (past the dwell), cooling down for hours, first
+    rollback; the axis learned from `track`."""
+    axis = shape.learn(track).axis
     fields: dict[str, Any] = {
         "state": State.ROLLED_BACK,
         "since": T0 - 700,
@@ -78,17 +110,18 @@ def rolled_back(paid: TrafficShape | None, failed: TrafficShape | None, **kw: An
         "flip_times": (T0 - 700,),
         "cooldown_until": T0 + 40_000,
         "cooldown_index": 1,
-        "shape_paid": paid,
-        "shape_failed": failed,
+        "shape": track.model_copy(update={"axis": axis, "last_end": T0 - 700}),
     }
     fields.update(kw)
     return Memory(**fields)
 
 
-def off_step(m: Memory, now_shape: TrafficShape | None, now: float = T0) -> machine.Decision:
-    return machine.step(
-        m, Verdict.INCONCLUSIVE, now=now, spec=SPEC, rollout=ROLLED, shape=now_shape
-    )
+def cooling(m: Memory, seed: int, code_share: float, now: float) -> machine.Decision:
+    """One evaluation of a whole window while off: the shape is recorded, then the machine
+    steps (as `evaluate` does)."""
+    shp = traffic(seed, code_share)
+    m = reprobe.observe(m, SPEC, [], shp, start=now - 300, now=now)
+    return machine.step(m, Verdict.INCONCLUSIVE, now=now, spec=SPEC, rollout=ROLLED, shape=shp)
 
 
 # ---------------------------------------------------------------- the statistics
@@ -132,185 +165,218 @@ def test_shape_of_merges_every_pool_into_per_bucket_counts() -> None:
     assert shape.of(mixed, ["chat"], 0.6) is None  # layouts differ
 
 
-def test_a_return_along_the_line_it_failed_on_is_found() -> None:
-    paid, failed = traffic(1, 0.0, 0.70), traffic(2, 0.7, 0.49)
-    back = shape.returned(paid, failed, traffic(3, 0.0), enable_above=0.60)
-    assert back.finding is shape.Finding.RETURNED
-    assert back.shift >= shape.MIN_SHIFT
-    assert 0.7 < back.back < 1.3
-    assert back.off_axis < shape.MAX_OFF_AXIS
-    assert back.predicted_alpha >= 0.60
-    still = shape.returned(paid, failed, traffic(4, 0.7), enable_above=0.60)
-    assert still.finding is shape.Finding.NOT_BACK
-    assert abs(still.back) < 0.3
-
-
-def test_part_way_back_waits_for_the_alpha_the_mix_predicts() -> None:
-    """Two thirds of the way back: enough when speculation paid at 0.75 (the mixture line
-    predicts ~0.67 now), not when it paid at 0.62 (~0.58, below enableAbove)."""
-    failed, now = traffic(2, 0.7, 0.50, n=20_000), traffic(5, 0.25, None, n=20_000)
-    high = shape.returned(traffic(1, 0.0, 0.75, n=20_000), failed, now, enable_above=0.60)
-    low = shape.returned(traffic(1, 0.0, 0.62, n=20_000), failed, now, enable_above=0.60)
-    assert 0.5 < high.back < 0.8 and high.back == low.back
-    assert high.finding is shape.Finding.RETURNED and high.predicted_alpha >= 0.60
-    assert low.finding is shape.Finding.NOT_BACK and low.predicted_alpha < 0.60
-
-
-def test_new_traffic_elsewhere_is_not_a_return() -> None:
-    paid, failed = traffic(1, 0.0, 0.70), traffic(2, 0.7, 0.49)
+def test_a_real_shift_learns_its_line_noise_and_relation() -> None:
+    learned = shape.learn(chat_then_code(1))
+    assert learned.finding is shape.Finding.RETURNED and learned.axis is not None
+    axis = learned.axis
+    assert axis.shift >= shape.MIN_SHIFT
+    assert 0 < axis.noise < 0.2  # a 4-point wander against a 70-point shift
+    assert axis.slope == pytest.approx(0.21, abs=0.03) and axis.slope_t >= shape.T_RELATION
+    assert axis.intercept == pytest.approx(0.49, abs=0.02)
+    back = shape.returned(axis, traffic(3, 0.0), enable_above=0.60)
+    assert back.finding is shape.Finding.RETURNED and 0.7 < back.back < 1.3
+    assert back.predicted_alpha >= 0.60 and back.off_axis < shape.MAX_OFF_AXIS
+    still = shape.returned(axis, traffic(4, 0.7), enable_above=0.60)
+    assert still.finding is shape.Finding.NOT_BACK and abs(still.back) < 0.3
     # summaries of ~40 tokens: neither the chat mix nor the code mix
     short = TrafficShape(bounds=BOUNDS, counts=draw(random.Random(6), 3000, 0.0, 40 / CHAT))
-    got = shape.returned(paid, failed, short, enable_above=0.60)
-    assert got.finding is shape.Finding.ELSEWHERE
+    assert shape.returned(axis, short, enable_above=0.60).finding is shape.Finding.ELSEWHERE
 
 
-@pytest.mark.parametrize("n", [300, 1500])
-def test_noise_never_reprobes(n: int) -> None:
-    """100 seeds each: paid, failed and now drawn from one traffic (alpha fell on an unchanged
-    shape: only time may tell), and a real shift whose traffic has not come back (now drawn
-    like the failed window). Neither ever fires."""
-    same = [
-        s
+def test_part_way_back_waits_for_the_alpha_the_relation_predicts() -> None:
+    """Two thirds of the way back: enough when speculation paid at 0.75 (the relation predicts
+    ~0.67 there), not when it paid at 0.62 (~0.58, below enableAbove)."""
+    rows_high = [(0.0, 0.75, "paid")] * 8 + [(0.7, 0.50, "failed")] * 2
+    rows_low = [(0.0, 0.62, "paid")] * 8 + [(0.7, 0.50, "failed")] * 2
+    now = traffic(5, 0.25, n=20_000)
+    high = shape.learn(history(1, rows_high, n=20_000)).axis
+    low = shape.learn(history(1, rows_low, n=20_000)).axis
+    assert high is not None and low is not None
+    h = shape.returned(high, now, enable_above=0.60)
+    lo = shape.returned(low, now, enable_above=0.60)
+    assert 0.5 < h.back < 0.85 and h.back == pytest.approx(lo.back)
+    assert h.finding is shape.Finding.RETURNED and h.predicted_alpha >= 0.60
+    assert lo.finding is shape.Finding.NOT_BACK and lo.predicted_alpha < 0.60
+
+
+def test_a_shift_within_the_window_to_window_wander_is_no_shift() -> None:
+    """100 seeds of one traffic whose code share wanders by 4 points a window (far beyond
+    multinomial noise at 3,000 requests), alpha falling for another reason in the last two
+    windows: the failed and paid shapes differ by the wander only, so the shape gets no say
+    (a multinomial chi-square called most of these a shift)."""
+    learned = [
+        shape.learn(history(s, [(0.3, 0.70, "paid")] * 10 + [(0.3, 0.49, "failed")] * 2))
         for s in range(100)
-        if shape.returned(
-            traffic(3 * s, 0.3, 0.70, n),
-            traffic(3 * s + 1, 0.3, 0.49, n),
-            traffic(3 * s + 2, 0.3, None, n),
-            enable_above=0.60,
-        ).fires
     ]
-    stayed = [
-        s
-        for s in range(100)
-        if shape.returned(
-            traffic(3 * s, 0.0, 0.70, n),
-            traffic(3 * s + 1, 0.7, 0.49, n),
-            traffic(3 * s + 2, 0.7, None, n),
-            enable_above=0.60,
-        ).fires
-    ]
-    assert same == [] and stayed == []
+    axes = [x for x in learned if x.axis is not None]
+    assert len(axes) <= 2
+    assert Counter(x.finding for x in learned)[shape.Finding.NO_SHIFT] >= 95
 
 
-def test_too_few_requests_are_no_evidence() -> None:
-    paid, failed = traffic(1, 0.0, 0.70), traffic(2, 0.7, 0.49)
-    got = shape.returned(paid, failed, traffic(3, 0.0, None, n=150), enable_above=0.60)
-    assert got.finding is shape.Finding.NO_SHAPES
-    assert shape.returned(None, failed, paid, enable_above=0.6).finding is shape.Finding.NO_SHAPES
+def test_alpha_that_did_not_move_with_the_shape_gives_it_no_say() -> None:
+    """The mix moved to code while alpha still paid there, then alpha fell on code: the shape
+    did not carry alpha, so its return says nothing."""
+    rows = [(0.0, 0.70, "paid")] * 6 + [(0.7, 0.70, "paid")] * 6 + [(0.7, 0.48, "failed")] * 2
+    learned = shape.learn(history(2, rows))
+    assert learned.finding is shape.Finding.NO_RELATION and learned.axis is None
 
 
-# ---------------------------------------------------------------- the machine
+def test_too_few_windows_are_no_evidence() -> None:
+    one_paid = history(1, [(0.0, 0.70, "paid"), (0.7, 0.49, "failed")] + [(0.7, None, "")] * 4)
+    assert shape.learn(one_paid).finding is shape.Finding.NO_SHAPES
+    assert shape.learn(ShapeMemory()).finding is shape.Finding.NO_SHAPES
+    axis = shape.learn(chat_then_code(1)).axis
+    assert axis is not None
+    few = shape.returned(axis, traffic(3, 0.0, n=150), enable_above=0.60)
+    assert few.finding is shape.Finding.NO_SHAPES
 
 
-def test_shape_return_reprobes_early_with_typed_evidence() -> None:
-    m = rolled_back(traffic(1, 0.0, 0.70), traffic(2, 0.7, 0.49))
-    wait = off_step(m, traffic(3, 0.7))
-    assert wait.action is Action.HOLD and wait.memory.state is State.ROLLED_BACK
-    go = off_step(m, traffic(4, 0.0))
-    assert go.action is Action.ENABLE
-    assert go.memory.state is State.PROBING
-    assert go.transition is not None and go.transition.cause is Cause.EARLY_REPROBE
-    ev = go.transition.evidence
-    assert ev["early_basis"] == reprobe.Basis.SHAPE.value
-    assert ev["shape"] == shape.Finding.RETURNED.value
-    assert isinstance(ev["shape_back"], float) and ev["shape_back"] > 0.5
-    assert go.memory.flip_times[-1] == T0  # a flip: it spends the budget
-
-
-def test_no_reprobe_when_the_shape_did_not_change() -> None:
-    """The failure came on the same shape (a drift, a new model): the same shape now says
-    nothing, however long the cooldown."""
-    m = rolled_back(traffic(1, 0.0, 0.70), traffic(2, 0.0, 0.45))
-    for i in range(20):
-        d = off_step(m, traffic(100 + i, 0.0), now=T0 + 30 * i)
-        assert d.action is Action.HOLD
-        assert d.memory.state is State.ROLLED_BACK
-
-
-def test_shape_reprobe_obeys_dwell_and_flip_budget() -> None:
-    paid, failed, back = traffic(1, 0.0, 0.70), traffic(2, 0.7, 0.49), traffic(3, 0.0)
-    early = rolled_back(paid, failed, last_flip_at=T0 - 100, flip_times=(T0 - 100,))
-    assert off_step(early, back).action is Action.HOLD  # minimum dwell 600 s
-    busy = rolled_back(paid, failed, flip_times=(T0 - 3000, T0 - 2000, T0 - 700))
-    d = off_step(busy, back)
-    assert d.action is Action.HOLD  # 3 flips in the hour: no room for an enable and rollback
-    assert d.memory.state is State.ROLLED_BACK
-
-
-def test_only_the_first_rollback_in_a_row_is_undone_by_a_shape() -> None:
-    paid, failed = traffic(1, 0.0, 0.70), traffic(2, 0.7, 0.49)
-    second = rolled_back(paid, failed, cooldown_index=2)
-    assert off_step(second, traffic(3, 0.0)).action is Action.HOLD
-
-
-def test_shape_returns_alpha_does_not_one_reprobe_then_the_cooldown() -> None:
-    """The whole loop on the machine: On with chat, rolled back on code, the chat shape returns
-    (early re-probe), but alpha stays low: it rolls back again, and the next return of the
-    shape waits for the cooldown."""
-    spec = SPEC
-    on = Rollout(completed_at=T0 - 50_000, speculation_on=True)
-    m = Memory(state=State.ON, since=T0 - 40_000, last_flip_at=T0 - 40_000)
-    t = T0
-    m = reprobe.remember_paid(m, [passed(CheckKind.ACCEPTANCE)], traffic(1, 0.0, 0.70))
-    assert m.shape_paid is not None and m.shape_paid.alpha == 0.70
-    for i in range(2):  # two disjoint failing windows on the code mix
-        t += 300
-        shp = traffic(10 + i, 0.7, 0.49)
-        d = machine.step(m, Verdict.FAIL, now=t, spec=spec, rollout=on, shape=shp)
-        m = d.memory
-    assert m.state is State.ROLLED_BACK and m.shape_failed is not None
-    assert m.shape_failed.alpha == 0.49
-    assert m.shape_paid is not None and m.shape_paid.alpha == 0.70  # a FAIL never records it
-    off = Rollout(completed_at=t + 150, speculation_on=False)
-    t += 900  # past the dwell
-    d = machine.step(m, Verdict.INCONCLUSIVE, now=t, spec=spec, rollout=off, shape=traffic(20, 0.0))
-    assert d.transition is not None and d.transition.cause is Cause.EARLY_REPROBE
-    m = d.memory
-    probing = Rollout(completed_at=t + 150, speculation_on=True)
-    t += 300  # the rollout and its warm-up
-    for i in range(2):  # alpha did not come back with the shape
-        t += 300
-        shp = traffic(30 + i, 0.0, 0.48)
-        d = machine.step(m, Verdict.FAIL, now=t, spec=spec, rollout=probing, shape=shp)
-        m = d.memory
-    assert m.state is State.ROLLED_BACK and m.cooldown_index == 2
-    off = Rollout(completed_at=t + 150, speculation_on=False)
-    for i in range(40):  # code, then chat again, for 20 minutes: the cooldown rules now
-        t += 30
-        shp = traffic(40 + i, 0.7 if i < 20 else 0.0)
-        d = machine.step(m, Verdict.INCONCLUSIVE, now=t, spec=spec, rollout=off, shape=shp)
-        assert d.action is Action.HOLD
-        m = d.memory
+def test_the_record_keeps_recent_whole_disjoint_windows() -> None:
+    track = chat_then_code(1, paid=30)
+    assert len(track.recent) == shape.MAX_RECENT
+    assert [w.failed for w in track.recent[-2:]] == [True, True]
+    assert all(len(w.shares) == len(BOUNDS) + 1 for w in track.recent)
+    # a new bucket layout starts over
+    other = TrafficShape(bounds=BOUNDS[:-1], counts=(1.0,) * len(BOUNDS) + (200.0,))
+    assert len(shape.record(track, other, at=T0, paid=False, failed=False).recent) == 1
+    # observe: a window that overlaps the last one recorded, or is not whole, adds nothing
+    m = Memory(state=State.ON, shape=track.model_copy(update={"last_end": T0}))
+    shp = traffic(9, 0.0, 0.70)
+    passing = [passed(CheckKind.ACCEPTANCE)]
+    assert reprobe.observe(m, SPEC, passing, shp, start=T0 - 270, now=T0 + 30) == m
+    assert reprobe.observe(m, SPEC, passing, shp, start=T0, now=T0 + 200) == m
+    got = reprobe.observe(m, SPEC, passing, shp, start=T0, now=T0 + 300).shape.recent[-1]
+    assert (got.at, got.alpha, got.paid, got.failed) == (T0 + 300, 0.70, True, False)
 
 
 def passed(kind: CheckKind, verdict: Verdict = Verdict.PASS) -> CheckResult:
     return CheckResult(kind, verdict, "")
 
 
-def test_the_paid_shape_is_the_one_alpha_cleared_the_gate_on() -> None:
-    """Recorded when every acceptance check passed while speculating, whatever latency said
-    (a latency check still undecided says nothing about what is generated); never on a
-    failing or undecided alpha, a failing floor, or while off."""
+def test_a_window_paid_when_its_alpha_passed_whatever_latency_said() -> None:
+    """Paid when every acceptance check passed while speculating (a latency check still
+    undecided says nothing about what is generated); failed on an acceptance or floor FAIL;
+    neither, and without an alpha, in a warm-up or while off."""
     shp = traffic(1, 0.0, 0.70)
     on = Memory(state=State.ON)
-    undecided_latency = [
-        passed(CheckKind.ACCEPTANCE),
-        passed(CheckKind.LATENCY, Verdict.INCONCLUSIVE),
-    ]
-    assert reprobe.remember_paid(on, undecided_latency, shp).shape_paid == shp
-    for results in (
-        [passed(CheckKind.ACCEPTANCE, Verdict.INCONCLUSIVE)],
-        [passed(CheckKind.ACCEPTANCE, Verdict.FAIL)],
-        [passed(CheckKind.ACCEPTANCE), passed(CheckKind.FLOOR, Verdict.FAIL)],
-        [passed(CheckKind.LATENCY)],
-    ):
-        assert reprobe.remember_paid(on, results, shp).shape_paid is None
+
+    def last(m: Memory, results: list[CheckResult]) -> tuple[bool, bool, float | None]:
+        w = reprobe.observe(m, SPEC, results, shp, start=T0 - 300, now=T0).shape.recent[-1]
+        return w.paid, w.failed, w.alpha
+
+    undecided = passed(CheckKind.LATENCY, Verdict.INCONCLUSIVE)
+    assert last(on, [passed(CheckKind.ACCEPTANCE), undecided]) == (True, False, 0.70)
+    assert last(on, [passed(CheckKind.ACCEPTANCE, Verdict.INCONCLUSIVE)]) == (False, False, 0.70)
+    assert last(on, [passed(CheckKind.ACCEPTANCE, Verdict.FAIL)]) == (False, True, 0.70)
+    floor = [passed(CheckKind.ACCEPTANCE), passed(CheckKind.FLOOR, Verdict.FAIL)]
+    assert last(on, floor) == (True, True, 0.70)
+    assert last(on, [passed(CheckKind.WINDOW, Verdict.INCONCLUSIVE)]) == (False, False, None)
     off = Memory(state=State.ROLLED_BACK)
-    assert reprobe.remember_paid(off, [passed(CheckKind.ACCEPTANCE)], shp).shape_paid is None
+    assert last(off, [passed(CheckKind.ACCEPTANCE)]) == (False, False, None)
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def test_a_return_reprobes_after_two_windows_in_a_row_with_typed_evidence() -> None:
+    m = rolled_back(chat_then_code(1))
+    assert m.shape.axis is not None
+    d = cooling(m, 3, 0.7, T0)  # still code
+    d = cooling(d.memory, 4, 0.0, T0 + 300)  # one window back: not yet
+    assert d.action is Action.HOLD and d.memory.shape.returned == 1
+    d = cooling(d.memory, 5, 0.7, T0 + 600)  # code again: the count starts over
+    assert d.action is Action.HOLD and d.memory.shape.returned == 0
+    d = cooling(d.memory, 6, 0.0, T0 + 900)
+    go = cooling(d.memory, 7, 0.0, T0 + 1200)
+    assert go.action is Action.ENABLE and go.memory.state is State.PROBING
+    assert go.transition is not None and go.transition.cause is Cause.EARLY_REPROBE
+    ev = go.transition.evidence
+    assert ev["early_basis"] == reprobe.Basis.SHAPE.value
+    assert ev["shape"] == shape.Finding.RETURNED.value
+    assert ev["shape_returned_windows"] == 2.0
+    assert isinstance(ev["shape_back"], float) and ev["shape_back"] > 0.5
+    assert go.memory.flip_times[-1] == T0 + 1200  # a flip: it spends the budget
+
+
+def test_no_reprobe_when_the_shape_did_not_change() -> None:
+    """The failure came on the same shape (a drift, a new model): no axis, however long the
+    cooldown and whatever the shape does."""
+    m = rolled_back(history(1, [(0.0, 0.70, "paid")] * 10 + [(0.0, 0.45, "failed")] * 2))
+    assert m.shape.axis is None
+    for i in range(20):
+        d = cooling(m, 100 + i, 0.7 if i % 2 else 0.0, T0 + 300 * i)
+        assert d.action is Action.HOLD and d.memory.state is State.ROLLED_BACK
+        m = d.memory
+
+
+def test_shape_reprobe_obeys_dwell_and_flip_budget() -> None:
+    track = chat_then_code(1)
+    for kw in (
+        {"last_flip_at": T0 - 100, "flip_times": (T0 - 100,)},  # minimum dwell 600 s
+        {"flip_times": (T0 - 3000, T0 - 2000, T0 - 700)},  # no room for an enable + rollback
+        {"cooldown_index": 2},  # only the first rollback in a row
+    ):
+        m = rolled_back(track, **kw)
+        m = m.model_copy(update={"shape": m.shape.model_copy(update={"returned": 1})})
+        d = cooling(m, 3, 0.0, T0 + 300)
+        assert d.action is Action.HOLD and d.memory.state is State.ROLLED_BACK
+
+
+def test_the_rollback_learns_the_axis_only_on_alpha() -> None:
+    on = Rollout(completed_at=T0 - 50_000, speculation_on=True)
+    m = Memory(
+        state=State.ON,
+        since=T0 - 40_000,
+        last_flip_at=T0 - 40_000,
+        fail_streak=1,
+        streak_end=T0 - 300,
+        shape=chat_then_code(1),
+    )
+    alpha = machine.step(m, Verdict.FAIL, now=T0, spec=SPEC, rollout=on, fail_kinds=[ACC])
+    assert alpha.memory.state is State.ROLLED_BACK and alpha.memory.shape.axis is not None
+    late = machine.step(m, Verdict.FAIL, now=T0, spec=SPEC, rollout=on, fail_kinds=[LAT])
+    assert late.memory.state is State.ROLLED_BACK and late.memory.shape.axis is None
+
+
+ACC, LAT = CheckKind.ACCEPTANCE, CheckKind.LATENCY
+
+
+def test_a_failed_early_reprobe_keeps_the_cooldown_and_is_not_repeated() -> None:
+    """The whole loop: rolled back on code, the chat shape returns (early re-probe), alpha
+    does not come back: the rollback keeps the cooldown the re-probe interrupted (no doubling)
+    and the next return waits for it; a confirmed probe later makes the shape count again."""
+    m = rolled_back(chat_then_code(1))
+    t = T0 + 900
+    m = cooling(m, 20, 0.0, t).memory
+    d = cooling(m, 21, 0.0, t + 300)
+    assert d.transition is not None and d.transition.cause is Cause.EARLY_REPROBE
+    m, t = d.memory, t + 300
+    probing = Rollout(completed_at=t + 60, speculation_on=True)
+    for i in range(2):  # the first judged windows after the warm-up fail: alpha did not return
+        t2 = t + 480 + 300 * i
+        d = machine.step(m, Verdict.FAIL, now=t2, spec=SPEC, rollout=probing, fail_kinds=[ACC])
+        m = d.memory
+    assert m.state is State.ROLLED_BACK
+    assert m.cooldown_until == T0 + 40_000 and m.cooldown_index == 1  # kept, not doubled
+    assert m.shape.spent and "interrupted stands" in d.reason
+    off = Rollout(completed_at=t2 + 60, speculation_on=False)
+    for i in range(6):  # chat again for half an hour: no second early look
+        t2 += 300
+        shp = traffic(40 + i, 0.0)
+        m = reprobe.observe(m, SPEC, [], shp, start=t2 - 300, now=t2)
+        d = machine.step(m, Verdict.INCONCLUSIVE, now=t2, spec=SPEC, rollout=off, shape=shp)
+        assert d.action is Action.HOLD
+        m = d.memory
+    # a later probe confirmed: the shape may speak again after a future rollback
+    probing_m = m.model_copy(
+        update={"state": State.PROBING, "pass_streak": 1, "streak_end": t2, "probe_deadline": t2}
+    )
+    on = machine.step(probing_m, Verdict.PASS, now=t2 + 300, spec=SPEC, rollout=probing)
+    assert on.memory.state is State.ON and not on.memory.shape.spent
 
 
 def test_memory_with_shapes_survives_the_record() -> None:
-    m = rolled_back(traffic(1, 0.0, 0.70), traffic(2, 0.7, None))
+    m = rolled_back(chat_then_code(1))
     back = decode_memories(encode_memories({"": m}))[""]
     assert back == m
-    assert back.shape_failed is not None and back.shape_failed.alpha is None
+    assert back.shape.axis is not None and back.shape.recent[-1].failed

@@ -101,3 +101,19 @@ def test_shared_window_takes_the_earliest_start(spec: Spec) -> None:
     units = [(probing(T0 - 270), SETTLED), (probing(T0 - 160), SETTLED)]
     assert machine.shared_window(spec, units, T0) == (T0 - 150, T0)
     assert machine.shared_window(spec, [], T0) == (T0 - WINDOW, T0)
+
+
+def test_the_first_counted_window_is_the_first_whole_one_after_the_warmup(spec: Spec) -> None:
+    """Looks after the warm-up are shown; the first window that counts toward a flip is the
+    first whole one that starts after it."""
+    rollout = Rollout(completed_at=T0, speculation_on=True)
+    m = probing(T0)
+    counted = []
+    for i in range(1, 40):
+        now = T0 + i * INTERVAL
+        start, _ = machine.read_window(spec, rollout, now, memory=m)
+        if machine.not_judgeable(spec, rollout, m, start) is None and machine.judged(
+            spec, m, start, now
+        ):
+            counted.append(now)
+    assert counted[0] == T0 + WARMUP + WINDOW

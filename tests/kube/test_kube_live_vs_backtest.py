@@ -30,7 +30,7 @@ TIMING = {
     "rolloutTimeoutSeconds": 60,
     "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
 }
-EVALUATIONS = 40
+EVALUATIONS = 50  # long enough for two whole judged windows to confirm before alpha falls
 
 
 class History:
@@ -42,7 +42,7 @@ class History:
         self.speculating = speculating
 
     def alpha(self, t: float) -> float:
-        return 0.3 if 12 * INTERVAL <= t - self.t0 < 22 * INTERVAL else 0.75
+        return 0.3 if 18 * INTERVAL <= t - self.t0 < 28 * INTERVAL else 0.75
 
     def observe(
         self, spec: SpeculativeCanarySpec, *, start: float, end: float, interval_seconds: float

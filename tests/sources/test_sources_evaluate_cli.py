@@ -60,8 +60,9 @@ def test_evaluate_scrape_targets_json(policy: Path, low_alpha_fleet: SimServer) 
     (acc,) = [c for c in data["checks"] if c["check"] == "acceptance"]
     assert acc["verdict"] == "Fail"  # upper bound far below disableBelow 0.55
     assert data["verdict"] == "Fail"
-    # One window of a fresh memory: the rollback needs its consecutive windows first.
-    assert data["action"] == "hold" and "1/2" in data["reason"]
+    # A minute of counters is not a whole window: a look, which no rollback counts.
+    assert data["action"] == "hold" and "look Fail" in data["reason"]
+    assert "not a whole" in data["reason"] and "fail streak 0/2" in data["reason"]
 
 
 def test_evaluate_text_says_it_never_acts(policy: Path, low_alpha_fleet: SimServer) -> None:

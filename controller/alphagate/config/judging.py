@@ -50,7 +50,11 @@ class AcceptanceGate(StrictModel):
         default=2,
         ge=1,
         le=100,
-        description="Disjoint windows in a row that must agree before a flip.",
+        description=(
+            "Judged windows in a row (whole, disjoint: one per windowSeconds) that must fail "
+            "before a rollback, or pass before a probe is confirmed. An undecided judged "
+            "window, or a gap of more than a window, starts a failing count over."
+        ),
     )
     batch_seconds: PositiveSeconds | None = Field(
         default=None,

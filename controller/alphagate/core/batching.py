@@ -94,7 +94,8 @@ def ratio(pairs: Sequence[tuple[float, float]], *, jackknife: bool = True) -> Ra
     resid = math.fsum([(n - r * d) ** 2 / (1.0 - d / den) ** power for n, d in units])
     se = math.sqrt(resid) / den
     # Kish's effective number of batches: one big pod among small ones is nearly one batch.
-    n_eff = den * den / math.fsum([d * d for _, d in units])
+    squares = math.fsum([d * d for _, d in units])
+    n_eff = den * den / squares if squares > 0 else float(k)  # subnormal batches square to 0
     return Ratio(r, num, den, se, max(n_eff - 1.0, 1e-3), k)
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Final
 
 from alphagate.config import AcceptanceGate
+from alphagate.core import pace
 from alphagate.core.fmt import number as _fmt
 from alphagate.core.latency_check import check_latency as check_latency
 from alphagate.core.model import (
@@ -31,6 +32,13 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.core.stats import t_quantile
+
+MIN_DECISIVE_DOF: Final = 3.0
+"""Degrees of freedom a decisive window needs. A t on one or two degrees of freedom is exact
+for normal batch means, but its far tail (the 1.6e-4 level of a decisive window) rests on
+two or three pods agreeing to the fourth decimal by chance, which short, discrete requests do
+far more often than normal ones: two canary pods on the code trace rolled back on one window
+at a true 0.57 twice in ten simulated days (`python -m alphagate_lab.bench.machine`)."""
 
 # Worst first: any FAIL wins, then ERROR, then INCONCLUSIVE; PASS only when everything passed.
 ORDER: Final = (Verdict.FAIL, Verdict.ERROR, Verdict.INCONCLUSIVE, Verdict.PASS)
@@ -241,12 +249,13 @@ def decisive(result: CheckResult, windows: int) -> bool:
     """Is this failing check as strong as `windows` disjoint failing windows?
 
     n independent windows that each fail at the one-sided level (1 - confidence) / 2 have a
-    joint false rate of ((1 - confidence) / 2) ** n at the gate. One window whose upper bound
-    at that joint level, on the estimate's own standard error and degrees of freedom, is
+    joint false rate of ((1 - confidence) / 2) ** n at the gate. One judged window whose upper
+    bound at a quarter of that joint level (`pace.decisive_level`: its share of the rule's
+    false rollbacks a day), on the estimate's own standard error and degrees of freedom, is
     below the threshold carries the same evidence, so it may roll back alone. Few batches
-    have few degrees of freedom and heavy t tails, so with two pods this almost never holds:
-    two disjoint windows are then still needed. A failing latency check: `_decisive_latency`.
-    False for any other kind of check."""
+    have few degrees of freedom and heavy t tails, and below MIN_DECISIVE_DOF the tail is not
+    trusted at all: with two or three pods two disjoint windows are always needed. A failing
+    latency check: `_decisive_latency`. False for any other kind of check."""
     found = _failing_alpha(result)
     if found is None:
         return _decisive_latency(result, windows)
@@ -255,8 +264,9 @@ def decisive(result: CheckResult, windows: int) -> bool:
         return True
     if not (e.conclusive and math.isfinite(e.std_error) and e.std_error >= 0):
         return False
-    tail = ((1.0 - e.confidence) / 2.0) ** windows
-    q = t_quantile(1.0 - tail, e.dof)
+    if not e.dof >= MIN_DECISIVE_DOF:
+        return False
+    q = t_quantile(1.0 - pace.decisive_level(e.confidence, windows), e.dof)
     return math.isfinite(q) and e.value + q * e.std_error < threshold
 
 

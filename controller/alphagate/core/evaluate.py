@@ -282,7 +282,9 @@ def evaluate(
     verdict = checks.overall(results)
     alpha = combined.value if combined is not None else None
     window_shape = shape.of(observation, names, alpha)
-    memory = reprobe.remember_paid(memory, results, window_shape)
+    memory = reprobe.observe(
+        memory, spec, results, window_shape, start=window_start, now=observation.at
+    )
     fail_kinds = [c.kind for c in results if c.verdict is Verdict.FAIL]
     band = gate.enable_above - gate.disable_below
     decision = machine.step(

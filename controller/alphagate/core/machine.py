@@ -7,9 +7,17 @@
      └── (start) ─ RolledBack <──────┴───┘          Paused: holds any state
 
 Rules (design.md §4):
-* Only FAIL flips, and only after `consecutiveWindows` CONSECUTIVE failing windows; any other
-  verdict breaks a streak. INCONCLUSIVE and ERROR hold. The one exception is the configured
-  fail-safe: `errors.failSafeAfter` consecutive ERROR windows with `failSafe: disable`.
+* Only FAIL flips, and only after `consecutiveWindows` CONSECUTIVE failing JUDGED windows. A
+  judged window is whole and shares no data with the last one judged (`window.judged`): one
+  verdict per windowSeconds, whatever the evaluation interval, so no failing window is picked
+  among overlapping ones. A judged INCONCLUSIVE or PASS window breaks a fail streak, and so
+  does a gap of more than a window since the last judged one; looks between judged windows and
+  ERROR windows count nothing. Confirming (Probing -> On) needs `consecutiveWindows` judged
+  PASS windows with no judged FAIL between them. With a one-sided level a = (1 - confidence)
+  / 2 per window, n windows in a row fail on noise about N a^n times a day (N = 86,400 /
+  windowSeconds) at a truth on the gate, fewer inside the band (`core.pace`). The one
+  exception is the configured fail-safe: `errors.failSafeAfter` consecutive ERROR windows with
+  `failSafe: disable`.
 * Data from a rollout in progress, or from before the warm-up after the last rollout or flip
   ended, is never judged: PASS/FAIL there count as INCONCLUSIVE("warm-up").
 * Off/RolledBack -> Probing (ENABLE) once the cooldown has passed (or early, on evidence that
@@ -23,12 +31,11 @@ Rules (design.md §4):
   (enableAbove - disableBelow) the failing alpha lies below its threshold (`shortfall`). An
   alpha far below the gate needs a large change of traffic to come back, so it is probed
   rarely; one just below it, sooner.
-* Consecutive windows are disjoint: a window overlapping the last one counted is no new
-  evidence (see `_streaks`). Once a failing streak is open, the next window is read from
-  the end of the last one counted (`read_window`), so the next disjoint window is judged
-  READ_MIN_INTERVALS intervals later, not a whole window later.
-* A decisive FAIL (its bound at the joint level of all the windows the rule needs clears the
-  gate: `checks.decisive`) rolls back on its own window: it carries the evidence of them all.
+* A decisive FAIL (its bound at a quarter of the joint level a^n of all the windows the rule
+  needs clears the gate: `checks.decisive`) rolls back on its own judged window: it carries
+  the evidence of them all, and spends at most another N a^n / 4 a day. `pace.budget` states
+  the rule's bound (0.22 a day at the gate for the shipped chat policy); every policy rollback
+  carries it in its evidence.
 * An enable while the running pod template already carries the config (a new canary created
   speculating) restarts nothing: it is not a flip (no flip budget, no warm-up from it).
 * Manual commands override the policy's verdicts but obey its guards: an enable waits for the
@@ -52,7 +59,7 @@ from dataclasses import replace
 from typing import Final
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
-from alphagate.core import reprobe
+from alphagate.core import pace, reprobe
 from alphagate.core.manual import enable_guards, manual
 from alphagate.core.model import (
     Action,
@@ -73,9 +80,11 @@ from alphagate.core.window import (
     JUDGING,
     READ_MIN_INTERVALS,
     SPECULATING,
+    adjacent,
     cooldown_seconds,
     effective_state,
     flip_room,
+    judged,
     not_judgeable,
     read_window,
     recent_flips,
@@ -99,6 +108,7 @@ __all__ = [
     "effective_state",
     "enable_guards",
     "flip_room",
+    "judged",
     "not_judgeable",
     "read_window",
     "recent_flips",
@@ -117,36 +127,33 @@ MAX_DEPTH: Final = 4  # rejection_depth's cap: the cooldown's maxSeconds caps it
 
 
 def _streaks(
-    memory: Memory, verdict: Verdict, *, start: float, now: float, window: float
+    memory: Memory, verdict: Verdict, *, counts: bool, adjacent: bool, now: float
 ) -> Memory:
-    """Consecutive DISJOINT decisive windows. A window [start, now] that overlaps the last one
-    counted shares most of its data, so it is no new evidence: the same verdict leaves the
-    streak as it is. Inconclusive (and Error) windows are no evidence either way and leave
-    both streaks as they are; only the opposite decisive verdict breaks a streak, and a PASS
-    breaks an open failing streak only on a whole window (`window` seconds): the partial
-    windows read after the last one counted (`read_window`) may confirm a regression early,
-    but a few seconds without a significant one do not clear it. Errors count per evaluation
-    (they are about the source, not the traffic)."""
+    """Judged windows (`window.judged`: whole, disjoint, one per windowSeconds) in a row.
+
+    A judged FAIL extends the fail streak when it follows the last judged window (`adjacent`)
+    and starts it over otherwise; a judged INCONCLUSIVE or PASS window clears it. "Consecutive"
+    means back to back: two failing windows hours apart with undecided ones between never add
+    up to a rollback, whose rate a day is what the rule controls (`core.pace`). A judged PASS
+    extends the pass streak, which only a judged FAIL clears: confirming restarts nothing, and
+    a latency guard undecided now and then must not keep a healthy probe from it. Looks
+    between judged windows, ERROR windows (about the source, not the traffic: the next
+    evaluation is judged instead) and windows in a warm-up count nothing. Errors count per
+    evaluation."""
     errors = memory.error_streak + 1 if verdict is Verdict.ERROR else 0
-    if verdict not in (Verdict.PASS, Verdict.FAIL):
-        return memory.model_copy(update={"error_streak": errors})
-    passed = verdict is Verdict.PASS
-    if passed and memory.fail_streak > 0 and now - start < window - EPS:
-        return memory.model_copy(update={"error_streak": errors, "last_conclusive_at": now})
-    own = memory.pass_streak if passed else memory.fail_streak
-    overlaps = start < memory.streak_end - EPS
-    if overlaps and own > 0:
-        return memory.model_copy(update={"error_streak": errors, "last_conclusive_at": now})
-    count = own + 1 if own > 0 else 1
-    return memory.model_copy(
-        update={
-            "pass_streak": count if passed else 0,
-            "fail_streak": 0 if passed else count,
-            "error_streak": errors,
-            "streak_end": now,
-            "last_conclusive_at": now,
-        }
-    )
+    update: dict[str, object] = {"error_streak": errors}
+    if verdict in (Verdict.PASS, Verdict.FAIL):
+        update["last_conclusive_at"] = now
+    if not counts or verdict is Verdict.ERROR:
+        return memory.model_copy(update=update)
+    passes, fails = memory.pass_streak, 0
+    if verdict is Verdict.PASS:
+        passes += 1
+    elif verdict is Verdict.FAIL:
+        passes = 0
+        fails = memory.fail_streak + 1 if adjacent and memory.fail_streak > 0 else 1
+    update |= {"pass_streak": passes, "fail_streak": fails, "streak_end": now}
+    return memory.model_copy(update=update)
 
 
 def decayed_index(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> int:
@@ -166,25 +173,46 @@ def rejection_depth(shortfall: float) -> int:
     return min(int(shortfall + EPS), MAX_DEPTH)
 
 
+def _next_probe(ctx: Ctx, advance: bool) -> tuple[float, int, str]:
+    """(cooldown end, cooldown index, text) of a rollback. A probe an early re-probe started
+    that fails keeps the cooldown it interrupted (it was a look the traffic's evidence
+    allowed, not a rollback in a row); any other policy rollback backs off a step further."""
+    m, now = ctx.memory, ctx.now
+    index = decayed_index(m, ctx.spec, now)
+    if advance and reprobe.failed_early(m):
+        until = m.cooldown_until
+        if until <= now + EPS:
+            until = now + cooldown_seconds(ctx.spec, max(0, index - 1))
+        at = wall_time(until)
+        text = f"the early re-probe failed; the cooldown it interrupted stands (until {at})"
+        return until, index, text
+    depth = rejection_depth(ctx.shortfall) if advance else 0
+    cooldown = cooldown_seconds(ctx.spec, index + depth)
+    until = now + cooldown
+    deep = f", {depth} step(s) deeper: alpha {ctx.shortfall:.1f} bands below" if depth else ""
+    text = f"next probe after {cooldown:.0f} s cooldown{deep} (at {wall_time(until)})"
+    return until, index + 1 if advance else index, text
+
+
 def _rollback(ctx: Ctx, reason: str, cause: Cause, *, advance: bool) -> Decision:
     m = ctx.memory
-    index = decayed_index(m, ctx.spec, ctx.now)
-    m = m.model_copy(update={"cooldown_index": index})
-    depth = rejection_depth(ctx.shortfall) if advance else 0
-    cooldown = cooldown_seconds(ctx.spec, m.cooldown_index + depth)
-    until = ctx.now + cooldown
-    deep = f", {depth} step(s) deeper: alpha {ctx.shortfall:.1f} bands below" if depth else ""
-    text = f"{reason}; next probe after {cooldown:.0f} s cooldown{deep} (at {wall_time(until)})"
+    until, index, when = _next_probe(ctx, advance)
+    track = reprobe.at_rollback(m, ctx.fail_kinds if cause is Cause.POLICY_FAIL else ())
+    if advance and reprobe.failed_early(m):
+        track = track.model_copy(update={"spent": True, "axis": None})
+    if cause is Cause.POLICY_FAIL:  # the rule's false-rollback rate, stated with its evidence
+        bound = pace.budget(ctx.spec, pace.alpha_checks(ctx.spec))
+        ctx = replace(ctx, evidence={**ctx.evidence, **bound.fields()})
     return ctx.go(
         State.ROLLED_BACK,
         Action.DISABLE,
-        text,
+        f"{reason}; {when}",
         cause,
         **flip(m, ctx.now),
         cooldown_until=until,
-        cooldown_index=m.cooldown_index + 1 if advance else m.cooldown_index,
+        cooldown_index=index,
         good_share_at_rollback=ctx.good_share if ctx.good_share is not None else 0.0,
-        shape_failed=ctx.shape,
+        shape=track,
         state_before_pause=None,
         paused_by=None,
     )
@@ -232,9 +260,23 @@ def _fail_text(ctx: Ctx, to_fail: int) -> str:
     )
 
 
+def _fails(ctx: Ctx, to_fail: int) -> bool:
+    """A judged failing window that completes the streak, or carries its evidence alone."""
+    if not ctx.judged or ctx.verdict is not Verdict.FAIL:
+        return False
+    return ctx.memory.fail_streak >= to_fail or ctx.decisive
+
+
 def _judged_text(ctx: Ctx) -> str:
     if ctx.unjudged is not None:
         return f"not judged ({ctx.unjudged})"
+    if not ctx.judged and ctx.verdict is not Verdict.ERROR:
+        window = ctx.spec.timing.window_seconds
+        after = max(ctx.memory.streak_end, warmup_end(ctx.spec, ctx.rollout, ctx.memory) or 0.0)
+        if after + window <= ctx.now + EPS:  # the window read is shorter than windowSeconds
+            return f"look {ctx.verdict.value} (counts nothing: not a whole {window:.0f} s window)"
+        when = wall_time(after + window)
+        return f"look {ctx.verdict.value} (counts nothing: the next judged window ends at {when})"
     return f"window {ctx.verdict.value}"
 
 
@@ -282,17 +324,18 @@ def _probing(ctx: Ctx) -> Decision:
     if safe is not None:
         return safe
     to_pass, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
-    if ctx.verdict is Verdict.FAIL and (m.fail_streak >= to_fail or ctx.decisive):
+    if _fails(ctx, to_fail):
         return _rollback(
             ctx, f"probe failed: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
-    if ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
+    if ctx.judged and ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
         return ctx.go(
             State.ON,
             Action.HOLD,
             f"confirmed: {m.pass_streak} consecutive passing windows (disjoint); the backoff "
             f"decays only with time On",
             Cause.POLICY_PASS,
+            shape=m.shape.model_copy(update={"spent": False}),
         )
     status = (
         f"probing: {_judged_text(ctx)}; pass streak {m.pass_streak}/{to_pass}, "
@@ -313,7 +356,7 @@ def _on(ctx: Ctx) -> Decision:
     if safe is not None:
         return safe
     _, to_fail = windows_needed(ctx.spec, ctx.fail_kinds)
-    if ctx.verdict is Verdict.FAIL and (m.fail_streak >= to_fail or ctx.decisive):
+    if _fails(ctx, to_fail):
         return _rollback(
             ctx, f"rolled back: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
@@ -394,6 +437,7 @@ def step(
     effective = verdict
     if unjudged is not None and verdict in (Verdict.PASS, Verdict.FAIL):
         effective = Verdict.INCONCLUSIVE
+    counts = unjudged is None and judged(spec, memory, start, now)
     ctx = Ctx(
         memory=memory,
         verdict=effective,
@@ -406,7 +450,7 @@ def step(
         alerts=(),
         command=command,
         rollout=rollout,
-        decisive=decisive and effective is Verdict.FAIL,
+        decisive=decisive and effective is Verdict.FAIL and counts,
         shortfall=shortfall,
         shape=shape,
     )
@@ -422,26 +466,35 @@ def step(
             paused_by="spec",
         )
 
-    memory = _streaks(memory, effective, start=start, now=now, window=spec.timing.window_seconds)
+    memory = _streaks(
+        memory, effective, counts=counts, adjacent=adjacent(spec, memory, start), now=now
+    )
+    ctx = replace(ctx, memory=memory, alerts=_alerts(memory, spec, now), judged=counts)
+    if memory.state is State.PAUSED:
+        if spec.paused:
+            return ctx.hold(f"paused by spec ({_judged_text(ctx)})")
+        return _paused(ctx)
+    if rollout.in_progress:
+        return _rolling(ctx)
+    return HANDLERS[memory.state](ctx)
+
+
+def _alerts(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> tuple[Alert, ...]:
+    """Repeated source errors and a stale verdict, after this window's streaks."""
     alerts: tuple[Alert, ...] = ()
     if memory.error_streak >= spec.errors.alert_after:
         alerts = (Alert.SOURCE_ERRORS,)
     age = verdict_age(memory, now)
     if age is not None and age >= spec.staleness.after_seconds - EPS:
         alerts = (*alerts, Alert.VERDICT_STALE)
-    ctx = replace(ctx, memory=memory, alerts=alerts)
-    if memory.state is State.PAUSED:
-        if spec.paused:
-            return ctx.hold(f"paused by spec ({_judged_text(ctx)})")
-        return _paused(ctx)
-    if rollout.in_progress:
-        extra: tuple[Alert, ...] = ()
-        if (
-            memory.last_flip_at is not None
-            and now - memory.last_flip_at > spec.timing.rollout_timeout_seconds
-        ):
-            extra = (Alert.ROLLOUT_TIMEOUT,)
-        return ctx.hold(
-            f"{memory.state.value}: rollout in progress; its data is never judged", *extra
-        )
-    return HANDLERS[memory.state](ctx)
+    return alerts
+
+
+def _rolling(ctx: Ctx) -> Decision:
+    """A rollout runs: hold (its data is never judged), and say when it takes too long."""
+    m = ctx.memory
+    extra: tuple[Alert, ...] = ()
+    late = m.last_flip_at is not None
+    if late and ctx.now - (m.last_flip_at or 0.0) > ctx.spec.timing.rollout_timeout_seconds:
+        extra = (Alert.ROLLOUT_TIMEOUT,)
+    return ctx.hold(f"{m.state.value}: rollout in progress; its data is never judged", *extra)

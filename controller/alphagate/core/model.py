@@ -300,6 +300,50 @@ class TrafficShape(BaseModel):
         return math.fsum(self.counts)
 
 
+class ShapeWindow(BaseModel):
+    """One disjoint whole window's shape as the re-probe remembers it: the share of finished
+    requests per output-length bucket, the alpha measured on it (None: not speculating or not
+    judged) and whether its acceptance check passed or failed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: float  # the window's end
+    shares: tuple[float, ...]
+    alpha: float | None = None
+    paid: bool = False  # every acceptance check passed
+    failed: bool = False  # an acceptance or floor check failed
+
+
+class ShapeAxis(BaseModel):
+    """What a rollback on alpha learned about the shape (`core.shape.learn`): the line from the
+    failing windows' mean shape (x = 0) to the paying windows' (x = 1), alpha against x fitted
+    over the speculating windows, and the window-to-window noise of x."""
+
+    model_config = ConfigDict(frozen=True)
+
+    paid: tuple[float, ...]
+    failed: tuple[float, ...]
+    intercept: float  # fitted alpha at x = 0 (the failed shape)
+    slope: float  # fitted alpha per unit of x
+    slope_t: float  # its t statistic
+    noise: float  # window-to-window standard deviation of x (robust, successive differences)
+    shift: float  # total variation between the two shapes
+    windows: int  # speculating windows the relation was fitted on
+
+
+class ShapeMemory(BaseModel):
+    """The early re-probe's memory of the traffic's shape (`core.reprobe`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bounds: tuple[float, ...] = ()  # the layout of `recent` (a new layout starts over)
+    recent: tuple[ShapeWindow, ...] = ()  # the last disjoint whole windows, oldest first
+    last_end: float = 0.0  # end of the last window recorded
+    axis: ShapeAxis | None = None  # learned at the last rollback on alpha (None: none)
+    returned: int = 0  # consecutive cooling-down windows back along the axis
+    spent: bool = False  # an early re-probe failed since speculation was last confirmed
+
+
 class Memory(BaseModel):
     """Everything the state machine must remember between evaluations.
 
@@ -327,11 +371,10 @@ class Memory(BaseModel):
     # for each window's interval (core/spread.py)
     spread: dict[str, Spread] = Field(default_factory=dict)
     good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
-    # the traffic's shape in the last window whose alpha cleared the gate while speculating,
-    # and in the window that rolled back: a return of the first, away from the second,
-    # re-probes early (core.reprobe)
-    shape_paid: TrafficShape | None = None
-    shape_failed: TrafficShape | None = None
+    # the traffic's recent shapes (with the alpha measured on them) and what the last rollback
+    # on alpha learned from them: a return toward the shape that paid re-probes early
+    # (core.reprobe)
+    shape: ShapeMemory = Field(default_factory=ShapeMemory)
     history: tuple[Transition, ...] = ()
     last_flip_at: float | None = None  # last enable/disable: min dwell and warm-up start here
     paused_by: str | None = None  # "spec" or "manual": who must resume

@@ -53,6 +53,7 @@ class Ctx:
     command: Command | None = None  # the person's command being carried out, if any
     rollout: Rollout = field(default_factory=Rollout)
     decisive: bool = False  # a failing check carries the evidence of every window needed
+    judged: bool = False  # a whole window disjoint from the last judged one: it counts
     shortfall: float = 0.0  # the failing alpha's distance below its threshold, in bands
     shape: TrafficShape | None = None  # the window's traffic shape (early re-probe evidence)
 

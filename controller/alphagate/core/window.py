@@ -122,15 +122,14 @@ def read_window(
     """The window rule: the (start, end) one decision unit reads at `now`, live and in the
     backtest alike.
 
-    A unit that judges (Probing, On) cuts the configured window to start after its warm-up,
-    so it judges sooner after a flip, and, once a failing streak is open, after the last
-    window counted, so the next disjoint window is judged as soon as it holds data; but never
-    to less than READ_MIN_INTERVALS intervals: a range query needs scrapes at both ends. A
-    unit that judges nothing (Off, RolledBack, Paused, Promoted) reads the whole window: the
-    early re-probe weighs the whole window's traffic. While a rollout runs, or before one
-    interval has passed since the warm-up, the whole window too. A window that starts before
-    the warm-up's end is not judged (`not_judgeable`), so a unit judges again from warm-up
-    end + READ_MIN_INTERVALS intervals.
+    A unit that judges (Probing, On) cuts the configured window to start after its warm-up, so
+    its status shows the new config's data sooner after a flip; but never to less than
+    READ_MIN_INTERVALS intervals (a range query needs scrapes at both ends). Only a whole
+    window disjoint from the last one judged counts toward a flip (`judged`): a cut window is
+    a look, shown and never counted. A unit that judges nothing (Off, RolledBack, Paused,
+    Promoted) reads the whole window: the early re-probe weighs the whole window's traffic.
+    While a rollout runs, or before one interval has passed since the warm-up, the whole window
+    too. A window that starts before the warm-up's end is not judged (`not_judgeable`).
     """
     t = spec.timing
     full = now - t.window_seconds
@@ -139,17 +138,27 @@ def read_window(
     cut = _warmup_cut(spec, rollout, now, memory)
     if cut is None:
         return (full, now)
-    if _streak_open(memory):
-        cut = max(cut, memory.streak_end)
     floor = now - min(t.window_seconds, READ_MIN_INTERVALS * t.interval_seconds)
     return (min(cut, floor), now)
 
 
-def _streak_open(memory: Memory) -> bool:
-    """A failing streak has begun (Probing, On): its next window must not overlap the last one
-    counted, so it is read from there on. A passing streak keeps whole windows: confirming a
-    probe early gains nothing (it speculates either way), and short windows judge noisily."""
-    return memory.fail_streak > 0
+def judged(spec: SpeculativeCanarySpec, memory: Memory, start: float, now: float) -> bool:
+    """Does the window [start, now] count toward a flip? Only whole windows that share no data
+    with the last window judged (`Memory.streak_end`) do, so the streaks see one verdict per
+    `windowSeconds` whatever the evaluation interval: picking the first failing window among
+    overlapping ones, or re-testing a growing window, would multiply the chances to fail on
+    noise (optional stopping). The evaluations between judged windows are looks: shown, never
+    counted."""
+    whole = now - start >= spec.timing.window_seconds - EPS
+    return whole and start >= memory.streak_end - EPS
+
+
+def adjacent(spec: SpeculativeCanarySpec, memory: Memory, start: float) -> bool:
+    """Does a judged window starting at `start` follow the last one judged closely enough to
+    continue its streak (at most one window of unjudged time between them: one evaluation lost
+    to a crash or an unwritten status is no break)? After a longer gap (the controller was
+    down, the source failed for longer) a streak starts over."""
+    return start - memory.streak_end <= spec.timing.window_seconds + EPS
 
 
 def shared_window(

@@ -247,7 +247,11 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
             ev = evaluate(spec, obs, memories[k], rollout, now=now)
             if not measured:
                 continue  # warm-up: read, not judged
-            memories[k] = ev.memory
+            # cycles are one interval apart over a window of several: move the end of the last
+            # judged window back so the next cycle's window is judged too, right after it
+            # (the machine would only look at it)
+            streak_end = now - window + interval / 2
+            memories[k] = ev.memory.model_copy(update={"streak_end": streak_end})
             for pool in obs.pools:
                 if pool.error:
                     kind = pool.error_kind.value if pool.error_kind else "unknown"

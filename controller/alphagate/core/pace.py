@@ -1,0 +1,84 @@
+"""How many false rollbacks a day the window rule allows, by construction.
+
+A unit judges one whole window per `windowSeconds` (`window.judged`), N = 86,400 /
+windowSeconds a day. With an honest interval, an alpha check at a truth on the gate fails a
+window with probability at most a = (1 - confidence) / 2 (one-sided); with m checks that can
+fail it (the combined alpha and each slice's floor), at most m a (Bonferroni). A rollback
+needs n judged windows in a row to fail, which a stationary sequence completes on average
+once every (1 - p^n) / ((1 - p) p^n) windows at a per-window probability p: about N p^n a day.
+A decisive window (`checks.decisive`) rolls back alone when its bound clears the gate at the
+level a^n x DECISIVE_SHARE, adding at most N m a^n DECISIVE_SHARE a day. So at a truth on the
+gate the shipped chat policy (one alpha check, 95%, two 300 s windows) rolls back falsely at
+most 0.18 + 0.05 = 0.22 times a day, and fewer the further inside the band the truth lies
+(docs/decisions.md has the measured rates). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from alphagate.config import Aggregation, SpeculativeCanarySpec
+
+DAY: Final = 86_400.0
+DECISIVE_SHARE: Final = 0.25
+"""A decisive window is held to a quarter of the streak's joint level: its rollbacks spend a
+quarter of the streak's daily budget (0.05 of 0.22 a day at the gate, shipped chat policy)."""
+
+
+def decisive_level(confidence: float, windows: int) -> float:
+    """One-sided level at which one window's bound carries the evidence of `windows` failing
+    windows: ((1 - confidence) / 2) ** windows x DECISIVE_SHARE."""
+    return float(((1.0 - confidence) / 2.0) ** max(1, windows) * DECISIVE_SHARE)
+
+
+def _streak_rate(p: float, n: int) -> float:
+    """Completions of n failures in a row per window, at failure probability p per window
+    (the inverse of the mean waiting time, the run restarting after each completion)."""
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    return float((1.0 - p) * p**n / (1.0 - p**n))
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The rule's false rollbacks a day at a truth on the gate (an upper bound with honest
+    intervals; inside the band fewer)."""
+
+    windows_per_day: float  # judged windows a day: 86,400 / windowSeconds
+    checks: int  # alpha checks that can fail a window (the combined alpha and each floor)
+    window_level: float  # at most this share of judged windows fails on noise: checks x a
+    consecutive: int  # failing windows in a row a rollback needs
+    decisive_level: float  # one check's level for a decisive window
+    per_day: float  # streaks plus decisive windows
+
+    def fields(self) -> dict[str, float]:
+        """The transition evidence a rollback carries (for people; code reads the fields)."""
+        return {
+            "window_level": self.window_level,
+            "false_rollbacks_per_day_at_gate": self.per_day,
+        }
+
+
+def budget(spec: SpeculativeCanarySpec, checks: int = 1) -> Budget:
+    """The per-day bound of a unit judging `checks` alpha checks a window (Bonferroni)."""
+    gate = spec.acceptance
+    n = gate.consecutive_windows
+    m = max(1, checks)
+    a = (1.0 - gate.confidence) / 2.0
+    per_window = min(1.0, m * a)
+    windows = DAY / spec.timing.window_seconds
+    decisive = decisive_level(gate.confidence, n)
+    streak = _streak_rate(per_window, n) if n > 1 else 0.0
+    per_day = windows * (streak + (min(1.0, m * decisive) if n > 1 else per_window))
+    return Budget(windows, m, per_window, n, decisive, per_day)
+
+
+def alpha_checks(spec: SpeculativeCanarySpec) -> int:
+    """The alpha checks one unit judges a window: its acceptance check, and in combined
+    aggregation one floor per slice with `minAlpha` (perSlice: each slice is its own unit)."""
+    if spec.aggregation is Aggregation.PER_SLICE:
+        return 1
+    return 1 + sum(1 for s in spec.slices if s.min_alpha is not None)
