@@ -74,6 +74,7 @@ from alphagate.shell.outcome import (
     Outcome,
     Pending,
     observe_start,
+    source_budgets,
     source_errors,
     source_failures,
 )
@@ -325,15 +326,18 @@ class Reconciler(WatchLoop):
         key = (namespace, name)
         failures = source_failures(observation)
         errors = [text for _, text in failures]
-        if failures:
-            for kind, _ in failures:
-                with contextlib.suppress(*METRIC_ERRORS):
-                    self.recorder.source_error(kind, namespace=namespace, canary=name)
+        budgets = source_budgets(observation)
+        for kind, _ in failures:
+            with contextlib.suppress(*METRIC_ERRORS):
+                self.recorder.source_error(kind, namespace=namespace, canary=name)
+        for budget in budgets:
+            with contextlib.suppress(*METRIC_ERRORS):
+                self.recorder.budget_exceeded(budget, namespace=namespace, canary=name)
         conditions = set_condition(
             p.conditions,
             ConditionType.SOURCE_HEALTHY,
             not errors,
-            "SourceErrors" if errors else "Observed",
+            ("BudgetExceeded" if budgets else "SourceErrors") if errors else "Observed",
             "; ".join(errors)[:1024] if errors else f"read {len(observation.pools)} pools",
             now=now,
             generation=generation,

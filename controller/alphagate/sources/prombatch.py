@@ -31,7 +31,7 @@ from typing import Final
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
 from alphagate.errors import SourceError, SourceErrorKind
-from alphagate.sources.common import error_text, failed_observation, pools_of
+from alphagate.sources.common import failed_observation, failed_pool, pools_of
 from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
 from alphagate.sources.promwire import Point
@@ -232,10 +232,7 @@ def observe_many(
                 if err.kind not in POOL_LEVEL:
                     failed = err
                     continue
-                kind = err.kind
-                pools.append(
-                    PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=kind)
-                )
+                pools.append(failed_pool(ref.slice, ref.role, err))
         if failed is not None:
             out.append(failed_observation(spec, failed, at=end, window=window))
         else:

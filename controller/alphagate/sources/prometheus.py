@@ -57,8 +57,8 @@ from alphagate.sources.common import (
     HistSum,
     PoolRef,
     check_finite,
-    error_text,
     failed_observation,
+    failed_pool,
     has_drafts,
     per_position_tuple,
     pools_of,
@@ -310,9 +310,7 @@ class PrometheusSource:
             except SourceError as err:
                 if err.kind not in POOL_LEVEL:
                     return failed_observation(spec, err, at=end, window=window)
-                pools.append(
-                    PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=err.kind)
-                )
+                pools.append(failed_pool(ref.slice, ref.role, err))
         return Observation(
             at=end,
             window_seconds=window,

@@ -49,12 +49,14 @@ from alphagate.core.model import (
     PoolObservation,
     Role,
 )
-from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.errors import BudgetError, SourceError, SourceErrorKind
 from alphagate.sources import exposition, http
 from alphagate.sources.common import (
     SERIES_LABELS,
     HistSum,
     PoolRef,
+    budget_of,
+    failed_pool,
     has_drafts,
     per_position_tuple,
     pools_of,
@@ -305,22 +307,19 @@ class ScrapeSource:
         start: float,
     ) -> PoolObservation:
         if isinstance(found, SourceError):
-            return PoolObservation(ref.slice, ref.role, error=str(found), error_kind=found.kind)
+            return failed_pool(ref.slice, ref.role, found)
         series_filter = {k: v for k, v in ref.match_labels.items() if k in SERIES_LABELS}
         ok: set[str] = set()
         errors: list[SourceError] = []
         for target in found:
             result = scraped[target.url]
+            if result.error is None:
+                assert result.page is not None
+                key = (ref.slice, ref.role, target.name)
+                result = self._update(key, target, result, series_filter)
             if result.error is not None:
                 errors.append(result.error)
                 continue
-            assert result.page is not None
-            series = {s.labels: s for s in result.page.matching(series_filter)}
-            key = (ref.slice, ref.role, target.name)
-            state = self._states.get(key)
-            if state is None:
-                state = self._states[key] = PodState(target.name)
-            state.update(series, result.at, since_start=self.since_start)
             ok.add(target.name)
         if errors:
             self.failures[(ref.slice, ref.role)] = errors
@@ -332,23 +331,33 @@ class ScrapeSource:
             err = SourceError(
                 SourceErrorKind.EMPTY, f"no ready pods match {dict(ref.match_labels)}", target=where
             )
-            return PoolObservation(ref.slice, ref.role, error=str(err), error_kind=err.kind)
+            return failed_pool(ref.slice, ref.role, err)
         if not ok:
-            kind = (failed or errors)[0].kind
             detail = "; ".join(str(e) for e in (failed or errors)[:3])
-            err = SourceError(kind, f"all {len(found)} pods failed: {detail}", target=where)
-            return PoolObservation(ref.slice, ref.role, error=str(err), error_kind=err.kind)
+            err = _pods_failed((failed or errors), f"all {len(found)} pods failed: {detail}", where)
+            return failed_pool(ref.slice, ref.role, err)
         if failed and len(failed) > self.max_failed_fraction * (len(found) - gone):
             detail = "; ".join(str(e) for e in failed[:3])
-            err = SourceError(
-                SourceErrorKind.PARTIAL,
-                f"{len(failed)} of {len(found) - gone} pods failed: {detail}",
-                target=where,
-            )
-            return PoolObservation(
-                ref.slice, ref.role, pods=len(ok), error=str(err), error_kind=err.kind
-            )
+            message = f"{len(failed)} of {len(found) - gone} pods failed: {detail}"
+            err = _pods_failed(failed, message, where, SourceErrorKind.PARTIAL)
+            return failed_pool(ref.slice, ref.role, err, pods=len(ok))
         return self._assemble(ref, start, ok)
+
+    def _update(
+        self,
+        key: tuple[str, Role, str],
+        target: Target,
+        result: Scraped,
+        series_filter: Mapping[str, str],
+    ) -> Scraped:
+        """One pod's page into its increments (the pod's failure when it cannot be kept)."""
+        assert result.page is not None
+        series = {s.labels: s for s in result.page.matching(series_filter)}
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = PodState(target.name)
+        state.update(series, result.at, since_start=self.since_start)
+        return result
 
     def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
         samples: list[AcceptanceSample] = []
@@ -420,6 +429,20 @@ class ScrapeSource:
             state.prune(before)
             if not state.ring and state.last_at < before:
                 del self._states[key]
+
+
+def _pods_failed(
+    errors: Sequence[SourceError],
+    message: str,
+    where: str,
+    kind: SourceErrorKind | None = None,
+) -> SourceError:
+    """A pool's error from its pods' failures: a budget its pods spent stays typed (the first
+    such budget), else `kind` (None: the first failure's kind)."""
+    budget = next((b for b in map(budget_of, errors) if b is not None), None)
+    if budget is not None:
+        return BudgetError(budget, message, target=where)
+    return SourceError(kind or errors[0].kind, message, target=where)
 
 
 def read_page(
