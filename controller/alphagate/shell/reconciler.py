@@ -273,7 +273,7 @@ class Reconciler(WatchLoop):
             out.spec_error = str(source.error)
             out.spec_invalid = True
             self._spec_invalid(
-                previous, ref, "UnknownEndpoint", str(source.error), generation, now, out
+                previous, ref, source.reason, str(source.error), generation, now, out
             )
             return None
 

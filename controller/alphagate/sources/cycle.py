@@ -49,6 +49,12 @@ def _prometheus_key(read: Read) -> tuple[object, ...] | None:
     return (endpoint, src.timeout_seconds, read.start, read.end, read.interval_seconds)
 
 
+def _namespace(read: Read) -> str | None:
+    """The namespace a Prometheus read's queries are bound to (its source's)."""
+    assert isinstance(read.source, PrometheusSource)
+    return read.source.namespace
+
+
 def _alone(read: Read, on_raise: OnRaise | None) -> Observation:
     try:
         return read.source.observe(
@@ -97,6 +103,7 @@ def observe_each(reads: Sequence[Read], *, on_raise: OnRaise | None = None) -> l
                 start=first.start,
                 end=first.end,
                 interval_seconds=first.interval_seconds,
+                namespaces=[_namespace(reads[i]) for i in members],
             )
         except Exception:
             if on_raise is None:

@@ -16,6 +16,8 @@ The file, YAML::
         caFile: /etc/alphagate/prometheus-ca.crt              # optional
         timeoutSeconds: 10
         scrapeIntervalSeconds: 30   # optional: how often it scrapes vLLM (else measured)
+        namespaceLabel: namespace   # the label holding a series' namespace (the default)
+        allowCrossNamespace: false  # the default: a canary reads its own namespace only
     podScrape:
       acceptEncoding: identity      # or gzip where bytes are dear (PodScrapeConfig)
 
@@ -93,6 +95,14 @@ class PrometheusEndpoint(StrictModel):
     # its group interval (30 as shipped). Policies whose interval is a multiple of it read
     # the per-pod rates it records instead of raw counters.
     recorded_rules_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
+    # The namespace boundary (sources/scope.py): the label this Prometheus stores a series'
+    # Kubernetes namespace in; every query of a canary matches its own namespace on it.
+    namespace_label: str = Field(
+        default="namespace", min_length=1, max_length=128, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+    )
+    # True: a policy may select series of another namespace on this endpoint (matchLabels on
+    # the namespace label); one that names none still reads its own.
+    allow_cross_namespace: bool = False
 
     @field_validator("url")
     @classmethod

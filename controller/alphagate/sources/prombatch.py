@@ -35,6 +35,7 @@ from alphagate.sources.common import failed_observation, failed_pool, pools_of
 from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
 from alphagate.sources.promwire import Point
+from alphagate.sources.scope import namespace_of, pool_labels
 
 MAX_POOLS: Final = 256
 """Pools per batch: bounds the length of a query's matchers and the size of its answer."""
@@ -182,8 +183,12 @@ def observe_many(
     start: float,
     end: float,
     interval_seconds: float,
+    namespaces: Sequence[str | None] | None = None,
 ) -> list[Observation]:
-    """What ``source.observe`` gives for each spec, over one window, from shared queries."""
+    """What ``source.observe`` gives for each spec, over one window, from shared queries.
+    `namespaces`: each spec's canary namespace (default: the source's), matched by every
+    query of its pools (sources/scope.py); pools of different namespaces never share a query,
+    so one tenant's pools cannot fail another's."""
     window = end - start
     if not specs:
         return []
@@ -192,15 +197,22 @@ def observe_many(
             source.observe(s, start=start, end=end, interval_seconds=interval_seconds)
             for s in specs
         ]
-    units: list[tuple[dict[str, str], dict[str, str]]] = []  # (extra matchers, all labels)
-    for spec in specs:
-        extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
-        units.extend((extra, {**extra, **ref.match_labels}) for ref in pools_of(spec))
-    batches: dict[tuple[str, ...], list[_Batch]] = {}
-    placed: list[tuple[_Batch, int]] = []
-    for _, labels in units:
+    owners = list(namespaces) if namespaces is not None else [source.namespace] * len(specs)
+    units: list[dict[str, str] | SourceError] = []  # each pool's matchers, or why none
+    for spec, namespace in zip(specs, owners, strict=True):
+        for ref in pools_of(spec):
+            try:
+                units.append(pool_labels(spec, ref, source.endpoint, namespace))
+            except SourceError as err:
+                units.append(err)
+    batches: dict[tuple[tuple[str, ...], str], list[_Batch]] = {}
+    placed: list[tuple[_Batch, int] | None] = []
+    for labels in units:
+        if isinstance(labels, SourceError):
+            placed.append(None)
+            continue
         keys = tuple(sorted({label_name(k) for k in labels}))
-        group = batches.setdefault(keys, [])
+        group = batches.setdefault((keys, namespace_of(labels, source.endpoint)), [])
         if not group or len(group[-1].pools) >= MAX_POOLS:
             group.append(_Batch(source, keys, [], window, interval_seconds))
         placed.append((group[-1], len(group[-1].pools)))
@@ -212,10 +224,15 @@ def observe_many(
         scrapes: list[float] = []
         failed: SourceError | None = None
         for ref in pools_of(spec):
-            (batch, index), (extra, labels) = placed[k], units[k]
+            where, labels = placed[k], units[k]
             k += 1
             if failed is not None:
                 continue
+            if isinstance(labels, SourceError) or where is None:
+                assert isinstance(labels, SourceError)
+                pools.append(failed_pool(ref.slice, ref.role, labels))
+                continue
+            batch, index = where
             own = pool_queries(
                 labels,
                 window_seconds=window,
@@ -224,7 +241,7 @@ def observe_many(
             )
             asker = _PoolAsker(batch, index, own, labels)
             try:
-                pools.append(source._pool(ref, extra, start, end, interval_seconds, ask=asker))
+                pools.append(source._pool(ref, labels, start, end, interval_seconds, ask=asker))
                 measured = source._scrape_interval(labels)
                 if measured is not None:
                     scrapes.append(measured)

@@ -87,6 +87,7 @@ from alphagate.sources.promwire import (
     transient,
     ts,
 )
+from alphagate.sources.scope import check_scope, pool_labels
 
 POOL_LEVEL: Final = frozenset(
     (
@@ -124,9 +125,13 @@ class PrometheusSource:
         backoff_seconds: float = 0.2,
         max_backoff_seconds: float = 2.0,
         max_response_bytes: int | None = None,
+        namespace: str | None = None,
     ) -> None:
         settings = endpoint
         self.endpoint = endpoint
+        # The canary's namespace: every query matches it (sources/scope.py); None: no bound
+        # (a one-off read by the admin of their own process).
+        self.namespace = namespace
         # A policy may ask for a shorter deadline than the endpoint's, never a longer one.
         self.timeout_seconds = min(
             timeout_seconds or endpoint.timeout_seconds, endpoint.timeout_seconds
@@ -173,13 +178,24 @@ class PrometheusSource:
 
     @classmethod
     def from_spec(
-        cls, spec: SpeculativeCanarySpec, endpoints: SourcesConfig, **kwargs: Any
+        cls,
+        spec: SpeculativeCanarySpec,
+        endpoints: SourcesConfig,
+        *,
+        namespace: str | None = None,
+        **kwargs: Any,
     ) -> PrometheusSource:
-        """The source for a policy's `prometheus.endpoint`, as the admin configured it.
-        Raises SourceError when no endpoint has that name."""
+        """The source for a policy's `prometheus.endpoint`, as the admin configured it, reading
+        `namespace`'s series only (None: no namespace bound). Raises EndpointError when no
+        endpoint has that name, NamespaceError when the policy selects another namespace."""
         wanted = spec.source.prometheus or PrometheusSettings()
         endpoint = endpoints.prometheus_endpoint(wanted.endpoint)
-        return cls(endpoint, timeout_seconds=wanted.timeout_seconds, **kwargs)
+        check_scope(spec, endpoint, namespace)
+        return cls(endpoint, timeout_seconds=wanted.timeout_seconds, namespace=namespace, **kwargs)
+
+    def labels_of(self, spec: SpeculativeCanarySpec, ref: PoolRef) -> dict[str, str]:
+        """Every matcher of a pool's queries, its namespace's included (sources/scope.py)."""
+        return pool_labels(spec, ref, self.endpoint, self.namespace)
 
     def reads_recorded(self, interval: float) -> float | None:
         """The recorded rates' interval when pools are read from them: the endpoint has them
@@ -298,13 +314,13 @@ class PrometheusSource:
                 f"empty window: start={start} end={end} interval={interval_seconds}",
             )
             return failed_observation(spec, err, at=end, window=max(window, 0.0))
-        extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
         pools: list[PoolObservation] = []
         scrapes: list[float] = []
         for ref in pools_of(spec):
             try:
-                pools.append(self._pool(ref, extra, start, end, interval_seconds))
-                measured = self._scrape_interval({**extra, **ref.match_labels})
+                labels = self.labels_of(spec, ref)
+                pools.append(self._pool(ref, labels, start, end, interval_seconds))
+                measured = self._scrape_interval(labels)
                 if measured is not None:
                     scrapes.append(measured)
             except SourceError as err:
@@ -362,15 +378,15 @@ class PrometheusSource:
     def _pool(
         self,
         ref: PoolRef,
-        extra: Mapping[str, str],
+        labels: Mapping[str, str],
         start: float,
         end: float,
         interval: float,
         ask: Asker | None = None,
     ) -> PoolObservation:
-        """One pool's observation; `ask` answers its queries (default: this source, one query
-        each; a batch answers them from queries shared by many pools)."""
-        labels = {**extra, **ref.match_labels}
+        """One pool's observation over its matchers `labels` (`labels_of`); `ask` answers its
+        queries (default: this source, one query each; a batch answers them from queries
+        shared by many pools)."""
         every = self.reads_recorded(interval)
         q = pool_queries(
             labels,
