@@ -25,7 +25,7 @@ from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Recorder, new_registry
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
 from alphagate.shell.server import Health, serve
-from alphagate.sources import factory
+from alphagate.sources import budget, factory
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdicts import VerdictApi
 
@@ -96,6 +96,7 @@ class Controller:
         # process metrics (CPU, memory, open files, GC) for the controller's own dashboard row
         self.registry = registry if registry is not None else new_registry(process=True)
         self.recorder = Recorder(self.registry)
+        budget.configure(opts.sources.pod_scrape.budgets)  # the admin's, for every read
         self.health = Health(stale_after_seconds=max(60.0, 4 * opts.watch_timeout))
         self.health.set_ready(False, "initial list of SpeculativeCanary resources pending")
         self.events = EventRecorder(
@@ -117,6 +118,7 @@ class Controller:
             health=self.health,
             on_outcome=on_outcome,
         )
+        self.health.watch(self.reconciler.overdue)  # reads far past every deadline: stuck
         self.elector: LeaderElector | None = None
         self.shards: ShardLeases | None = None
         if opts.shards > 0:

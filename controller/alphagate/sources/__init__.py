@@ -68,6 +68,7 @@ def make_source(
     namespace: str = "default",
     core_api: Any = None,
     endpoints: SourcesConfig | None = None,
+    name: str = "",
 ) -> Source:
     """The source a policy asks for. Prometheus: the endpoint the policy names among those the
     admin configured (`endpoints`), reading series of `namespace` only (sources/scope.py).
@@ -94,7 +95,8 @@ def make_source(
 
         core_api = client.CoreV1Api(api_client(load_configuration()))
     encoding = (endpoints or SourcesConfig()).pod_scrape.accept_encoding
-    return ScrapeSource(KubeDiscovery(core_api, namespace), accept_encoding=encoding)
+    owner = f"{namespace}/{name}" if name else ""  # whose budgets its reads spend
+    return ScrapeSource(KubeDiscovery(core_api, namespace), accept_encoding=encoding, owner=owner)
 
 
 def factory(
@@ -103,7 +105,9 @@ def factory(
     """A reconciler's source factory: `make_source` with the admin's endpoints."""
 
     def build(spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
-        return make_source(spec, namespace=namespace, core_api=core_api, endpoints=endpoints)
+        return make_source(
+            spec, namespace=namespace, core_api=core_api, endpoints=endpoints, name=name
+        )
 
     return build
 

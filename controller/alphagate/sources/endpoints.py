@@ -20,6 +20,12 @@ The file, YAML::
         allowCrossNamespace: false  # the default: a canary reads its own namespace only
     podScrape:
       acceptEncoding: identity      # or gzip where bytes are dear (PodScrapeConfig)
+      budgets:                      # what one canary's read may spend (sources/budget.py)
+        maxReadSeconds: 60
+        inFlightBytes: 100663296    # pages read and parsed at once, all canaries
+        perCanaryBytes: 25165824
+        keptBytes: 100663296        # pages and increments kept, shared by canaries
+        parseWorkers: 2
 
 ``scrapeIntervalSeconds`` tells the controller how often this Prometheus scrapes the vLLM
 pods; without it the controller measures it (samples per series over ten minutes) and warns
@@ -43,6 +49,7 @@ from pydantic import (
 from alphagate import yamlload
 from alphagate.config import StrictModel, TimeoutSeconds
 from alphagate.errors import ConfigError, EndpointError
+from alphagate.sources.budget import ScrapeBudgets
 from alphagate.sources.common import redact_url
 
 DEFAULT_ENDPOINT: Final = "default"
@@ -133,6 +140,9 @@ class PodScrapeConfig(StrictModel):
     """
 
     accept_encoding: Literal["identity", "gzip"] = "identity"
+    # What one canary's read may make the controller spend (time, memory, parse workers):
+    # sources/budget.py; docs/reliability.md ("Budgets").
+    budgets: ScrapeBudgets = Field(default_factory=ScrapeBudgets)
 
 
 class SourcesConfig(StrictModel):
@@ -175,7 +185,7 @@ class SourcesConfig(StrictModel):
         """Endpoints of both; `other` wins on a name both define."""
         names = {e.name for e in other.prometheus}
         keep = [e for e in self.prometheus if e.name not in names]
-        return SourcesConfig(prometheus=[*keep, *other.prometheus])
+        return SourcesConfig(prometheus=[*keep, *other.prometheus], pod_scrape=self.pod_scrape)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -50,7 +50,7 @@ from alphagate.core.model import (
     Observation,
     PoolObservation,
 )
-from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources import http
 from alphagate.sources.common import (
     MAX_POSITIONS,
@@ -265,6 +265,11 @@ class PrometheusSource:
     ) -> list[Point]:
         target = f"{self.display_url}{path} query={expr}"
         left = http.remaining()
+        spent = http.budget_spent()
+        if spent is not None:  # the canary's read deadline, not this query's own
+            raise BudgetError(
+                BudgetKind.READ_TIME, f"the read's deadline of {spent} passed", target=target
+            )
         if left is not None and left <= 0:
             if last:  # retries ran out of time: say what kept failing (refused, 503, ...)
                 raise SourceError(
@@ -281,6 +286,11 @@ class PrometheusSource:
             with self._client.stream("POST", path, data=params) as resp:
                 body = http.read_body(resp, max_bytes=self.max_response_bytes, where=target)
         except httpx.TimeoutException as exc:
+            spent = http.budget_spent()
+            if spent is not None:
+                raise BudgetError(
+                    BudgetKind.READ_TIME, f"the read's deadline of {spent} passed", target=target
+                ) from exc
             raise TransientError(
                 SourceErrorKind.TIMEOUT,
                 f"{type(exc).__name__}: no complete answer within {self.timeout_seconds}s",

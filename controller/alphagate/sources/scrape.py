@@ -49,8 +49,16 @@ from alphagate.core.model import (
     PoolObservation,
     Role,
 )
-from alphagate.errors import BudgetError, SourceError, SourceErrorKind
+from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources import exposition, http
+from alphagate.sources.budget import (
+    FIRST_PAGE_BYTES,
+    IN_FLIGHT,
+    KEPT,
+    describe_deadline,
+    mib,
+    read_deadline,
+)
 from alphagate.sources.common import (
     SERIES_LABELS,
     HistSum,
@@ -64,8 +72,10 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.exposition import Hist, Page
-from alphagate.sources.fetcher import Fetcher, run, where_of
+from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
 from alphagate.sources.increments import PodState, check_page, latency_sample
+from alphagate.sources.parsepool import parse_pool
+from alphagate.sources.podmemory import check_buckets, increment_cells, kept_cells, series_cells
 
 ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 """Ask for the classic text format: no OpenMetrics name escaping (vllm-metrics.md §5)."""
@@ -89,7 +99,9 @@ def scraped(target: Target, body: bytes, content_type: str, at: float) -> Scrape
     Whatever is wrong with this page fails this pod only."""
     where = where_of(target)
     try:
-        return Scraped(target, at, page=parse_page(body, content_type=content_type, where=where))
+        page = parse_page(body, content_type=content_type, where=where)
+        check_buckets(page, where)  # each bucket is kept per pod per interval
+        return Scraped(target, at, page=page)
     except SourceError as exc:
         return Scraped(target, at, error=exc)
     except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
@@ -142,6 +154,8 @@ class Plan:
     start: float
     end: float
     interval: float
+    deadline: float = math.inf
+    """Seconds the whole read may last (`sources.budget.read_deadline`)."""
 
     def targets(self) -> list[Target]:
         """Every pool's targets, each URL once (a pod in two pools is scraped once)."""
@@ -161,6 +175,7 @@ class ScrapeSource:
         since_start: bool = False,
         max_failed_fraction: float = 0.1,
         accept_encoding: str = http.ACCEPT_ENCODING,
+        owner: str = "",
     ) -> None:
         self.discovery = discovery
         self.settings = settings
@@ -171,6 +186,13 @@ class ScrapeSource:
         self._fetcher: Fetcher | None = None
         self._states: dict[tuple[str, Role, str], PodState] = {}
         self._retention = 0.0
+        self._interval = math.inf  # the last read's interval (its deadline depends on it)
+        self.owner = owner or f"scrape-{id(self):x}"
+        """Whose budgets this source spends (the canary, ``namespace/name``)."""
+        self._cells = 0  # numbers kept (`podmemory`), within the canary's share of KEPT
+        self._page_bytes = FIRST_PAGE_BYTES  # the largest page of the last read: the next GET's
+        # reservation in the canary's memory in flight
+        KEPT.register(self)
         self.lock = threading.Lock()
         """Held by a read from :meth:`plan` to :meth:`finish` (`observe`, or a cycle's wave)."""
         self.failures: dict[tuple[str, Role], list[SourceError]] = {}
@@ -179,6 +201,7 @@ class ScrapeSource:
         """Bytes read off the wire by every scrape so far (compressed, as sent)."""
 
     def close(self) -> None:
+        KEPT.forget(self)
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None
@@ -200,46 +223,77 @@ class ScrapeSource:
         return self._fetcher
 
     def scrape(self, targets: Iterable[Target], settings: ScrapeSettings) -> dict[str, Scraped]:
-        """Scrape each distinct URL once, at most `maxConcurrency` at a time."""
+        """Scrape each distinct URL once, at most `maxConcurrency` at a time, within the last
+        planned read's deadline."""
         unique = list({t.url: t for t in targets}.values())
         if not unique:
             return {}
-        return run(self.scraping(unique, settings))
+        seconds = read_deadline(settings.timeout_seconds, self._interval)
+        return run(self.scraping(unique, settings, seconds))
 
     def scraping(
         self,
         unique: Sequence[Target],
         settings: ScrapeSettings,
-        room: asyncio.Semaphore | None = None,
+        deadline: float | None = None,
     ) -> Coroutine[Any, Any, dict[str, Scraped]]:
-        """:meth:`scrape` of distinct targets as a coroutine to run on the fetch loop, in a
-        wave with other sources' (`room`: the wave's bound on GETs in flight). Call it on the
-        caller's thread: it may replace the source's Fetcher."""
+        """:meth:`scrape` of distinct targets as a coroutine to run on the fetch loop, beside
+        other sources' reads; `deadline`: seconds the whole read may last from its start (None:
+        no deadline but each GET's timeout). Call it on the caller's thread: it may replace the
+        source's Fetcher."""
         fetcher = self._http(settings)
-        return self._fetch(fetcher, unique, settings, room)
+        return self._fetch(fetcher, unique, settings, deadline)
 
     async def _fetch(
         self,
         fetcher: Fetcher,
         unique: Sequence[Target],
         settings: ScrapeSettings,
-        room: asyncio.Semaphore | None,
+        seconds: float | None,
     ) -> dict[str, Scraped]:
         if not unique:
             return {}
         before = fetcher.bytes_read
         clock = self.clock
+        owner = self.owner
+        pool = parse_pool()
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None or math.isinf(seconds) else loop.time() + seconds
+        why = describe_deadline(seconds or 0.0, settings.timeout_seconds, self._interval)
+
+        largest = [0]
+
+        async def parse(target: Target, body: bytes, ctype: str) -> Scraped:
+            largest[0] = max(largest[0], len(body))
+            # off the fetch loop, the canaries taken in turn (sources.parsepool)
+            return await pool.run(owner, scraped, target, body, ctype, clock())
+
+        def late(target: Target, stage: Stage) -> SourceError:
+            budget = BudgetKind.PARSE_TIME if stage == "parse" else BudgetKind.READ_TIME
+            return BudgetError(
+                budget,
+                f"the read's deadline of {why} passed {_STAGES[stage]}",
+                target=where_of(target),
+            )
+
+        account = IN_FLIGHT.open(owner)
         try:
             results = await fetcher.fetch(
                 unique,
                 timeout=settings.timeout_seconds,
                 max_bytes=settings.max_body_bytes,
                 max_lines=settings.max_lines,
-                on_body=lambda t, body, ctype: scraped(t, body, ctype, clock()),
+                on_body=parse,
                 on_error=lambda t, err: Scraped(t, clock(), error=err),
-                room=room,
+                deadline=deadline,
+                late=late,
+                account=account,
+                expected=lambda: self._page_bytes,
             )
         finally:
+            account.close()
+            if largest[0]:
+                self._page_bytes = largest[0]
             self.bytes_read += fetcher.bytes_read - before
         return {r.target.url: r for r in results}
 
@@ -267,6 +321,7 @@ class ScrapeSource:
         settings = self.settings or scrape_settings(spec)
         window = max(end - start, 0.0)
         self._retention = max(self._retention, window + 2 * interval)
+        self._interval = interval
         refs = pools_of(spec)
         found: dict[tuple[str, Role], list[Target] | SourceError] = {}
         for ref in refs:
@@ -279,18 +334,24 @@ class ScrapeSource:
                     SourceErrorKind.UNREACHABLE,
                     f"discovery failed: {exc!r}",  # repr names the type
                 )
-        return Plan(settings, refs, found, start=start, end=end, interval=interval)
+        deadline = read_deadline(settings.timeout_seconds, interval)
+        return Plan(
+            settings, refs, found, start=start, end=end, interval=interval, deadline=deadline
+        )
 
     def finish(self, plan: Plan, scraped: Mapping[str, Scraped]) -> Observation:
         """A read's last step: the pods' pages (by URL) into increments and every pool's
         PoolObservation over the plan's window."""
         now = self.clock()
         self.failures = {}
+        self._prune(now)  # first: what the window no longer needs frees the canary's share
+        self._cells = kept_cells(self._states.values())
         pools = [
             self._pool(ref, plan.found[(ref.slice, ref.role)], scraped, plan.start)
             for ref in plan.refs
         ]
-        self._prune(now)
+        self._cells = kept_cells(self._states.values())
+        KEPT.set(self, self._cells)
         window = max(plan.end - plan.start, 0.0)
         return Observation(
             at=plan.end,
@@ -350,13 +411,31 @@ class ScrapeSource:
         result: Scraped,
         series_filter: Mapping[str, str],
     ) -> Scraped:
-        """One pod's page into its increments (the pod's failure when it cannot be kept)."""
+        """One pod's page into its increments; the pod's failure (MEMORY) when keeping it
+        would take the canary past its share of what the controller keeps (`podmemory`)."""
         assert result.page is not None
         series = {s.labels: s for s in result.page.matching(series_filter)}
         state = self._states.get(key)
+        new_last = series_cells(series.values())
+        old_last = series_cells(state.last.values()) if state and state.last is not None else 0
+        grows = (state is not None and state.last is not None) or self.since_start
+        projected = self._cells - old_last + new_last + (new_last if grows else 0)
+        share = KEPT.share_cells()
+        if projected > share:
+            err = BudgetError(
+                BudgetKind.MEMORY,
+                f"keeping this pod's page and increments would take the canary to "
+                f"{mib(projected):.1f} MiB, over its share of {mib(share):.1f} MiB "
+                f"({KEPT.describe()})",
+                target=where_of(target),
+            )
+            return Scraped(target, result.at, error=err)
         if state is None:
             state = self._states[key] = PodState(target.name)
+        ring = len(state.ring)
         state.update(series, result.at, since_start=self.since_start)
+        added = increment_cells(state.ring[-1]) if len(state.ring) > ring else 0
+        self._cells += new_last - old_last + added
         return result
 
     def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
@@ -429,6 +508,13 @@ class ScrapeSource:
             state.prune(before)
             if not state.ring and state.last_at < before:
                 del self._states[key]
+
+
+_STAGES: Final[Mapping[Stage, str]] = {
+    "queued": "before a slot to read this pod was free",
+    "get": "while this pod's page was being read",
+    "parse": "while this page waited for or was in parsing",
+}
 
 
 def _pods_failed(
