@@ -51,6 +51,7 @@ from alphagate.config import StrictModel, TimeoutSeconds
 from alphagate.errors import ConfigError, EndpointError
 from alphagate.sources.budget import ScrapeBudgets
 from alphagate.sources.common import redact_url
+from alphagate.sources.promwire import MAX_ANSWER_LABELS, MAX_ANSWER_POINTS
 
 DEFAULT_ENDPOINT: Final = "default"
 MAX_CONFIG_BYTES: Final = 256 * 1024
@@ -94,6 +95,10 @@ class PrometheusEndpoint(StrictModel):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: TimeoutSeconds = 10.0
     max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    # What one answer may cost to decode (sources/promwire.check_answer): a batch whose shared
+    # answer is larger is asked again in halves; a pool's own answer larger fails that pool.
+    max_answer_points: int = Field(default=MAX_ANSWER_POINTS, ge=10, le=10_000_000)
+    max_answer_labels: int = Field(default=MAX_ANSWER_LABELS, ge=10, le=10_000_000)
     # how often this Prometheus scrapes the vLLM pods; None: measured from the samples
     scrape_interval_seconds: float | None = Field(
         default=None, ge=1.0, le=3600.0, allow_inf_nan=False

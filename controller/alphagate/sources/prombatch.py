@@ -30,11 +30,12 @@ from typing import Final
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
-from alphagate.errors import SourceError, SourceErrorKind
-from alphagate.sources.common import failed_observation, failed_pool, pools_of
-from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
+from alphagate.errors import BudgetKind, SourceError, SourceErrorKind
+from alphagate.sources import http
+from alphagate.sources.common import budget_of, failed_observation, failed_pool, pools_of
+from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource, pool_level
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
-from alphagate.sources.promwire import Point
+from alphagate.sources.promwire import Point, QueryTimeout
 from alphagate.sources.scope import namespace_of, pool_labels
 
 MAX_POOLS: Final = 256
@@ -42,6 +43,32 @@ MAX_POOLS: Final = 256
 
 QUERY_KINDS: Final = frozenset((*POOL_LEVEL, SourceErrorKind.TOO_LARGE))
 """Shared-query failures the query may cause: each pool then asks its own query."""
+
+
+SHARED_SHARE: Final = 3.0
+"""A shared query may take a third of the time left: when the server gives up on it (its cost
+is the batch's), its halves still have time, and theirs, down to a pool alone."""
+
+
+def splittable(err: SourceError) -> bool:
+    """A shared query failed for the batch's sake (its kind, an answer too large to decode,
+    or the server giving up on its cost): its halves are asked, down to a pool alone. So one
+    tenant's costly pools cannot fail the pools batched with them."""
+    return (
+        err.kind in QUERY_KINDS
+        or budget_of(err) is BudgetKind.ANSWER
+        or isinstance(err, QueryTimeout)
+    )
+
+
+def shared_within(source: PrometheusSource, pools: int) -> float | None:
+    """How long the server may spend on a query shared by `pools` pools (None: a pool's own
+    query, the source's timeout)."""
+    if pools <= 1:
+        return None
+    left = http.remaining()
+    return max(0.1, (left if left is not None else source.timeout_seconds) / SHARED_SHARE)
+
 
 _RE2_SPECIAL: Final = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
@@ -105,12 +132,15 @@ class _Batch:
         got = self.answers.get(name)
         if got is None:
             expr = getattr(self.queries(), name)
+            within = shared_within(self.source, len(self.pools))
             try:
                 if isinstance(ask, tuple):
                     start, end, step = ask
-                    got = self.source.query_range(expr, start=start, end=end, step=step)
+                    got = self.source.query_range(
+                        expr, start=start, end=end, step=step, within=within
+                    )
                 else:
-                    got = self.source.query(expr, at=ask)
+                    got = self.source.query(expr, at=ask, within=within)
             except SourceError as err:
                 got = err
             self.answers[name] = got
@@ -157,7 +187,7 @@ class _PoolAsker:
                 groups = batch.by_values(name, ask)
                 break
             except SourceError as err:
-                if err.kind not in QUERY_KINDS or len(self.batch.pools) == 1:
+                if not splittable(err) or len(self.batch.pools) == 1:
                     raise
                 if len(batch.pools) == 1:
                     return None
@@ -246,7 +276,7 @@ def observe_many(
                 if measured is not None:
                     scrapes.append(measured)
             except SourceError as err:
-                if err.kind not in POOL_LEVEL:
+                if not pool_level(err):
                     failed = err
                     continue
                 pools.append(failed_pool(ref.slice, ref.role, err))

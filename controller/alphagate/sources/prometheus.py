@@ -56,6 +56,7 @@ from alphagate.sources.common import (
     MAX_POSITIONS,
     HistSum,
     PoolRef,
+    budget_of,
     check_finite,
     failed_observation,
     failed_pool,
@@ -99,6 +100,13 @@ POOL_LEVEL: Final = frozenset(
     )
 )
 """Kinds that concern one query (one pool); every other kind means the server failed."""
+
+
+def pool_level(err: SourceError) -> bool:
+    """The failure concerns one pool's query (its kind, or an answer too large to decode),
+    not the server: the other pools are still read."""
+    return err.kind in POOL_LEVEL or budget_of(err) is BudgetKind.ANSWER
+
 
 RECORDED_LAG_EVALUATIONS: Final = 2
 """Recorded rates whose newest point is older than this many rule intervals at the window's
@@ -216,24 +224,35 @@ class PrometheusSource:
 
     # ----------------------------------------------------------------- queries
 
-    def query(self, expr: str, *, at: float | None = None) -> list[Point]:
-        """An instant query; raises SourceError (classified) on any failure."""
+    def query(
+        self, expr: str, *, at: float | None = None, within: float | None = None
+    ) -> list[Point]:
+        """An instant query; raises SourceError (classified) on any failure. `within`: the
+        server gives up after that many seconds (default: the source's timeout)."""
         params = {"query": expr}
         if at is not None:
             params["time"] = ts(at)
-        return self._request("api/v1/query", params, "vector", expr)
+        return self._request("api/v1/query", params, "vector", expr, within)
 
-    def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]:
+    def query_range(
+        self, expr: str, *, start: float, end: float, step: float, within: float | None = None
+    ) -> list[Point]:
         """A range query; raises SourceError (classified) on any failure."""
         params = {"query": expr, "start": ts(start), "end": ts(end), "step": ts(step)}
-        return self._request("api/v1/query_range", params, "matrix", expr)
+        return self._request("api/v1/query_range", params, "matrix", expr, within)
 
     def _request(
-        self, path: str, params: dict[str, str], result_type: str, expr: str
+        self,
+        path: str,
+        params: dict[str, str],
+        result_type: str,
+        expr: str,
+        within: float | None = None,
     ) -> list[Point]:
         if self._config_error is not None:
             raise self._config_error
-        params = {**params, "timeout": duration(self.timeout_seconds)}
+        server = min(within or self.timeout_seconds, self.timeout_seconds)
+        params = {**params, "timeout": duration(max(server, 0.001))}
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
             wait=tenacity.wait_exponential(
@@ -304,7 +323,15 @@ class PrometheusSource:
             raise SourceError(
                 SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=target
             ) from exc
-        return decode(resp.status_code, resp.headers, body, result_type, target)
+        return decode(
+            resp.status_code,
+            resp.headers,
+            body,
+            result_type,
+            target,
+            max_points=self.endpoint.max_answer_points,
+            max_labels=self.endpoint.max_answer_labels,
+        )
 
     # ----------------------------------------------------------------- observe
 
@@ -334,7 +361,7 @@ class PrometheusSource:
                 if measured is not None:
                     scrapes.append(measured)
             except SourceError as err:
-                if err.kind not in POOL_LEVEL:
+                if not pool_level(err):
                     return failed_observation(spec, err, at=end, window=window)
                 pools.append(failed_pool(ref.slice, ref.role, err))
         return Observation(
