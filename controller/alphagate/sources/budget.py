@@ -47,8 +47,8 @@ MAX_BUCKETS: Final = 512
 FIRST_PAGE_BYTES: Final = 64 * 1024
 """What a page is expected to hold before its canary's first is read (vLLM's: ~55 KB)."""
 CELL_BYTES: Final = 100
-"""What one kept number costs in Python (a float in a dict: key, value and slot), measured on
-the increments of a real vLLM page (docs/reliability.md)."""
+"""What one kept number costs in Python (a float in a dict: key, value and slot); a series'
+own objects count as some more (`podmemory.SERIES_CELLS`, where both are measured)."""
 
 
 class ScrapeBudgets(StrictModel):

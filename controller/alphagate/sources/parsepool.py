@@ -6,6 +6,8 @@ shape each scrape, from 32 pods) took seconds of its time a cycle and other cana
 pods timed out. Here a page's parse is a job for a bounded pool of workers; jobs wait in one
 queue per canary and the workers take the canaries in turn (round robin), so a canary with 32
 pages queued delays another's one page by at most one page per worker, never by its queue.
+Turns are shared by worker time (a heavy page costs its owner a hundred light ones), and an
+owner holds at most half the workers while another waits.
 
 Threads or processes: `docs/reliability.md` ("Parsing off the fetch loop") measures both side by
 side with `python -m alphagate.bench.parsing`. Threads keep the victims' GETs on time on two
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -32,7 +35,7 @@ from alphagate.sources.budget import budgets
 R = TypeVar("R")
 
 MAX_OWNERS = 4096
-"""Owners whose last turn is remembered (about one per canary)."""
+"""Owners whose worker time is remembered (about one per canary)."""
 
 
 @dataclass(slots=True)
@@ -53,25 +56,33 @@ class PoolStats:
 
 
 class FairPool:
-    """Runs `fn(*args)` in `executor`, at most `workers` at a time, taking owners in turn.
-    Use from the fetch loop only (one loop per process)."""
+    """Runs `fn(*args)` in `executor`, at most `workers` at a time, sharing the workers' time
+    fairly among owners. Use from the fetch loop only (one loop per process).
+
+    Fair by time, not by jobs: one tenant's page may cost a hundred times another's, so the
+    owner that has used the least worker time goes next (an owner that comes back after a
+    pause starts level with the others, never ahead), and no owner holds more than half the
+    workers while another waits (`per_owner`): a heavy page in parse delays another owner's by
+    at most nothing when a worker is free, one page when not."""
 
     def __init__(self, executor: Executor, workers: int) -> None:
         self.executor = executor
         self.workers = max(1, workers)
+        self.per_owner = max(1, self.workers // 2)
         self._queues: dict[str, deque[_Job[Any]]] = {}
-        self._running = 0
-        self._turn = 0
-        self._served: dict[str, int] = {}  # owner -> the turn it was last served
+        self._running: dict[str, int] = {}
+        self._used: dict[str, float] = {}  # owner -> worker seconds (level when it comes back)
         self.stats = PoolStats()
 
     def queued(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
     async def run(self, owner: str, fn: Callable[..., R], *args: Any) -> R:
-        """`fn(*args)` on a worker, after the jobs of other owners queued before it in turn."""
+        """`fn(*args)` on a worker, once the owners that used less worker time have gone."""
         loop = asyncio.get_running_loop()
         job: _Job[R] = _Job(fn, args, loop.create_future())
+        if owner not in self._queues and not self._running.get(owner):
+            self._level(owner)
         self._queues.setdefault(owner, deque()).append(job)
         self.stats.jobs += 1
         self.stats.by_owner[owner] = self.stats.by_owner.get(owner, 0) + 1
@@ -84,11 +95,26 @@ class FairPool:
                 job.done.cancel()  # still queued: dropped when its turn comes
             raise
 
-    def _next(self) -> _Job[Any] | None:
-        """The next job: of the owner served longest ago (one never served first), so owners
-        take turns whatever the length of their queues."""
+    def _level(self, owner: str) -> None:
+        """An owner coming (back) starts at the least time of the active owners: never ahead
+        of them for having been idle (or new), never behind for its past."""
+        active = [self._used[o] for o in (*self._queues, *self._running) if o in self._used]
+        floor = min(active) if active else max(self._used.values(), default=0.0)
+        if len(self._used) > MAX_OWNERS:  # owners gone long ago
+            self._used = {o: self._used[o] for o in (*self._queues, *self._running)}
+        self._used[owner] = max(self._used.get(owner, 0.0), floor)
+
+    def _next(self) -> tuple[str, _Job[Any]] | None:
+        """The next job: of the owner with the least worker time among those under their
+        share of the workers (or any, when no other owner waits)."""
         while self._queues:
-            owner = min(self._queues, key=lambda o: self._served.get(o, -1))
+            waiting = len(self._queues)
+            ready = [
+                o for o in self._queues if waiting == 1 or self._running.get(o, 0) < self.per_owner
+            ]
+            if not ready:
+                return None
+            owner = min(ready, key=lambda o: self._used.get(o, 0.0))
             queue = self._queues[owner]
             job = queue.popleft()
             if not queue:
@@ -96,26 +122,32 @@ class FairPool:
             if job.done.cancelled():
                 self.stats.dropped += 1
                 continue
-            self._turn += 1
-            if len(self._served) > MAX_OWNERS:  # owners gone long ago: forget their turns
-                self._served.clear()
-            self._served[owner] = self._turn
-            return job
+            return owner, job
         return None
 
     def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self._running < self.workers:
-            job = self._next()
-            if job is None:
+        while sum(self._running.values()) < self.workers:
+            picked = self._next()
+            if picked is None:
                 return
-            self._running += 1
+            owner, job = picked
+            self._running[owner] = self._running.get(owner, 0) + 1
+            began = time.monotonic()
             running = loop.run_in_executor(self.executor, job.fn, *job.args)
-            running.add_done_callback(functools.partial(self._finished, loop, job))
+            running.add_done_callback(functools.partial(self._finished, loop, owner, began, job))
 
     def _finished(
-        self, loop: asyncio.AbstractEventLoop, job: _Job[Any], result: asyncio.Future[Any]
+        self,
+        loop: asyncio.AbstractEventLoop,
+        owner: str,
+        began: float,
+        job: _Job[Any],
+        result: asyncio.Future[Any],
     ) -> None:
-        self._running -= 1
+        self._running[owner] -= 1
+        if not self._running[owner]:
+            del self._running[owner]
+        self._used[owner] = self._used.get(owner, 0.0) + time.monotonic() - began
         if not job.done.done():
             if result.cancelled():
                 job.done.cancel()

@@ -19,13 +19,18 @@ from alphagate.sources.page import Page, Series
 
 INCREMENT_CELLS = 10
 """Numbers every increment carries besides its positions and buckets (times, counts...)."""
+SERIES_CELLS = 12
+"""A series' own objects (its label set, its dicts) cost about as much as this many numbers.
+Measured with tracemalloc on kept pods (parser caches cleared): a vLLM page's pod, 5
+increments, 24 KB for 411 cells; a pod of 1,000-series pages, 2.92 MB for 18,125 cells. At
+`CELL_BYTES` a cell and these per series: 42 KB and 3.0 MB, never under what was measured."""
 
 
 def series_cells(series: Iterable[Series]) -> int:
     """Numbers held by these series (each a cell)."""
     n = 0
     for s in series:
-        n += len(s.counters) + len(s.created) + len(s.gauges)
+        n += SERIES_CELLS + len(s.counters) + len(s.created) + len(s.gauges)
         n += len(s.per_position) + len(s.per_position_created)
         for h in s.histograms.values():
             n += len(h.buckets) + 3
