@@ -9,11 +9,13 @@ spending one fails only that canary's pod, pool or read, typed (`BudgetError` wi
   second round of GETs), at most `READ_SHARE` of its interval, never over
   `ScrapeBudgets.max_read_seconds`. Reads run beside one another: a canary never waits for
   another's deadline.
-* **memory in flight** (`InFlight`): the pages a canary's GETs hold, received and decoded, are
-  charged to its account. Each account may hold its share, ``min(perCanaryBytes, inFlightBytes /
-  reads in flight)``; a GET starts only once a page of the size its canary's pages had last
-  time fits beside what it holds (so a canary's concurrency falls as its own pages grow, never
-  because of another's), and a page that would take its canary past its share fails (MEMORY).
+* **memory in flight** (`InFlight`): the pages a canary's GETs hold, received, decoded and
+  parsed (until the read is finished), are charged to its account. Each account may hold its
+  share, ``min(perCanaryBytes, inFlightBytes / reads in flight)``, and borrow the budget's idle
+  room beyond it; a GET starts only once a page of the size its canary's pages had last time
+  fits (so a canary's concurrency falls as its own pages grow, never because of another's),
+  and a page past both its share and the idle room fails (MEMORY). A canary within its share
+  is never refused.
 * **memory kept** (`kept_share`): the last page and the increments kept per pod are counted in
   cells (one number each, `CELL_BYTES` apiece); a canary may keep ``keptBytes / scrape
   canaries`` at most: the page that would take it past is refused (MEMORY).
@@ -59,15 +61,16 @@ class ScrapeBudgets(StrictModel):
         description="No canary's read lasts longer, whatever its timeoutSeconds and interval.",
     )  # fmt: skip
     in_flight_bytes: int = Field(
-        default=96 * MiB, ge=4 * MiB, le=4096 * MiB,
-        description="Pages being read and parsed, all canaries together.",
+        default=48 * MiB, ge=4 * MiB, le=4096 * MiB,
+        description="Pages being read and parsed, all canaries together (lent beyond a "
+        "canary's share while idle: at most twice this at once).",
     )  # fmt: skip
     per_canary_bytes: int = Field(
-        default=24 * MiB, ge=1 * MiB, le=4096 * MiB,
-        description="Pages being read and parsed by one canary, at most.",
+        default=16 * MiB, ge=1 * MiB, le=4096 * MiB,
+        description="A canary's share of inFlightBytes, at most.",
     )  # fmt: skip
     kept_bytes: int = Field(
-        default=96 * MiB, ge=4 * MiB, le=4096 * MiB,
+        default=64 * MiB, ge=4 * MiB, le=4096 * MiB,
         description="Pages and increments kept between scrapes, all canaries together; each "
         "canary may keep this over the number of pod-scraping canaries.",
     )  # fmt: skip
@@ -135,9 +138,10 @@ class Account:
         return expected
 
     def charge(self, n: int, where: str) -> None:
-        """Hold `n` more bytes; BudgetError(MEMORY) when that passes the canary's share."""
+        """Hold `n` more bytes: granted within the canary's share, or beyond it while the
+        budget as a whole has room (idle room is lent); else BudgetError(MEMORY)."""
         share = self.share()
-        if self.held + n > share:
+        if not self._pool.grant(self, n, share):
             raise BudgetError(
                 BudgetKind.MEMORY,
                 f"pages in flight would reach {(self.held + n) / MiB:.1f} MiB, over this "
@@ -200,10 +204,32 @@ class InFlight:
         if n < 0:
             self._wake()
 
+    def grant(self, account: Account, n: int, share: int) -> bool:
+        """Hold `n` more for `account` if it stays within `share`, or if the whole budget has
+        room for it. A canary within its share is never refused; lending idle room can take
+        the total past the budget by at most the shares of those within theirs (so at most
+        twice the budget), and only while shares shrink as reads join."""
+        with self._lock:
+            within = account.held + n <= share
+            if not within and self.used + n > _budgets.in_flight_bytes:
+                return False
+            account.held += n
+            self.used += n
+            self.peak = max(self.peak, self.used)
+        return True
+
+    def _fits(self, account: Account, expected: int) -> bool:
+        with self._lock:
+            used = self.used
+        if account.held == 0 or account.held + expected <= self.share():
+            return True
+        return used + expected <= _budgets.in_flight_bytes
+
     async def wait_for_room(self, account: Account, expected: int) -> None:
-        """On the fetch loop: return once `expected` more bytes fit `account`'s share (or it
-        holds nothing: one page is always tried, and refused if it outgrows the share)."""
-        while account.held > 0 and account.held + expected > self.share():
+        """On the fetch loop: return once `expected` more bytes fit `account`'s share or the
+        budget's idle room (or it holds nothing: one page is always tried, and refused if it
+        outgrows both)."""
+        while not self._fits(account, expected):
             loop = asyncio.get_running_loop()
             if self._freed is None or self._freed[0] is not loop:
                 self._freed = (loop, asyncio.Event())
@@ -242,6 +268,10 @@ class Kept:
     def forget(self, source: object) -> None:
         with self._lock:
             self._sources.pop(source, None)
+
+    def cells_of(self, source: object) -> int:
+        with self._lock:
+            return self._sources.get(source, 0)
 
     def canaries(self) -> int:
         with self._lock:

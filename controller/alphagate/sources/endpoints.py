@@ -22,9 +22,9 @@ The file, YAML::
       acceptEncoding: identity      # or gzip where bytes are dear (PodScrapeConfig)
       budgets:                      # what one canary's read may spend (sources/budget.py)
         maxReadSeconds: 60
-        inFlightBytes: 100663296    # pages read and parsed at once, all canaries
-        perCanaryBytes: 25165824
-        keptBytes: 100663296        # pages and increments kept, shared by canaries
+        inFlightBytes: 50331648     # pages read and parsed at once, all canaries
+        perCanaryBytes: 16777216
+        keptBytes: 67108864         # pages and increments kept, shared by canaries
         parseWorkers: 2
 
 ``scrapeIntervalSeconds`` tells the controller how often this Prometheus scrapes the vLLM

@@ -14,8 +14,8 @@ side with `python -m alphagate.bench.parsing`. Threads keep the victims' GETs on
 cores (the loop thread takes the GIL back every switch interval, 5 ms) at no memory cost;
 processes cost a whole interpreter each (~45 MiB) and a pickled Page per job.
 
-A job cancelled before a worker took it (its read's deadline passed) is dropped; one already
-running finishes and its result is discarded.
+A job cancelled before a worker took it (its read's deadline passed) is dropped at once, its
+page let go; one already running finishes and its result is discarded.
 """
 
 from __future__ import annotations
@@ -92,8 +92,22 @@ class FairPool:
             return await asyncio.shield(job.done)
         except asyncio.CancelledError:
             if not job.done.done():
-                job.done.cancel()  # still queued: dropped when its turn comes
+                job.done.cancel()
+                self._drop(owner, job)  # still queued: dropped now, its page let go
             raise
+
+    def _drop(self, owner: str, job: _Job[Any]) -> None:
+        """Take a cancelled job out of its queue (its arguments, a page, are let go)."""
+        queue = self._queues.get(owner)
+        if queue is None:
+            return
+        try:
+            queue.remove(job)
+        except ValueError:
+            return  # a worker has it already
+        self.stats.dropped += 1
+        if not queue:
+            del self._queues[owner]
 
     def _level(self, owner: str) -> None:
         """An owner coming (back) starts at the least time of the active owners: never ahead

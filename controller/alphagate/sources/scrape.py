@@ -52,9 +52,11 @@ from alphagate.core.model import (
 from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources import exposition, http
 from alphagate.sources.budget import (
+    CELL_BYTES,
     FIRST_PAGE_BYTES,
     IN_FLIGHT,
     KEPT,
+    Account,
     describe_deadline,
     mib,
     read_deadline,
@@ -193,6 +195,7 @@ class ScrapeSource:
         self._page_bytes = FIRST_PAGE_BYTES  # the largest page of the last read: the next GET's
         # reservation in the canary's memory in flight
         KEPT.register(self)
+        self._account: Account | None = None  # the pages of a read, held until `finish`
         self.lock = threading.Lock()
         """Held by a read from :meth:`plan` to :meth:`finish` (`observe`, or a cycle's wave)."""
         self.failures: dict[tuple[str, Role], list[SourceError]] = {}
@@ -201,7 +204,18 @@ class ScrapeSource:
         """Bytes read off the wire by every scrape so far (compressed, as sent)."""
 
     def close(self) -> None:
+        """Close the connections; what it kept no longer counts against the budget."""
         KEPT.forget(self)
+        self._let_go()
+        self._close_fetcher()
+
+    def _let_go(self) -> None:
+        """The pages of the last read no longer count as in flight."""
+        account, self._account = self._account, None
+        if account is not None:
+            account.close()
+
+    def _close_fetcher(self) -> None:
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None
@@ -214,7 +228,7 @@ class ScrapeSource:
 
     def _http(self, settings: ScrapeSettings) -> Fetcher:
         if self._fetcher is None or self._fetcher.concurrency != settings.max_concurrency:
-            self.close()
+            self._close_fetcher()
             self._fetcher = Fetcher(
                 headers={"Accept": ACCEPT},
                 concurrency=settings.max_concurrency,
@@ -263,10 +277,23 @@ class ScrapeSource:
 
         largest = [0]
 
+        account = IN_FLIGHT.open(owner)
+        self._let_go()  # an earlier read that never finished
+        self._account = account
+
         async def parse(target: Target, body: bytes, ctype: str) -> Scraped:
             largest[0] = max(largest[0], len(body))
             # off the fetch loop, the canaries taken in turn (sources.parsepool)
-            return await pool.run(owner, scraped, target, body, ctype, clock())
+            got = await pool.run(owner, scraped, target, body, ctype, clock())
+            if got.page is None:
+                return got
+            try:  # the parsed page is held until `finish`: the canary's memory in flight
+                account.charge(
+                    CELL_BYTES * series_cells(got.page.series.values()), where_of(target)
+                )
+            except BudgetError as err:
+                return Scraped(target, got.at, error=err)
+            return got
 
         def late(target: Target, stage: Stage) -> SourceError:
             budget = BudgetKind.PARSE_TIME if stage == "parse" else BudgetKind.READ_TIME
@@ -276,7 +303,6 @@ class ScrapeSource:
                 target=where_of(target),
             )
 
-        account = IN_FLIGHT.open(owner)
         try:
             results = await fetcher.fetch(
                 unique,
@@ -290,8 +316,7 @@ class ScrapeSource:
                 account=account,
                 expected=lambda: self._page_bytes,
             )
-        finally:
-            account.close()
+        finally:  # the account is let go in `finish`, once the pages are kept or dropped
             if largest[0]:
                 self._page_bytes = largest[0]
             self.bytes_read += fetcher.bytes_read - before
@@ -319,6 +344,7 @@ class ScrapeSource:
         """A read's first step: its settings and every pool's targets (or why there are none).
         The caller holds the source's lock from here to :meth:`finish`."""
         settings = self.settings or scrape_settings(spec)
+        KEPT.register(self)  # again, if it was closed and is read anew
         window = max(end - start, 0.0)
         self._retention = max(self._retention, window + 2 * interval)
         self._interval = interval
@@ -352,6 +378,7 @@ class ScrapeSource:
         ]
         self._cells = kept_cells(self._states.values())
         KEPT.set(self, self._cells)
+        self._let_go()
         window = max(plan.end - plan.start, 0.0)
         return Observation(
             at=plan.end,
