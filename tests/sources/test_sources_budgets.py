@@ -189,8 +189,9 @@ def test_a_canary_keeps_at_most_its_share(
 def test_pages_in_flight_past_a_canarys_share_fail_that_canary_only(
     pods: list[FakePod], opened: list[ScrapeSource], budgets: Callable[..., None]
 ) -> None:
-    # Each canary may hold 1 MiB of pages in flight: 1.5 MB pages cannot be read (MEMORY),
-    # the other canary's pages are, and the controller never held more than the budget.
+    # Each canary's share is 1 MiB of pages in flight and it may borrow the budget's idle room
+    # beyond it: three 1.5 MB pages do not all fit (MEMORY), the other canary's pages are read,
+    # and the controller never held more than twice the budget (the documented bound).
     budgets(in_flight_bytes=4 * MiB, per_canary_bytes=1 * MiB)
     pad = b"# " + b"x" * 998 + b"\n"
     server = Pages(lambda name: pad * 1500 + histogram_page(20))
@@ -210,7 +211,8 @@ def test_pages_in_flight_past_a_canarys_share_fail_that_canary_only(
     assert pool.budget is BudgetKind.MEMORY and pool.error is not None
     assert "pages in flight" in pool.error
     assert healthy(victim)
-    assert IN_FLIGHT.peak <= 4 * MiB and IN_FLIGHT.used == 0
+    assert IN_FLIGHT.peak <= 2 * 4 * MiB
+    assert IN_FLIGHT.used == 0
 
 
 def test_pages_are_parsed_off_the_fetch_loop(
