@@ -6,7 +6,9 @@
     ├── ScenarioError               a simulator scenario file is invalid
     ├── SourceError                 a metrics source failed; `kind` classifies it
     │   ├── ExpositionError         a /metrics page is malformed (names the line)
-    │   └── EndpointError           a policy names a Prometheus endpoint nobody configured
+    │   ├── EndpointError           a policy names a Prometheus endpoint nobody configured
+    │   ├── NamespaceError          a policy selects series of another namespace
+    │   └── BudgetError             a read spent one of its canary's budgets; `budget` says which
     ├── KubeError                   the Kubernetes API refused or failed; `status` is the HTTP code
     │   ├── ConflictError           409 after bounded retries
     │   ├── ForbiddenError          403: RBAC is missing a permission
@@ -90,6 +92,27 @@ class SourceErrorKind(StrEnum):
     # recorded rates (recording rules) that do not reach the window's end: rules behind,
     # stopped or not installed; the raw counters may be fine
     STALE = "stale"
+    # the read spent one of its canary's own budgets (time, memory, buckets...): BudgetKind
+    BUDGET = "budget"
+
+
+class BudgetKind(StrEnum):
+    """Which of a canary's own budgets a read spent. Many tenants share one controller
+    (design.md §6): what one canary can make it spend is bounded per canary, and spending it
+    makes only that canary's read an Error. A metric label, so keep values stable."""
+
+    # the canary's read deadline in a cycle (its pods' GETs, its Prometheus queries)
+    READ_TIME = "read_time"
+    # the read deadline passed while the canary's own pages waited for or were in parsing
+    PARSE_TIME = "parse_time"
+    # the canary's share of the scrape memory budget (pages in flight, pages and increments kept)
+    MEMORY = "memory"
+    # a histogram with more `le` buckets than the controller keeps
+    BUCKETS = "buckets"
+    # a page or an answer with more series than the controller keeps
+    SERIES = "series"
+    # a Prometheus answer with more points or labels than the controller decodes
+    ANSWER = "answer"
 
 
 class SourceError(AlphagateError):
@@ -116,6 +139,23 @@ class EndpointError(SourceError):
 
     def __init__(self, message: str, *, target: str = "") -> None:
         super().__init__(SourceErrorKind.UNREACHABLE, message, target=target)
+
+
+class NamespaceError(SourceError):
+    """A policy selects series of another namespace than its own (a label matcher on the
+    namespace label): the spec is wrong (SpecValid=False), no query is sent."""
+
+    def __init__(self, message: str, *, target: str = "") -> None:
+        super().__init__(SourceErrorKind.QUERY_ERROR, message, target=target)
+
+
+class BudgetError(SourceError):
+    """A read spent one of its canary's own budgets (`budget`): that canary's pod, pool or read
+    fails, typed, and no other canary's."""
+
+    def __init__(self, budget: BudgetKind, message: str, *, target: str = "") -> None:
+        self.budget = budget
+        super().__init__(SourceErrorKind.BUDGET, f"{budget} budget: {message}", target=target)
 
 
 class KubeError(AlphagateError):

@@ -273,3 +273,23 @@ def test_a_policy_naming_an_unknown_endpoint_is_an_invalid_spec(
     assert "nowhere" in valid.message
     assert reasons(apiserver) == ["InvalidSpec"]
     assert apiserver.requests_matching(method="PATCH", resource="deployments") == []
+
+
+def test_a_policy_selecting_another_namespace_is_an_invalid_spec(
+    apiserver: ApiServer, kube: Kube
+) -> None:
+    source = {"kind": "prometheus", "prometheus": {"matchLabels": {"namespace": "team-b"}}}
+    seed(apiserver, cr=canary_cr(source=source))
+    clock = Clock()
+    rec = Reconciler(
+        kube,
+        source_factory=factory(SourcesConfig.single("http://127.0.0.1:9"), core_api=kube.core),
+        events=EventRecorder(kube.api_client, clock=clock),
+        clock=clock,
+    )
+    out = step(rec)
+    assert out.spec_invalid and out.evaluation is None
+    valid = status(apiserver).condition("SpecValid")
+    assert valid is not None and valid.status == "False" and valid.reason == "CrossNamespace"
+    assert "team-b" in valid.message and NS in valid.message
+    assert reasons(apiserver) == ["InvalidSpec"]

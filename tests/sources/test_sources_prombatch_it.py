@@ -11,6 +11,7 @@ counters, with different edges).
 from __future__ import annotations
 
 import re
+import threading
 import time
 from urllib.parse import parse_qs
 
@@ -19,6 +20,8 @@ import pytest
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, Role
+from alphagate.errors import BudgetKind, SourceErrorKind
+from alphagate.sources.cycle import Read, observe_each
 from alphagate.sources.endpoints import PrometheusEndpoint
 from alphagate.sources.prombatch import observe_many, union_matchers
 from alphagate.sources.prometheus import PrometheusSource
@@ -216,3 +219,143 @@ def test_the_shipped_rules_load_and_the_source_reads_them(stack: PrometheusServe
         want.pools[0].generation_tokens, rel=0.25
     )
     assert got.pools[0].itl is not None and got.pools[1].itl is not None
+
+
+class TimesOutBatches(RefusesBatches):
+    """Prometheus giving up on every query that matches more than one value of a label (a
+    batch's union) as it gives up on a query past its timeout: 503, errorType timeout."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        query = parse_qs(request.content.decode()).get("query", [""])[0]
+        if any(len(u.split("|")) > self.most for u in re.findall(r'=~"([^"]*)"', query)):
+            self.refused += 1
+            body = {"status": "error", "errorType": "timeout", "error": "query timed out"}
+            return httpx.Response(503, json=body)
+        return Counting.handle_request(self, request)
+
+
+def test_a_batch_the_server_gives_up_on_is_asked_per_pool(stack: PrometheusServer) -> None:
+    """One tenant's pools that push a shared query past the server's timeout cost a few
+    queries more, never the answers of the pools batched with them."""
+    specs = [spec_for(s) for s in SLICES]
+    end = time.time() - 1.5
+    start = end - 4 * INTERVAL
+    timing_out = TimesOutBatches()
+    with PrometheusSource(PrometheusEndpoint(url=stack.url), transport=timing_out) as batched:
+        together = observe_many(batched, specs, start=start, end=end, interval_seconds=INTERVAL)
+    with PrometheusSource(PrometheusEndpoint(url=stack.url)) as alone:
+        one_by_one = [
+            alone.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in specs
+        ]
+    for a, b in zip(together, one_by_one, strict=True):
+        same(a, b)
+    assert timing_out.refused >= 10  # every shared query timed out, then its halves answered
+
+
+class Answers(Counting):
+    """Counts each answer's points as the decode budget counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.points: list[int] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        resp = super().handle_request(request)
+        if request.url.path.startswith("/api/v1/query"):
+            resp.read()
+            self.points.append(resp.content.count(b"["))
+        return resp
+
+
+def test_answers_past_the_decode_budget_are_split_then_refused_typed(
+    stack: PrometheusServer,
+) -> None:
+    specs = [spec_for(s) for s in SLICES]
+    end = time.time() - 1.5
+    start = end - 4 * INTERVAL
+    sizes = Answers()
+    with PrometheusSource(PrometheusEndpoint(url=stack.url), transport=sizes) as alone:
+        one_by_one = [
+            alone.observe(s, start=start, end=end, interval_seconds=INTERVAL) for s in specs
+        ]
+    largest = max(sizes.points)  # a pool's own answers fit; the batch's union ones do not
+    endpoint = PrometheusEndpoint(url=stack.url, max_answer_points=largest + 10)
+    counting = Counting()
+    with PrometheusSource(endpoint, transport=counting) as batched:
+        together = observe_many(batched, specs, start=start, end=end, interval_seconds=INTERVAL)
+    for a, b in zip(together, one_by_one, strict=True):
+        same(a, b)
+    assert len(counting.queries) > 15  # some shared answers were refused and asked in halves
+    # an answer too large for the budget even for one pool: that pool fails, typed
+    tiny = PrometheusEndpoint(url=stack.url, max_answer_points=10)
+    with PrometheusSource(tiny) as small:
+        got = small.observe(specs[0], start=start, end=end, interval_seconds=INTERVAL)
+    assert got.source_error is None
+    for pool in got.pools:
+        assert pool.error_kind is SourceErrorKind.BUDGET and pool.budget is BudgetKind.ANSWER
+        assert pool.error is not None and "decodes at most 10 points" in pool.error
+
+
+class Slow(Counting):
+    """Every query answered after `delay` s; the most queries seen in flight at once."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.now = self.peak = 0
+        self.lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            time.sleep(self.delay)
+            return super().handle_request(request)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def reads_of_distinct_windows(url: str, transport: httpx.BaseTransport, n: int) -> list[Read]:
+    end = time.time() - 1.5
+    out = []
+    for k in range(n):  # each its own window: one batch each
+        src = PrometheusSource(PrometheusEndpoint(url=url), transport=transport)
+        spec = spec_for(SLICES[k % len(SLICES)])
+        out.append(Read(src, spec, end - 4 * INTERVAL - k * 0.5, end, INTERVAL))
+    return out
+
+
+def test_batches_of_distinct_windows_are_read_side_by_side(stack: PrometheusServer) -> None:
+    slow = Slow(0.05)
+    reads = reads_of_distinct_windows(stack.url, slow, 4)
+    try:
+        got = observe_each(reads)
+    finally:
+        for r in reads:
+            assert isinstance(r.source, PrometheusSource)
+            r.source.close()
+    assert all(o.source_error is None for o in got)
+    assert slow.peak >= 2  # windows read in series would never have two queries in flight
+
+
+def test_batches_read_within_one_deadline_fail_typed_when_it_passes(
+    stack: PrometheusServer,
+) -> None:
+    # Every query takes 1 s: a read's 15-odd queries cannot end within its deadline (twice
+    # the 5 s timeout, at most 80% of the 3 s interval: 2.4 s). Every canary ends there, typed,
+    # each window beside the others rather than one after another.
+    slow = Slow(1.0)
+    reads = reads_of_distinct_windows(stack.url, slow, 3)
+    try:
+        got = observe_each(reads)
+    finally:
+        for r in reads:
+            assert isinstance(r.source, PrometheusSource)
+            r.source.close()
+    for obs in got:
+        assert obs.source_error_kind is SourceErrorKind.BUDGET, obs.source_error
+        assert obs.source_budget is BudgetKind.READ_TIME
+        assert obs.source_error is not None and "2.4s (80% of its 3s interval)" in obs.source_error
+    assert slow.peak >= 2

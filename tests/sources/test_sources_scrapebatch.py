@@ -18,16 +18,13 @@ from typing import Any
 import pytest
 from scrape_pods import Clock, FakePod, static
 
-from alphagate.config import ScrapeSource as ScrapeSettings
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.config.source import SCRAPE_MEMORY_BUDGET, scrape_page_cost
 from alphagate.core.model import Observation, PoolObservation, Role
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.sources.common import PoolRef
 from alphagate.sources.cycle import Read, observe_each
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.scrape import Plan, ScrapeSource
-from alphagate.sources.scrapebatch import MAX_IN_FLIGHT, wave_bound
 from specs import SOURCE_SPEC, spec_from
 
 WINDOW = 100.0
@@ -300,34 +297,46 @@ def test_every_canarys_gets_are_in_flight_together(gate_page: bytes) -> None:
     assert all(src.failures == {} for _, src in fleet)
 
 
-def test_the_wave_keeps_within_the_scrape_memory_budget(gate_page: bytes) -> None:
-    # Pages of up to 32 MiB: each source may have 3 in flight (its validated maxConcurrency);
-    # three sources together still hold no more than the budget allows.
-    settings = {"maxConcurrency": 3, "maxBodyBytes": 32 << 20, "maxLines": 100}
-    cost = scrape_page_cost(32 << 20, 100)
-    bound = SCRAPE_MEMORY_BUDGET // cost
-    assert bound < 3 * 3  # the three sources alone would exceed it together
-    gate = Gate(gate_page, want=bound + 1, wait=0.2, hold=0.05)
-    fleet = gated_fleet(gate, 3, 3, timeoutSeconds=5.0, **settings)
+def test_one_policys_concurrency_never_lowers_anothers(gate_page: bytes) -> None:
+    # A canary scraping one pod at a time with pages of up to 64 MiB (the wave bound it made
+    # for everyone was 1) beside a canary of 8 pods at the default concurrency: the second
+    # still has all its 8 GETs in flight at once.
+    slow = Gate(gate_page, want=99, wait=0.5, hold=0.0)
+    fast = Gate(gate_page, want=8, wait=2.0, hold=0.0)
+    big = {"maxConcurrency": 1, "maxBodyBytes": 64 << 20, "maxLines": 100}
+    fleet = gated_fleet(slow, 1, 4, timeoutSeconds=5.0, **big)
+    fleet += gated_fleet(fast, 1, 8, timeoutSeconds=5.0)
     try:
         cycle_batched(fleet, time.time())
     finally:
-        gate.stop()
+        slow.stop()
+        fast.stop()
         for _, src in fleet:
             src.close()
-    assert gate.served == 9 and all(src.failures == {} for _, src in fleet)
-    assert 1 <= gate.peak <= bound
+    assert fast.peak == 8 and fast.served == 8
+    assert slow.peak == 1 and slow.served == 4  # its own maxConcurrency, kept
+    assert all(src.failures == {} for _, src in fleet)
 
 
-@pytest.mark.parametrize(
-    ("body", "lines", "concurrency"),
-    [(2 << 20, 20_000, 32), (1024, 100, 256), (32 << 20, 100, 3), (64 << 20, 1_000_000, 1)],
-)
-def test_wave_bound_fits_the_budget_and_never_slows_a_source(
-    body: int, lines: int, concurrency: int
+def test_a_pod_that_never_answers_delays_only_its_own_canary(
+    pods: list[FakePod], opened: list[ScrapeSource]
 ) -> None:
-    settings = ScrapeSettings(max_body_bytes=body, max_lines=lines, max_concurrency=concurrency)
-    plan = Plan(settings, [], {}, start=0.0, end=1.0, interval=1.0)
-    bound = wave_bound([plan])
-    assert concurrency <= bound <= MAX_IN_FLIGHT
-    assert bound == 1 or bound * scrape_page_cost(body, lines) <= SCRAPE_MEMORY_BUDGET
+    # The schema lets a policy wait 300 s for a pod; its read still ends at its own deadline
+    # (80% of its 2 s interval here) and the other canary's result is handed over first.
+    good, base, hang = FakePod("good"), FakePod("base"), FakePod("hang")
+    pods += [good, base, hang]
+    hang.mode = "hang"
+    victim = (spec(), ScrapeSource(static([good], [base])))
+    attacker = (spec(timeoutSeconds=300.0), ScrapeSource(static([hang], [base])))
+    opened += [victim[1], attacker[1]]
+    order: list[int] = []
+    now = time.time()
+    reads = [Read(src, s, now - WINDOW, now, 2.0) for s, src in (attacker, victim)]
+    got = observe_each(reads, on_done=lambda i, obs: order.append(i))
+    assert order == [1, 0]  # the victim's read did not wait for the attacker's deadline
+    pool = got[0].pool("chat", Role.CANARY)
+    assert pool is not None and pool.error_kind is SourceErrorKind.BUDGET
+    assert pool.budget is BudgetKind.READ_TIME
+    assert pool.error is not None and "deadline of 1.6s (80% of its 2s interval)" in pool.error
+    assert got[1].pool("chat", Role.CANARY) is not None
+    assert all(p.error is None for p in got[1].pools)

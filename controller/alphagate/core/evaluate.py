@@ -237,7 +237,10 @@ def evaluate(
                 CheckKind.SOURCE,
                 Verdict.ERROR,
                 f"metrics source failed: {observation.source_error}",
-                SourceEvidence(((observation.source_error_kind, observation.source_error),)),
+                SourceEvidence(
+                    ((observation.source_error_kind, observation.source_error),),
+                    (observation.source_budget,),
+                ),
             )
         )
     elif not machine.speculation_on(memory):
@@ -250,7 +253,8 @@ def evaluate(
                     Verdict.ERROR,
                     "pool read failed: " + "; ".join(texts),
                     SourceEvidence(
-                        tuple((p.error_kind, t) for p, t in zip(failed, texts, strict=True))
+                        tuple((p.error_kind, t) for p, t in zip(failed, texts, strict=True)),
+                        tuple(p.budget for p in failed),
                     ),
                 )
             )

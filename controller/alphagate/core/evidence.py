@@ -12,7 +12,7 @@ from enum import StrEnum
 from alphagate.config import LatencyMetric
 from alphagate.core.resolution import Resolution, TailWithin
 from alphagate.core.vocab import CheckKind, NoData, Verdict
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetKind, SourceErrorKind
 
 
 class EstimateMethod(StrEnum):
@@ -460,12 +460,18 @@ class WindowEvidence:
 
 @dataclass(frozen=True, slots=True)
 class SourceEvidence:
-    """The failed reads (whole read first), each with its kind (None: unknown)."""
+    """The failed reads (whole read first), each with its kind (None: unknown), and for those
+    of kind BUDGET which of the canary's budgets it spent (`budgets`, one per failure)."""
 
     failures: tuple[tuple[SourceErrorKind | None, str], ...] = ()
+    budgets: tuple[BudgetKind | None, ...] = ()
 
     def flat(self) -> dict[str, float | str]:
-        return {f"error_{i}": text for i, (_, text) in enumerate(self.failures)}
+        out: dict[str, float | str] = {
+            f"error_{i}": text for i, (_, text) in enumerate(self.failures)
+        }
+        out |= {f"budget_{i}": b.value for i, b in enumerate(self.budgets) if b is not None}
+        return out
 
 
 Evidence = AcceptanceEvidence | FloorEvidence | LatencyEvidence | WindowEvidence | SourceEvidence

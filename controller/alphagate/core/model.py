@@ -52,7 +52,7 @@ from alphagate.core.vocab import (
 
 if TYPE_CHECKING:
     from alphagate.core.suitability import Suitability
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetKind, SourceErrorKind
 
 # Re-exported: one import names the whole vocabulary.
 __all__ = [
@@ -175,6 +175,7 @@ class PoolObservation:
     pods: int = 0
     error: str | None = None
     error_kind: SourceErrorKind | None = None  # how it failed (a bounded label); None: unknown
+    budget: BudgetKind | None = None  # error_kind BUDGET: which of the canary's budgets
     # vllm:request_generation_tokens over the window: output length per finished request
     output_lengths: Buckets | None = None
     # vllm:num_requests_running, mean per pod over the window (None: not read)
@@ -201,6 +202,7 @@ class Observation:
     pools: tuple[PoolObservation, ...]
     source_error: str | None = None  # the whole read failed (e.g. Prometheus unreachable)
     source_error_kind: SourceErrorKind | None = None  # how it failed; None: unknown or no error
+    source_budget: BudgetKind | None = None  # source_error_kind BUDGET: which budget
     # seconds between the source's scrapes of the pods, when known (podScrape: the controller's
     # own; Prometheus: measured or configured); core/coverage.py judges the window against it
     scrape_interval_seconds: float | None = None

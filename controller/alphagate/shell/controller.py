@@ -28,7 +28,7 @@ from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Recorder, new_registry
 from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
 from alphagate.shell.server import Health, serve
-from alphagate.sources import Source, make_source
+from alphagate.sources import Source, budget, make_source
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth
 from alphagate.verdicts import VerdictApi
@@ -109,6 +109,7 @@ class Controller:
         # process metrics (CPU, memory, open files, GC) for the controller's own dashboard row
         self.registry = registry if registry is not None else new_registry(process=True)
         self.recorder = Recorder(self.registry)
+        budget.configure(opts.sources.pod_scrape.budgets)  # the admin's, for every read
         self.health = Health(stale_after_seconds=max(60.0, 4 * opts.watch_timeout))
         self.health.set_ready(False, "initial list of SpeculativeCanary resources pending")
         self.events = EventRecorder(
@@ -130,6 +131,7 @@ class Controller:
             health=self.health,
             on_outcome=on_outcome,
         )
+        self.health.watch(self.reconciler.overdue)  # reads far past every deadline: stuck
         self.elector: LeaderElector | None = None
         self.shards: ShardLeases | None = None
         self.lease_namespace = opts.lease_namespace or _pod_namespace()
@@ -179,7 +181,9 @@ class Controller:
     def _source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
         """A canary's source: the admin's endpoints; its pod discovery paid from its budget."""
         core = self.kube.charged_core(namespace, name)
-        return make_source(spec, namespace=namespace, core_api=core, endpoints=self.opts.sources)
+        return make_source(
+            spec, namespace=namespace, core_api=core, endpoints=self.opts.sources, name=name
+        )
 
     # ------------------------------------------------------------ leadership
 

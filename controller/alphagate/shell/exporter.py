@@ -42,7 +42,7 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.core.suitability import Finding
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.shell.metric_families import MetricFamilies
 from alphagate.shell.metric_names import (
     ALERT,
@@ -258,6 +258,10 @@ class Recorder(MetricFamilies):
         label = kind.value if kind is not None else UNKNOWN_ERROR_KIND
         self.source_errors.labels(namespace, canary, label).inc()
 
+    def budget_exceeded(self, budget: BudgetKind, *, namespace: str, canary: str) -> None:
+        """Count one read that spent the canary's `budget` (a bounded set: BudgetKind)."""
+        self.budget_exceeded_total.labels(namespace, canary, budget.value).inc()
+
     def set_leader(self, leader: bool) -> None:
         """Mark leadership. Losing it drops every per-canary gauge: only the leader's count."""
         with self._lock:
@@ -317,6 +321,7 @@ class Recorder(MetricFamilies):
                 self.decisions,
                 self.transitions,
                 self.source_errors,
+                self.budget_exceeded_total,
                 self.duration,
                 self.warnings,
                 self.timing_problem,
@@ -345,6 +350,8 @@ class Recorder(MetricFamilies):
                     self.transitions.labels(*c, from_state.value, to_state.value)
         for kind in SourceErrorKind:
             self.source_errors.labels(*c, kind.value)
+        for budget in BudgetKind:
+            self.budget_exceeded_total.labels(*c, budget.value)
         for reason in WATCHED_WARNINGS:
             self.warnings.labels(*c, reason)
         self.duration.labels(*c)

@@ -145,6 +145,12 @@ class MetricFamilies:
             (*_CANARY, "kind"),
             registry=r,
         )
+        self.budget_exceeded_total = Counter(
+            "alphagate_source_budget_exceeded",
+            "Failed reads that spent one of the canary's own budgets, by budget.",
+            (*_CANARY, "budget"),
+            registry=r,
+        )
         self.duration = Histogram(
             EVALUATION_DURATION,
             "Time to observe, estimate, judge and decide for one canary.",

@@ -39,6 +39,8 @@ CHECK_VERDICT: Final = "alphagate_check_verdict"
 DECISIONS: Final = "alphagate_decisions_total"
 TRANSITIONS: Final = "alphagate_transitions_total"
 SOURCE_ERRORS: Final = "alphagate_source_errors_total"
+# failed reads that spent one of the canary's own budgets, by budget (errors.BudgetKind)
+BUDGET_EXCEEDED: Final = "alphagate_source_budget_exceeded_total"
 EVALUATION_DURATION: Final = "alphagate_evaluation_duration_seconds"
 LAST_EVALUATION: Final = "alphagate_last_evaluation_timestamp_seconds"
 LAST_SUCCESS: Final = "alphagate_last_success_timestamp_seconds"
@@ -92,6 +94,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         DECISIONS,
         TRANSITIONS,
         SOURCE_ERRORS,
+        BUDGET_EXCEEDED,
         EVALUATION_DURATION + "_bucket",
         EVALUATION_DURATION + "_count",
         EVALUATION_DURATION + "_sum",

@@ -6,7 +6,8 @@ family for up to 256 pools) instead of some 30 queries per canary, and pod scrap
 canary run as one wave of GETs instead of one wave per canary. The answers are the same as one
 read at a time. A source that raises (a bug; sources report trouble as data) costs only its
 own evaluation (an Error naming the exception); should the batching itself raise, the cycle
-reads each resource alone.
+reads each resource alone (those not answered yet). Each Observation is handed on as soon as it is
+known, so a canary whose read is slow holds no other's evaluation.
 """
 
 from __future__ import annotations
@@ -16,20 +17,40 @@ from typing import Any
 
 from alphagate.core.model import Observation
 from alphagate.shell.outcome import Pending
-from alphagate.sources.cycle import Read, observe_each
+from alphagate.sources.cycle import OnDone, Read, observe_each
 
 
-def observe_all(pending: Sequence[Pending], log: Any) -> list[Observation]:
-    """Each pending resource's Observation over [start, now], in order. Never raises."""
+def observe_all(
+    pending: Sequence[Pending], log: Any, on_done: OnDone | None = None
+) -> list[Observation]:
+    """Each pending resource's Observation over [start, now], in order, each also handed to
+    `on_done` (its index) as soon as it is known. Never raises."""
     reads = [
         Read(p.source, p.spec, p.start, p.now, p.spec.timing.interval_seconds) for p in pending
     ]
     logs = {id(r): p.log for r, p in zip(reads, pending, strict=True)}
+    told: dict[int, Observation] = {}
+
+    def tell(i: int, obs: Observation) -> None:
+        told[i] = obs
+        if on_done is not None:
+            on_done(i, obs)
+
     try:
-        return observe_each(reads, on_raise=lambda r, exc: raised(r, exc, logs[id(r)]))
+        return observe_each(
+            reads, on_raise=lambda r, exc: raised(r, exc, logs[id(r)]), on_done=tell
+        )
     except Exception as exc:  # last resort: sources report failures as data, never raise
         log.error("batch_read_raised", error=repr(exc), error_type=type(exc).__name__)
-    return [observe_one(r, p.log) for r, p in zip(reads, pending, strict=True)]
+    out = []
+    for i, (r, p) in enumerate(zip(reads, pending, strict=True)):
+        if i in told:  # read and told already: not read twice
+            out.append(told[i])
+            continue
+        obs = observe_one(r, p.log)
+        tell(i, obs)
+        out.append(obs)
+    return out
 
 
 def observe_one(read: Read, log: Any) -> Observation:

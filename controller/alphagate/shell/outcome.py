@@ -13,7 +13,7 @@ from typing import Any
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import machine
 from alphagate.core.model import Evaluation, Memory, Observation, Rollout
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.kube.actuator import DeploymentState
 from alphagate.kube.apibudget import Deferral
 from alphagate.kube.events import ObjectRef
@@ -34,6 +34,12 @@ def source_failures(observation: Observation) -> list[tuple[SourceErrorKind | No
         (p.error_kind, f"{p.slice}/{p.role.value}: {p.error}") for p in observation.pools if p.error
     ]
     return out
+
+
+def source_budgets(observation: Observation) -> list[BudgetKind]:
+    """The budgets of the canary the read spent (whole read first, pools in order)."""
+    found = [observation.source_budget, *(p.budget for p in observation.pools if p.error)]
+    return [b for b in found if b is not None]
 
 
 def source_errors(observation: Observation) -> list[str]:

@@ -30,6 +30,7 @@ policy naming a Prometheus endpoint the admin did not configure is an invalid sp
 from __future__ import annotations
 
 import contextlib
+import queue
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,14 +71,15 @@ from alphagate.kube.units import (
 )
 from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.claims import prepare
+from alphagate.shell.cycles import Cycle, Cycles
 from alphagate.shell.insight import Diagnoses
 from alphagate.shell.judgeable_warnings import JudgeableWarnings
 from alphagate.shell.manual import manual_command
-from alphagate.shell.observing import observe_all
 from alphagate.shell.outcome import (
     Outcome,
     Pending,
     observe_start,
+    source_budgets,
     source_errors,
     source_failures,
 )
@@ -92,6 +94,9 @@ from alphagate.shell.timing_warnings import TimingWarnings
 from alphagate.shell.unit import decide_unit
 from alphagate.shell.watch import Beat, WatchLoop
 from alphagate.sources import FailedSource, Source, make_source
+
+CLOSE_WAIT_SECONDS = 5.0
+"""On stop, reads in flight get this long to end before their sources close."""
 
 # ---------------------------------------------------------------- the reconciler
 
@@ -146,11 +151,12 @@ class Reconciler(WatchLoop):
         self.timing_warnings = TimingWarnings(self.events, self.recorder)  # told once per change
         self.judgeable_warnings = JudgeableWarnings(self.events)  # told once per change
         self.evaluations = 0
+        self.cycles = Cycles()  # reads in flight (shell.cycles)
 
     # ------------------------------------------------------------ sources
 
     def _default_source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
-        return make_source(spec, namespace=namespace, core_api=self.kube.core)
+        return make_source(spec, namespace=namespace, core_api=self.kube.core, name=name)
 
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: drop its source, memory and metrics."""
@@ -182,21 +188,45 @@ class Reconciler(WatchLoop):
     ) -> list[Outcome]:
         """Evaluate resources once each, at one `now`, and act: read each, then observe them
         all at once (Prometheus reads sharing an endpoint and a window are batched, pod
-        scrapes run in one wave: `sources.cycle.observe_each`), then decide and act for each.
-        The same decisions as one `reconcile` each; an evaluation's duration counts the shared
-        read."""
+        scrapes run side by side: `sources.cycle.observe_each`), then decide and act for each
+        as its observation arrives. The same decisions as one `reconcile` each; an
+        evaluation's duration counts its own read."""
+        cycle = self.start_cycle(keys, now=now)
+        while not cycle.done:
+            self.finish_arrived(cycle, block=True)
+        return [out for out, _ in cycle.begun]
+
+    def start_cycle(self, keys: Sequence[tuple[str, str]], *, now: float | None = None) -> Cycle:
+        """Read each resource and its Deployments, then start observing them all on a thread
+        of their own: `finish_arrived` decides and acts for each as its observation comes."""
         now = self.clock() if now is None else now
         begun = []
         for ns, name in keys:
             with self._charging(ns, name):
                 begun.append(self._begin(ns, name, now))
-        ready = [(out, p) for out, p in begun if p is not None]
-        started = time.monotonic()
-        observations = observe_all([p for _, p in ready], self._log)
-        shared = time.monotonic() - started
-        for (out, pending), observation in zip(ready, observations, strict=True):
+            if self.health is not None:
+                self.health.beat()  # the loop is working, however many canaries are due
+        return self.cycles.start(keys, begun, self._log, self.wake)
+
+    def finish_arrived(self, cycle: Cycle, *, block: bool) -> list[tuple[tuple[str, str], Outcome]]:
+        """Decide and act for the canaries of `cycle` whose observations have arrived (with
+        `block`: wait for one at least, unless none is left); their keys and Outcomes."""
+        done = []
+        for i in cycle.unannounced:
+            done.append((cycle.keys[i], self._announce(cycle.begun[i][0])))
+        cycle.unannounced = []
+        while cycle.waiting:
+            try:
+                i, observation = cycle.arrived.get(block=block and not done)
+            except queue.Empty:
+                break
+            if i not in cycle.waiting:
+                continue  # told twice (a last-resort path): decided once
+            cycle.waiting.discard(i)
+            out, pending = cycle.begun[i]
+            assert pending is not None
+            out.duration_seconds += time.monotonic() - cycle.started  # its own read
             started = time.monotonic()
-            out.duration_seconds += shared  # before _finish: it exports the duration
             try:
                 with self._charging(out.namespace, out.name):
                     self._finish(pending, observation)
@@ -206,16 +236,36 @@ class Reconciler(WatchLoop):
                 )
                 out.spec_error = f"internal error: {exc!r}"
             out.duration_seconds += time.monotonic() - started
-        for out, _ in begun:
-            self.evaluations += 1
-            if self.on_outcome is not None:
-                try:
-                    self.on_outcome(out)
-                except Exception as exc:  # last resort: the caller's hook may be buggy
-                    self._log.warning(
-                        "on_outcome_failed", error=repr(exc), error_type=type(exc).__name__
-                    )
-        return [out for out, _ in begun]
+            done.append((cycle.keys[i], self._announce(out)))
+            if self.health is not None:
+                self.health.beat()
+        return done
+
+    def _announce(self, out: Outcome) -> Outcome:
+        self.evaluations += 1
+        if self.on_outcome is not None:
+            try:
+                self.on_outcome(out)
+            except Exception as exc:  # last resort: the caller's hook may be buggy
+                self._log.warning(
+                    "on_outcome_failed", error=repr(exc), error_type=type(exc).__name__
+                )
+        return out
+
+    def start_batch(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Start evaluating `keys` together; `collect` hands each out once decided."""
+        self.start_cycle(keys)
+
+    def collect(self) -> list[tuple[tuple[str, str], Outcome]]:
+        """Every canary of the cycles in flight decided since the last call (never waits)."""
+        done = []
+        for cycle in self.cycles.running():
+            done += self.finish_arrived(cycle, block=False)
+        return done
+
+    def overdue(self) -> str | None:
+        """Why the control loop is stuck reading, if it is (for /healthz)."""
+        return self.cycles.overdue()
 
     def _charging(self, namespace: str, name: str) -> contextlib.AbstractContextManager[None]:
         """Charge the requests of the block to this canary's API budget, if there is one."""
@@ -301,7 +351,7 @@ class Reconciler(WatchLoop):
             out.spec_error = str(source.error)
             out.spec_invalid = True
             self._spec_invalid(
-                previous, ref, "UnknownEndpoint", str(source.error), generation, now, out
+                previous, ref, source.reason, str(source.error), generation, now, out
             )
             return None
 
@@ -354,15 +404,18 @@ class Reconciler(WatchLoop):
         key = (namespace, name)
         failures = source_failures(observation)
         errors = [text for _, text in failures]
-        if failures:
-            for kind, _ in failures:
-                with contextlib.suppress(*METRIC_ERRORS):
-                    self.recorder.source_error(kind, namespace=namespace, canary=name)
+        budgets = source_budgets(observation)
+        for kind, _ in failures:
+            with contextlib.suppress(*METRIC_ERRORS):
+                self.recorder.source_error(kind, namespace=namespace, canary=name)
+        for budget in budgets:
+            with contextlib.suppress(*METRIC_ERRORS):
+                self.recorder.budget_exceeded(budget, namespace=namespace, canary=name)
         conditions = set_condition(
             p.conditions,
             ConditionType.SOURCE_HEALTHY,
             not errors,
-            "SourceErrors" if errors else "Observed",
+            ("BudgetExceeded" if budgets else "SourceErrors") if errors else "Observed",
             "; ".join(errors)[:1024] if errors else f"read {len(observation.pools)} pools",
             now=now,
             generation=generation,
@@ -481,7 +534,9 @@ class Reconciler(WatchLoop):
             self.recorder.forget(namespace=namespace, canary=name)
 
     def close(self) -> None:
-        """The loops stopped: close every source."""
+        """The loops stopped: let reads in flight end (a few seconds at most), close every
+        source."""
+        self.cycles.join(CLOSE_WAIT_SECONDS)
         self.sources.close()
 
 

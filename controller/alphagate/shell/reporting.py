@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.insights import Insights
 from alphagate.core.model import Evaluation, Verdict
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.kube.status import latency_evidence, p99_ratio
 from alphagate.kube.units import UnitOutcome
 
@@ -35,6 +35,8 @@ class Recorder(Protocol):
     def source_error(
         self, kind: SourceErrorKind | None, *, namespace: str, canary: str
     ) -> None: ...
+
+    def budget_exceeded(self, budget: BudgetKind, *, namespace: str, canary: str) -> None: ...
 
     def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None: ...
 
@@ -61,6 +63,9 @@ class NullRecorder:
         """Nothing to drop."""
 
     def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:
+        """Nothing to count."""
+
+    def budget_exceeded(self, budget: BudgetKind, *, namespace: str, canary: str) -> None:
         """Nothing to count."""
 
     def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None:

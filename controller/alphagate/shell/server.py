@@ -28,7 +28,11 @@ class Health:
     """What /healthz and /readyz answer.
 
     Live: the control loop has beaten within `stale_after_seconds` (None: always live once
-    started). Ready: the shell said so (caches synced, leader election running). A standby
+    started) and no `stuck` check names a reason (reads in flight far past every read
+    deadline: `Reconciler.overdue`). The loop beats on every tick and every canary it decides;
+    it never waits for a canary's read (those run beside it, each within its own deadline), so
+    a tenant's slow pods or Prometheus queries never make it silent: only a stuck controller
+    does. Ready: the shell said so (caches synced, leader election running). A standby
     replica is ready: it serves metrics and can take over.
     """
 
@@ -44,6 +48,12 @@ class Health:
         self._ready = False
         self._why_not_ready = "starting"
         self._lock = threading.Lock()
+        self._stuck: list[Callable[[], str | None]] = []
+
+    def watch(self, stuck: Callable[[], str | None]) -> None:
+        """Add a check that names why the control loop is stuck (None: it is not)."""
+        with self._lock:
+            self._stuck.append(stuck)
 
     def beat(self) -> None:
         with self._lock:
@@ -56,12 +66,15 @@ class Health:
 
     def live(self) -> tuple[bool, str]:
         with self._lock:
-            if self._stale_after is None:
-                return True, "ok"
+            checks = list(self._stuck)
             silent = self._clock() - self._last_beat
-            if silent > self._stale_after:
+            if self._stale_after is not None and silent > self._stale_after:
                 return False, f"control loop silent for {silent:.0f}s (> {self._stale_after:g}s)"
-            return True, "ok"
+        for check in checks:
+            why = check()
+            if why is not None:
+                return False, f"control loop stuck: {why}"
+        return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
         alive, why = self.live()

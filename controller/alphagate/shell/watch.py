@@ -94,6 +94,8 @@ class WatchLoop:
         self._lock = threading.Lock()
         self._kick = threading.Event()
         self._watch: Any = None
+        self._evaluated: list[tuple[tuple[str, str], Evaluated]] = []
+        self._in_flight: set[tuple[str, str]] = set()  # started, not evaluated yet
         self.synced = threading.Event()
         self.leading = threading.Event()
         self.leading.set()  # `alphagate run` clears it until the Lease is won
@@ -110,6 +112,16 @@ class WatchLoop:
     ) -> Sequence[Evaluated]:
         """Evaluate resources once each (the `Reconciler` observes them together)."""
         return [self.reconcile(ns, name, now=now) for ns, name in keys]
+
+    def start_batch(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Start evaluating resources together; `collect` hands each out once evaluated (here
+        at once: the `Reconciler` reads them on a thread and decides as reads end)."""
+        self._evaluated += zip(keys, self.reconcile_many(keys), strict=True)
+
+    def collect(self) -> Sequence[tuple[tuple[str, str], Evaluated]]:
+        """The resources evaluated since the last call, started by `start_batch`."""
+        done, self._evaluated = self._evaluated, []
+        return done
 
     def forget(self, namespace: str, name: str) -> None:
         """The resource is gone: drop it from the cache."""
@@ -290,9 +302,11 @@ class WatchLoop:
                 self.wait(self._kick, tick)
                 self._kick.clear()
                 continue
-            due = self.due(self.clock())
+            due = [k for k in self.due(self.clock()) if k not in self._in_flight]
             # Canaries read through Prometheus or pod scrapes are evaluated together, at one
-            # `now`: queries batched, pods scraped in one wave. Others one at a time.
+            # `now`: queries batched, pods scraped side by side, each decided as its read
+            # ends while the loop goes on (a canary's slow read holds no other). Others one
+            # at a time.
             batched = [k for k in due if self._batchable(k)]
             done: list[tuple[tuple[str, str], Evaluated]] = []
             for ns, name in (k for k in due if k not in batched):
@@ -300,7 +314,11 @@ class WatchLoop:
                     break
                 done.append(((ns, name), self.reconcile(ns, name)))
             if batched and not stop.is_set() and self.leading.is_set():
-                done += zip(batched, self.reconcile_many(batched), strict=True)
+                self._in_flight.update(batched)
+                self.start_batch(batched)
+            collected = self.collect()
+            self._in_flight.difference_update(k for k, _ in collected)
+            done += collected
             for (ns, name), out in done:
                 interval = self._interval_of(ns, name)
                 with self._lock:

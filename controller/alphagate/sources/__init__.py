@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from alphagate.config import SourceKind, SpeculativeCanarySpec
 from alphagate.core.model import Observation
-from alphagate.errors import EndpointError, SourceError
+from alphagate.errors import EndpointError, NamespaceError, SourceError
 from alphagate.sources.common import failed_observation
 from alphagate.sources.endpoints import SourcesConfig
 
@@ -42,9 +42,14 @@ class FailedSource:
 
     @property
     def spec_invalid(self) -> bool:
-        """The policy itself is wrong (it names an endpoint nobody configured): SpecValid=False
-        rather than a source that failed."""
-        return isinstance(self.error, EndpointError)
+        """The policy itself is wrong (it names an endpoint nobody configured, or selects
+        another namespace's series): SpecValid=False rather than a source that failed."""
+        return isinstance(self.error, EndpointError | NamespaceError)
+
+    @property
+    def reason(self) -> str:
+        """The SpecValid=False reason when `spec_invalid`."""
+        return "CrossNamespace" if isinstance(self.error, NamespaceError) else "UnknownEndpoint"
 
     def observe(
         self,
@@ -63,17 +68,21 @@ def make_source(
     namespace: str = "default",
     core_api: Any = None,
     endpoints: SourcesConfig | None = None,
+    name: str = "",
 ) -> Source:
     """The source a policy asks for. Prometheus: the endpoint the policy names among those the
-    admin configured (`endpoints`). Pod scraping lists pods with `core_api` (a kubernetes
-    CoreV1Api; built from kubeconfig or the in-cluster account when None) in `namespace`,
-    asking for the encoding the admin chose (`endpoints.pod_scrape`).
+    admin configured (`endpoints`), reading series of `namespace` only (sources/scope.py).
+    Pod scraping lists pods with `core_api` (a kubernetes CoreV1Api; built from kubeconfig or
+    the in-cluster account when None) in `namespace`, asking for the encoding the admin chose
+    (`endpoints.pod_scrape`).
     Never raises for a bad or unknown endpoint: the source then reports it on every read."""
     if spec.source.kind is SourceKind.PROMETHEUS:
         from alphagate.sources.prometheus import PrometheusSource
 
         try:
-            return PrometheusSource.from_spec(spec, endpoints or SourcesConfig())
+            return PrometheusSource.from_spec(
+                spec, endpoints or SourcesConfig(), namespace=namespace
+            )
         except SourceError as err:
             return FailedSource(err)
     from alphagate.sources.discovery import KubeDiscovery
@@ -86,7 +95,8 @@ def make_source(
 
         core_api = client.CoreV1Api(api_client(load_configuration()))
     encoding = (endpoints or SourcesConfig()).pod_scrape.accept_encoding
-    return ScrapeSource(KubeDiscovery(core_api, namespace), accept_encoding=encoding)
+    owner = f"{namespace}/{name}" if name else ""  # whose budgets its reads spend
+    return ScrapeSource(KubeDiscovery(core_api, namespace), accept_encoding=encoding, owner=owner)
 
 
 def factory(
@@ -95,7 +105,9 @@ def factory(
     """A reconciler's source factory: `make_source` with the admin's endpoints."""
 
     def build(spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
-        return make_source(spec, namespace=namespace, core_api=core_api, endpoints=endpoints)
+        return make_source(
+            spec, namespace=namespace, core_api=core_api, endpoints=endpoints, name=name
+        )
 
     return build
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from alphagate import vllm
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation, Role
-from alphagate.errors import SourceError, SourceErrorKind, redact
+from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind, redact
 
 ROLES: tuple[Role, ...] = (Role.CANARY, Role.BASELINE)
 
@@ -50,16 +50,35 @@ def error_text(err: SourceError) -> str:
     return str(err)
 
 
+def budget_of(err: SourceError) -> BudgetKind | None:
+    """Which of the canary's budgets `err` spent (None: not a budget)."""
+    return err.budget if isinstance(err, BudgetError) else None
+
+
+def failed_pool(slice_name: str, role: Role, err: SourceError, *, pods: int = 0) -> PoolObservation:
+    """A pool that could not be read: its error, kind and budget, no numbers."""
+    return PoolObservation(
+        slice_name,
+        role,
+        pods=pods,
+        error=error_text(err),
+        error_kind=err.kind,
+        budget=budget_of(err),
+    )
+
+
 def failed_observation(
     spec: SpeculativeCanarySpec, err: SourceError, *, at: float, window: float
 ) -> Observation:
     """The whole read failed: every pool carries the error, none carries numbers."""
-    text = error_text(err)
-    pools = tuple(
-        PoolObservation(p.slice, p.role, error=text, error_kind=err.kind) for p in pools_of(spec)
-    )
+    pools = tuple(failed_pool(p.slice, p.role, err) for p in pools_of(spec))
     return Observation(
-        at=at, window_seconds=window, pools=pools, source_error=text, source_error_kind=err.kind
+        at=at,
+        window_seconds=window,
+        pools=pools,
+        source_error=error_text(err),
+        source_error_kind=err.kind,
+        source_budget=budget_of(err),
     )
 
 

@@ -1,32 +1,45 @@
-"""One cycle's reads, every canary due at once: batched by kind of source, answered per read.
+"""One cycle's reads, every canary due at once: batched by kind of source, answered per read,
+each read on its own budgets and none waiting for another.
 
 The reconciler hands every canary due in a cycle to :func:`observe_each` together:
 
 * Prometheus reads that share an endpoint, a deadline and a window become one batch of queries
-  (:func:`alphagate.sources.prombatch.observe_many`);
-* pod-scrape reads discover their pods, then GET every canary's pages in one wave, then
-  assemble each canary's Observation (:func:`alphagate.sources.scrapebatch.observe_scrapes`);
+  (:func:`alphagate.sources.prombatch.observe_many`, never mixing namespaces); batches of
+  different windows are read side by side, each within one read deadline
+  (`sources.budget.read_deadline`), so 24 distinct windows cost one deadline, not 24;
+* pod-scrape reads discover their pods, then GET every canary's pages side by side, each
+  canary within its own deadline (:func:`alphagate.sources.scrapebatch.observe_scrapes`);
 * any other read is its source's own ``observe``.
 
-Every Observation is the one its source gives one read at a time. One canary's trouble stays
-its own: sources report failures as data, and a read that raises anyway (a bug, a plug-in
-Discovery) is handed to `on_raise` for that read alone while the others are answered.
+Every Observation is the one its source gives one read at a time, handed to `on_done` as soon as
+it is known (a slow canary holds no other's result). One canary's trouble stays its own: sources
+report failures as data, and a read that raises anyway (a bug, a plug-in Discovery) is handed to
+`on_raise` for that read alone while the others are answered.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Final
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation
-from alphagate.sources import Source
+from alphagate.sources import Source, http
+from alphagate.sources.budget import describe_deadline, read_deadline
 from alphagate.sources.prombatch import observe_many
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.scrapebatch import ScrapeRead, batchable, observe_scrapes
 
 OnRaise = Callable[["Read", Exception], Observation]
 """What a read that raised gives instead (the shell logs it and reports an Error)."""
+OnDone = Callable[[int, Observation], None]
+"""Told each read's Observation (its index in the call) as soon as it is known."""
+
+PROMETHEUS_THREADS: Final = 8
+"""Prometheus batches read at once (each its own window; more wait for a thread)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +62,12 @@ def _prometheus_key(read: Read) -> tuple[object, ...] | None:
     return (endpoint, src.timeout_seconds, read.start, read.end, read.interval_seconds)
 
 
+def _namespace(read: Read) -> str | None:
+    """The namespace a Prometheus read's queries are bound to (its source's)."""
+    assert isinstance(read.source, PrometheusSource)
+    return read.source.namespace
+
+
 def _alone(read: Read, on_raise: OnRaise | None) -> Observation:
     try:
         return read.source.observe(
@@ -60,13 +79,33 @@ def _alone(read: Read, on_raise: OnRaise | None) -> Observation:
         return on_raise(read, exc)
 
 
-def observe_each(reads: Sequence[Read], *, on_raise: OnRaise | None = None) -> list[Observation]:
-    """Each read's Observation, in order. A read that raises gives ``on_raise(read, exc)``
-    while the others are still answered; without `on_raise` the first such exception is raised
-    once the pod-scrape wave is done (so no source's memory is left half-way)."""
-    out: list[Observation | None] = [None] * len(reads)
+class _Results:
+    """The cycle's Observations as they come, from any thread."""
+
+    def __init__(self, n: int, on_done: OnDone | None) -> None:
+        self.out: list[Observation | None] = [None] * n
+        self.raised: list[Exception] = []
+        self._on_done = on_done
+        self._lock = threading.Lock()
+
+    def put(self, i: int, obs: Observation) -> None:
+        with self._lock:
+            self.out[i] = obs
+        if self._on_done is not None:
+            self._on_done(i, obs)
+
+
+def observe_each(
+    reads: Sequence[Read], *, on_raise: OnRaise | None = None, on_done: OnDone | None = None
+) -> list[Observation]:
+    """Each read's Observation, in order (and each to `on_done` as soon as it is known). A
+    read that raises gives ``on_raise(read, exc)`` while the others are still answered;
+    without `on_raise` the first such exception is raised once every read is done (so no
+    source's memory is left half-way)."""
+    results = _Results(len(reads), on_done)
     prometheus: dict[tuple[object, ...], list[int]] = {}
     scrapes: list[tuple[int, ScrapeRead]] = []
+    alone: list[int] = []
     for i, read in enumerate(reads):
         key = _prometheus_key(read)
         src = read.source
@@ -76,36 +115,79 @@ def observe_each(reads: Sequence[Read], *, on_raise: OnRaise | None = None) -> l
             scrape = ScrapeRead(src, read.spec, read.start, read.end, read.interval_seconds)
             scrapes.append((i, scrape))
         else:
-            out[i] = _alone(read, on_raise)
-    if scrapes:
-        got = observe_scrapes([r for _, r in scrapes])
-        raised = [obs for obs in got if isinstance(obs, Exception)]
-        if raised and on_raise is None:
-            raise raised[0]
-        for (i, _), obs in zip(scrapes, got, strict=True):
-            if isinstance(obs, Exception):
-                assert on_raise is not None
-                obs = on_raise(reads[i], obs)
-            out[i] = obs
-    for members in prometheus.values():
-        first = reads[members[0]]
-        assert isinstance(first.source, PrometheusSource)
-        try:
+            alone.append(i)
+    groups = list(prometheus.values())
+    with ThreadPoolExecutor(
+        max(1, min(PROMETHEUS_THREADS, len(groups))), thread_name_prefix="alphagate-prom"
+    ) as pool:
+        futures = [pool.submit(_batch, reads, g, on_raise, results) for g in groups]
+        if scrapes:
+            _scrapes(reads, scrapes, on_raise, results)
+        for i in alone:
+            try:
+                results.put(i, _alone(reads[i], on_raise))
+            except Exception as exc:
+                results.raised.append(exc)
+        for f in futures:
+            f.result()
+    if results.raised:
+        raise results.raised[0]
+    assert all(o is not None for o in results.out)
+    return [o for o in results.out if o is not None]
+
+
+def _scrapes(
+    reads: Sequence[Read],
+    scrapes: Sequence[tuple[int, ScrapeRead]],
+    on_raise: OnRaise | None,
+    results: _Results,
+) -> None:
+    """The pod-scrape reads, each result put as soon as its read is finished."""
+
+    def done(k: int, obs: Observation | Exception) -> None:
+        i = scrapes[k][0]
+        if isinstance(obs, Exception):
+            if on_raise is None:
+                results.raised.append(obs)
+                return
+            obs = on_raise(reads[i], obs)
+        results.put(i, obs)
+
+    observe_scrapes([r for _, r in scrapes], on_done=done)
+
+
+def _batch(
+    reads: Sequence[Read], members: Sequence[int], on_raise: OnRaise | None, results: _Results
+) -> None:
+    """One Prometheus batch (one endpoint and window), within one read deadline."""
+    first = reads[members[0]]
+    source = first.source
+    assert isinstance(source, PrometheusSource)
+    seconds = read_deadline(source.timeout_seconds, first.interval_seconds)
+    why = describe_deadline(seconds, source.timeout_seconds, first.interval_seconds)
+    try:
+        with http.deadline(seconds, budget=why):
             many = observe_many(
-                first.source,
+                source,
                 [reads[i].spec for i in members],
                 start=first.start,
                 end=first.end,
                 interval_seconds=first.interval_seconds,
+                namespaces=[_namespace(reads[i]) for i in members],
             )
-        except Exception:
-            if on_raise is None:
-                raise
-            many = [_alone(reads[i], on_raise) for i in members]  # each read alone, as before
-        for i, obs in zip(members, many, strict=True):
-            out[i] = obs
-    assert all(o is not None for o in out)
-    return [o for o in out if o is not None]
+    except Exception as exc:
+        if on_raise is None:
+            results.raised.append(exc)
+            return
+        many = []
+        for i in members:  # each read alone, as before
+            try:
+                many.append(_alone(reads[i], on_raise))
+            except Exception as again:  # pragma: no cover - on_raise answered it
+                results.raised.append(again)
+                return
+    for i, obs in zip(members, many, strict=True):
+        results.put(i, obs)
 
 
-__all__ = ["OnRaise", "Read", "observe_each"]
+__all__ = ["OnDone", "OnRaise", "Read", "observe_each"]

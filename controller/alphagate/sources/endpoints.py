@@ -16,8 +16,16 @@ The file, YAML::
         caFile: /etc/alphagate/prometheus-ca.crt              # optional
         timeoutSeconds: 10
         scrapeIntervalSeconds: 30   # optional: how often it scrapes vLLM (else measured)
+        namespaceLabel: namespace   # the label holding a series' namespace (the default)
+        allowCrossNamespace: false  # the default: a canary reads its own namespace only
     podScrape:
       acceptEncoding: identity      # or gzip where bytes are dear (PodScrapeConfig)
+      budgets:                      # what one canary's read may spend (sources/budget.py)
+        maxReadSeconds: 60
+        inFlightBytes: 50331648     # pages read and parsed at once, all canaries
+        perCanaryBytes: 16777216
+        keptBytes: 67108864         # pages and increments kept, shared by canaries
+        parseWorkers: 2
 
 ``scrapeIntervalSeconds`` tells the controller how often this Prometheus scrapes the vLLM
 pods; without it the controller measures it (samples per series over ten minutes) and warns
@@ -41,7 +49,9 @@ from pydantic import (
 from alphagate import files, yamlload
 from alphagate.config import StrictModel, TimeoutSeconds
 from alphagate.errors import ConfigError, EndpointError
+from alphagate.sources.budget import ScrapeBudgets
 from alphagate.sources.common import redact_url
+from alphagate.sources.promwire import MAX_ANSWER_LABELS, MAX_ANSWER_POINTS
 
 DEFAULT_ENDPOINT: Final = "default"
 MAX_CONFIG_BYTES: Final = 256 * 1024
@@ -85,6 +95,10 @@ class PrometheusEndpoint(StrictModel):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: TimeoutSeconds = 10.0
     max_response_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    # What one answer may cost to decode (sources/promwire.check_answer): a batch whose shared
+    # answer is larger is asked again in halves; a pool's own answer larger fails that pool.
+    max_answer_points: int = Field(default=MAX_ANSWER_POINTS, ge=10, le=10_000_000)
+    max_answer_labels: int = Field(default=MAX_ANSWER_LABELS, ge=10, le=10_000_000)
     # how often this Prometheus scrapes the vLLM pods; None: measured from the samples
     scrape_interval_seconds: float | None = Field(
         default=None, ge=1.0, le=3600.0, allow_inf_nan=False
@@ -93,6 +107,14 @@ class PrometheusEndpoint(StrictModel):
     # its group interval (30 as shipped). Policies whose interval is a multiple of it read
     # the per-pod rates it records instead of raw counters.
     recorded_rules_interval_seconds: int | None = Field(default=None, ge=1, le=3600)
+    # The namespace boundary (sources/scope.py): the label this Prometheus stores a series'
+    # Kubernetes namespace in; every query of a canary matches its own namespace on it.
+    namespace_label: str = Field(
+        default="namespace", min_length=1, max_length=128, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+    )
+    # True: a policy may select series of another namespace on this endpoint (matchLabels on
+    # the namespace label); one that names none still reads its own.
+    allow_cross_namespace: bool = False
 
     @field_validator("url")
     @classmethod
@@ -123,6 +145,9 @@ class PodScrapeConfig(StrictModel):
     """
 
     accept_encoding: Literal["identity", "gzip"] = "identity"
+    # What one canary's read may make the controller spend (time, memory, parse workers):
+    # sources/budget.py; docs/reliability.md ("Budgets").
+    budgets: ScrapeBudgets = Field(default_factory=ScrapeBudgets)
 
 
 class SourcesConfig(StrictModel):
@@ -165,7 +190,7 @@ class SourcesConfig(StrictModel):
         """Endpoints of both; `other` wins on a name both define."""
         names = {e.name for e in other.prometheus}
         keep = [e for e in self.prometheus if e.name not in names]
-        return SourcesConfig(prometheus=[*keep, *other.prometheus])
+        return SourcesConfig(prometheus=[*keep, *other.prometheus], pod_scrape=self.pod_scrape)
 
 
 def _first_error(exc: ValidationError) -> str:

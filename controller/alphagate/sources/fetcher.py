@@ -13,27 +13,30 @@ reused when the interval is short and never reused as the pod closes it.
 Every GET gets one deadline (connect, headers and body: ``asyncio.timeout``) and the caps of
 :class:`alphagate.sources.http.BodyReader`; no redirects, no proxies from the environment, at
 most one content encoding, decoded here in bounded steps. Each page is handed to `on_body` as
-soon as it is read (on the loop thread), so at most `concurrency` bodies are held at once.
+soon as it is read; the scrape source's `on_body` parses it on a worker, off this loop
+(`sources.parsepool`).
 
-Several Fetchers (one per scrape source, each with its own headers, caps and pool) can GET in
-one wave: :meth:`Fetcher.fetch` coroutines run together by :func:`run_together`, sharing a
-semaphore that bounds the wave's GETs in flight.
+Several Fetchers (one per scrape source, each with its own headers, caps, pool and
+``maxConcurrency``) GET side by side: :meth:`Fetcher.fetch` coroutines started with
+:func:`submit`. A read's budgets travel with its call (`sources.budget`): a deadline for all its
+GETs and parses, and an account its bodies are charged to while held.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
+import inspect
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import aiohttp
 
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources import http
+from alphagate.sources.budget import FIRST_PAGE_BYTES, Account
 from alphagate.sources.common import redact_url
 from alphagate.sources.discovery import Target
 
@@ -41,6 +44,9 @@ KEEPALIVE_SECONDS: Final = 4.0
 """Idle connections are dropped after this; vLLM's uvicorn closes them after 5 s."""
 
 R = TypeVar("R")
+
+Stage = Literal["queued", "get", "parse"]
+"""Where a page was when its read's deadline passed: waiting for a slot, being read, parsed."""
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -65,6 +71,11 @@ def run(coro: Coroutine[Any, Any, R]) -> R:
     except BaseException:
         future.cancel()
         raise
+
+
+def submit(coro: Coroutine[Any, Any, R]) -> Future[R]:
+    """Start `coro` on the fetch loop; its Future (wait on it from any thread)."""
+    return asyncio.run_coroutine_threadsafe(coro, _the_loop())
 
 
 def run_together(coros: Sequence[Coroutine[Any, Any, R]]) -> list[R | BaseException]:
@@ -149,23 +160,39 @@ class Fetcher:
         timeout: float,
         max_bytes: int,
         max_lines: int | None,
-        on_body: Callable[[Target, bytes, str], R],
+        on_body: Callable[[Target, bytes, str], R | Awaitable[R]],
         on_error: Callable[[Target, SourceError], R],
-        room: asyncio.Semaphore | None = None,
+        deadline: float | None = None,
+        late: Callable[[Target, Stage], SourceError] | None = None,
+        account: Account | None = None,
+        expected: Callable[[], int] = lambda: FIRST_PAGE_BYTES,
     ) -> list[R]:
-        """:meth:`get_all` as a coroutine on the fetch loop, so several Fetchers' GETs can run
-        in one wave (:func:`run_together`); `room`, shared by the wave, bounds its GETs in
-        flight across Fetchers (taken after this Fetcher's own slot, before the deadline
-        starts). A GET that raises anyway (a bug) raises here once every GET has ended."""
+        """:meth:`get_all` as a coroutine on the fetch loop, so several Fetchers' GETs run
+        beside one another (each Fetcher at most `concurrency` at a time: no other source's
+        settings lower it). `on_body` may return an awaitable (the page parsed on a worker).
+
+        A read's budgets: `deadline` (the fetch loop's clock) ends every GET and parse of
+        this call, each target then `on_error(target, late(target, stage))`; `account` is
+        charged the bytes each body holds until `on_body` is done with it, and a GET starts
+        only once a page of `expected()` bytes fits in the account. A GET that raises anyway
+        (a bug) raises here once every GET has ended."""
         session = await self._open()
         slots = asyncio.Semaphore(self.concurrency)
-        shared = room if room is not None else contextlib.nullcontext()
 
         async def one(target: Target) -> R:
-            async with slots, shared:
-                return await self._one(
-                    session, target, timeout, max_bytes, max_lines, on_body, on_error
-                )
+            stage: list[Stage] = ["queued"]
+            try:
+                async with asyncio.timeout_at(deadline):
+                    async with slots:
+                        held = await account.room(expected()) if account is not None else 0
+                        stage[0] = "get"
+                        return await self._read(
+                            session, target, timeout, max_bytes, max_lines,
+                            on_body, on_error, account, stage, held,
+                        )  # fmt: skip
+            except TimeoutError:  # the read's deadline, not this GET's own timeout
+                assert late is not None and deadline is not None
+                return on_error(target, late(target, stage[0]))
 
         out: list[R] = []
         for r in await asyncio.gather(*(one(t) for t in targets), return_exceptions=True):
@@ -174,6 +201,36 @@ class Fetcher:
             out.append(r)
         return out
 
+    async def _read(
+        self,
+        session: aiohttp.ClientSession,
+        target: Target,
+        timeout: float,
+        max_bytes: int,
+        max_lines: int | None,
+        on_body: Callable[[Target, bytes, str], R | Awaitable[R]],
+        on_error: Callable[[Target, SourceError], R],
+        account: Account | None,
+        stage: list[Stage],
+        held: int = 0,
+    ) -> R:
+        """One GET, then its body handed to `on_body` (awaited), the body's bytes charged to
+        `account` until then (`held` of them before it started)."""
+        charged = [held]
+        try:
+            got = await self._one(session, target, timeout, max_bytes, max_lines, account, charged)
+            if isinstance(got, SourceError):
+                return on_error(target, got)
+            stage[0] = "parse"
+            body, ctype = got
+            result = on_body(target, body, ctype)
+            if inspect.isawaitable(result):
+                return await result
+            return result
+        finally:
+            if account is not None:
+                account.release(charged[0])
+
     async def _one(
         self,
         session: aiohttp.ClientSession,
@@ -181,38 +238,40 @@ class Fetcher:
         timeout: float,
         max_bytes: int,
         max_lines: int | None,
-        on_body: Callable[[Target, bytes, str], R],
-        on_error: Callable[[Target, SourceError], R],
-    ) -> R:
-        """One GET within its deadline, classified: `on_body` or `on_error`."""
+        account: Account | None = None,
+        charged: list[int] | None = None,
+    ) -> tuple[bytes, str] | SourceError:
+        """One GET within its own timeout: the body and its content type, or the failure."""
         try:
             async with asyncio.timeout(timeout):
-                body, ctype = await self._get(
-                    session, target, max_bytes=max_bytes, max_lines=max_lines
+                return await self._get(
+                    session,
+                    target,
+                    max_bytes=max_bytes,
+                    max_lines=max_lines,
+                    account=account,
+                    charged=charged,
                 )
         except SourceError as exc:
-            return on_error(target, exc)
+            return exc
         except TimeoutError:
-            err = SourceError(
+            return SourceError(
                 SourceErrorKind.TIMEOUT,
                 f"page not complete within {timeout}s",
                 target=where_of(target),
             )
-            return on_error(target, err)
         except aiohttp.ClientConnectorError as exc:
             refused = isinstance(exc.os_error, ConnectionRefusedError) or (
                 exc.os_error.errno == errno.ECONNREFUSED
             )
             kind = SourceErrorKind.POD_GONE if refused else SourceErrorKind.UNREACHABLE
-            return on_error(target, SourceError(kind, str(exc), target=where_of(target)))
+            return SourceError(kind, str(exc), target=where_of(target))
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            err = SourceError(
+            return SourceError(
                 SourceErrorKind.UNREACHABLE,
                 f"{type(exc).__name__}: {exc}",
                 target=where_of(target),
             )
-            return on_error(target, err)
-        return on_body(target, body, ctype)
 
     async def _get(
         self,
@@ -221,6 +280,8 @@ class Fetcher:
         *,
         max_bytes: int,
         max_lines: int | None,
+        account: Account | None = None,
+        charged: list[int] | None = None,
     ) -> tuple[bytes, str]:
         where = where_of(target)
         async with session.get(target.url, allow_redirects=False) as resp:
@@ -240,6 +301,11 @@ class Fetcher:
             try:
                 async for chunk in resp.content.iter_any():
                     reader.feed(chunk)
+                    if account is not None and charged is not None:
+                        grown = reader.decoded - charged[0]
+                        if grown > 0:  # past what was held for it
+                            account.charge(grown, where)  # past the canary's share: MEMORY
+                            charged[0] += grown
             finally:
                 self.bytes_read += reader.received
             return reader.finish(), resp.headers.get("Content-Type", "")

@@ -36,16 +36,27 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[float]:
+def deadline(seconds: float, *, budget: str | None = None) -> Iterator[float]:
     """Every socket operation of this thread ends within `seconds` from now (nested: the
-    earlier deadline wins). Yields the absolute monotonic deadline."""
+    earlier deadline wins). Yields the absolute monotonic deadline. `budget`: this is a
+    canary's read deadline (its description, for `budget_spent`), not one request's."""
     outer: float | None = getattr(_local, "deadline", None)
+    outer_budget: str | None = getattr(_local, "budget", None)
     mine = time.monotonic() + seconds
-    _local.deadline = mine if outer is None else min(outer, mine)
+    if outer is None or mine < outer:
+        _local.deadline, _local.budget = mine, budget
     try:
         yield _local.deadline
     finally:
-        _local.deadline = outer
+        _local.deadline, _local.budget = outer, outer_budget
+
+
+def budget_spent() -> str | None:
+    """When this thread's binding deadline is a read's budget (`deadline(budget=...)`) and has
+    (all but) passed: its description; else None (a request's own deadline, or time left)."""
+    why: str | None = getattr(_local, "budget", None)
+    left = remaining()
+    return why if why is not None and left is not None and left <= 0.05 else None
 
 
 def remaining() -> float | None:
@@ -289,6 +300,11 @@ class BodyReader:
                         f"body has more than {self.max_lines} lines",
                         target=self.where,
                     )
+
+    @property
+    def decoded(self) -> int:
+        """Bytes decoded so far (what the body holds)."""
+        return len(self._body)
 
     def finish(self) -> bytes:
         self._decoder.finish()

@@ -30,18 +30,51 @@ from typing import Final
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
-from alphagate.errors import SourceError, SourceErrorKind
-from alphagate.sources.common import error_text, failed_observation, pools_of
+from alphagate.errors import BudgetKind, SourceError, SourceErrorKind
+from alphagate.sources import http
+from alphagate.sources.common import (
+    budget_of,
+    failed_observation,
+    failed_pool,
+    pools_of,
+)
 from alphagate.sources.layout import metric_of
-from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource
+from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource, pool_level
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
-from alphagate.sources.promwire import Point
+from alphagate.sources.promwire import Point, QueryTimeout
+from alphagate.sources.scope import namespace_of, pool_labels
 
 MAX_POOLS: Final = 256
 """Pools per batch: bounds the length of a query's matchers and the size of its answer."""
 
 QUERY_KINDS: Final = frozenset((*POOL_LEVEL, SourceErrorKind.TOO_LARGE))
 """Shared-query failures the query may cause: each pool then asks its own query."""
+
+
+SHARED_SHARE: Final = 3.0
+"""A shared query may take a third of the time left: when the server gives up on it (its cost
+is the batch's), its halves still have time, and theirs, down to a pool alone."""
+
+
+def splittable(err: SourceError) -> bool:
+    """A shared query failed for the batch's sake (its kind, an answer too large to decode,
+    or the server giving up on its cost): its halves are asked, down to a pool alone. So one
+    tenant's costly pools cannot fail the pools batched with them."""
+    return (
+        err.kind in QUERY_KINDS
+        or budget_of(err) is BudgetKind.ANSWER
+        or isinstance(err, QueryTimeout)
+    )
+
+
+def shared_within(source: PrometheusSource, pools: int) -> float | None:
+    """How long the server may spend on a query shared by `pools` pools (None: a pool's own
+    query, the source's timeout)."""
+    if pools <= 1:
+        return None
+    left = http.remaining()
+    return max(0.1, (left if left is not None else source.timeout_seconds) / SHARED_SHARE)
+
 
 _RE2_SPECIAL: Final = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
@@ -105,12 +138,15 @@ class _Batch:
         got = self.answers.get(name)
         if got is None:
             expr = getattr(self.queries(), name)
+            within = shared_within(self.source, len(self.pools))
             try:
                 if isinstance(ask, tuple):
                     start, end, step = ask
-                    got = self.source.query_range(expr, start=start, end=end, step=step)
+                    got = self.source.query_range(
+                        expr, start=start, end=end, step=step, within=within
+                    )
                 else:
-                    got = self.source.query(expr, at=ask)
+                    got = self.source.query(expr, at=ask, within=within)
             except SourceError as err:
                 got = err
             self.answers[name] = got
@@ -157,7 +193,7 @@ class _PoolAsker:
                 groups = batch.by_values(name, ask)
                 break
             except SourceError as err:
-                if err.kind not in QUERY_KINDS or len(self.batch.pools) == 1:
+                if not splittable(err) or len(self.batch.pools) == 1:
                     raise
                 if len(batch.pools) == 1:
                     return None
@@ -183,8 +219,12 @@ def observe_many(
     start: float,
     end: float,
     interval_seconds: float,
+    namespaces: Sequence[str | None] | None = None,
 ) -> list[Observation]:
-    """What ``source.observe`` gives for each spec, over one window, from shared queries."""
+    """What ``source.observe`` gives for each spec, over one window, from shared queries.
+    `namespaces`: each spec's canary namespace (default: the source's), matched by every
+    query of its pools (sources/scope.py); pools of different namespaces never share a query,
+    so one tenant's pools cannot fail another's."""
     window = end - start
     if not specs:
         return []
@@ -193,15 +233,22 @@ def observe_many(
             source.observe(s, start=start, end=end, interval_seconds=interval_seconds)
             for s in specs
         ]
-    units: list[tuple[dict[str, str], dict[str, str]]] = []  # (extra matchers, all labels)
-    for spec in specs:
-        extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
-        units.extend((extra, {**extra, **ref.match_labels}) for ref in pools_of(spec))
-    batches: dict[tuple[str, ...], list[_Batch]] = {}
-    placed: list[tuple[_Batch, int]] = []
-    for _, labels in units:
+    owners = list(namespaces) if namespaces is not None else [source.namespace] * len(specs)
+    units: list[dict[str, str] | SourceError] = []  # each pool's matchers, or why none
+    for spec, namespace in zip(specs, owners, strict=True):
+        for ref in pools_of(spec):
+            try:
+                units.append(pool_labels(spec, ref, source.endpoint, namespace))
+            except SourceError as err:
+                units.append(err)
+    batches: dict[tuple[tuple[str, ...], str], list[_Batch]] = {}
+    placed: list[tuple[_Batch, int] | None] = []
+    for labels in units:
+        if isinstance(labels, SourceError):
+            placed.append(None)
+            continue
         keys = tuple(sorted({label_name(k) for k in labels}))
-        group = batches.setdefault(keys, [])
+        group = batches.setdefault((keys, namespace_of(labels, source.endpoint)), [])
         if not group or len(group[-1].pools) >= MAX_POOLS:
             group.append(_Batch(source, keys, [], window, interval_seconds))
         placed.append((group[-1], len(group[-1].pools)))
@@ -214,10 +261,15 @@ def observe_many(
         failed: SourceError | None = None
         metric = metric_of(spec.latency.enabled, spec.latency.metric)
         for ref in pools_of(spec):
-            (batch, index), (extra, labels) = placed[k], units[k]
+            where, labels = placed[k], units[k]
             k += 1
             if failed is not None:
                 continue
+            if isinstance(labels, SourceError) or where is None:
+                assert isinstance(labels, SourceError)
+                pools.append(failed_pool(ref.slice, ref.role, labels))
+                continue
+            batch, index = where
             own = pool_queries(
                 labels,
                 window_seconds=window,
@@ -227,19 +279,18 @@ def observe_many(
             asker = _PoolAsker(batch, index, own, labels)
             try:
                 pools.append(
-                    source._pool(ref, extra, start, end, interval_seconds, ask=asker, metric=metric)
+                    source._pool(
+                        ref, labels, start, end, interval_seconds, ask=asker, metric=metric
+                    )
                 )
                 measured = source._scrape_interval(labels)
                 if measured is not None:
                     scrapes.append(measured)
             except SourceError as err:
-                if err.kind not in POOL_LEVEL:
+                if not pool_level(err):
                     failed = err
                     continue
-                kind = err.kind
-                pools.append(
-                    PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=kind)
-                )
+                pools.append(failed_pool(ref.slice, ref.role, err))
         if failed is not None:
             out.append(failed_observation(spec, failed, at=end, window=window))
         else:

@@ -52,15 +52,16 @@ from alphagate.core.model import (
     RequestLives,
     Role,
 )
-from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources import http
 from alphagate.sources.common import (
     MAX_POSITIONS,
     HistSum,
     PoolRef,
+    budget_of,
     check_finite,
-    error_text,
     failed_observation,
+    failed_pool,
     has_drafts,
     per_position_tuple,
     pools_of,
@@ -91,6 +92,7 @@ from alphagate.sources.promwire import (
     transient,
     ts,
 )
+from alphagate.sources.scope import check_scope, pool_labels
 from alphagate.vllm_compat import layout_of
 
 POOL_LEVEL: Final = frozenset(
@@ -103,6 +105,13 @@ POOL_LEVEL: Final = frozenset(
     )
 )
 """Kinds that concern one query (one pool); every other kind means the server failed."""
+
+
+def pool_level(err: SourceError) -> bool:
+    """The failure concerns one pool's query (its kind, or an answer too large to decode),
+    not the server: the other pools are still read."""
+    return err.kind in POOL_LEVEL or budget_of(err) is BudgetKind.ANSWER
+
 
 RECORDED_LAG_EVALUATIONS: Final = 2
 """Recorded rates whose newest point is older than this many rule intervals at the window's
@@ -129,9 +138,13 @@ class PrometheusSource:
         backoff_seconds: float = 0.2,
         max_backoff_seconds: float = 2.0,
         max_response_bytes: int | None = None,
+        namespace: str | None = None,
     ) -> None:
         settings = endpoint
         self.endpoint = endpoint
+        # The canary's namespace: every query matches it (sources/scope.py); None: no bound
+        # (a one-off read by the admin of their own process).
+        self.namespace = namespace
         # A policy may ask for a shorter deadline than the endpoint's, never a longer one.
         self.timeout_seconds = min(
             timeout_seconds or endpoint.timeout_seconds, endpoint.timeout_seconds
@@ -178,13 +191,24 @@ class PrometheusSource:
 
     @classmethod
     def from_spec(
-        cls, spec: SpeculativeCanarySpec, endpoints: SourcesConfig, **kwargs: Any
+        cls,
+        spec: SpeculativeCanarySpec,
+        endpoints: SourcesConfig,
+        *,
+        namespace: str | None = None,
+        **kwargs: Any,
     ) -> PrometheusSource:
-        """The source for a policy's `prometheus.endpoint`, as the admin configured it.
-        Raises SourceError when no endpoint has that name."""
+        """The source for a policy's `prometheus.endpoint`, as the admin configured it, reading
+        `namespace`'s series only (None: no namespace bound). Raises EndpointError when no
+        endpoint has that name, NamespaceError when the policy selects another namespace."""
         wanted = spec.source.prometheus or PrometheusSettings()
         endpoint = endpoints.prometheus_endpoint(wanted.endpoint)
-        return cls(endpoint, timeout_seconds=wanted.timeout_seconds, **kwargs)
+        check_scope(spec, endpoint, namespace)
+        return cls(endpoint, timeout_seconds=wanted.timeout_seconds, namespace=namespace, **kwargs)
+
+    def labels_of(self, spec: SpeculativeCanarySpec, ref: PoolRef) -> dict[str, str]:
+        """Every matcher of a pool's queries, its namespace's included (sources/scope.py)."""
+        return pool_labels(spec, ref, self.endpoint, self.namespace)
 
     def reads_recorded(self, interval: float) -> float | None:
         """The recorded rates' interval when pools are read from them: the endpoint has them
@@ -205,24 +229,35 @@ class PrometheusSource:
 
     # ----------------------------------------------------------------- queries
 
-    def query(self, expr: str, *, at: float | None = None) -> list[Point]:
-        """An instant query; raises SourceError (classified) on any failure."""
+    def query(
+        self, expr: str, *, at: float | None = None, within: float | None = None
+    ) -> list[Point]:
+        """An instant query; raises SourceError (classified) on any failure. `within`: the
+        server gives up after that many seconds (default: the source's timeout)."""
         params = {"query": expr}
         if at is not None:
             params["time"] = ts(at)
-        return self._request("api/v1/query", params, "vector", expr)
+        return self._request("api/v1/query", params, "vector", expr, within)
 
-    def query_range(self, expr: str, *, start: float, end: float, step: float) -> list[Point]:
+    def query_range(
+        self, expr: str, *, start: float, end: float, step: float, within: float | None = None
+    ) -> list[Point]:
         """A range query; raises SourceError (classified) on any failure."""
         params = {"query": expr, "start": ts(start), "end": ts(end), "step": ts(step)}
-        return self._request("api/v1/query_range", params, "matrix", expr)
+        return self._request("api/v1/query_range", params, "matrix", expr, within)
 
     def _request(
-        self, path: str, params: dict[str, str], result_type: str, expr: str
+        self,
+        path: str,
+        params: dict[str, str],
+        result_type: str,
+        expr: str,
+        within: float | None = None,
     ) -> list[Point]:
         if self._config_error is not None:
             raise self._config_error
-        params = {**params, "timeout": duration(self.timeout_seconds)}
+        server = min(within or self.timeout_seconds, self.timeout_seconds)
+        params = {**params, "timeout": duration(max(server, 0.001))}
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.attempts),
             wait=tenacity.wait_exponential(
@@ -254,6 +289,11 @@ class PrometheusSource:
     ) -> list[Point]:
         target = f"{self.display_url}{path} query={expr}"
         left = http.remaining()
+        spent = http.budget_spent()
+        if spent is not None:  # the canary's read deadline, not this query's own
+            raise BudgetError(
+                BudgetKind.READ_TIME, f"the read's deadline of {spent} passed", target=target
+            )
         if left is not None and left <= 0:
             if last:  # retries ran out of time: say what kept failing (refused, 503, ...)
                 raise SourceError(
@@ -270,6 +310,11 @@ class PrometheusSource:
             with self._client.stream("POST", path, data=params) as resp:
                 body = http.read_body(resp, max_bytes=self.max_response_bytes, where=target)
         except httpx.TimeoutException as exc:
+            spent = http.budget_spent()
+            if spent is not None:
+                raise BudgetError(
+                    BudgetKind.READ_TIME, f"the read's deadline of {spent} passed", target=target
+                ) from exc
             raise TransientError(
                 SourceErrorKind.TIMEOUT,
                 f"{type(exc).__name__}: no complete answer within {self.timeout_seconds}s",
@@ -283,7 +328,15 @@ class PrometheusSource:
             raise SourceError(
                 SourceErrorKind.UNREACHABLE, f"{type(exc).__name__}: {exc}", target=target
             ) from exc
-        return decode(resp.status_code, resp.headers, body, result_type, target)
+        return decode(
+            resp.status_code,
+            resp.headers,
+            body,
+            result_type,
+            target,
+            max_points=self.endpoint.max_answer_points,
+            max_labels=self.endpoint.max_answer_labels,
+        )
 
     # ----------------------------------------------------------------- observe
 
@@ -303,22 +356,20 @@ class PrometheusSource:
                 f"empty window: start={start} end={end} interval={interval_seconds}",
             )
             return failed_observation(spec, err, at=end, window=max(window, 0.0))
-        extra = dict(spec.source.prometheus.match_labels) if spec.source.prometheus else {}
         metric = metric_of(spec.latency.enabled, spec.latency.metric)
         pools: list[PoolObservation] = []
         scrapes: list[float] = []
         for ref in pools_of(spec):
             try:
-                pools.append(self._pool(ref, extra, start, end, interval_seconds, metric=metric))
-                measured = self._scrape_interval({**extra, **ref.match_labels})
+                labels = self.labels_of(spec, ref)
+                pools.append(self._pool(ref, labels, start, end, interval_seconds, metric=metric))
+                measured = self._scrape_interval(labels)
                 if measured is not None:
                     scrapes.append(measured)
             except SourceError as err:
-                if err.kind not in POOL_LEVEL:
+                if not pool_level(err):
                     return failed_observation(spec, err, at=end, window=window)
-                pools.append(
-                    PoolObservation(ref.slice, ref.role, error=error_text(err), error_kind=err.kind)
-                )
+                pools.append(failed_pool(ref.slice, ref.role, err))
         return Observation(
             at=end,
             window_seconds=window,
@@ -370,18 +421,17 @@ class PrometheusSource:
     def _pool(
         self,
         ref: PoolRef,
-        extra: Mapping[str, str],
+        labels: Mapping[str, str],
         start: float,
         end: float,
         interval: float,
         ask: Asker | None = None,
         metric: LatencyMetric | None = None,
     ) -> PoolObservation:
-        """One pool's observation; `ask` answers its queries (default: this source, one query
-        each; a batch answers them from queries shared by many pools). `metric`: the latency
-        the policy judges; a pool without its histogram because its vLLM is too old for it is
-        an error naming the release needed."""
-        labels = {**extra, **ref.match_labels}
+        """One pool's observation over its matchers `labels` (`labels_of`); `ask` answers its
+        queries (default: this source, one query each; a batch answers them from queries
+        shared by many pools). `metric`: the latency the policy judges; a pool without its
+        histogram because its vLLM is too old for it is an error naming the release needed."""
         every = self.reads_recorded(interval)
         q = pool_queries(
             labels,

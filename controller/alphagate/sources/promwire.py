@@ -14,7 +14,7 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources.common import (
     redact_url,
 )
@@ -97,7 +97,14 @@ class TransientError(SourceError):
     """A connect error or timeout: worth another attempt."""
 
 
+class QueryTimeout(StatusError):
+    """The server gave up on the query (503, errorType timeout): the query's own cost, so it
+    is not asked again as it is; a batch asks its halves instead (`prombatch`)."""
+
+
 def transient(exc: BaseException) -> bool:
+    if isinstance(exc, QueryTimeout):
+        return False
     if isinstance(exc, StatusError):
         return exc.status in TRANSIENT_STATUS
     return isinstance(exc, TransientError)
@@ -129,10 +136,42 @@ def pod_of(labels: Mapping[str, str]) -> str:
     return labels.get("pod") or labels.get("instance") or ""
 
 
+MAX_ANSWER_POINTS: Final = 250_000
+"""Points one answer may hold (a pool of 1,000 pods over 10 steps of 20 buckets is 200,000)."""
+MAX_ANSWER_LABELS: Final = 250_000
+"""Label pairs one answer may hold (some 10 a series)."""
+
+
+def check_answer(raw: bytes, target: str, *, max_points: int, max_labels: int) -> None:
+    """Refuse (ANSWER) an answer whose decoding would cost more than the caps allow, before
+    decoding it: a 16 MiB answer of tiny points or labels decodes into some 300 MB of Python
+    objects and tens of CPU seconds. Counted in C on the raw bytes, as upper bounds: every
+    point opens a ``[``, every label pair holds ``":"``."""
+    points = raw.count(b"[")
+    labels = raw.count(b'":"')
+    if points > max_points or labels > max_labels:
+        raise BudgetError(
+            BudgetKind.ANSWER,
+            f"the answer ({len(raw)} bytes) holds up to {points} points and {labels} labels; "
+            f"the controller decodes at most {max_points} points and {max_labels} labels "
+            "per answer",
+            target=target,
+        )
+
+
 def decode(
-    status_code: int, headers: httpx.Headers, raw: bytes, result_type: str, target: str
+    status_code: int,
+    headers: httpx.Headers,
+    raw: bytes,
+    result_type: str,
+    target: str,
+    *,
+    max_points: int = MAX_ANSWER_POINTS,
+    max_labels: int = MAX_ANSWER_LABELS,
 ) -> list[Point]:
-    text = raw.decode("utf-8", errors="replace")
+    if 200 <= status_code < 300:
+        check_answer(raw, target, max_points=max_points, max_labels=max_labels)
+    text = raw[:400].decode("utf-8", errors="replace")  # for the errors below
     body: Any = None
     try:
         body = json.loads(raw)
@@ -153,6 +192,7 @@ def decode(
         if isinstance(body, dict):
             detail = f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip(": ")
         kind = SourceErrorKind.HTTP_STATUS
+        snippet = detail or f" {text[:200]!r}"
         if status_code in (400, 422) and isinstance(body, dict) and "error" in body:
             kind = SourceErrorKind.QUERY_ERROR
         elif (
@@ -160,8 +200,12 @@ def decode(
             and isinstance(body, dict)
             and body.get("errorType") == "timeout"
         ):
-            kind = SourceErrorKind.TIMEOUT
-        snippet = detail or f" {text[:200]!r}"
+            raise QueryTimeout(
+                status_code,
+                f"HTTP {status_code}{snippet}",
+                target=target,
+                kind=SourceErrorKind.TIMEOUT,
+            )
         raise StatusError(status_code, f"HTTP {status_code}{snippet}", target=target, kind=kind)
     if not isinstance(body, dict):
         raise SourceError(

@@ -51,13 +51,25 @@ from alphagate.core.model import (
     RequestLives,
     Role,
 )
-from alphagate.errors import SourceError, SourceErrorKind
+from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources import exposition, http
 from alphagate.sources import layout as pagelayout
+from alphagate.sources.budget import (
+    CELL_BYTES,
+    FIRST_PAGE_BYTES,
+    IN_FLIGHT,
+    KEPT,
+    Account,
+    describe_deadline,
+    mib,
+    read_deadline,
+)
 from alphagate.sources.common import (
     SERIES_LABELS,
     HistSum,
     PoolRef,
+    budget_of,
+    failed_pool,
     has_drafts,
     per_position_tuple,
     pools_of,
@@ -65,8 +77,10 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.exposition import Hist, Page
-from alphagate.sources.fetcher import Fetcher, run, where_of
+from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
 from alphagate.sources.increments import PodState, check_page, latency_sample
+from alphagate.sources.parsepool import parse_pool
+from alphagate.sources.podmemory import check_buckets, increment_cells, kept_cells, series_cells
 
 ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 """Ask for the classic text format: no OpenMetrics name escaping (vllm-metrics.md §5)."""
@@ -92,6 +106,7 @@ def scraped(target: Target, body: bytes, content_type: str, at: float) -> Scrape
     where = where_of(target)
     try:
         page = parse_page(body, content_type=content_type, where=where)
+        check_buckets(page, where)  # each bucket is kept per pod per interval
         if not pagelayout.needs_layout(page):
             return Scraped(target, at, page=page)
         text = exposition.decode(body, target=where)
@@ -149,6 +164,8 @@ class Plan:
     end: float
     interval: float
     metric: LatencyMetric | None = None  # the latency the policy judges (None: guard off)
+    deadline: float = math.inf
+    """Seconds the whole read may last (`sources.budget.read_deadline`)."""
 
     def targets(self) -> list[Target]:
         """Every pool's targets, each URL once (a pod in two pools is scraped once)."""
@@ -168,6 +185,7 @@ class ScrapeSource:
         since_start: bool = False,
         max_failed_fraction: float = 0.1,
         accept_encoding: str = http.ACCEPT_ENCODING,
+        owner: str = "",
     ) -> None:
         self.discovery = discovery
         self.settings = settings
@@ -178,6 +196,14 @@ class ScrapeSource:
         self._fetcher: Fetcher | None = None
         self._states: dict[tuple[str, Role, str], PodState] = {}
         self._retention = 0.0
+        self._interval = math.inf  # the last read's interval (its deadline depends on it)
+        self.owner = owner or f"scrape-{id(self):x}"
+        """Whose budgets this source spends (the canary, ``namespace/name``)."""
+        self._cells = 0  # numbers kept (`podmemory`), within the canary's share of KEPT
+        self._page_bytes = FIRST_PAGE_BYTES  # the largest page of the last read: the next GET's
+        # reservation in the canary's memory in flight
+        KEPT.register(self)
+        self._account: Account | None = None  # the pages of a read, held until `finish`
         self.lock = threading.Lock()
         """Held by a read from :meth:`plan` to :meth:`finish` (`observe`, or a cycle's wave)."""
         self.failures: dict[tuple[str, Role], list[SourceError]] = {}
@@ -186,6 +212,18 @@ class ScrapeSource:
         """Bytes read off the wire by every scrape so far (compressed, as sent)."""
 
     def close(self) -> None:
+        """Close the connections; what it kept no longer counts against the budget."""
+        KEPT.forget(self)
+        self._let_go()
+        self._close_fetcher()
+
+    def _let_go(self) -> None:
+        """The pages of the last read no longer count as in flight."""
+        account, self._account = self._account, None
+        if account is not None:
+            account.close()
+
+    def _close_fetcher(self) -> None:
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None
@@ -198,7 +236,7 @@ class ScrapeSource:
 
     def _http(self, settings: ScrapeSettings) -> Fetcher:
         if self._fetcher is None or self._fetcher.concurrency != settings.max_concurrency:
-            self.close()
+            self._close_fetcher()
             self._fetcher = Fetcher(
                 headers={"Accept": ACCEPT},
                 concurrency=settings.max_concurrency,
@@ -207,46 +245,88 @@ class ScrapeSource:
         return self._fetcher
 
     def scrape(self, targets: Iterable[Target], settings: ScrapeSettings) -> dict[str, Scraped]:
-        """Scrape each distinct URL once, at most `maxConcurrency` at a time."""
+        """Scrape each distinct URL once, at most `maxConcurrency` at a time, within the last
+        planned read's deadline."""
         unique = list({t.url: t for t in targets}.values())
         if not unique:
             return {}
-        return run(self.scraping(unique, settings))
+        seconds = read_deadline(settings.timeout_seconds, self._interval)
+        return run(self.scraping(unique, settings, seconds))
 
     def scraping(
         self,
         unique: Sequence[Target],
         settings: ScrapeSettings,
-        room: asyncio.Semaphore | None = None,
+        deadline: float | None = None,
     ) -> Coroutine[Any, Any, dict[str, Scraped]]:
-        """:meth:`scrape` of distinct targets as a coroutine to run on the fetch loop, in a
-        wave with other sources' (`room`: the wave's bound on GETs in flight). Call it on the
-        caller's thread: it may replace the source's Fetcher."""
+        """:meth:`scrape` of distinct targets as a coroutine to run on the fetch loop, beside
+        other sources' reads; `deadline`: seconds the whole read may last from its start (None:
+        no deadline but each GET's timeout). Call it on the caller's thread: it may replace the
+        source's Fetcher."""
         fetcher = self._http(settings)
-        return self._fetch(fetcher, unique, settings, room)
+        return self._fetch(fetcher, unique, settings, deadline)
 
     async def _fetch(
         self,
         fetcher: Fetcher,
         unique: Sequence[Target],
         settings: ScrapeSettings,
-        room: asyncio.Semaphore | None,
+        seconds: float | None,
     ) -> dict[str, Scraped]:
         if not unique:
             return {}
         before = fetcher.bytes_read
         clock = self.clock
+        owner = self.owner
+        pool = parse_pool()
+        loop = asyncio.get_running_loop()
+        deadline = None if seconds is None or math.isinf(seconds) else loop.time() + seconds
+        why = describe_deadline(seconds or 0.0, settings.timeout_seconds, self._interval)
+
+        largest = [0]
+
+        account = IN_FLIGHT.open(owner)
+        self._let_go()  # an earlier read that never finished
+        self._account = account
+
+        async def parse(target: Target, body: bytes, ctype: str) -> Scraped:
+            largest[0] = max(largest[0], len(body))
+            # off the fetch loop, the canaries taken in turn (sources.parsepool)
+            got = await pool.run(owner, scraped, target, body, ctype, clock())
+            if got.page is None:
+                return got
+            try:  # the parsed page is held until `finish`: the canary's memory in flight
+                account.charge(
+                    CELL_BYTES * series_cells(got.page.series.values()), where_of(target)
+                )
+            except BudgetError as err:
+                return Scraped(target, got.at, error=err)
+            return got
+
+        def late(target: Target, stage: Stage) -> SourceError:
+            budget = BudgetKind.PARSE_TIME if stage == "parse" else BudgetKind.READ_TIME
+            return BudgetError(
+                budget,
+                f"the read's deadline of {why} passed {_STAGES[stage]}",
+                target=where_of(target),
+            )
+
         try:
             results = await fetcher.fetch(
                 unique,
                 timeout=settings.timeout_seconds,
                 max_bytes=settings.max_body_bytes,
                 max_lines=settings.max_lines,
-                on_body=lambda t, body, ctype: scraped(t, body, ctype, clock()),
+                on_body=parse,
                 on_error=lambda t, err: Scraped(t, clock(), error=err),
-                room=room,
+                deadline=deadline,
+                late=late,
+                account=account,
+                expected=lambda: self._page_bytes,
             )
-        finally:
+        finally:  # the account is let go in `finish`, once the pages are kept or dropped
+            if largest[0]:
+                self._page_bytes = largest[0]
             self.bytes_read += fetcher.bytes_read - before
         return {r.target.url: r for r in results}
 
@@ -272,8 +352,10 @@ class ScrapeSource:
         """A read's first step: its settings and every pool's targets (or why there are none).
         The caller holds the source's lock from here to :meth:`finish`."""
         settings = self.settings or scrape_settings(spec)
+        KEPT.register(self)  # again, if it was closed and is read anew
         window = max(end - start, 0.0)
         self._retention = max(self._retention, window + 2 * interval)
+        self._interval = interval
         refs = pools_of(spec)
         found: dict[tuple[str, Role], list[Target] | SourceError] = {}
         for ref in refs:
@@ -287,18 +369,32 @@ class ScrapeSource:
                     f"discovery failed: {exc!r}",  # repr names the type
                 )
         metric = pagelayout.metric_of(spec.latency.enabled, spec.latency.metric)
-        return Plan(settings, refs, found, start=start, end=end, interval=interval, metric=metric)
+        deadline = read_deadline(settings.timeout_seconds, interval)
+        return Plan(
+            settings,
+            refs,
+            found,
+            start=start,
+            end=end,
+            interval=interval,
+            metric=metric,
+            deadline=deadline,
+        )
 
     def finish(self, plan: Plan, scraped: Mapping[str, Scraped]) -> Observation:
         """A read's last step: the pods' pages (by URL) into increments and every pool's
         PoolObservation over the plan's window."""
         now = self.clock()
         self.failures = {}
+        self._prune(now)  # first: what the window no longer needs frees the canary's share
+        self._cells = kept_cells(self._states.values())
         pools = [
             self._pool(ref, plan.found[(ref.slice, ref.role)], scraped, plan.start, plan.metric)
             for ref in plan.refs
         ]
-        self._prune(now)
+        self._cells = kept_cells(self._states.values())
+        KEPT.set(self, self._cells)
+        self._let_go()
         window = max(plan.end - plan.start, 0.0)
         return Observation(
             at=plan.end,
@@ -316,22 +412,19 @@ class ScrapeSource:
         metric: LatencyMetric | None = None,
     ) -> PoolObservation:
         if isinstance(found, SourceError):
-            return PoolObservation(ref.slice, ref.role, error=str(found), error_kind=found.kind)
+            return failed_pool(ref.slice, ref.role, found)
         series_filter = {k: v for k, v in ref.match_labels.items() if k in SERIES_LABELS}
         ok: set[str] = set()
         errors: list[SourceError] = []
         for target in found:
             result = scraped[target.url]
+            if result.error is None:
+                assert result.page is not None
+                key = (ref.slice, ref.role, target.name)
+                result = self._update(key, target, result, series_filter)
             if result.error is not None:
                 errors.append(result.error)
                 continue
-            assert result.page is not None
-            series = {s.labels: s for s in result.page.matching(series_filter)}
-            key = (ref.slice, ref.role, target.name)
-            state = self._states.get(key)
-            if state is None:
-                state = self._states[key] = PodState(target.name)
-            state.update(series, result.at, since_start=self.since_start)
             ok.add(target.name)
         if errors:
             self.failures[(ref.slice, ref.role)] = errors
@@ -343,29 +436,55 @@ class ScrapeSource:
             err = SourceError(
                 SourceErrorKind.EMPTY, f"no ready pods match {dict(ref.match_labels)}", target=where
             )
-            return PoolObservation(ref.slice, ref.role, error=str(err), error_kind=err.kind)
+            return failed_pool(ref.slice, ref.role, err)
         if not ok:
-            kind = (failed or errors)[0].kind
             detail = "; ".join(str(e) for e in (failed or errors)[:3])
-            err = SourceError(kind, f"all {len(found)} pods failed: {detail}", target=where)
-            return PoolObservation(ref.slice, ref.role, error=str(err), error_kind=err.kind)
+            err = _pods_failed((failed or errors), f"all {len(found)} pods failed: {detail}", where)
+            return failed_pool(ref.slice, ref.role, err)
         if failed and len(failed) > self.max_failed_fraction * (len(found) - gone):
             detail = "; ".join(str(e) for e in failed[:3])
-            err = SourceError(
-                SourceErrorKind.PARTIAL,
-                f"{len(failed)} of {len(found) - gone} pods failed: {detail}",
-                target=where,
-            )
-            return PoolObservation(
-                ref.slice, ref.role, pods=len(ok), error=str(err), error_kind=err.kind
-            )
+            message = f"{len(failed)} of {len(found) - gone} pods failed: {detail}"
+            err = _pods_failed(failed, message, where, SourceErrorKind.PARTIAL)
+            return failed_pool(ref.slice, ref.role, err, pods=len(ok))
         layouts = (r.layout for t in found if (r := scraped[t.url]).layout is not None)
         old = pagelayout.layout_error(layouts, metric, where)
         if old is not None:  # a vLLM too old for the guard: say which release it needs
-            return PoolObservation(
-                ref.slice, ref.role, pods=len(ok), error=str(old), error_kind=old.kind
-            )
+            return failed_pool(ref.slice, ref.role, old, pods=len(ok))
         return self._assemble(ref, start, ok)
+
+    def _update(
+        self,
+        key: tuple[str, Role, str],
+        target: Target,
+        result: Scraped,
+        series_filter: Mapping[str, str],
+    ) -> Scraped:
+        """One pod's page into its increments; the pod's failure (MEMORY) when keeping it
+        would take the canary past its share of what the controller keeps (`podmemory`)."""
+        assert result.page is not None
+        series = {s.labels: s for s in result.page.matching(series_filter)}
+        state = self._states.get(key)
+        new_last = series_cells(series.values())
+        old_last = series_cells(state.last.values()) if state and state.last is not None else 0
+        grows = (state is not None and state.last is not None) or self.since_start
+        projected = self._cells - old_last + new_last + (new_last if grows else 0)
+        share = KEPT.share_cells()
+        if projected > share:
+            err = BudgetError(
+                BudgetKind.MEMORY,
+                f"keeping this pod's page and increments would take the canary to "
+                f"{mib(projected):.1f} MiB, over its share of {mib(share):.1f} MiB "
+                f"({KEPT.describe()})",
+                target=where_of(target),
+            )
+            return Scraped(target, result.at, error=err)
+        if state is None:
+            state = self._states[key] = PodState(target.name)
+        ring = len(state.ring)
+        state.update(series, result.at, since_start=self.since_start)
+        added = increment_cells(state.ring[-1]) if len(state.ring) > ring else 0
+        self._cells += new_last - old_last + added
+        return result
 
     def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
         samples: list[AcceptanceSample] = []
@@ -445,6 +564,27 @@ def _lives(decode: HistSum) -> RequestLives | None:
     pods export none or no request finished."""
     h = decode.to_buckets()
     return RequestLives(h) if h is not None and h.total > 0 else None
+
+
+_STAGES: Final[Mapping[Stage, str]] = {
+    "queued": "before a slot to read this pod was free",
+    "get": "while this pod's page was being read",
+    "parse": "while this page waited for or was in parsing",
+}
+
+
+def _pods_failed(
+    errors: Sequence[SourceError],
+    message: str,
+    where: str,
+    kind: SourceErrorKind | None = None,
+) -> SourceError:
+    """A pool's error from its pods' failures: a budget its pods spent stays typed (the first
+    such budget), else `kind` (None: the first failure's kind)."""
+    budget = next((b for b in map(budget_of, errors) if b is not None), None)
+    if budget is not None:
+        return BudgetError(budget, message, target=where)
+    return SourceError(kind or errors[0].kind, message, target=where)
 
 
 def read_page(

@@ -1,14 +1,17 @@
-"""One cycle's pod scrapes for every canary at once: one wave of GETs, not one per canary.
+"""One cycle's pod scrapes for every canary at once, each canary on its own budgets.
 
 :meth:`ScrapeSource.observe` discovers, fetches and assembles one canary; a cycle of 20
 canaries of 50 pods was 20 waves, each ending in a tail where a few GETs kept the others
 waiting. :func:`observe_scrapes` runs the same three steps for many reads: every read's
-:meth:`~ScrapeSource.plan` (discovery), then all their GETs together on the fetch loop (each
-source through its own Fetcher: its headers, deadline, byte and line caps, its own counters),
-then every read's :meth:`~ScrapeSource.finish` (increments and pools) in order. Each source
-keeps its own ``maxConcurrency``; the wave as a whole holds at most :func:`wave_bound` GETs in
-flight, so it never needs more memory than one source may (``SCRAPE_MEMORY_BUDGET``) nor more
-sockets than one source may open.
+:meth:`~ScrapeSource.plan` (discovery), then all their GETs side by side on the fetch loop, then
+each read's :meth:`~ScrapeSource.finish` (increments and pools) as soon as its own GETs are
+done, handed to `on_done` at once.
+
+Isolation (design.md §6): each source GETs through its own Fetcher, at most its own
+``maxConcurrency`` at a time (no other policy's settings lower it), within its own read
+deadline (`sources.budget.read_deadline`: a pod that accepts and never answers delays only its
+own canary, whose read then ends typed READ_TIME), its pages in flight charged to its own
+account and parsed off the loop with the canaries taken in turn (`sources.parsepool`).
 
 The Observations are those of one read at a time: a source's pods, pages, clock and increments
 memory are its own, and which other reads share its wave changes none of them. A source read
@@ -19,21 +22,22 @@ result (an exception, handed back, never raised over the others).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Coroutine, Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final, TypeGuard
+from typing import Final, TypeGuard
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.config.source import SCRAPE_MEMORY_BUDGET, scrape_page_cost
 from alphagate.core.model import Observation
-from alphagate.sources.fetcher import run_together
+from alphagate.sources.fetcher import submit
 from alphagate.sources.scrape import Plan, Scraped, ScrapeSource
 
-MAX_IN_FLIGHT: Final = 256
-"""GETs in flight in one wave at most: the most one source may ask for (``maxConcurrency``
-is at most 256), so a wave never opens more sockets at once than one source could."""
+Done = Callable[[int, "Observation | Exception"], None]
+"""Told each read's result (its index in the call) as soon as it is known."""
+
+PLAN_THREADS: Final = 8
+"""Threads that plan (discover) and finish (increments, pools) a wave's reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +62,19 @@ def batchable(source: object) -> TypeGuard[ScrapeSource]:
     )
 
 
-def wave_bound(plans: Sequence[Plan]) -> int:
-    """GETs in flight in one wave: as many of the costliest page as fit the memory budget the
-    config keeps for scrapes, at most MAX_IN_FLIGHT. Each source's maxConcurrency x page cost
-    is validated against that budget, so the bound is never below the costliest source's own
-    maxConcurrency (43 GETs at the default caps: 2 MiB and 20,000 lines a page)."""
-    cost = max(scrape_page_cost(p.settings.max_body_bytes, p.settings.max_lines) for p in plans)
-    return max(1, min(MAX_IN_FLIGHT, SCRAPE_MEMORY_BUDGET // max(cost, 1)))
-
-
-def observe_scrapes(reads: Sequence[ScrapeRead]) -> list[Observation | Exception]:
+def observe_scrapes(
+    reads: Sequence[ScrapeRead], on_done: Done | None = None
+) -> list[Observation | Exception]:
     """Each read's Observation, in order, as its source's ``observe`` gives it one read at a
-    time, or the exception its read raised (a bug: sources report trouble as data)."""
+    time, or the exception its read raised (a bug: sources report trouble as data). Each is
+    also handed to `on_done` as soon as it is known."""
     out: list[Observation | Exception | None] = [None] * len(reads)
+
+    def done(i: int, result: Observation | Exception) -> None:
+        out[i] = result
+        if on_done is not None:
+            on_done(i, result)
+
     first: dict[int, int] = {}  # id(source) -> the read of it in the wave
     later: list[int] = []
     for i, read in enumerate(reads):
@@ -78,63 +82,71 @@ def observe_scrapes(reads: Sequence[ScrapeRead]) -> list[Observation | Exception
             later.append(i)
         else:
             first[id(read.source)] = i
-    wave = sorted(first.values())
-    with contextlib.ExitStack() as held:
-        # Every source of the wave stays ours from plan to finish, as in `observe`; taken in
-        # one order (by id) so two waves over the same sources cannot deadlock.
-        for i in sorted(wave, key=lambda i: id(reads[i].source)):
-            held.enter_context(reads[i].source.lock)
-        _wave([reads[i] for i in wave], out, wave)
+    _wave(reads, sorted(first.values()), done)
     for i in later:  # the same source again: after its first read, as one at a time would
         read = reads[i]
         try:
-            out[i] = read.source.observe(
+            obs: Observation | Exception = read.source.observe(
                 read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
             )
         except Exception as exc:  # one read's bug is that read's result
-            out[i] = exc
+            obs = exc
+        done(i, obs)
     assert all(o is not None for o in out)
     return [o for o in out if o is not None]
 
 
-def _wave(
-    reads: Sequence[ScrapeRead], out: list[Observation | Exception | None], at: Sequence[int]
-) -> None:
-    """Plan every read, GET all their pages in one wave, finish every read (into `out[at]`)."""
-    plans: list[Plan | None] = []
-    for read, i in zip(reads, at, strict=True):
+def _wave(reads: Sequence[ScrapeRead], wave: Sequence[int], done: Done) -> None:
+    """Plan every read of `wave`, start its GETs as soon as it is planned, finish it as soon
+    as they end. Planning (discovery: API calls) and finishing run on a few threads, so one
+    canary's many pools or slow listing hold no other's read; GETs hold no thread at all.
+    Every source stays held from its plan to its finish, as in `observe`; taken in one order
+    (by id) so two waves over the same sources cannot deadlock, each let go once finished."""
+    held: dict[int, threading.Lock] = {}
+    left = threading.Semaphore(0)
+
+    def let_go(i: int, result: Observation | Exception) -> None:
+        lock = held.pop(i, None)
+        if lock is not None:
+            lock.release()
         try:
-            plans.append(
-                read.source.plan(
-                    read.spec, start=read.start, end=read.end, interval=read.interval_seconds
-                )
+            done(i, result)
+        finally:
+            left.release()
+
+    def finish(i: int, plan: Plan, future: Future[dict[str, Scraped]]) -> None:
+        try:
+            result: Observation | Exception = reads[i].source.finish(plan, future.result())
+        except Exception as exc:  # one read's bug (or its GETs') is that read's result
+            result = exc
+        let_go(i, result)
+
+    def start(i: int, pool: ThreadPoolExecutor) -> None:
+        read = reads[i]
+        try:
+            plan = read.source.plan(
+                read.spec, start=read.start, end=read.end, interval=read.interval_seconds
             )
+            coro = read.source.scraping(plan.targets(), plan.settings, plan.deadline)
+            running = submit(coro)
         except Exception as exc:  # one read's bug is that read's result
-            out[i] = exc
-            plans.append(None)
-    ready = [p for p in plans if p is not None]
-    room = asyncio.Semaphore(wave_bound(ready)) if ready else None
-    jobs: list[tuple[ScrapeRead, Plan, int]] = []
-    coros: list[Coroutine[Any, Any, dict[str, Scraped]]] = []
-    for read, plan, i in zip(reads, plans, at, strict=True):
-        if plan is None:
-            continue
-        try:
-            coros.append(read.source.scraping(plan.targets(), plan.settings, room))
-        except Exception as exc:  # one read's bug is that read's result
-            out[i] = exc
-            continue
-        jobs.append((read, plan, i))
-    for (read, plan, i), got in zip(jobs, run_together(coros), strict=True):
-        if isinstance(got, BaseException):
-            if not isinstance(got, Exception):
-                raise got  # an interrupt, not a read's failure
-            out[i] = got
-            continue
-        try:
-            out[i] = read.source.finish(plan, got)
-        except Exception as exc:  # one read's bug is that read's result
-            out[i] = exc
+            let_go(i, exc)
+            return
+        running.add_done_callback(lambda f: pool.submit(finish, i, plan, f))
+
+    try:
+        for i in sorted(wave, key=lambda i: id(reads[i].source)):
+            reads[i].source.lock.acquire()
+            held[i] = reads[i].source.lock
+        workers = max(1, min(len(wave), PLAN_THREADS))
+        with ThreadPoolExecutor(workers, thread_name_prefix="alphagate-plan") as pool:
+            for i in wave:
+                pool.submit(start, i, pool)
+            for _ in wave:
+                left.acquire()
+    finally:
+        for lock in [held.pop(i) for i in list(held)]:
+            lock.release()
 
 
-__all__ = ["MAX_IN_FLIGHT", "ScrapeRead", "batchable", "observe_scrapes", "wave_bound"]
+__all__ = ["Done", "ScrapeRead", "batchable", "observe_scrapes"]

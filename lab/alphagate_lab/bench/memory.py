@@ -185,14 +185,128 @@ def one(case: str, concurrency: int) -> dict[str, Any]:
     }
 
 
+def shared(canaries: int, pods: int, cycles: int, budgets: bool) -> dict[str, Any]:
+    """`canaries` canaries, each its own source, all selecting the same `pods` pods serving the
+    largest accepted page (the histogram case), read together `cycles` times (the wave): what
+    the sources keep, with the shipped budgets or with none (every budget at its maximum)."""
+    from alphagate.config import SpeculativeCanarySpec
+    from alphagate.core.model import Role
+    from alphagate.errors import BudgetKind
+    from alphagate.sources import budget
+    from alphagate.sources.cycle import Read, observe_each
+    from alphagate.sources.discovery import StaticDiscovery, Target
+    from alphagate.sources.scrape import ScrapeSource
+
+    if not budgets:
+        most = 4096 * budget.MiB
+        budget.configure(
+            budget.ScrapeBudgets(in_flight_bytes=most, per_canary_bytes=most, kept_bytes=most)
+        )
+    body = _histogram_page(2 << 20, 20_000)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    pool = {"matchLabels": {"r": "c"}}
+    spec = SpeculativeCanarySpec.model_validate(
+        {
+            "target": {"name": "c"},
+            "baseline": {"name": "b"},
+            "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
+            "slices": [{"name": "s", "canary": pool, "baseline": pool}],
+            # time enough that every page is read and parsed (here: 2 busy cores): this
+            # measures what is kept, not what is late
+            "source": {"kind": "podScrape", "scrape": {"timeoutSeconds": 30}},
+            "timing": {"intervalSeconds": 300, "windowSeconds": 3000},
+        }
+    )
+    targets = [Target(f"{base}?pod={i}", pod=f"p{i}") for i in range(pods)]
+    discovery = StaticDiscovery({("s", Role.CANARY): targets, ("s", Role.BASELINE): []})
+    sources = [ScrapeSource(discovery, owner=f"c{i}") for i in range(canaries)]
+    gc.collect()
+    before = _status_kib("VmRSS")
+    refused = 0
+    failed: list[str] = []
+    now = time.time()
+    for c in range(cycles):
+        at = now + 300 * c
+        got = observe_each([Read(src, spec, at - 3000, at, 300.0) for src in sources])
+        refused = sum(1 for o in got if any(p.budget is BudgetKind.MEMORY for p in o.pools))
+        failed = sorted(
+            {f"{e.kind}/{getattr(e, 'budget', '')}" for src in sources
+             for errs in src.failures.values() for e in errs}
+        )  # fmt: skip
+    gc.collect()
+    after = _status_kib("VmRSS")
+    peak = _status_kib("VmHWM")
+    kept = budget.KEPT.total_cells() * budget.CELL_BYTES / budget.MiB
+    for src in sources:
+        src.close()
+    server.shutdown()
+    return {
+        "refused": refused,
+        "kept_mib": kept,
+        "rss_mib": after / 1024,
+        "growth_mib": (after - before) / 1024,
+        "peak_mib": peak / 1024,
+        "failed": failed,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m alphagate_lab.bench.memory")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--case", action="append", default=None)
     parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--shared", type=int, nargs=3, metavar=("CANARIES", "PODS", "CYCLES"),
+        help="instead: CANARIES canaries on the same PODS heavy pods, CYCLES cycles, with the "
+        "shipped budgets and with none",
+    )  # fmt: skip
+    parser.add_argument("--budgets", choices=["shipped", "none"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.one, args.concurrency)))
+        return
+    if args.shared and args.budgets:
+        canaries, pods, cycles = args.shared
+        print(json.dumps(shared(canaries, pods, cycles, budgets=args.budgets == "shipped")))
+        return
+    if args.shared:
+        canaries, pods, cycles = args.shared
+        print(f"{canaries} canaries on the same {pods} pods of the largest accepted page, "
+              f"{cycles} cycles: what the sources keep")  # fmt: skip
+        print(f"{'budgets':<9} {'canaries refused':>16} {'kept MiB':>9} {'RSS MiB':>8} "
+              f"{'growth MiB':>11} {'peak MiB':>9}")  # fmt: skip
+        for mode in ("none", "shipped"):
+            proc = subprocess.run(
+                [sys.executable, "-m", "alphagate_lab.bench.memory", "--shared",
+                 *map(str, args.shared), "--budgets", mode],
+                capture_output=True, text=True, timeout=900, check=False,
+            )  # fmt: skip
+            if proc.returncode != 0:
+                print(f"{mode:<9} failed: {proc.stderr.strip().splitlines()[-1:]}")
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(
+                f"{mode:<9} {r['refused']:>9} of {canaries:<4} {r['kept_mib']:>9.1f} "
+                f"{r['rss_mib']:>8.1f} {r['growth_mib']:>11.1f} {r['peak_mib']:>9.1f}  "
+                + ",".join(r["failed"]),
+                flush=True,
+            )
         return
     names = args.case or list(_cases(1, 1))
     print(f"pod-scrape round at concurrency {args.concurrency}: peak RSS growth per case")

@@ -1,0 +1,199 @@
+"""Pages are parsed off the fetch loop, by a few workers shared fairly by canaries.
+
+The fetch loop (`sources.fetcher`) only moves bytes: one thread serves every canary's GETs,
+so a page parsed on it delays every GET in flight. One tenant's heavy pages (1.8 MB of a new
+shape each scrape, from 32 pods) took seconds of its time a cycle and other canaries' healthy
+pods timed out. Here a page's parse is a job for a bounded pool of workers; jobs wait in one
+queue per canary and the workers take the canaries in turn (round robin), so a canary with 32
+pages queued delays another's one page by at most one page per worker, never by its queue.
+Turns are shared by worker time (a heavy page costs its owner a hundred light ones), and an
+owner holds at most half the workers while another waits.
+
+Threads or processes: `docs/reliability.md` ("Parsing off the fetch loop") measures both side by
+side with `python -m alphagate_lab.bench.parsing`. Threads keep the victims' GETs on time on two
+cores (the loop thread takes the GIL back every switch interval, 5 ms) at no memory cost;
+processes cost a whole interpreter each (~45 MiB) and a pickled Page per job.
+
+A job cancelled before a worker took it (its read's deadline passed) is dropped at once, its
+page let go; one already running finishes and its result is discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from alphagate.sources.budget import budgets
+
+R = TypeVar("R")
+
+MAX_OWNERS = 4096
+"""Owners whose worker time is remembered (about one per canary)."""
+
+
+@dataclass(slots=True)
+class _Job(Generic[R]):
+    fn: Callable[..., R]
+    args: tuple[Any, ...]
+    done: asyncio.Future[R]
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """What the pool did (for benchmarks and the bench engineer's table)."""
+
+    jobs: int = 0
+    dropped: int = 0  # cancelled while queued: never parsed
+    max_queued: int = 0
+    by_owner: dict[str, int] = field(default_factory=dict)
+
+
+class FairPool:
+    """Runs `fn(*args)` in `executor`, at most `workers` at a time, sharing the workers' time
+    fairly among owners. Use from the fetch loop only (one loop per process).
+
+    Fair by time, not by jobs: one tenant's page may cost a hundred times another's, so the
+    owner that has used the least worker time goes next (an owner that comes back after a
+    pause starts level with the others, never ahead), and no owner holds more than half the
+    workers while another waits (`per_owner`): a heavy page in parse delays another owner's by
+    at most nothing when a worker is free, one page when not."""
+
+    def __init__(self, executor: Executor, workers: int) -> None:
+        self.executor = executor
+        self.workers = max(1, workers)
+        self.per_owner = max(1, self.workers // 2)
+        self._queues: dict[str, deque[_Job[Any]]] = {}
+        self._running: dict[str, int] = {}
+        self._used: dict[str, float] = {}  # owner -> worker seconds (level when it comes back)
+        self.stats = PoolStats()
+
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    async def run(self, owner: str, fn: Callable[..., R], *args: Any) -> R:
+        """`fn(*args)` on a worker, once the owners that used less worker time have gone."""
+        loop = asyncio.get_running_loop()
+        job: _Job[R] = _Job(fn, args, loop.create_future())
+        if owner not in self._queues and not self._running.get(owner):
+            self._level(owner)
+        self._queues.setdefault(owner, deque()).append(job)
+        self.stats.jobs += 1
+        self.stats.by_owner[owner] = self.stats.by_owner.get(owner, 0) + 1
+        self.stats.max_queued = max(self.stats.max_queued, self.queued())
+        self._dispatch(loop)
+        try:
+            return await asyncio.shield(job.done)
+        except asyncio.CancelledError:
+            if not job.done.done():
+                job.done.cancel()
+                self._drop(owner, job)  # still queued: dropped now, its page let go
+            raise
+
+    def _drop(self, owner: str, job: _Job[Any]) -> None:
+        """Take a cancelled job out of its queue (its arguments, a page, are let go)."""
+        queue = self._queues.get(owner)
+        if queue is None:
+            return
+        try:
+            queue.remove(job)
+        except ValueError:
+            return  # a worker has it already
+        self.stats.dropped += 1
+        if not queue:
+            del self._queues[owner]
+
+    def _level(self, owner: str) -> None:
+        """An owner coming (back) starts at the least time of the active owners: never ahead
+        of them for having been idle (or new), never behind for its past."""
+        active = [self._used[o] for o in (*self._queues, *self._running) if o in self._used]
+        floor = min(active) if active else max(self._used.values(), default=0.0)
+        if len(self._used) > MAX_OWNERS:  # owners gone long ago
+            self._used = {o: self._used[o] for o in (*self._queues, *self._running)}
+        self._used[owner] = max(self._used.get(owner, 0.0), floor)
+
+    def _next(self) -> tuple[str, _Job[Any]] | None:
+        """The next job: of the owner with the least worker time among those under their
+        share of the workers (or any, when no other owner waits)."""
+        while self._queues:
+            waiting = len(self._queues)
+            ready = [
+                o for o in self._queues if waiting == 1 or self._running.get(o, 0) < self.per_owner
+            ]
+            if not ready:
+                return None
+            owner = min(ready, key=lambda o: self._used.get(o, 0.0))
+            queue = self._queues[owner]
+            job = queue.popleft()
+            if not queue:
+                del self._queues[owner]
+            if job.done.cancelled():
+                self.stats.dropped += 1
+                continue
+            return owner, job
+        return None
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        while sum(self._running.values()) < self.workers:
+            picked = self._next()
+            if picked is None:
+                return
+            owner, job = picked
+            self._running[owner] = self._running.get(owner, 0) + 1
+            began = time.monotonic()
+            running = loop.run_in_executor(self.executor, job.fn, *job.args)
+            running.add_done_callback(functools.partial(self._finished, loop, owner, began, job))
+
+    def _finished(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        owner: str,
+        began: float,
+        job: _Job[Any],
+        result: asyncio.Future[Any],
+    ) -> None:
+        self._running[owner] -= 1
+        if not self._running[owner]:
+            del self._running[owner]
+        self._used[owner] = self._used.get(owner, 0.0) + time.monotonic() - began
+        if not job.done.done():
+            if result.cancelled():
+                job.done.cancel()
+            elif result.exception() is not None:
+                job.done.set_exception(result.exception())  # type: ignore[arg-type]
+            else:
+                job.done.set_result(result.result())
+        self._dispatch(loop)
+
+
+_shared: FairPool | None = None
+_shared_lock = threading.Lock()
+
+
+def parse_pool() -> FairPool:
+    """The process's parse pool: `ScrapeBudgets.parse_workers` threads (made on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            workers = budgets().parse_workers
+            executor = ThreadPoolExecutor(workers, thread_name_prefix="alphagate-parse")
+            _shared = FairPool(executor, workers)
+        return _shared
+
+
+def use_pool(pool: FairPool | None) -> FairPool | None:
+    """Replace the process's parse pool (a benchmark's process pool; None: the default, made
+    again on next use). Returns the one replaced; the caller shuts its executor down."""
+    global _shared
+    with _shared_lock:
+        old, _shared = _shared, pool
+    return old
+
+
+__all__ = ["FairPool", "PoolStats", "parse_pool", "use_pool"]
