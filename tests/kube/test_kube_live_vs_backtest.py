@@ -30,19 +30,20 @@ TIMING = {
     "rolloutTimeoutSeconds": 60,
     "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
 }
-EVALUATIONS = 50  # long enough for two whole judged windows to confirm before alpha falls
+EVALUATIONS = 60  # two whole judged windows confirm, two fail inside the dip, and a re-probe
 
 
 class History:
     """Counters as two canary pods would have exported them: one batch per pod and 10 s, its
-    alpha set by the time it covers (0.75, then 0.3 from `bad_from`, then 0.75 again)."""
+    alpha set by the time it covers (0.75, then 0.3 for three windows: two whole disjoint
+    windows fail inside the dip, then 0.75 again)."""
 
     def __init__(self, t0: float, speculating: Callable[[], bool]) -> None:
         self.t0 = t0
         self.speculating = speculating
 
     def alpha(self, t: float) -> float:
-        return 0.3 if 18 * INTERVAL <= t - self.t0 < 28 * INTERVAL else 0.75
+        return 0.3 if 18 * INTERVAL <= t - self.t0 < 36 * INTERVAL else 0.75
 
     def observe(
         self, spec: SpeculativeCanarySpec, *, start: float, end: float, interval_seconds: float
