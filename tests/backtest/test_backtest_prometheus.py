@@ -34,7 +34,8 @@ pytestmark = [
 ]
 
 SPEED = 2.0  # simulated seconds per wall second: more counts per scrape
-BEFORE = 8.0  # wall seconds of the range before alpha drops from 0.75 to 0.30 ...
+BEFORE = 12.0  # wall seconds before alpha drops from 0.75 to 0.30 (a whole judged window
+# after the probe confirms it, with a window of room for late scrapes) ...
 AFTER = 10.0  # ... and after
 STEP = 2.0
 WINDOW = 6.0
