@@ -25,10 +25,10 @@ looked). This module holds the vocabulary; `kube.lease` and `kube.shards` enforc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 ANN_MODE: Final = "alphagate.io/coordination"
 """`leader` or `sharded`: how the replicas that hold this Lease split the canaries."""
@@ -113,6 +113,31 @@ class Refusal:
         )
 
 
+def tell_refusal(
+    log: Any,
+    refusal: Refusal | None,
+    ours: Coordination,
+    on_refusal: Callable[[Refusal | None], None] | None,
+) -> None:
+    """Log a change of `refusal` (started, changed or ended) and tell `on_refusal`: the same
+    words from the leader elector and the shard rounds."""
+    if refusal is not None:
+        log.warning(
+            "ownership_refused",
+            recorded=str(refusal.recorded),
+            ours=str(refusal.ours),
+            holder=refusal.holder,
+            message=refusal.message,
+        )
+    else:
+        log.info("ownership_agreed", ours=str(ours))
+    if on_refusal is not None:
+        try:
+            on_refusal(refusal)
+        except Exception as exc:  # last resort: a callback bug must not stop owning or refusing
+            log.error("refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__)
+
+
 __all__ = [
     "ANN_MODE",
     "ANN_SHARDS",
@@ -122,4 +147,5 @@ __all__ = [
     "Coordination",
     "Mode",
     "Refusal",
+    "tell_refusal",
 ]

@@ -39,6 +39,7 @@ from alphagate.kube.coordination import (
     ROLE_LABEL,
     Coordination,
     Refusal,
+    tell_refusal,
 )
 from alphagate.logs import get as get_logger
 
@@ -208,23 +209,7 @@ class LeaderElector:
         if refusal == self.refusal:
             return
         self.refusal = refusal
-        if refusal is not None:
-            self._log.warning(
-                "ownership_refused",
-                recorded=str(refusal.recorded),
-                ours=str(refusal.ours),
-                holder=refusal.holder,
-                message=refusal.message,
-            )
-        else:
-            self._log.info("ownership_agreed", ours=str(self.coordination))
-        if self.on_refusal is not None:
-            try:
-                self.on_refusal(refusal)
-            except Exception as exc:  # last resort: a callback bug must not stop the election
-                self._log.error(
-                    "refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__
-                )
+        tell_refusal(self._log, refusal, self.coordination, self.on_refusal)
 
     def release(self) -> None:
         """Give the Lease up (empty holder) if we hold it, so a standby need not wait."""

@@ -49,6 +49,7 @@ from alphagate.kube.coordination import (
     ROLE_LABEL,
     Coordination,
     Refusal,
+    tell_refusal,
 )
 from alphagate.kube.lease import default_identity
 from alphagate.logs import get as get_logger
@@ -327,22 +328,7 @@ class ShardLeases:
             with self._lock:
                 self._renewed.clear()
                 self._confirmed = None
-            self._log.warning(
-                "ownership_refused",
-                recorded=str(refusal.recorded),
-                ours=str(refusal.ours),
-                holder=refusal.holder,
-                message=refusal.message,
-            )
-        else:
-            self._log.info("ownership_agreed", ours=str(self.coordination))
-        if self.on_refusal is not None:
-            try:
-                self.on_refusal(refusal)
-            except Exception as exc:  # last resort: a callback bug must not stop the rounds
-                self._log.error(
-                    "refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__
-                )
+        tell_refusal(self._log, refusal, self.coordination, self.on_refusal)
 
     def _release_all(self, leases: dict[str, Any]) -> None:
         """Hand back every shard Lease this replica still holds (it refuses: the record's
