@@ -42,6 +42,7 @@ class Evaluation:
     state: str
     verdict: str
     action: str
+    why: str = ""  # an Error's SourceHealthy (or SpecValid) message: what failed
 
 
 @dataclass
@@ -282,10 +283,13 @@ def _look(
             continue
         last[name] = stamp
         d = st.get("lastDecision") or {}
+        verdict = str(d.get("verdict", ""))
+        why = ""
+        if verdict == "Error":
+            bad = [c for c in st.get("conditions") or [] if c.get("status") == "False"]
+            why = "; ".join(f"{c.get('reason')}: {c.get('message', '')}"[:240] for c in bad)
         result.victims.setdefault(name, []).append(
-            Evaluation(
-                at, str(st.get("state", "")), str(d.get("verdict", "")), str(d.get("action", ""))
-            )
+            Evaluation(at, str(st.get("state", "")), verdict, str(d.get("action", "")), why)
         )
 
 
