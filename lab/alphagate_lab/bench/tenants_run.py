@@ -287,7 +287,7 @@ def _look(
         why = ""
         if verdict == "Error":
             bad = [c for c in st.get("conditions") or [] if c.get("status") == "False"]
-            why = "; ".join(f"{c.get('reason')}: {c.get('message', '')}"[:240] for c in bad)
+            why = "; ".join(_short(f"{c.get('reason')}: {c.get('message', '')}") for c in bad)
         result.victims.setdefault(name, []).append(
             Evaluation(at, str(st.get("state", "")), verdict, str(d.get("action", "")), why)
         )
@@ -303,3 +303,8 @@ def _probe(client: httpx.Client, port: int, result: RunResult) -> None:
         result.healthz_ok += 1
     elif result.healthz_ok:
         result.healthz_failed += 1
+
+
+def _short(text: str) -> str:
+    """A condition's sentence, its head and its tail (a query in the middle can be long)."""
+    return text if len(text) <= 360 else f"{text[:120]} ... {text[-220:]}"
