@@ -640,6 +640,22 @@ def build() -> db.Dashboard:
     )
     dash = dash.with_panel(
         ts(
+            "API budget deferrals",
+            "Evaluations deferred (15m) because a Kubernetes API budget lacked what one costs, "
+            "per canary and budget (canary, namespace, overall); the canary's WithinApiBudget "
+            "condition says how late. Alert: AlphagateApiBudgetExceeded.",
+            "short",
+            q(
+                "sum by (canary, scope) "
+                f"(increase(alphagate_api_budget_deferrals_total{{{C}}}[15m])) > 0",
+                "{{canary}} {{scope}}",
+            ),
+        )
+        .draw_style(common.GraphDrawStyle.BARS)
+        .fill_opacity(60)
+    )
+    dash = dash.with_panel(
+        ts(
             "Evaluation time",
             "Observe, estimate, judge and decide for one canary.",
             "s",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from kube_support import canary_cr
+from prometheus_client import CollectorRegistry
 
 from alphagate.config import GROUP
 from alphagate.errors import ApiBudgetError
@@ -190,6 +191,7 @@ def test_a_64_slice_canary_at_the_interval_floor_pays_alone_and_says_so(
             elapsed = time.monotonic() - started
             requests = api.requests
             victim_times = _times(outcomes, "victim")[len(victims_before) :]
+            deferrals = _deferrals(c.recorder.registry)
         finally:
             c.stop()
         flood = parse_status(api.get("speculativecanaries", "team-a", "flood", group=GROUP))
@@ -202,12 +204,27 @@ def test_a_64_slice_canary_at_the_interval_floor_pays_alone_and_says_so(
     assert cond is not None and cond.status == "False"
     assert cond.reason == "CanaryApiBudgetExceeded"
     assert calm.condition("WithinApiBudget") is None  # the victim never met a budget
+    # exported per canary and budget: the flood's canary budget counts, the victim's series
+    # exist at 0 (so increase() sees its first deferral), no other budget counts
+    assert deferrals[("team-a", "flood", "canary")] >= 1
+    assert deferrals[("team-b", "victim", "canary")] == 0
+    assert {k for k, v in deferrals.items() if v > 0} == {("team-a", "flood", "canary")}
     # the flood made at most its rate plus one burst; unbudgeted it made 700 a second
     charged = [r for r in requests if r.namespace == "team-a"]
     assert len(charged) <= 50.0 * elapsed + 300, len(charged)
     # the other tenant's canary kept its 1 s interval (a cycle may run a little late)
     gaps = [b - a for a, b in itertools.pairwise(victim_times)]
     assert len(victim_times) >= 4 and max(gaps) < 2.0, gaps
+
+
+def _deferrals(registry: CollectorRegistry) -> dict[tuple[str, str, str], float]:
+    """alphagate_api_budget_deferrals_total by (namespace, canary, scope)."""
+    return {
+        (s.labels["namespace"], s.labels["canary"], s.labels["scope"]): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "alphagate_api_budget_deferrals_total"
+    }
 
 
 def _times(outcomes: list[Outcome], name: str) -> list[float]:

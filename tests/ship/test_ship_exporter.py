@@ -29,6 +29,7 @@ from alphagate.core.model import (
     Verdict,
 )
 from alphagate.errors import SourceErrorKind
+from alphagate.kube.apibudget import BudgetScope
 from alphagate.shell import exporter, metric_names
 from alphagate.shell import server as metrics_server
 
@@ -333,6 +334,10 @@ def test_forget_drops_every_series_of_a_deleted_canary(recorder: exporter.Record
         recorder.record(
             evaluation(), namespace="n", canary=canary, duration_seconds=0.01, speculation_on=False
         )
+    recorder.api_deferred(BudgetScope.CANARY, namespace="n", canary="a")
+    recorder.api_deferred(BudgetScope.NAMESPACE, namespace="n", canary="b")
+    assert value(scrape(recorder.registry), metric_names.API_DEFERRALS, namespace="n",
+                 canary="a", scope="canary") == 1  # fmt: skip
     recorder.forget(namespace="n", canary="a")  # and its perSlice unit a/chat, not ab
     s = scrape(recorder.registry)
     assert {dict(lb).get("canary") for _, lb in s} - {None} == {"ab", "b"}

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from alphagate import vllm
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import (
@@ -30,6 +32,7 @@ from alphagate.core.model import (
     Evaluation,
     Memory,
     Observation,
+    Role,
     Rollout,
     State,
     Verdict,
@@ -56,6 +59,7 @@ INTERVAL = 2.0  # the policy's: two scrapes, so the raw increase() has data
 WINDOW = 6.0
 ALPHAS = {"good": 0.85, "poor": 0.3}
 DRAFTS = recorded_name("vllm:spec_decode_num_drafts_total")
+ACCEPTED = recorded_name(vllm.SPEC_ACCEPTED)
 
 SCENARIO = per_slice_fleet(
     "recorded-rates", 16, list(ALPHAS), list(ALPHAS.values()), rate=40, canary_pods=4
@@ -65,14 +69,25 @@ SCENARIO = per_slice_fleet(
 SPECS = [slice_spec(s, interval=INTERVAL, window=WINDOW) for s in ALPHAS]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    rules = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
-    rules.write_text(
+def scaled_rules(*, without: str = "") -> str:
+    """The shipped rules at this module's pace, less the rule recording `without`."""
+    text = (
         RULES.read_text()
         .replace("interval: 30s", f"interval: {EVERY}s")
         .replace("[1m]", f"[{2 * EVERY}s]")
     )
+    if not without:
+        return text
+    doc = yaml.safe_load(text)
+    for group in doc["groups"]:
+        group["rules"] = [r for r in group["rules"] if r.get("record") != without]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    rules = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
+    rules.write_text(scaled_rules())
     prom = PrometheusServer(scrape_interval=EVERY, evaluation_interval=EVERY, rule_files=[rules])
     sim = SimServer(Fleet(SCENARIO), file_sd=prom.targets_path)
     try:
@@ -170,7 +185,7 @@ def test_recorded_rates_behind_the_window_end_hold_instead_of_judging_older_poin
 def test_missing_recorded_rates_hold_even_with_points_left_in_the_window(
     stack: PrometheusServer,
 ) -> None:
-    """Last in this module: it removes the rules from the shared Prometheus."""
+    """It removes the rules from the shared Prometheus (what follows puts back its own)."""
     stack.rule_files = []
     stack.reload()
     # the removed group's series are marked stale at once; the raw counters go on
@@ -188,3 +203,36 @@ def test_missing_recorded_rates_hold_even_with_points_left_in_the_window(
         poor = raw.observe(SPECS[1], start=end - WINDOW, end=end, interval_seconds=INTERVAL)
     assert probing(SPECS[1], poor, end).checks[0].kind is CheckKind.ACCEPTANCE
     assert probing(SPECS[1], poor, end).checks[0].verdict is Verdict.FAIL
+
+
+def test_one_recording_rule_missing_holds_instead_of_reading_its_counter_short(
+    stack: PrometheusServer, tmp_path: Path
+) -> None:
+    """After the removal above, the rules come back but for the accepted-tokens one (a
+    hand-edited file): drafts are recorded, accepted tokens are not, and summed as they are
+    the good canary's alpha would read 0. Every rule the source reads has its reach checked,
+    so both canaries hold on their canary pool, whose reason names the missing rule alone."""
+    rules = tmp_path / "alphagate-batches.yaml"
+    rules.write_text(scaled_rules(without=ACCEPTED))
+    stack.rule_files = [str(rules)]
+    stack.reload()
+    # recorded again for a few seconds, so the reach is checked on points past the reload
+    stack.wait_for(f"count(count_over_time({DRAFTS}[3s]) >= 3) >= 8", timeout=20)
+    stack.wait_for(f"count({ACCEPTED})", lambda got: not got, timeout=20)
+    end = time.time() - 1.5
+    with recorded_source(stack.url) as rec:
+        alone = [
+            rec.observe(s, start=end - WINDOW, end=end, interval_seconds=INTERVAL) for s in SPECS
+        ]
+        batched = observe_many(rec, SPECS, start=end - WINDOW, end=end, interval_seconds=INTERVAL)
+    for spec, a, b in zip(SPECS, alone, batched, strict=True):
+        for obs in (a, b):
+            # the baseline pods do not speculate: no accepted-tokens counter, nothing missing
+            kinds = {p.role: p.error_kind for p in obs.pools}
+            assert kinds == {Role.CANARY: SourceErrorKind.STALE, Role.BASELINE: None}
+            canary = next(p for p in obs.pools if p.role is Role.CANARY)
+            assert canary.error is not None and ACCEPTED in canary.error
+            assert DRAFTS not in canary.error
+            e = probing(spec, obs, end)
+            assert e.action is Action.HOLD and e.transition is None
+            assert e.verdict is Verdict.ERROR and e.combined is None

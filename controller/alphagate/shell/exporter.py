@@ -43,6 +43,7 @@ from alphagate.core.model import (
 )
 from alphagate.core.suitability import Finding
 from alphagate.errors import BudgetKind, SourceErrorKind
+from alphagate.kube.apibudget import BudgetScope
 from alphagate.shell.metric_families import MetricFamilies
 from alphagate.shell.metric_names import (
     ALERT,
@@ -262,6 +263,10 @@ class Recorder(MetricFamilies):
         """Count one read that spent the canary's `budget` (a bounded set: BudgetKind)."""
         self.budget_exceeded_total.labels(namespace, canary, budget.value).inc()
 
+    def api_deferred(self, scope: BudgetScope, *, namespace: str, canary: str) -> None:
+        """Count one evaluation deferred because the `scope` API budget was spent."""
+        self.api_deferrals.labels(namespace, canary, scope.value).inc()
+
     def set_leader(self, leader: bool) -> None:
         """Mark leadership. Losing it drops every per-canary gauge: only the leader's count."""
         with self._lock:
@@ -322,6 +327,7 @@ class Recorder(MetricFamilies):
                 self.transitions,
                 self.source_errors,
                 self.budget_exceeded_total,
+                self.api_deferrals,
                 self.duration,
                 self.warnings,
                 self.timing_problem,
@@ -352,6 +358,8 @@ class Recorder(MetricFamilies):
             self.source_errors.labels(*c, kind.value)
         for budget in BudgetKind:
             self.budget_exceeded_total.labels(*c, budget.value)
+        for scope in BudgetScope:
+            self.api_deferrals.labels(*c, scope.value)
         for reason in WATCHED_WARNINGS:
             self.warnings.labels(*c, reason)
         self.duration.labels(*c)

@@ -18,6 +18,7 @@ from alphagate.shell.metric_names import (
     ALPHA_GATE,
     ALPHA_LOWER,
     ALPHA_UPPER,
+    API_DEFERRALS,
     CHECK_VERDICT,
     COMBINED_ALPHA,
     COMBINED_ALPHA_LOWER,
@@ -149,6 +150,13 @@ class MetricFamilies:
             "alphagate_source_budget_exceeded",
             "Failed reads that spent one of the canary's own budgets, by budget.",
             (*_CANARY, "budget"),
+            registry=r,
+        )
+        self.api_deferrals = Counter(
+            API_DEFERRALS.removesuffix("_total"),
+            "Evaluations deferred because a Kubernetes API budget (scope: canary, namespace, "
+            "overall) lacked what one costs.",
+            (*_CANARY, "scope"),
             registry=r,
         )
         self.duration = Histogram(

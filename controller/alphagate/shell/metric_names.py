@@ -41,6 +41,9 @@ TRANSITIONS: Final = "alphagate_transitions_total"
 SOURCE_ERRORS: Final = "alphagate_source_errors_total"
 # failed reads that spent one of the canary's own budgets, by budget (errors.BudgetKind)
 BUDGET_EXCEEDED: Final = "alphagate_source_budget_exceeded_total"
+# evaluations deferred because a Kubernetes API budget was spent, by budget (kube/apibudget:
+# scope canary, namespace or overall)
+API_DEFERRALS: Final = "alphagate_api_budget_deferrals_total"
 EVALUATION_DURATION: Final = "alphagate_evaluation_duration_seconds"
 LAST_EVALUATION: Final = "alphagate_last_evaluation_timestamp_seconds"
 LAST_SUCCESS: Final = "alphagate_last_success_timestamp_seconds"
@@ -95,6 +98,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(
         TRANSITIONS,
         SOURCE_ERRORS,
         BUDGET_EXCEEDED,
+        API_DEFERRALS,
         EVALUATION_DURATION + "_bucket",
         EVALUATION_DURATION + "_count",
         EVALUATION_DURATION + "_sum",

@@ -344,6 +344,9 @@ class Reconciler(WatchLoop):
             now=now,
             generation=generation,
         )
+        if out.api_deferral is not None:
+            with contextlib.suppress(*METRIC_ERRORS):
+                self.recorder.api_deferred(out.api_deferral.scope, namespace=namespace, canary=name)
 
         # ---- the source: a policy naming an endpoint nobody configured is wrong, not failing
         source = self.sources.get(spec, namespace, name, generation)

@@ -16,6 +16,7 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.insights import Insights
 from alphagate.core.model import Evaluation, Verdict
 from alphagate.errors import BudgetKind, SourceErrorKind
+from alphagate.kube.apibudget import BudgetScope
 from alphagate.kube.status import latency_evidence, p99_ratio
 from alphagate.kube.units import UnitOutcome
 
@@ -37,6 +38,8 @@ class Recorder(Protocol):
     ) -> None: ...
 
     def budget_exceeded(self, budget: BudgetKind, *, namespace: str, canary: str) -> None: ...
+
+    def api_deferred(self, scope: BudgetScope, *, namespace: str, canary: str) -> None: ...
 
     def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None: ...
 
@@ -66,6 +69,9 @@ class NullRecorder:
         """Nothing to count."""
 
     def budget_exceeded(self, budget: BudgetKind, *, namespace: str, canary: str) -> None:
+        """Nothing to count."""
+
+    def api_deferred(self, scope: BudgetScope, *, namespace: str, canary: str) -> None:
         """Nothing to count."""
 
     def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None:

@@ -16,9 +16,10 @@ With recorded rates (the endpoint's ``recordedRulesIntervalSeconds`` E, the ship
 sum of the recorded per-pod rates in it: each point is a rate over two rule intervals, so the
 recorded window lags the raw one by about E and reaches about E further back (different edges
 of the same counters, not a different answer). A sum of points cannot tell a window the rules
-covered from one they stopped recording half-way: a pool whose newest recorded point is more
-than RECORDED_LAG_EVALUATIONS rule intervals old at the window's end, or that has raw series
-but no recorded ones, is a pool error of kind STALE (held, never judged on the older part).
+covered from one they stopped recording half-way: a pool where any rule the source reads has
+its newest recorded point more than RECORDED_LAG_EVALUATIONS rule intervals old at the window's
+end, or has no recorded series while the pool has that raw counter, is a pool error of kind
+STALE (held, never judged on the older part, nor on one counter short of the others).
 
 Failures never raise out of :meth:`PrometheusSource.observe`: they are classified
 (:class:`~alphagate.errors.SourceErrorKind`) and put on the Observation (the server failed:
@@ -73,6 +74,8 @@ from alphagate.sources.exposition import parse_number
 from alphagate.sources.layout import layout_error, metric_of
 from alphagate.sources.promql import (
     LATENCY_FAMILIES,
+    RECORDED,
+    RULE_LABEL,
     PoolQueries,
     duration,
     label_name,
@@ -490,32 +493,45 @@ def _layout_check(ask: Asker, expr: str, metric: LatencyMetric, at: float, where
 
 
 def _recorded_reach(ask: Asker, q: PoolQueries, end: float, every: float, where: str) -> None:
-    """Raise STALE unless the pool's recorded rates reach the window's end.
+    """Raise STALE unless every recorded rate the pool reads reaches the window's end.
 
     The recorded points of a window are summed as its counts, whatever their number: with
     the rules behind (a slow group skips evaluations and writes late), stopped or removed, a
-    window would be judged on its older part, or on none, as if that were all that happened.
-    So the pool's newest recorded point must be at most RECORDED_LAG_EVALUATIONS rule
-    intervals old at `end`. No recorded series while raw ones exist: the rules are missing.
-    No series at all: nothing to say here (the traffic query reports EMPTY)."""
-    newest = max((p.value for p in ask.query(q.recorded_at, at=end)), default=None)
+    window would be judged on its older part, or on none, as if that were all that happened;
+    with one rule missing or behind (a hand-edited rules file), its counter alone is short
+    (accepted tokens short of drafts read as a low alpha). So each rule's newest point (over
+    the pool's pods) must be at most RECORDED_LAG_EVALUATIONS rule intervals old at `end`,
+    and a rule with no series while the pool has its raw counters is missing. A counter the
+    pods do not export (no speculation, an older vLLM) has nothing to check."""
+    newest: dict[str, float] = {}
+    for p in ask.query(q.recorded_at, at=end):
+        rule = p.labels.get(RULE_LABEL, "")
+        newest[rule] = max(newest.get(rule, p.value), p.value)
     allowed = RECORDED_LAG_EVALUATIONS * every
-    if newest is not None and end - newest <= allowed + 1e-3:
-        return
-    if newest is None:
-        present = ask.query(q.traffic_present, at=end)
-        if not any(p.value > 0 for p in present):
-            return
+    behind = {r: end - t for r, t in newest.items() if end - t > allowed + 1e-3}
+    missing: list[str] = []
+    if len(newest) < len(RECORDED):
+        raw = {
+            recorded_name(p.labels.get("__name__", ""))
+            for p in ask.query(q.traffic_present, at=end)
+            if p.value > 0
+        }
+        missing = sorted(raw - newest.keys())
+    if behind:
+        lag = max(behind.values())
         why = (
-            f"no recorded rates ({recorded_name(vllm.GENERATION_TOKENS)}) although the pods' "
-            f"counters exist: are the recording rules (alphagate-batches.yaml) installed?"
+            f"the recorded rates end up to {lag:.1f}s before the window's end (at most "
+            f"{allowed:g}s, {RECORDED_LAG_EVALUATIONS} rule intervals) for "
+            f"{', '.join(sorted(behind))}: the recording rules are behind; see "
+            f"prometheus_rule_group_last_duration_seconds"
+        )
+    elif missing:
+        why = (
+            f"no recorded rates ({', '.join(missing)}) although the pods' counters exist: are "
+            f"the recording rules (alphagate-batches.yaml) installed, every rule of them?"
         )
     else:
-        why = (
-            f"the recorded rates end {end - newest:.1f}s before the window's end (at most "
-            f"{allowed:g}s, {RECORDED_LAG_EVALUATIONS} rule intervals): the recording rules are "
-            f"behind; see prometheus_rule_group_last_duration_seconds"
-        )
+        return
     raise SourceError(SourceErrorKind.STALE, why, target=where)
 
 

@@ -27,10 +27,12 @@ both the ``vllm:`` name and the ``vllm_`` spelling a Prometheus 2 scrape stores,
       count by (__name__) ({__name__=~"vllm[:_](inter_token_latency_seconds|...)_count",M})
     with recorded rates (``recordedRulesIntervalSeconds`` E), the counters above become
     ``E * sum by (...) (sum_over_time(alphagate:<name>:rate{M}[step - 1ms]))``, and first,
-    instant at end, how far the recording rules reach (see ``PrometheusSource``):
-      max (timestamp(alphagate:vllm_generation_tokens:rate{M}))
-    and, only when that is empty, whether the pool has raw series at all:
-      count (last_over_time(vllm:generation_tokens_total{M}[W]))
+    instant at end, how far each recording rule the source reads (RECORDED) reaches (see
+    ``PrometheusSource``), one series per rule, told apart by the label RULE_LABEL:
+      max by (alphagate_rule) (label_replace(timestamp(alphagate:<name>:rate{M}),
+        "alphagate_rule", "alphagate:<name>:rate", "", "") or ...)
+    and, only when a rule has no series there, which of its raw counters the pool has:
+      count by (__name__) ({__name__=~"vllm[:_](<name>|...)",M})
     scrape interval (unless the endpoint configures scrapeIntervalSeconds), at most every
     SCRAPE_PROBE_SECONDS: the ``scrapeInterval`` of the active targets whose labels match the
     pool (``GET /api/v1/targets?state=active``; unknown on backends without that API)
@@ -103,6 +105,24 @@ def increase_by(name: str, m: str, rng: str, by: str) -> str:
     return _either(lambda n: f"sum{grouping} (increase({n}{{{m}}}[{rng}]))", name)
 
 
+RECORDED: Final = (
+    vllm.SPEC_DRAFTS,
+    vllm.SPEC_DRAFT_TOKENS,
+    vllm.SPEC_ACCEPTED,
+    vllm.SPEC_PER_POS,
+    vllm.GENERATION_TOKENS,
+    vllm.ITL + vllm.BUCKET,
+    vllm.ITL + vllm.SUM,
+    vllm.TPOT + vllm.BUCKET,
+    vllm.TPOT + vllm.SUM,
+)
+"""The counters the source reads recorded (every one the shipped rules record): each rule's
+reach is checked, since one rule behind or missing skews the window as much as all of them."""
+
+RULE_LABEL: Final = "alphagate_rule"
+"""The label the reach query names each recording rule's newest point by."""
+
+
 def recorded_name(name: str) -> str:
     """The series deploy/monitoring/rules/alphagate-batches.yaml records for `name`: its per-pod
     rate (both spellings merged), evaluated every ``recordedRulesIntervalSeconds``."""
@@ -146,8 +166,8 @@ class PoolQueries:
     # how long the requests that finished in the window decoded (alpha's block length)
     decode_time_buckets: str = ""
     decode_time_sum: str = ""
-    # recorded rates only: when the rules last recorded the pool (the newest point's time),
-    # and whether the pool has raw series (rules missing rather than no pods)
+    # recorded rates only: when each rule last recorded the pool (its newest point's time),
+    # and which raw counters the pool has (a rule missing rather than no such counter)
     recorded_at: str = ""
     traffic_present: str = ""
     # which per-step/per-token latency families the pool's pods export (by name), asked only
@@ -210,12 +230,16 @@ def queries(
     }
     of: Callable[[str, str, str, str], str] = increase_by
     if recorded:
-        raw["recorded_at"] = (
-            f"max{by_keys} (timestamp({recorded_name(vllm.GENERATION_TOKENS)}{{{m}}}))"
+        # timestamp() drops the name: each rule's points are labelled before they are joined
+        reach = " or ".join(
+            f'label_replace(timestamp({recorded_name(n)}{{{m}}}), "{RULE_LABEL}", '
+            f'"{recorded_name(n)}", "", "")'
+            for n in RECORDED
         )
-        raw["traffic_present"] = _either(
-            lambda n: f"count{by_keys} (last_over_time({n}{{{m}}}[{w}]))",
-            vllm.GENERATION_TOKENS,
+        raw["recorded_at"] = f"max by ({RULE_LABEL}{extra}) ({reach})"
+        counters = "|".join(n.removeprefix(vllm.PREFIX) for n in RECORDED)
+        raw["traffic_present"] = (
+            f'count by (__name__{extra}) ({{__name__=~"vllm[:_]({counters})",{m}}})'
         )
         # One recorded point per `recorded` seconds: a range 1 ms short of the step holds
         # step / recorded of them whatever the phase (Prometheus 2 ranges include both ends).

@@ -17,7 +17,9 @@ attacker's canaries show, and a PASS/FAIL line against the issue's "done when":
   * memory and health: peak RSS under the 512 Mi pod limit, `/healthz` answered every time;
   * typed: the attacker's canaries alone are Inconclusive or Error, and a condition names the
     budget they exceeded (a reason containing "Budget": e.g. WithinApiBudget=False
-    `CanaryApiBudgetExceeded`); no victim is Error.
+    `CanaryApiBudgetExceeded`; for cross-namespace, whose policy is refused outright,
+    SpecValid=False `CrossNamespace`); no victim is Error (the victims' Error reasons are
+    printed).
 
 Numbers only, no assertion on speed; every loop is bounded (`--seconds` per run); binds
 127.0.0.1 only. `--quick`: two victims, 45 s runs. `--attacks a,b` runs some classes only.
@@ -90,7 +92,7 @@ class Verdict:
 
     @property
     def typed(self) -> bool:
-        named = [budget_named(st) for st in self.got.attacker.values()]
+        named = [budget_named(st, self.attack.named) for st in self.got.attacker.values()]
         victims_error = any(e.verdict == "Error" for evs in self.got.victims.values() for e in evs)
         return bool(named) and all(n is not None for n in named) and not victims_error
 
@@ -125,26 +127,37 @@ def worst_delay(r: RunResult, interval: float) -> float:
     return max(worst, 0.0)
 
 
-def budget_named(status: dict[str, Any]) -> str | None:
-    """The condition (type=reason) naming a budget, on an Inconclusive or Error canary (or one
-    deferred by a budget); None when there is none."""
+def budget_named(status: dict[str, Any], word: str = "budget") -> str | None:
+    """The condition (type=reason) naming a budget (or `word`: a class whose policy is refused
+    names the refusal), on an Inconclusive or Error canary (or one deferred by a budget, or
+    never evaluated); None when there is none."""
     verdict = (status.get("lastDecision") or {}).get("verdict", "")
     for c in status.get("conditions") or []:
-        named = c.get("status") == "False" and "budget" in str(c.get("reason", "")).lower()
+        named = c.get("status") == "False" and word.lower() in str(c.get("reason", "")).lower()
         judged = verdict in ("Inconclusive", "Error", "") or c.get("type") == "WithinApiBudget"
         if named and judged:
             return f"{c.get('type')}={c.get('reason')}"
     return None
 
 
-def attacker_text(status_by_name: dict[str, dict[str, Any]]) -> str:
+def victim_errors(r: RunResult) -> str:
+    """The distinct reasons the victims' Error evaluations gave (what failed), most seen first."""
+    seen: dict[str, int] = {}
+    for evs in r.victims.values():
+        for e in evs:
+            if e.verdict == "Error":
+                seen[e.why or "no condition False"] = seen.get(e.why or "no condition False", 0) + 1
+    return " | ".join(f"{n}x {why}" for why, n in sorted(seen.items(), key=lambda kv: -kv[1])[:3])
+
+
+def attacker_text(status_by_name: dict[str, dict[str, Any]], word: str = "budget") -> str:
     """What the attacker's canaries show: verdicts, and the budget named (or not)."""
     verdicts: dict[str, int] = {}
     named: dict[str, int] = {}
     for st in status_by_name.values():
         v = (st.get("lastDecision") or {}).get("verdict") or "never evaluated"
         verdicts[v] = verdicts.get(v, 0) + 1
-        n = budget_named(st) or "no budget named"
+        n = budget_named(st, word) or f"no {word} named"
         named[n] = named.get(n, 0) + 1
     return (
         ", ".join(f"{k} x{c}" for k, c in sorted(verdicts.items()))
@@ -183,10 +196,12 @@ def report(verdicts: list[Verdict], bases: dict[bool, RunResult], interval: floa
         print(
             f"{v.attack.name:<21} {'same' if v.same_decisions else 'DIFFER':<9} "
             f"{v.delay:>7.1f} {g.peak_rss_mib:>7.0f} {g.api_per_second:>6.0f} {live:<7}  "
-            f"{attacker_text(g.attacker)}"
+            f"{attacker_text(g.attacker, v.attack.named)}"
         )
         if not v.same_decisions:
             print(f"{'':<21} victims: {_flips(g)}")
+        if victim_errors(g):
+            print(f"{'':<21} victims' errors: {victim_errors(g)}")
         if g.error:
             print(f"{'':<21} run error: {g.error}")
     print()

@@ -47,6 +47,9 @@ class Attack:
     build: Callable[[float], Tenant]  # the victims' interval in, the attacker out
     prometheus: bool = False  # victims and attacker read through Prometheus
     max_samples: int = 0  # Prometheus' --query.max-samples (0: its default)
+    # what a condition of the attacker's must name (in its reason): the budget it exceeded,
+    # or, for a policy refused outright, the refusal
+    named: str = "budget"
 
 
 def canary(
@@ -224,5 +227,16 @@ ATTACKS: Final = (
         prometheus=True,
     ),
     Attack("slice-flood", "64 slices at the 0.1 s interval floor", _slice_flood),
+    Attack(
+        "cross-namespace",
+        "a Prometheus policy with matchLabels {namespace: llm} selecting a victim's pods",
+        lambda i: _one(
+            i,
+            source={"kind": "prometheus", "prometheus": {"matchLabels": {"namespace": VICTIMS_NS}}},
+            slices=[_slice("chat", "v0")],
+        ),
+        prometheus=True,
+        named="CrossNamespace",
+    ),
 )
 BY_NAME: Final = {a.name: a for a in ATTACKS}

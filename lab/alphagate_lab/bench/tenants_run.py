@@ -42,6 +42,7 @@ class Evaluation:
     state: str
     verdict: str
     action: str
+    why: str = ""  # an Error's SourceHealthy (or SpecValid) message: what failed
 
 
 @dataclass
@@ -282,10 +283,13 @@ def _look(
             continue
         last[name] = stamp
         d = st.get("lastDecision") or {}
+        verdict = str(d.get("verdict", ""))
+        why = ""
+        if verdict == "Error":
+            bad = [c for c in st.get("conditions") or [] if c.get("status") == "False"]
+            why = "; ".join(_short(f"{c.get('reason')}: {c.get('message', '')}") for c in bad)
         result.victims.setdefault(name, []).append(
-            Evaluation(
-                at, str(st.get("state", "")), str(d.get("verdict", "")), str(d.get("action", ""))
-            )
+            Evaluation(at, str(st.get("state", "")), verdict, str(d.get("action", "")), why)
         )
 
 
@@ -299,3 +303,8 @@ def _probe(client: httpx.Client, port: int, result: RunResult) -> None:
         result.healthz_ok += 1
     elif result.healthz_ok:
         result.healthz_failed += 1
+
+
+def _short(text: str) -> str:
+    """A condition's sentence, its head and its tail (a query in the middle can be long)."""
+    return text if len(text) <= 360 else f"{text[:120]} ... {text[-220:]}"
