@@ -646,8 +646,10 @@ def build() -> db.Dashboard:
             "condition says how late. Alert: AlphagateApiBudgetExceeded.",
             "short",
             q(
+                # every canary's series, zeros included: an empty panel would read as
+                # "no data" rather than "never deferred"
                 "sum by (canary, scope) "
-                f"(increase(alphagate_api_budget_deferrals_total{{{C}}}[15m])) > 0",
+                f"(increase(alphagate_api_budget_deferrals_total{{{C}}}[15m]))",
                 "{{canary}} {{scope}}",
             ),
         )
