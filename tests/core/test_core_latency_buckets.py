@@ -106,3 +106,20 @@ def test_equal_latency_passes_on_the_custom_layout() -> None:
         guard=LatencyGuard(),
     )
     assert result.verdict is Verdict.PASS
+
+
+def test_a_reason_that_describes_the_layout_says_so_in_a_typed_field() -> None:
+    # `alphagate evaluate` prints the layout's description only where the reason lacks it:
+    # it reads this field, never the reason's words
+    _, judged = _judge(CUSTOM, seed=1)
+    assert judged.tail is not None and judged.layout_in_reason
+    rng = np.random.default_rng(3)
+    few = _samples(rng, median=0.030, sigma=0.2, bounds=CUSTOM, prefix="c", per_interval=2)
+    result = checks.check_latency(
+        PoolObservation("chat", Role.CANARY, tpot_samples=few),
+        PoolObservation("chat", Role.BASELINE, tpot_samples=few),
+        guard=LatencyGuard(),
+    )
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert isinstance(result.evidence, LatencyEvidence)
+    assert not result.evidence.layout_in_reason

@@ -46,7 +46,14 @@ from alphagate.config import (
     parse,
 )
 from alphagate.core.model import Memory, Observation
-from alphagate.errors import ForbiddenError, KubeError, NotFoundError, PolicyError
+from alphagate.errors import (
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+    NotLeaderError,
+    PolicyError,
+    RecordChangedError,
+)
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import (
@@ -464,10 +471,10 @@ class Reconciler(WatchLoop):
             log=log,
         )
 
-        if any(u.error_reason == "NotLeader" for u in out.units):
+        if any(isinstance(u.error, NotLeaderError) for u in out.units):
             log.warning("lost_leadership_mid_evaluation")
             return  # the new leader writes status and acts; this replica must not
-        if any(u.error_reason == "RecordChanged" for u in out.units):
+        if any(isinstance(u.error, RecordChangedError) for u in out.units):
             # Another writer (a replica, or a reply of ours that was lost) moved the record
             # since this decision's read: its status stands; the next evaluation resumes.
             log.warning("record_moved_mid_evaluation")
