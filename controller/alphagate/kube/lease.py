@@ -221,7 +221,7 @@ class LeaderElector:
         if self.on_refusal is not None:
             try:
                 self.on_refusal(refusal)
-            except Exception as exc:  # last resort: a callback bug must not stop the election
+            except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not stop the election
                 self._log.error(
                     "refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__
                 )
@@ -283,7 +283,7 @@ class LeaderElector:
             return
         try:
             callback()
-        except Exception as exc:  # last resort: a callback bug must not kill the election loop
+        except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not kill the election loop
             self._log.error(
                 "leader_callback_failed", error=repr(exc), error_type=type(exc).__name__
             )

@@ -253,7 +253,7 @@ class Reconciler(WatchLoop):
         if self.on_outcome is not None:
             try:
                 self.on_outcome(out)
-            except Exception as exc:  # last resort: the caller's hook may be buggy
+            except Exception as exc:  # noqa: BLE001 - last resort: the caller's hook may be buggy
                 self._log.warning(
                     "on_outcome_failed", error=repr(exc), error_type=type(exc).__name__
                 )
@@ -537,7 +537,7 @@ class Reconciler(WatchLoop):
         with self._lock:
             self._memories.pop((namespace, name), None)
         self.sources.drop(namespace, name)
-        with contextlib.suppress(Exception):  # metrics are best effort
+        with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
             self.recorder.forget(namespace=namespace, canary=name)
 
     def close(self) -> None:

@@ -363,7 +363,7 @@ class ScrapeSource:
                 found[(ref.slice, ref.role)] = self.discovery.targets(spec, ref)
             except SourceError as err:
                 found[(ref.slice, ref.role)] = err
-            except Exception as exc:  # last resort: a Discovery is pluggable, never let it crash us
+            except Exception as exc:  # noqa: BLE001 - last resort: a Discovery is pluggable, never let it crash us
                 found[(ref.slice, ref.role)] = SourceError(
                     SourceErrorKind.UNREACHABLE,
                     f"discovery failed: {exc!r}",  # repr names the type

@@ -89,7 +89,7 @@ def observe_scrapes(
             obs: Observation | Exception = read.source.observe(
                 read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
             )
-        except Exception as exc:  # one read's bug is that read's result
+        except Exception as exc:  # noqa: BLE001 - one read's bug is that read's result
             obs = exc
         done(i, obs)
     assert all(o is not None for o in out)
@@ -117,7 +117,7 @@ def _wave(reads: Sequence[ScrapeRead], wave: Sequence[int], done: Done) -> None:
     def finish(i: int, plan: Plan, future: Future[dict[str, Scraped]]) -> None:
         try:
             result: Observation | Exception = reads[i].source.finish(plan, future.result())
-        except Exception as exc:  # one read's bug (or its GETs') is that read's result
+        except Exception as exc:  # noqa: BLE001 - one read's bug (or its GETs') is that read's result
             result = exc
         let_go(i, result)
 
@@ -129,7 +129,7 @@ def _wave(reads: Sequence[ScrapeRead], wave: Sequence[int], done: Done) -> None:
             )
             coro = read.source.scraping(plan.targets(), plan.settings, plan.deadline)
             running = submit(coro)
-        except Exception as exc:  # one read's bug is that read's result
+        except Exception as exc:  # noqa: BLE001 - one read's bug is that read's result
             let_go(i, exc)
             return
         running.add_done_callback(lambda f: pool.submit(finish, i, plan, f))
