@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import machine, moves, window
 from alphagate.core.model import (
     Action,
     Alert,
@@ -48,7 +48,7 @@ def mem(**kw: Any) -> Memory:
 
 def step(
     m: Memory, v: Verdict, now: float = T0, spec: SpeculativeCanarySpec = SPEC, **kw: Any
-) -> machine.Decision:
+) -> moves.Decision:
     kw.setdefault("rollout", SETTLED)
     return machine.step(m, v, now=now, spec=spec, **kw)
 
@@ -481,10 +481,10 @@ def test_data_from_before_the_last_flip_is_not_judged_even_if_rollout_lags() -> 
 
 def test_windows_needed() -> None:
     spec = make_spec(acceptance={"consecutiveWindows": 3}, latency={"consecutiveWindows": 1})
-    assert machine.windows_needed(spec) == (3, 3)
-    assert machine.windows_needed(spec, [CheckKind.LATENCY]) == (3, 1)
-    assert machine.windows_needed(spec, [CheckKind.ACCEPTANCE, CheckKind.LATENCY]) == (3, 1)
-    assert machine.windows_needed(spec, [CheckKind.FLOOR]) == (3, 3)
+    assert window.windows_needed(spec) == (3, 3)
+    assert window.windows_needed(spec, [CheckKind.LATENCY]) == (3, 1)
+    assert window.windows_needed(spec, [CheckKind.ACCEPTANCE, CheckKind.LATENCY]) == (3, 1)
+    assert window.windows_needed(spec, [CheckKind.FLOOR]) == (3, 3)
 
 
 # ---------------------------------------------------------------- manual commands and pause
@@ -607,7 +607,7 @@ def test_spec_pause_holds_everything_and_resume_returns() -> None:
         d = step(m, F, now=T0 + 30 * (i + 1), spec=paused)
         assert d.action is Action.HOLD and d.memory.state is State.PAUSED
         m = d.memory
-    assert machine.speculation_on(m)  # the config stays as it was
+    assert window.speculation_on(m)  # the config stays as it was
     d = step(m, INC, now=T0 + 300)
     assert d.memory.state is State.ON and d.action is Action.HOLD
     assert d.transition is not None and d.transition.cause is Cause.SPEC_RESUME
@@ -624,7 +624,7 @@ def test_history_keeps_last_20() -> None:
     m = mem(state=State.ON, since=OLD)
     for i in range(30):
         m = step(m, P, now=T0 + i, command=Command.PAUSE if i % 2 == 0 else Command.RESUME).memory
-    assert len(m.history) == machine.HISTORY_LIMIT
+    assert len(m.history) == moves.HISTORY_LIMIT
     assert m.history[-1].at == T0 + 29
 
 
@@ -639,7 +639,7 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     rollout = Rollout(completed_at=None, speculation_on=False)
     log: list[tuple[float, State, Action]] = []
 
-    def tick(v: Verdict) -> machine.Decision:
+    def tick(v: Verdict) -> moves.Decision:
         nonlocal m, t, rollout
         d = machine.step(m, v, now=t, spec=spec, rollout=rollout)
         if d.action in (Action.ENABLE, Action.DISABLE):
@@ -800,7 +800,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         )
         m = d.memory
         start = now - spec.timing.window_seconds
-        unjudged = machine.not_judgeable(spec, rollout, before, start) is not None
+        unjudged = window.not_judgeable(spec, rollout, before, start) is not None
         effective = INC if unjudged and tick.verdict in (P, F) else tick.verdict
         flipped = d.action in (Action.ENABLE, Action.DISABLE)
         # A flip restarts the pods: every disable, and an enable unless the running template
@@ -831,7 +831,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
                 assert effective is F and not unjudged
                 # on a judged window: whole and disjoint from the last one judged
                 assert start >= before.streak_end
-                needed = machine.windows_needed(spec, tick.fail_kinds)[1]
+                needed = window.windows_needed(spec, tick.fail_kinds)[1]
                 assert tick.decisive or before.fail_streak + 1 >= needed
         # INCONCLUSIVE never moves a speculating canary; data in warm-up is never judged.
         if before.state in (State.PROBING, State.ON, State.PROMOTED) and effective is INC:
@@ -839,7 +839,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         # Confirming needs PASS windows, consecutively, all judged.
         if m.state is State.ON and before.state is State.PROBING:
             assert effective is P and start >= before.streak_end
-            assert before.pass_streak + 1 >= machine.windows_needed(spec)[0]
+            assert before.pass_streak + 1 >= window.windows_needed(spec)[0]
         # An enable never happens on ERROR and only from Off/RolledBack.
         if d.action is Action.ENABLE:
             assert effective is not E and before.state in (State.OFF, State.ROLLED_BACK)
@@ -863,13 +863,13 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
             else:  # a judged window that decides nothing breaks a fail streak only
                 assert (m.pass_streak, m.fail_streak) == (before.pass_streak, 0)
         # The flip cap holds in every sliding hour.
-        recent = [f for f in flips if now - machine.HOUR < f <= now]
+        recent = [f for f in flips if now - window.HOUR < f <= now]
         assert len(recent) <= spec.timing.max_flips_per_hour
         # Reasons are never empty.
         assert d.reason
     # Check every sliding hour once more over the whole run.
     for i, f in enumerate(flips):
-        assert sum(1 for g in flips[i:] if g - f < machine.HOUR) <= spec.timing.max_flips_per_hour
+        assert sum(1 for g in flips[i:] if g - f < window.HOUR) <= spec.timing.max_flips_per_hour
 
 
 def test_only_disjoint_whole_windows_are_judged() -> None:
@@ -952,9 +952,9 @@ def test_backoff_decays_only_after_sustained_time_on() -> None:
     )
     d = machine.step(short, F, now=T0, spec=spec, rollout=Rollout())
     assert d.action is Action.DISABLE and d.memory.cooldown_index == 4
-    assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 3)
+    assert d.memory.cooldown_until - T0 == window.cooldown_seconds(spec, 3)
     # On for two decay periods: two steps down before this rollback's step up
     long = short.model_copy(update={"since": T0 - 2 * decay - 1})
     d = machine.step(long, F, now=T0, spec=spec, rollout=Rollout())
     assert d.action is Action.DISABLE and d.memory.cooldown_index == 2
-    assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 1)
+    assert d.memory.cooldown_until - T0 == window.cooldown_seconds(spec, 1)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import checks, machine
+from alphagate.core import checks, machine, window
 from alphagate.core.model import (
     AcceptanceEvidence,
     Action,
@@ -113,15 +113,15 @@ def test_an_open_failing_streak_waits_for_the_next_whole_window() -> None:
     opened = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED).memory
     assert opened.fail_streak == 1 and opened.streak_end == T0
     # a judging unit reads whole windows; those overlapping the last judged one are looks
-    assert machine.read_window(SPEC, SETTLED, T0 + 60, memory=opened) == (T0 - 240, T0 + 60)
-    assert not machine.judged(SPEC, opened, T0 - 240, T0 + 60)
+    assert window.read_window(SPEC, SETTLED, T0 + 60, memory=opened) == (T0 - 240, T0 + 60)
+    assert not window.judged(SPEC, opened, T0 - 240, T0 + 60)
     d = machine.step(opened, F, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0 - 240)
     assert d.action is Action.HOLD and d.memory == opened.model_copy(
         update={"last_conclusive_at": T0 + 60}
     )
     # the whole window after it is judged: the streak completes
-    start, end = machine.read_window(SPEC, SETTLED, T0 + 300, memory=opened)
-    assert (start, end) == (T0, T0 + 300) and machine.judged(SPEC, opened, start, end)
+    start, end = window.read_window(SPEC, SETTLED, T0 + 300, memory=opened)
+    assert (start, end) == (T0, T0 + 300) and window.judged(SPEC, opened, start, end)
     d = machine.step(opened, F, now=end, spec=SPEC, rollout=SETTLED, window_start=start)
     assert d.action is Action.DISABLE
 
@@ -166,12 +166,12 @@ def test_enabling_a_canary_that_already_speculates_is_no_flip() -> None:
     assert d.action is Action.ENABLE and d.memory.state is State.PROBING
     assert d.memory.flip_times == () and d.memory.last_flip_at is None
     # its data is judged at once (no warm-up from a restart that did not happen) ...
-    assert machine.not_judgeable(SPEC, SETTLED, d.memory, T0) is None
+    assert window.not_judgeable(SPEC, SETTLED, d.memory, T0) is None
     # ... while an enable that patches the pods is a flip and starts a warm-up
     off = Rollout(completed_at=OLD, speculation_on=False)
     d = machine.step(Memory(), Verdict.INCONCLUSIVE, now=T0, spec=SPEC, rollout=off)
     assert d.memory.flip_times == (T0,) and d.memory.last_flip_at == T0
-    assert machine.not_judgeable(SPEC, off, d.memory, T0) is not None
+    assert window.not_judgeable(SPEC, off, d.memory, T0) is not None
 
 
 def test_a_partial_window_neither_confirms_nor_clears() -> None:

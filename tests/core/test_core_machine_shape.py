@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine, reprobe, shape
+from alphagate.core import machine, moves, reprobe, shape
 from alphagate.core.model import (
     Action,
     Buckets,
@@ -116,7 +116,7 @@ def rolled_back(track: ShapeMemory, **kw: Any) -> Memory:
     return Memory(**fields)
 
 
-def cooling(m: Memory, seed: int, code_share: float, now: float) -> machine.Decision:
+def cooling(m: Memory, seed: int, code_share: float, now: float) -> moves.Decision:
     """One evaluation of a whole window while off: the shape is recorded, then the machine
     steps (as `evaluate` does)."""
     shp = traffic(seed, code_share)

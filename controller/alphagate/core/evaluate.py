@@ -25,11 +25,13 @@ from alphagate.core import (
     checks,
     histogram,
     machine,
+    moves,
     poolalpha,
     reprobe,
     shape,
     speedup,
     timing,
+    window,
 )
 from alphagate.core.model import (
     Action,
@@ -243,7 +245,7 @@ def evaluate(
                 ),
             )
         )
-    elif not machine.speculation_on(memory):
+    elif not window.speculation_on(memory):
         failed = [p for p in observation.pools if p.slice in names and p.error is not None]
         if failed:
             texts = [f"{p.role.value} pool of slice {p.slice}: {p.error}" for p in failed]
@@ -258,7 +260,7 @@ def evaluate(
                     ),
                 )
             )
-        state = machine.effective_state(memory).value
+        state = window.effective_state(memory).value
         results.append(
             CheckResult(
                 CheckKind.ACCEPTANCE,
@@ -267,9 +269,9 @@ def evaluate(
             )
         )
     else:
-        unjudged = machine.not_judgeable(spec, rollout, memory, window_start)
+        unjudged = window.not_judgeable(spec, rollout, memory, window_start)
         if unjudged is not None:
-            end = machine.warmup_end(spec, rollout, memory)
+            end = window.warmup_end(spec, rollout, memory)
             results.append(
                 CheckResult(
                     CheckKind.WINDOW,
@@ -328,7 +330,7 @@ def evaluate(
             # Outputs too short to pay (vllm:request_generation_tokens): no probe; the
             # machine is asked again next window, so the probe follows once they lengthen.
             withheld = outputs
-            decision = machine.Decision(
+            decision = moves.Decision(
                 memory, Action.HOLD, f"probe withheld: {outputs.reason}", None, decision.alerts
             )
     return Evaluation(
@@ -342,10 +344,10 @@ def evaluate(
         reason=decision.reason,
         memory=decision.memory,
         transition=decision.transition,
-        target_speculation_on=machine.speculation_on(decision.memory),
+        target_speculation_on=window.speculation_on(decision.memory),
         alerts=decision.alerts,
         predicted_speedup=_predicted_speedup(spec, combined),
-        verdict_age_seconds=machine.verdict_age(decision.memory, now),
+        verdict_age_seconds=window.verdict_age(decision.memory, now),
         withheld=withheld,
     )
 

@@ -60,7 +60,7 @@ from typing import Final
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
 from alphagate.core import pace, reprobe
-from alphagate.core.manual import enable_guards, manual
+from alphagate.core.manual import manual
 from alphagate.core.model import (
     Action,
     Alert,
@@ -73,52 +73,21 @@ from alphagate.core.model import (
     TrafficShape,
     Verdict,
 )
-from alphagate.core.moves import HISTORY_LIMIT, Ctx, Decision, enable_update, flip
+from alphagate.core.moves import Ctx, Decision, enable_update, flip
 from alphagate.core.window import (
     EPS,
-    HOUR,
-    JUDGING,
-    READ_MIN_INTERVALS,
-    SPECULATING,
     adjacent,
     cooldown_seconds,
     effective_state,
     flip_room,
     judged,
     not_judgeable,
-    read_window,
     recent_flips,
-    shared_window,
-    speculation_on,
     verdict_age,
     wall_time,
     warmup_end,
     windows_needed,
 )
-
-# The window rule and the memory queries live in core.window; callers reach them here too.
-__all__ = [
-    "HISTORY_LIMIT",
-    "HOUR",
-    "JUDGING",
-    "READ_MIN_INTERVALS",
-    "SPECULATING",
-    "Decision",
-    "cooldown_seconds",
-    "effective_state",
-    "enable_guards",
-    "flip_room",
-    "judged",
-    "not_judgeable",
-    "read_window",
-    "recent_flips",
-    "shared_window",
-    "speculation_on",
-    "verdict_age",
-    "wall_time",
-    "warmup_end",
-    "windows_needed",
-]
 
 MAX_DEPTH: Final = 4  # rejection_depth's cap: the cooldown's maxSeconds caps it anyway
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import window
 from alphagate.core.model import Evaluation, Memory, Observation, Rollout
 from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.kube.actuator import DeploymentState
@@ -60,11 +60,11 @@ class Prepared:
 
 def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now: float) -> float:
     """Where the one query for all units starts: the core's window rule
-    (`machine.shared_window`), the same the backtest follows."""
+    (`window.shared_window`), the same the backtest follows."""
     units = [
         (p.memory, p.rollout) for p in prepared if p.memory is not None and p.rollout is not None
     ]
-    return machine.shared_window(spec, units, now)[0]
+    return window.shared_window(spec, units, now)[0]
 
 
 @dataclass(slots=True)
