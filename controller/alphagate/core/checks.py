@@ -5,6 +5,7 @@ Verdicts: PASS, FAIL, INCONCLUSIVE (too little data, or inside the hysteresis ba
 below the gate for alpha, a statistically significant bucket exceedance for latency. Every
 result carries its kind, its slice and its typed evidence (what code reads), and a reason a
 person can read, naming the metric that was used (what nothing parses).
+The latency guard, the largest check, is its own module: `core.latency_check`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Final
 from alphagate.config import AcceptanceGate
 from alphagate.core import pace
 from alphagate.core.fmt import number as _fmt
-from alphagate.core.latency_check import check_latency as check_latency
 from alphagate.core.model import (
     AcceptanceEvidence,
     CheckKind,

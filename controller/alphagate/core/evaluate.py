@@ -24,6 +24,7 @@ from alphagate.core import (
     blocksize,
     checks,
     histogram,
+    latency_check,
     machine,
     moves,
     poolalpha,
@@ -428,7 +429,7 @@ def _judge(
         for n in names:
             canary = observation.pool(n, Role.CANARY)
             out.append(
-                checks.check_latency(
+                latency_check.check_latency(
                     canary,
                     observation.pool(n, Role.BASELINE),
                     guard=spec.latency,
