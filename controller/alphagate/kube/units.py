@@ -29,9 +29,10 @@ from alphagate.errors import (
     NotLeaderError,
     RecordChangedError,
 )
-from alphagate.kube.actuator import Actuator, DeploymentState
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.args import ArgsError
 from alphagate.kube.events import Reason
+from alphagate.kube.workload import WorkloadState
 
 COMBINED_UNIT: Final = ""
 
@@ -54,7 +55,7 @@ def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
     return [Unit(COMBINED_UNIT, None, tuple(spec.canary_deployments()))]
 
 
-def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:
+def combined_rollout(actuator: Actuator, deps: Sequence[WorkloadState], now: float) -> Rollout:
     """One Rollout for Deployments flipped together: in progress if any is, done when all are."""
     rollouts = [actuator.rollout(d, now=now) for d in deps]
     if not rollouts:

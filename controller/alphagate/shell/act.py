@@ -16,9 +16,10 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Action, Evaluation, State
 from alphagate.core.tuning import Tuned
 from alphagate.errors import NotLeaderError
-from alphagate.kube.actuator import Actuator, DeploymentState, config_text
+from alphagate.kube.actuator import Actuator, config_text
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
 from alphagate.kube.units import UnitOutcome
+from alphagate.kube.workload import WorkloadState
 
 
 def act(
@@ -26,7 +27,7 @@ def act(
     events: EventRecorder,
     spec: SpeculativeCanarySpec,
     uo: UnitOutcome,
-    deps: list[DeploymentState],
+    deps: list[WorkloadState],
     evaluation: Evaluation,
     tuned: Tuned,
     *,

@@ -14,11 +14,11 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import window
 from alphagate.core.model import Evaluation, Memory, Observation, Rollout
 from alphagate.errors import BudgetKind, SourceErrorKind
-from alphagate.kube.actuator import DeploymentState
 from alphagate.kube.apibudget import Deferral
 from alphagate.kube.events import ObjectRef
 from alphagate.kube.status import CanaryStatus, Condition
 from alphagate.kube.units import UnitOutcome
+from alphagate.kube.workload import WorkloadState
 from alphagate.shell.manual import Manual
 from alphagate.sources import Source
 
@@ -53,7 +53,7 @@ class Prepared:
 
     outcome: UnitOutcome
     log: Any
-    deps: list[DeploymentState] = field(default_factory=list)
+    deps: list[WorkloadState] = field(default_factory=list)
     memory: Memory | None = None
     rollout: Rollout | None = None
 
