@@ -31,7 +31,7 @@ from typing import Any
 from kubernetes import client
 
 from alphagate import clock as clockmod
-from alphagate.errors import KubeError, NotFoundError
+from alphagate.errors import NotFoundError
 from alphagate.kube.client import API_ERRORS, call
 from alphagate.kube.coordination import (
     GROUP_LABEL,
@@ -311,4 +311,4 @@ class LeaderElector:
             self.release()
 
 
-__all__ = ["DEFAULT_LEASE_NAME", "KubeError", "LeaderElector", "default_identity"]
+__all__ = ["DEFAULT_LEASE_NAME", "LeaderElector", "default_identity"]

@@ -25,9 +25,12 @@ from alphagate.kube.coordination import Refusal
 from alphagate.kube.events import EventRecorder, EventType, ObjectRef, Reason
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
 from alphagate.kube.shards import ShardLeases, shard_of
-from alphagate.shell.exporter import Recorder, new_registry
-from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
+from alphagate.shell.exporter import Recorder
+from alphagate.shell.outcome import Outcome
+from alphagate.shell.reconciler import Reconciler
 from alphagate.shell.server import Health, serve
+from alphagate.shell.shard_metrics import new_registry
+from alphagate.shell.source_cache import SourceFactory
 from alphagate.sources import Source, budget, make_source
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth

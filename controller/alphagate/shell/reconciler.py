@@ -71,9 +71,6 @@ from alphagate.kube.status import (
 )
 from alphagate.kube.status_builder import build_status, invalid_status
 from alphagate.kube.units import (
-    Unit,
-    UnitOutcome,
-    combined_rollout,
     units_of,
 )
 from alphagate.shell.api_budget import budget_condition
@@ -87,7 +84,6 @@ from alphagate.shell.outcome import (
     Pending,
     observe_start,
     source_budgets,
-    source_errors,
     source_failures,
 )
 from alphagate.shell.reporting import (
@@ -547,14 +543,4 @@ class Reconciler(WatchLoop):
         self.sources.close()
 
 
-__all__ = [
-    "Outcome",
-    "Reconciler",
-    "SourceFactory",
-    "Unit",
-    "UnitOutcome",
-    "combined_rollout",
-    "source_errors",
-    "source_failures",
-    "units_of",
-]
+__all__ = ["Reconciler"]

@@ -115,4 +115,4 @@ def factory(
     return build
 
 
-__all__ = ["FailedSource", "Source", "SourcesConfig", "factory", "make_source"]
+__all__ = ["FailedSource", "Source", "factory", "make_source"]

@@ -69,8 +69,8 @@ from alphagate.sources.common import (
     sorted_samples,
 )
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
-from alphagate.sources.exposition import parse_number
 from alphagate.sources.layout import layout_error, metric_of
+from alphagate.sources.page_builder import parse_number
 from alphagate.sources.promql import (
     LATENCY_FAMILIES,
     PoolQueries,

@@ -76,9 +76,9 @@ from alphagate.sources.common import (
     sorted_samples,
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
-from alphagate.sources.exposition import Hist, Page
 from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
 from alphagate.sources.increments import PodState, check_page, latency_sample
+from alphagate.sources.page import Hist, Page
 from alphagate.sources.parsepool import parse_pool
 from alphagate.sources.podmemory import check_buckets, increment_cells, kept_cells, series_cells
 

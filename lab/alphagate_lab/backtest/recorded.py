@@ -27,7 +27,7 @@ from alphagate.core.model import Role
 from alphagate.errors import PolicyError
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
 from alphagate.sources.discovery import Target
-from alphagate.sources.exposition import Counter, Gauge, Hist, Histogram, Page, Series
+from alphagate.sources.page import Counter, Gauge, Hist, Histogram, Page, Series
 from alphagate.sources.scrape import Scraped, ScrapeSource
 from alphagate_lab.sim.pod import PodSnapshot
 
