@@ -27,8 +27,12 @@ from typing import Any
 
 import typer
 
-from alphagate.config import PrometheusSource as PrometheusSettings
-from alphagate.config import SourceKind, SpeculativeCanary, SpeculativeCanarySpec
+from alphagate.config import (
+    PrometheusSettings,
+    SourceKind,
+    SpeculativeCanary,
+    SpeculativeCanarySpec,
+)
 from alphagate.core import timing
 from alphagate.core.draft_length import DraftLengthReport
 from alphagate.core.evaluate import evaluate

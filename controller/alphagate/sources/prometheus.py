@@ -40,8 +40,7 @@ import httpx
 import tenacity
 
 from alphagate import vllm
-from alphagate.config import LatencyMetric, SpeculativeCanarySpec
-from alphagate.config import PrometheusSource as PrometheusSettings
+from alphagate.config import LatencyMetric, PrometheusSettings, SpeculativeCanarySpec
 from alphagate.core.model import (
     AcceptanceSample,
     Buckets,

@@ -40,8 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Self
 
 from alphagate import files, vllm_compat
-from alphagate.config import LatencyMetric, SpeculativeCanarySpec
-from alphagate.config import ScrapeSource as ScrapeSettings
+from alphagate.config import LatencyMetric, ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import (
     AcceptanceSample,
     LatencySample,

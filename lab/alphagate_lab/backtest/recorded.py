@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alphagate import vllm
-from alphagate.config import ScrapeSource as ScrapeSettings
-from alphagate.config import SpeculativeCanarySpec
+from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import PolicyError
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
