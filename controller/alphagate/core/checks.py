@@ -11,7 +11,7 @@ The latency guard, the largest check, is its own module: `core.latency_check`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Final
 
@@ -293,11 +293,3 @@ def shortfall(result: CheckResult, band: float) -> float:
     if not math.isfinite(e.value):
         return 0.0
     return max(0.0, (threshold - e.value) / band)
-
-
-def verdict_counts(checks: Iterable[CheckResult]) -> Mapping[Verdict, int]:
-    """How many checks ended in each verdict (for status and metrics)."""
-    out = dict.fromkeys(Verdict, 0)
-    for c in checks:
-        out[c.verdict] += 1
-    return out

@@ -52,7 +52,6 @@ class Reason(StrEnum):
 
     SPECULATION_ENABLED = "SpeculationEnabled"
     SPECULATION_DISABLED = "SpeculationDisabled"
-    PROBE_STARTED = "ProbeStarted"
     STATE_CHANGED = "StateChanged"
     PROMOTED = "Promoted"
     PAUSED = "Paused"
