@@ -57,7 +57,7 @@ def step(m: Memory, v: Verdict, now: float, spec: SpeculativeCanarySpec = SPEC, 
     # the pods run what the memory's state says (an enable from RolledBack patches them)
     kw.setdefault("rollout", SETTLED if window.speculation_on(m) else SETTLED_OFF)
     kw.setdefault("window_start", now - 60)
-    return machine.step(m, v, now=now, spec=spec, **kw)
+    return machine.step(machine.StepInput(m, v, now=now, spec=spec, **kw))
 
 
 # ---------------------------------------------------------------- staleness

@@ -284,15 +284,17 @@ def test_the_machine_step_and_window_reads_never_raise(
     good_share: float | None,
 ) -> None:
     d = machine.step(
-        memory,
-        verdict,
-        now=T0,
-        spec=spec,
-        rollout=rollout,
-        window_start=start,
-        good_share=good_share,
-        decisive=decisive,
-        shortfall=shortfall,
+        machine.StepInput(
+            memory,
+            verdict,
+            now=T0,
+            spec=spec,
+            rollout=rollout,
+            window_start=start,
+            good_share=good_share,
+            decisive=decisive,
+            shortfall=shortfall,
+        )
     )
     assert isinstance(d.action, Action) and isinstance(d.memory.state, State) and d.reason
     lo, hi = window.read_window(spec, rollout, T0, memory=memory)

@@ -295,28 +295,30 @@ def evaluate(
     fail_kinds = [c.kind for c in results if c.verdict is Verdict.FAIL]
     band = gate.enable_above - gate.disable_below
     decision = machine.step(
-        memory,
-        verdict,
-        now=now,
-        spec=spec,
-        rollout=rollout,
-        command=command,
-        good_share=good_share,
-        window_start=window_start,
-        fail_kinds=fail_kinds,
-        evidence=_evidence(combined, estimates, weights, results, verdict),
-        force=force,
-        decisive=any(
-            checks.decisive(
-                c,
-                spec.latency.consecutive_windows
-                if c.kind is CheckKind.LATENCY
-                else gate.consecutive_windows,
-            )
-            for c in results
-        ),
-        shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
-        shape=window_shape,
+        machine.StepInput(
+            memory,
+            verdict,
+            now=now,
+            spec=spec,
+            rollout=rollout,
+            command=command,
+            good_share=good_share,
+            window_start=window_start,
+            fail_kinds=fail_kinds,
+            evidence=_evidence(combined, estimates, weights, results, verdict),
+            force=force,
+            decisive=any(
+                checks.decisive(
+                    c,
+                    spec.latency.consecutive_windows
+                    if c.kind is CheckKind.LATENCY
+                    else gate.consecutive_windows,
+                )
+                for c in results
+            ),
+            shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
+            shape=window_shape,
+        )
     )
     withheld: Suitability | None = None
     if (
