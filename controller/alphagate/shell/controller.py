@@ -138,6 +138,15 @@ class Controller:
         self.elector: LeaderElector | None = None
         self.shards: ShardLeases | None = None
         self.lease_namespace = opts.lease_namespace or _pod_namespace()
+        self._coordinate(opts)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.server: Any = None
+        self._log = logs.get("controller").bind(identity=self.identity)
+
+    def _coordinate(self, opts: RunOptions) -> None:
+        """Who works on what: shard leases (every replica, its shards' canaries), a leader
+        election (one replica acts), or this replica alone."""
         if opts.shards > 0:
             # Every replica works, each on the canaries of the shards it holds.
             self.shards = ShardLeases(
@@ -176,10 +185,6 @@ class Controller:
             self.reconciler.may_act = lambda: self.elector is not None and self.elector.is_leader
         else:
             self.recorder.set_leader(True)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.server: Any = None
-        self._log = logs.get("controller").bind(identity=self.identity)
 
     def _source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
         """A canary's source: the admin's endpoints; its pod discovery paid from its budget."""
