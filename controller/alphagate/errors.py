@@ -100,7 +100,7 @@ class SourceErrorKind(StrEnum):
 
 class BudgetKind(StrEnum):
     """Which of a canary's own budgets a read spent. Many tenants share one controller
-    (design.md §6): what one canary can make it spend is bounded per canary, and spending it
+    (docs/security.md): what one canary can make it spend is bounded per canary, and spending it
     makes only that canary's read an Error. A metric label, so keep values stable."""
 
     # the canary's read deadline in a cycle (its pods' GETs, its Prometheus queries)

@@ -6,7 +6,7 @@
      │                v              │   v
      └── (start) ─ RolledBack <──────┴───┘          Paused: holds any state
 
-Rules (design.md §4):
+Rules:
 * Only FAIL flips, and only after `consecutiveWindows` CONSECUTIVE failing JUDGED windows. A
   judged window is whole and shares no data with the last one judged (`window.judged`): one
   verdict per windowSeconds, whatever the evaluation interval, so no failing window is picked

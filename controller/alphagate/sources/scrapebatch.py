@@ -7,7 +7,7 @@ waiting. :func:`observe_scrapes` runs the same three steps for many reads: every
 each read's :meth:`~ScrapeSource.finish` (increments and pools) as soon as its own GETs are
 done, handed to `on_done` at once.
 
-Isolation (design.md §6): each source GETs through its own Fetcher, at most its own
+Isolation (docs/security.md): each source GETs through its own Fetcher, at most its own
 ``maxConcurrency`` at a time (no other policy's settings lower it), within its own read
 deadline (`sources.budget.read_deadline`: a pod that accepts and never answers delays only its
 own canary, whose read then ends typed READ_TIME), its pages in flight charged to its own
