@@ -14,7 +14,9 @@
     │   ├── ForbiddenError          403: RBAC is missing a permission
     │   ├── NotFoundError           404: the object is gone
     │   ├── RecordChangedError      the Deployment's record moved since the decision was made
+    │   ├── NotLeaderError          this replica lost leadership (or the shard) mid-evaluation
     │   ├── ClaimedError            the Deployment belongs to another SpeculativeCanary
+    │   ├── OwnerConflictError      a declared owner (Argo CD, Flux ...) changed the flag back
     │   └── ApiBudgetError          a canary's (or namespace's) API request budget is spent
     └── SandboxError                the local demo sandbox could not start a part (port in use ...)
 
@@ -98,7 +100,7 @@ class SourceErrorKind(StrEnum):
 
 class BudgetKind(StrEnum):
     """Which of a canary's own budgets a read spent. Many tenants share one controller
-    (design.md §6): what one canary can make it spend is bounded per canary, and spending it
+    (docs/security.md): what one canary can make it spend is bounded per canary, and spending it
     makes only that canary's read an Error. A metric label, so keep values stable."""
 
     # the canary's read deadline in a cycle (its pods' GETs, its Prometheus queries)
@@ -183,6 +185,14 @@ class RecordChangedError(KubeError):
     """The Deployment's record (its `alphagate.io/record` generation) is newer than the one a
     decision was made from: someone (a lost reply of ours, another replica) wrote it since.
     Nothing is patched; the next evaluation resumes from the record."""
+
+
+class NotLeaderError(KubeError):
+    """This replica stopped being the leader (or the owner of the canary's shard) between its
+    decision and the patch: nothing is patched and no status written; the new owner decides."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="NotLeader")
 
 
 class ClaimedError(KubeError):

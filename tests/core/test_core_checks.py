@@ -14,7 +14,7 @@ import pytest
 
 from alphagate import vllm
 from alphagate.config import AcceptanceGate, LatencyGuard, LatencyMetric
-from alphagate.core import checks, resolution
+from alphagate.core import checks, latency_check, resolution
 from alphagate.core.model import (
     AcceptanceEvidence,
     Buckets,
@@ -192,7 +192,7 @@ GEO = (*resolution.geometric(0.004, 0.3), math.inf)
 def test_per_token_same_distribution_on_default_buckets_is_unresolvable() -> None:
     # A pooled histogram has no mean test: only the quantile could pass it, and the baseline's
     # P99 bucket (25, 50] ms is 2x wide, so no canary can be shown within +10% there.
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
     assert r.verdict is INC, r.reason
@@ -209,7 +209,7 @@ def test_per_token_same_distribution_on_default_buckets_is_unresolvable() -> Non
 
 def test_per_token_same_distribution_passes_on_fine_buckets() -> None:
     base = hist(spread(997, 0.02, 0.045) + spread(3, 0.055, 0.07), GEO)  # 0.3% above 45.5 ms
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=base), pool(Role.BASELINE, tpot=base), guard=GUARD
     )
     assert r.verdict is P, r.reason
@@ -228,7 +228,7 @@ def test_per_token_same_distribution_passes_on_fine_buckets() -> None:
 
 def test_per_token_clear_regression_fails_with_evidence() -> None:
     canary = hist(spread(940, 0.02, 0.045) + spread(60, 0.08, 0.09))  # 6% above 0.075
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
     assert r.verdict is F, r.reason
@@ -241,7 +241,7 @@ def test_per_token_clear_regression_fails_with_evidence() -> None:
 
 def test_suggestive_but_not_significant_is_inconclusive() -> None:
     canary = hist(spread(985, 0.02, 0.045) + spread(15, 0.08, 0.09))  # 1.5% of 1000 above
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
     assert r.verdict is INC, r.reason
@@ -257,7 +257,7 @@ def test_regression_hidden_in_one_coarse_bucket_neither_fails_nor_passes() -> No
     # the buckets cannot tell, and the guard says so instead of passing.
     canary = hist([v * 1.1 for v in spread(1000, 0.052, 0.066)])
     base = hist(spread(1000, 0.052, 0.066))
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=base), guard=GUARD
     )
     assert r.verdict is INC
@@ -269,13 +269,13 @@ def test_regression_hidden_in_one_coarse_bucket_neither_fails_nor_passes() -> No
 
 def test_too_few_observations_is_inconclusive() -> None:
     small = hist(spread(50, 0.02, 0.04))
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=small), pool(Role.BASELINE, tpot=BASE_TPOT), guard=GUARD
     )
     e = lat(r)
     assert r.verdict is INC and e.canary is not None and e.canary.count < GUARD.min_count
     assert e.tail is None  # stopped before the quantile's tests
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=BASE_TPOT), pool(Role.BASELINE, tpot=small), guard=GUARD
     )
     e = lat(r)
@@ -292,7 +292,7 @@ CANARY_STEP = hist(spread(2000, 0.06, 0.09))
 def test_per_step_scaled_compares_like_with_like() -> None:
     guard = LatencyGuard(metric=LatencyMetric.PER_STEP_SCALED)
     base, canary = hist(spread(2000, 0.03, 0.045), GEO), hist(spread(2000, 0.06, 0.09), GEO)
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, itl=canary),
         pool(Role.BASELINE, itl=base),
         guard=guard,
@@ -302,7 +302,7 @@ def test_per_step_scaled_compares_like_with_like() -> None:
     assert "per step scaled by 3.1 tokens/step" in r.reason
     assert lat(r).tokens_per_step == 3.1 and lat(r).metric is LatencyMetric.PER_STEP_SCALED
     # The naive per-step comparison (1 token/step) would roll back this healthy canary.
-    naive = checks.check_latency(
+    naive = latency_check.check_latency(
         pool(Role.CANARY, itl=CANARY_STEP),
         pool(Role.BASELINE, itl=BASE_STEP),
         guard=guard,
@@ -310,7 +310,7 @@ def test_per_step_scaled_compares_like_with_like() -> None:
     )
     assert naive.verdict is F
     # On vLLM's default buckets the scaled canary cannot be shown within +10%.
-    coarse = checks.check_latency(
+    coarse = latency_check.check_latency(
         pool(Role.CANARY, itl=CANARY_STEP),
         pool(Role.BASELINE, itl=BASE_STEP),
         guard=guard,
@@ -322,7 +322,7 @@ def test_per_step_scaled_compares_like_with_like() -> None:
 def test_per_step_scaled_without_length_is_inconclusive() -> None:
     guard = LatencyGuard(metric=LatencyMetric.PER_STEP_SCALED)
     for tps in (None, math.nan, 0.5):
-        r = checks.check_latency(
+        r = latency_check.check_latency(
             pool(Role.CANARY, itl=CANARY_STEP),
             pool(Role.BASELINE, itl=BASE_STEP),
             guard=guard,
@@ -334,10 +334,10 @@ def test_per_step_scaled_without_length_is_inconclusive() -> None:
 def test_per_step_absolute_stutter_limit() -> None:
     guard = LatencyGuard(metric=LatencyMetric.PER_STEP_ABSOLUTE, max_step_seconds=0.1)
     stutter = hist(spread(950, 0.01, 0.05) + spread(50, 0.2, 0.3))
-    r = checks.check_latency(pool(Role.CANARY, itl=stutter), None, guard=guard)
+    r = latency_check.check_latency(pool(Role.CANARY, itl=stutter), None, guard=guard)
     assert r.verdict is F and "absolute stutter limit 0.1 s" in r.reason
     assert lat(r).limit_seconds == 0.1 and lat(r).baseline is None
-    fine = checks.check_latency(pool(Role.CANARY, itl=CANARY_STEP), None, guard=guard)
+    fine = latency_check.check_latency(pool(Role.CANARY, itl=CANARY_STEP), None, guard=guard)
     assert fine.verdict is P, fine.reason
     tail = lat(fine).tail
     assert tail is not None and tail.pass_test is not None and tail.pass_test.edge == 0.1
@@ -347,7 +347,7 @@ def test_per_step_absolute_limit_between_bounds_passes_only_below_it() -> None:
     # maxStepSeconds 0.12 is not a bound: "within" is shown at 0.1 (below it), a Fail needs
     # the share above 0.15 (above it); neither edge is the limit itself.
     guard = LatencyGuard(metric=LatencyMetric.PER_STEP_ABSOLUTE, max_step_seconds=0.12)
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, itl=hist(spread(2000, 0.09, 0.11))), None, guard=guard
     )
     tail = lat(r).tail
@@ -424,19 +424,19 @@ ERRORS = [
 def test_latency_bad_input_never_crashes(
     canary: PoolObservation | None, baseline: PoolObservation | None, verdict: Verdict, needle: str
 ) -> None:
-    r = checks.check_latency(canary, baseline, guard=GUARD, slice="chat")
+    r = latency_check.check_latency(canary, baseline, guard=GUARD, slice="chat")
     assert r.verdict is verdict, r.reason
     assert needle in r.reason
     assert r.kind is CheckKind.LATENCY and r.slice == "chat" and r.name == "latency:chat"
 
 
 def test_disabled_guard_passes() -> None:
-    r = checks.check_latency(None, None, guard=LatencyGuard(enabled=False))
+    r = latency_check.check_latency(None, None, guard=LatencyGuard(enabled=False))
     assert r.verdict is P and lat(r).canary is None and lat(r).tail is None
 
 
 def test_evidence_is_json_safe() -> None:
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         pool(Role.CANARY, tpot=hist(spread(1000, 90, 100))),
         pool(Role.BASELINE, tpot=hist(spread(1000, 90, 100))),
         guard=GUARD,
@@ -464,7 +464,7 @@ def _fail_rate(seed: int, runs: int, slowdown: float, bounds: Sequence[float]) -
     for _ in range(runs):
         base = _lognormal_hist(rng, 2000, 0.03, bounds)
         canary = _lognormal_hist(rng, 2000, 0.03 * slowdown, bounds)
-        r = checks.check_latency(
+        r = latency_check.check_latency(
             pool(Role.CANARY, tpot=canary), pool(Role.BASELINE, tpot=base), guard=GUARD
         )
         fails += r.verdict is F

@@ -18,7 +18,8 @@ from alphagate.core.draft_length import (
     recommend,
 )
 from alphagate.core.model import AcceptanceSample, Buckets
-from alphagate.sources.exposition import Counter, Hist, parse
+from alphagate.sources.exposition import parse
+from alphagate.sources.page import Counter, Hist
 
 REAL = Path(__file__).resolve().parents[1] / "sources" / "data" / "vllm-real-metrics.txt"
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import machine, manual, window
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import (
     AcceptanceEvidence,
@@ -55,9 +55,9 @@ SPEC = make_spec()
 
 def step(m: Memory, v: Verdict, now: float, spec: SpeculativeCanarySpec = SPEC, **kw: Any):  # type: ignore[no-untyped-def]
     # the pods run what the memory's state says (an enable from RolledBack patches them)
-    kw.setdefault("rollout", SETTLED if machine.speculation_on(m) else SETTLED_OFF)
+    kw.setdefault("rollout", SETTLED if window.speculation_on(m) else SETTLED_OFF)
     kw.setdefault("window_start", now - 60)
-    return machine.step(m, v, now=now, spec=spec, **kw)
+    return machine.step(machine.StepInput(m, v, now=now, spec=spec, **kw))
 
 
 # ---------------------------------------------------------------- staleness
@@ -86,7 +86,7 @@ def test_no_conclusive_verdict_raises_verdict_stale(verdict: Verdict, state: Sta
         seen.append((now - T0, Alert.VERDICT_STALE in d.alerts))
         m = d.memory
     assert all(stale == (age >= after) for age, stale in seen), seen
-    assert machine.verdict_age(m, T0 + 60 * 39) == pytest.approx(60 * 39)
+    assert window.verdict_age(m, T0 + 60 * 39) == pytest.approx(60 * 39)
 
 
 def test_a_conclusive_window_clears_staleness() -> None:
@@ -96,16 +96,16 @@ def test_a_conclusive_window_clears_staleness() -> None:
     d = step(d.memory, P, T0 + 60)
     assert Alert.VERDICT_STALE not in d.alerts
     assert d.memory.last_conclusive_at == T0 + 60
-    assert machine.verdict_age(d.memory, T0 + 90) == pytest.approx(30)
+    assert window.verdict_age(d.memory, T0 + 90) == pytest.approx(30)
 
 
 def test_staleness_counts_from_the_enable_and_not_while_off() -> None:
     # a probe that just began is not stale however old its last verdict
     m = Memory(state=State.PROBING, since=T0 - 100, last_flip_at=T0 - 100, probe_deadline=T0 + 1e6)
-    assert machine.verdict_age(m, T0) == pytest.approx(100)
+    assert window.verdict_age(m, T0) == pytest.approx(100)
     assert Alert.VERDICT_STALE not in step(m, INC, T0).alerts
     for state in (State.OFF, State.ROLLED_BACK, State.PROMOTED, State.PAUSED):
-        assert machine.verdict_age(Memory(state=state, since=OLD), T0) is None
+        assert window.verdict_age(Memory(state=state, since=OLD), T0) is None
 
 
 def test_stale_fail_safe_rolls_back_only_when_opted_in() -> None:
@@ -190,7 +190,7 @@ def test_unguarded_enable_is_not_marked_forced() -> None:
 
 def test_automatic_probe_and_manual_enable_share_the_guards() -> None:
     for _, memory, guards in GUARDED:
-        assert machine.enable_guards(memory, SPEC, T0) == guards
+        assert manual.enable_guards(memory, SPEC, T0) == guards
         auto = step(memory, INC, T0)
         assert auto.action is Action.HOLD  # the automatic probe waits as well
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from alphagate.config import LatencyGuard
-from alphagate.core import checks, latency
+from alphagate.core import latency, latency_check
 from alphagate.core.model import (
     Buckets,
     LatencyEvidence,
@@ -41,7 +41,7 @@ def _fail_rate(slowdown: float, seeds: range, guard: LatencyGuard) -> float:
     fails = 0
     for seed in seeds:
         c, b = _window(seed, slowdown)
-        fails += checks.check_latency(c, b, guard=guard).verdict is Verdict.FAIL
+        fails += latency_check.check_latency(c, b, guard=guard).verdict is Verdict.FAIL
     return fails / len(seeds)
 
 
@@ -88,7 +88,7 @@ def test_real_vllm_canary_slower_per_token_does_not_pass() -> None:
     # the old guard read both P99s inside one bucket and passed it.
     canary = _pool(Role.CANARY, _flat(0.0445, "c", 10, n=20))
     baseline = _pool(Role.BASELINE, _flat(0.024, "b", 10, n=20))
-    r = checks.check_latency(canary, baseline, guard=LatencyGuard())
+    r = latency_check.check_latency(canary, baseline, guard=LatencyGuard())
     assert r.verdict is Verdict.FAIL, r.reason
     assert isinstance(r.evidence, LatencyEvidence) and r.evidence.speedup is not None
     assert r.evidence.speedup.value == pytest.approx(24.0 / 44.5, rel=0.02)
@@ -97,7 +97,7 @@ def test_real_vllm_canary_slower_per_token_does_not_pass() -> None:
 def test_one_batch_each_is_inconclusive() -> None:
     canary = _pool(Role.CANARY, [_flat(0.03, "c", 1, n=500)[0]])
     baseline = _pool(Role.BASELINE, [_flat(0.015, "b", 1, n=500)[0]])
-    r = checks.check_latency(canary, baseline, guard=LatencyGuard())
+    r = latency_check.check_latency(canary, baseline, guard=LatencyGuard())
     assert r.verdict is Verdict.INCONCLUSIVE
 
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from alphagate.config import LatencyGuard
-from alphagate.core import checks
+from alphagate.core import latency_check
 from alphagate.core.model import (
     Buckets,
     CheckKind,
@@ -68,7 +68,7 @@ def _judge(bounds: tuple[float, ...], seed: int) -> tuple[Verdict, LatencyEviden
     # within 3% of each other: only the tail regressed, and by more than the 10% margin
     canary = _samples(rng, median=0.030, sigma=0.30, bounds=bounds, prefix="c")
     baseline = _samples(rng, median=0.030, sigma=0.20, bounds=bounds, prefix="b")
-    result = checks.check_latency(
+    result = latency_check.check_latency(
         PoolObservation("chat", Role.CANARY, tpot_samples=canary),
         PoolObservation("chat", Role.BASELINE, tpot_samples=baseline),
         guard=LatencyGuard(),
@@ -100,9 +100,26 @@ def test_equal_latency_passes_on_the_custom_layout() -> None:
     rng = np.random.default_rng(7)
     canary = _samples(rng, median=0.030, sigma=0.25, bounds=CUSTOM, prefix="c")
     baseline = _samples(rng, median=0.030, sigma=0.25, bounds=CUSTOM, prefix="b")
-    result = checks.check_latency(
+    result = latency_check.check_latency(
         PoolObservation("chat", Role.CANARY, tpot_samples=canary),
         PoolObservation("chat", Role.BASELINE, tpot_samples=baseline),
         guard=LatencyGuard(),
     )
     assert result.verdict is Verdict.PASS
+
+
+def test_a_reason_that_describes_the_layout_says_so_in_a_typed_field() -> None:
+    # `alphagate evaluate` prints the layout's description only where the reason lacks it:
+    # it reads this field, never the reason's words
+    _, judged = _judge(CUSTOM, seed=1)
+    assert judged.tail is not None and judged.layout_in_reason
+    rng = np.random.default_rng(3)
+    few = _samples(rng, median=0.030, sigma=0.2, bounds=CUSTOM, prefix="c", per_interval=2)
+    result = latency_check.check_latency(
+        PoolObservation("chat", Role.CANARY, tpot_samples=few),
+        PoolObservation("chat", Role.BASELINE, tpot_samples=few),
+        guard=LatencyGuard(),
+    )
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert isinstance(result.evidence, LatencyEvidence)
+    assert not result.evidence.layout_in_reason

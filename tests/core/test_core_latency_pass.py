@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from alphagate.config import ConfirmOn, LatencyGuard
-from alphagate.core import checks, latency, resolution
+from alphagate.core import checks, latency, latency_check, resolution
 from alphagate.core.model import (
     BoundTest,
     Buckets,
@@ -82,7 +82,7 @@ def _lognormal(
 def _judge(
     canary: list[LatencySample], baseline: list[LatencySample], guard: LatencyGuard = GUARD
 ) -> tuple[CheckResult, LatencyEvidence]:
-    r = checks.check_latency(
+    r = latency_check.check_latency(
         PoolObservation("chat", Role.CANARY, tpot_samples=tuple(canary)),
         PoolObservation("chat", Role.BASELINE, tpot_samples=tuple(baseline)),
         guard=guard,
@@ -272,7 +272,7 @@ def test_histogram_path_needs_the_tail_shown_too() -> None:
         return Buckets(bounds=bounds, counts=(*cum, float(n)), sum=float(v.sum()))
 
     def judge(n: int, bounds: tuple[float, ...] = GEO) -> tuple[CheckResult, LatencyEvidence]:
-        r = checks.check_latency(
+        r = latency_check.check_latency(
             PoolObservation("chat", Role.CANARY, tpot=hist(n, bounds)),
             PoolObservation("chat", Role.BASELINE, tpot=hist(n + 1, bounds)),
             guard=LatencyGuard(min_count=100),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from alphagate import vllm
 from alphagate.config import ConfirmOn, LatencyGuard, LatencyMetric
-from alphagate.core import checks, histogram, latency, resolution
+from alphagate.core import histogram, latency, latency_check, resolution
 from alphagate.core.batching import Ratio
 from alphagate.core.model import (
     Buckets,
@@ -110,7 +110,7 @@ def test_check_latency_on_exact_sums_never_raises(
 ) -> None:
     canary = PoolObservation("s", Role.CANARY, tpot_samples=c)
     baseline = PoolObservation("s", Role.BASELINE, tpot_samples=b)
-    _typed(checks.check_latency(canary, baseline, guard=guard, tokens_per_step=tps))
+    _typed(latency_check.check_latency(canary, baseline, guard=guard, tokens_per_step=tps))
 
 
 @SETTINGS
@@ -120,7 +120,7 @@ def test_check_latency_on_pooled_histograms_never_raises(
 ) -> None:
     canary = PoolObservation("s", Role.CANARY, tpot=c, itl=c)
     baseline = PoolObservation("s", Role.BASELINE, tpot=b, itl=b)
-    _typed(checks.check_latency(canary, baseline, guard=guard, tokens_per_step=tps))
+    _typed(latency_check.check_latency(canary, baseline, guard=guard, tokens_per_step=tps))
 
 
 ratios = st.builds(

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import machine, moves, window
 from alphagate.core.model import (
     Action,
     Alert,
@@ -48,9 +48,9 @@ def mem(**kw: Any) -> Memory:
 
 def step(
     m: Memory, v: Verdict, now: float = T0, spec: SpeculativeCanarySpec = SPEC, **kw: Any
-) -> machine.Decision:
+) -> moves.Decision:
     kw.setdefault("rollout", SETTLED)
-    return machine.step(m, v, now=now, spec=spec, **kw)
+    return machine.step(machine.StepInput(m, v, now=now, spec=spec, **kw))
 
 
 # A memory that flipped long ago (dwell, warm-up and cap all clear).
@@ -481,10 +481,10 @@ def test_data_from_before_the_last_flip_is_not_judged_even_if_rollout_lags() -> 
 
 def test_windows_needed() -> None:
     spec = make_spec(acceptance={"consecutiveWindows": 3}, latency={"consecutiveWindows": 1})
-    assert machine.windows_needed(spec) == (3, 3)
-    assert machine.windows_needed(spec, [CheckKind.LATENCY]) == (3, 1)
-    assert machine.windows_needed(spec, [CheckKind.ACCEPTANCE, CheckKind.LATENCY]) == (3, 1)
-    assert machine.windows_needed(spec, [CheckKind.FLOOR]) == (3, 3)
+    assert window.windows_needed(spec) == (3, 3)
+    assert window.windows_needed(spec, [CheckKind.LATENCY]) == (3, 1)
+    assert window.windows_needed(spec, [CheckKind.ACCEPTANCE, CheckKind.LATENCY]) == (3, 1)
+    assert window.windows_needed(spec, [CheckKind.FLOOR]) == (3, 3)
 
 
 # ---------------------------------------------------------------- manual commands and pause
@@ -607,7 +607,7 @@ def test_spec_pause_holds_everything_and_resume_returns() -> None:
         d = step(m, F, now=T0 + 30 * (i + 1), spec=paused)
         assert d.action is Action.HOLD and d.memory.state is State.PAUSED
         m = d.memory
-    assert machine.speculation_on(m)  # the config stays as it was
+    assert window.speculation_on(m)  # the config stays as it was
     d = step(m, INC, now=T0 + 300)
     assert d.memory.state is State.ON and d.action is Action.HOLD
     assert d.transition is not None and d.transition.cause is Cause.SPEC_RESUME
@@ -624,7 +624,7 @@ def test_history_keeps_last_20() -> None:
     m = mem(state=State.ON, since=OLD)
     for i in range(30):
         m = step(m, P, now=T0 + i, command=Command.PAUSE if i % 2 == 0 else Command.RESUME).memory
-    assert len(m.history) == machine.HISTORY_LIMIT
+    assert len(m.history) == moves.HISTORY_LIMIT
     assert m.history[-1].at == T0 + 29
 
 
@@ -639,9 +639,9 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     rollout = Rollout(completed_at=None, speculation_on=False)
     log: list[tuple[float, State, Action]] = []
 
-    def tick(v: Verdict) -> machine.Decision:
+    def tick(v: Verdict) -> moves.Decision:
         nonlocal m, t, rollout
-        d = machine.step(m, v, now=t, spec=spec, rollout=rollout)
+        d = machine.step(machine.StepInput(m, v, now=t, spec=spec, rollout=rollout))
         if d.action in (Action.ENABLE, Action.DISABLE):
             rollout = Rollout(completed_at=t + 60, speculation_on=d.action is Action.ENABLE)
         m = d.memory
@@ -788,19 +788,21 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         )
         before = m
         d = machine.step(
-            m,
-            tick.verdict,
-            now=now,
-            spec=spec,
-            rollout=rollout,
-            good_share=tick.good_share,
-            fail_kinds=tick.fail_kinds,
-            decisive=tick.decisive,
-            shortfall=tick.shortfall,
+            machine.StepInput(
+                m,
+                tick.verdict,
+                now=now,
+                spec=spec,
+                rollout=rollout,
+                good_share=tick.good_share,
+                fail_kinds=tick.fail_kinds,
+                decisive=tick.decisive,
+                shortfall=tick.shortfall,
+            )
         )
         m = d.memory
         start = now - spec.timing.window_seconds
-        unjudged = machine.not_judgeable(spec, rollout, before, start) is not None
+        unjudged = window.not_judgeable(spec, rollout, before, start) is not None
         effective = INC if unjudged and tick.verdict in (P, F) else tick.verdict
         flipped = d.action in (Action.ENABLE, Action.DISABLE)
         # A flip restarts the pods: every disable, and an enable unless the running template
@@ -831,7 +833,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
                 assert effective is F and not unjudged
                 # on a judged window: whole and disjoint from the last one judged
                 assert start >= before.streak_end
-                needed = machine.windows_needed(spec, tick.fail_kinds)[1]
+                needed = window.windows_needed(spec, tick.fail_kinds)[1]
                 assert tick.decisive or before.fail_streak + 1 >= needed
         # INCONCLUSIVE never moves a speculating canary; data in warm-up is never judged.
         if before.state in (State.PROBING, State.ON, State.PROMOTED) and effective is INC:
@@ -839,7 +841,7 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
         # Confirming needs PASS windows, consecutively, all judged.
         if m.state is State.ON and before.state is State.PROBING:
             assert effective is P and start >= before.streak_end
-            assert before.pass_streak + 1 >= machine.windows_needed(spec)[0]
+            assert before.pass_streak + 1 >= window.windows_needed(spec)[0]
         # An enable never happens on ERROR and only from Off/RolledBack.
         if d.action is Action.ENABLE:
             assert effective is not E and before.state in (State.OFF, State.ROLLED_BACK)
@@ -863,13 +865,13 @@ def test_machine_properties(spec: SpeculativeCanarySpec, seq: list[Tick]) -> Non
             else:  # a judged window that decides nothing breaks a fail streak only
                 assert (m.pass_streak, m.fail_streak) == (before.pass_streak, 0)
         # The flip cap holds in every sliding hour.
-        recent = [f for f in flips if now - machine.HOUR < f <= now]
+        recent = [f for f in flips if now - window.HOUR < f <= now]
         assert len(recent) <= spec.timing.max_flips_per_hour
         # Reasons are never empty.
         assert d.reason
     # Check every sliding hour once more over the whole run.
     for i, f in enumerate(flips):
-        assert sum(1 for g in flips[i:] if g - f < machine.HOUR) <= spec.timing.max_flips_per_hour
+        assert sum(1 for g in flips[i:] if g - f < window.HOUR) <= spec.timing.max_flips_per_hour
 
 
 def test_only_disjoint_whole_windows_are_judged() -> None:
@@ -878,19 +880,29 @@ def test_only_disjoint_whole_windows_are_judged() -> None:
     so a failing window is never picked among overlapping ones."""
     spec = SPEC
     m = mem(state=State.ON, since=OLD, last_flip_at=OLD)
-    d = machine.step(m, F, now=T0, spec=spec, rollout=Rollout(), window_start=T0 - 300)
+    d = machine.step(
+        machine.StepInput(m, F, now=T0, spec=spec, rollout=Rollout(), window_start=T0 - 300)
+    )
     assert d.memory.fail_streak == 1 and d.memory.streak_end == T0 and d.action is Action.HOLD
     # overlapping windows, failing, passing or inconclusive: looks, counting nothing
     for i, v in enumerate((F, INC, P, F), start=1):
         now = T0 + 30 * i
-        d = machine.step(d.memory, v, now=now, spec=spec, rollout=Rollout(), window_start=now - 300)
+        d = machine.step(
+            machine.StepInput(
+                d.memory, v, now=now, spec=spec, rollout=Rollout(), window_start=now - 300
+            )
+        )
         assert (d.memory.fail_streak, d.memory.pass_streak) == (1, 0)
         assert d.action is Action.HOLD and "look" in d.reason
     # a window that starts where the last judged one ended but is not whole is a look too
-    d = machine.step(d.memory, F, now=T0 + 150, spec=spec, rollout=Rollout(), window_start=T0)
+    d = machine.step(
+        machine.StepInput(d.memory, F, now=T0 + 150, spec=spec, rollout=Rollout(), window_start=T0)
+    )
     assert d.memory.fail_streak == 1 and d.action is Action.HOLD
     # the next whole disjoint failing window rolls back
-    d = machine.step(d.memory, F, now=T0 + 300, spec=spec, rollout=Rollout(), window_start=T0)
+    d = machine.step(
+        machine.StepInput(d.memory, F, now=T0 + 300, spec=spec, rollout=Rollout(), window_start=T0)
+    )
     assert d.action is Action.DISABLE
 
 
@@ -899,32 +911,32 @@ def test_an_undecided_judged_window_breaks_a_fail_streak() -> None:
     starts the count over, and so does a gap of a whole window without a judged one. A pass
     streak (confirming restarts nothing) only a judged FAIL clears."""
     m = mem(state=State.ON, since=OLD, last_flip_at=OLD)
-    d = machine.step(m, F, now=T0, spec=SPEC, rollout=Rollout())
-    d = machine.step(d.memory, INC, now=T0 + 300, spec=SPEC, rollout=Rollout())
+    d = machine.step(machine.StepInput(m, F, now=T0, spec=SPEC, rollout=Rollout()))
+    d = machine.step(machine.StepInput(d.memory, INC, now=T0 + 300, spec=SPEC, rollout=Rollout()))
     assert (d.memory.fail_streak, d.memory.streak_end) == (0, T0 + 300)
-    d = machine.step(d.memory, F, now=T0 + 600, spec=SPEC, rollout=Rollout())
+    d = machine.step(machine.StepInput(d.memory, F, now=T0 + 600, spec=SPEC, rollout=Rollout()))
     assert d.memory.fail_streak == 1 and d.action is Action.HOLD
     # an ERROR window is no verdict on the traffic: the next evaluation is judged instead,
     # and a window starting less than one window after the last judged one continues it
-    d = machine.step(d.memory, E, now=T0 + 900, spec=SPEC, rollout=Rollout())
+    d = machine.step(machine.StepInput(d.memory, E, now=T0 + 900, spec=SPEC, rollout=Rollout()))
     assert d.memory.streak_end == T0 + 600 and d.memory.fail_streak == 1
-    cont = machine.step(d.memory, F, now=T0 + 930, spec=SPEC, rollout=Rollout())
+    cont = machine.step(machine.StepInput(d.memory, F, now=T0 + 930, spec=SPEC, rollout=Rollout()))
     assert cont.action is Action.DISABLE
     # one window lost between two judged ones (a crash, an unwritten status) is no break ...
-    lost = machine.step(d.memory, F, now=T0 + 1200, spec=SPEC, rollout=Rollout())
+    lost = machine.step(machine.StepInput(d.memory, F, now=T0 + 1200, spec=SPEC, rollout=Rollout()))
     assert lost.action is Action.DISABLE
     # ... more than a window is: a new streak
-    late = machine.step(d.memory, F, now=T0 + 1230, spec=SPEC, rollout=Rollout())
+    late = machine.step(machine.StepInput(d.memory, F, now=T0 + 1230, spec=SPEC, rollout=Rollout()))
     assert late.action is Action.HOLD and late.memory.fail_streak == 1
     # passes: an undecided window between two passing ones leaves the pass streak
     probing = mem(state=State.PROBING, since=OLD, last_flip_at=OLD, probe_deadline=T0 + 9000)
-    d = machine.step(probing, P, now=T0, spec=SPEC, rollout=Rollout())
-    d = machine.step(d.memory, INC, now=T0 + 300, spec=SPEC, rollout=Rollout())
+    d = machine.step(machine.StepInput(probing, P, now=T0, spec=SPEC, rollout=Rollout()))
+    d = machine.step(machine.StepInput(d.memory, INC, now=T0 + 300, spec=SPEC, rollout=Rollout()))
     assert d.memory.pass_streak == 1
-    on = machine.step(d.memory, P, now=T0 + 600, spec=SPEC, rollout=Rollout())
+    on = machine.step(machine.StepInput(d.memory, P, now=T0 + 600, spec=SPEC, rollout=Rollout()))
     assert on.memory.state is State.ON
     # ... and a judged FAIL clears it
-    d = machine.step(d.memory, F, now=T0 + 600, spec=SPEC, rollout=Rollout())
+    d = machine.step(machine.StepInput(d.memory, F, now=T0 + 600, spec=SPEC, rollout=Rollout()))
     assert (d.memory.pass_streak, d.memory.fail_streak) == (0, 1)
 
 
@@ -932,9 +944,11 @@ def test_a_decisive_look_is_not_judged() -> None:
     """The decisive single window is a judged window too: a look between judged windows does
     not roll back however strong, so the per-day budget of decisive windows holds."""
     m = mem(state=State.ON, since=OLD, last_flip_at=OLD, streak_end=T0 - 100)
-    d = machine.step(m, F, now=T0, spec=SPEC, rollout=Rollout(), decisive=True)
+    d = machine.step(machine.StepInput(m, F, now=T0, spec=SPEC, rollout=Rollout(), decisive=True))
     assert d.action is Action.HOLD and d.memory.fail_streak == 0
-    d = machine.step(d.memory, F, now=T0 + 200, spec=SPEC, rollout=Rollout(), decisive=True)
+    d = machine.step(
+        machine.StepInput(d.memory, F, now=T0 + 200, spec=SPEC, rollout=Rollout(), decisive=True)
+    )
     assert d.action is Action.DISABLE and d.transition is not None
 
 
@@ -950,11 +964,11 @@ def test_backoff_decays_only_after_sustained_time_on() -> None:
         fail_streak=1,
         streak_end=T0 - 300,
     )
-    d = machine.step(short, F, now=T0, spec=spec, rollout=Rollout())
+    d = machine.step(machine.StepInput(short, F, now=T0, spec=spec, rollout=Rollout()))
     assert d.action is Action.DISABLE and d.memory.cooldown_index == 4
-    assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 3)
+    assert d.memory.cooldown_until - T0 == window.cooldown_seconds(spec, 3)
     # On for two decay periods: two steps down before this rollback's step up
     long = short.model_copy(update={"since": T0 - 2 * decay - 1})
-    d = machine.step(long, F, now=T0, spec=spec, rollout=Rollout())
+    d = machine.step(machine.StepInput(long, F, now=T0, spec=spec, rollout=Rollout()))
     assert d.action is Action.DISABLE and d.memory.cooldown_index == 2
-    assert d.memory.cooldown_until - T0 == machine.cooldown_seconds(spec, 1)
+    assert d.memory.cooldown_until - T0 == window.cooldown_seconds(spec, 1)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import checks, machine
+from alphagate.core import checks, machine, window
 from alphagate.core.model import (
     AcceptanceEvidence,
     Action,
@@ -93,16 +93,16 @@ def test_decisive_needs_the_joint_level_of_all_windows() -> None:
 
 
 def test_a_decisive_window_rolls_back_alone() -> None:
-    d = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED, decisive=True)
+    d = machine.step(machine.StepInput(on(), F, now=T0, spec=SPEC, rollout=SETTLED, decisive=True))
     assert d.action is Action.DISABLE and d.memory.state is State.ROLLED_BACK
     # a plain failing window only opens the streak
-    d = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED)
+    d = machine.step(machine.StepInput(on(), F, now=T0, spec=SPEC, rollout=SETTLED))
     assert d.action is Action.HOLD and d.memory.fail_streak == 1
 
 
 def test_decisive_never_acts_on_data_in_warm_up() -> None:
     m = on().model_copy(update={"last_flip_at": T0 - 60, "since": T0 - 60})
-    d = machine.step(m, F, now=T0, spec=SPEC, rollout=SETTLED, decisive=True)
+    d = machine.step(machine.StepInput(m, F, now=T0, spec=SPEC, rollout=SETTLED, decisive=True))
     assert d.action is Action.HOLD and d.memory.state is State.ON
 
 
@@ -110,19 +110,23 @@ def test_decisive_never_acts_on_data_in_warm_up() -> None:
 
 
 def test_an_open_failing_streak_waits_for_the_next_whole_window() -> None:
-    opened = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED).memory
+    opened = machine.step(machine.StepInput(on(), F, now=T0, spec=SPEC, rollout=SETTLED)).memory
     assert opened.fail_streak == 1 and opened.streak_end == T0
     # a judging unit reads whole windows; those overlapping the last judged one are looks
-    assert machine.read_window(SPEC, SETTLED, T0 + 60, memory=opened) == (T0 - 240, T0 + 60)
-    assert not machine.judged(SPEC, opened, T0 - 240, T0 + 60)
-    d = machine.step(opened, F, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0 - 240)
+    assert window.read_window(SPEC, SETTLED, T0 + 60, memory=opened) == (T0 - 240, T0 + 60)
+    assert not window.judged(SPEC, opened, T0 - 240, T0 + 60)
+    d = machine.step(
+        machine.StepInput(opened, F, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0 - 240)
+    )
     assert d.action is Action.HOLD and d.memory == opened.model_copy(
         update={"last_conclusive_at": T0 + 60}
     )
     # the whole window after it is judged: the streak completes
-    start, end = machine.read_window(SPEC, SETTLED, T0 + 300, memory=opened)
-    assert (start, end) == (T0, T0 + 300) and machine.judged(SPEC, opened, start, end)
-    d = machine.step(opened, F, now=end, spec=SPEC, rollout=SETTLED, window_start=start)
+    start, end = window.read_window(SPEC, SETTLED, T0 + 300, memory=opened)
+    assert (start, end) == (T0, T0 + 300) and window.judged(SPEC, opened, start, end)
+    d = machine.step(
+        machine.StepInput(opened, F, now=end, spec=SPEC, rollout=SETTLED, window_start=start)
+    )
     assert d.action is Action.DISABLE
 
 
@@ -138,8 +142,12 @@ def test_rejection_depth(shortfall: float, depth: int) -> None:
 
 def test_a_rejection_far_below_the_gate_backs_off_longer() -> None:
     streak = on(fail_streak=1, streak_end=T0 - 300)
-    near = machine.step(streak, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=0.3)
-    far = machine.step(streak, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=2.0)
+    near = machine.step(
+        machine.StepInput(streak, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=0.3)
+    )
+    far = machine.step(
+        machine.StepInput(streak, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=2.0)
+    )
     assert near.action is far.action is Action.DISABLE
     assert near.memory.cooldown_until - T0 == 3600
     assert far.memory.cooldown_until - T0 == 4 * 3600
@@ -147,7 +155,9 @@ def test_a_rejection_far_below_the_gate_backs_off_longer() -> None:
     assert near.memory.cooldown_index == far.memory.cooldown_index == 1
     # and maxSeconds caps it (On for a minute only: the index has not decayed)
     recent = streak.model_copy(update={"since": T0 - 60, "cooldown_index": 3})
-    capped = machine.step(recent, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=4)
+    capped = machine.step(
+        machine.StepInput(recent, F, now=T0, spec=SPEC, rollout=SETTLED, shortfall=4)
+    )
     assert capped.memory.cooldown_until - T0 == 86400
 
 
@@ -162,27 +172,35 @@ def test_shortfall_in_bands() -> None:
 
 
 def test_enabling_a_canary_that_already_speculates_is_no_flip() -> None:
-    d = machine.step(Memory(), Verdict.INCONCLUSIVE, now=T0, spec=SPEC, rollout=SETTLED)
+    d = machine.step(
+        machine.StepInput(Memory(), Verdict.INCONCLUSIVE, now=T0, spec=SPEC, rollout=SETTLED)
+    )
     assert d.action is Action.ENABLE and d.memory.state is State.PROBING
     assert d.memory.flip_times == () and d.memory.last_flip_at is None
     # its data is judged at once (no warm-up from a restart that did not happen) ...
-    assert machine.not_judgeable(SPEC, SETTLED, d.memory, T0) is None
+    assert window.not_judgeable(SPEC, SETTLED, d.memory, T0) is None
     # ... while an enable that patches the pods is a flip and starts a warm-up
     off = Rollout(completed_at=OLD, speculation_on=False)
-    d = machine.step(Memory(), Verdict.INCONCLUSIVE, now=T0, spec=SPEC, rollout=off)
+    d = machine.step(
+        machine.StepInput(Memory(), Verdict.INCONCLUSIVE, now=T0, spec=SPEC, rollout=off)
+    )
     assert d.memory.flip_times == (T0,) and d.memory.last_flip_at == T0
-    assert machine.not_judgeable(SPEC, off, d.memory, T0) is not None
+    assert window.not_judgeable(SPEC, off, d.memory, T0) is not None
 
 
 def test_a_partial_window_neither_confirms_nor_clears() -> None:
-    opened = machine.step(on(), F, now=T0, spec=SPEC, rollout=SETTLED).memory
+    opened = machine.step(machine.StepInput(on(), F, now=T0, spec=SPEC, rollout=SETTLED)).memory
     # 60 s after the last window judged: a look, PASS or FAIL, leaves the streak as it is
     for v in (Verdict.PASS, F):
-        p = machine.step(opened, v, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0)
+        p = machine.step(
+            machine.StepInput(opened, v, now=T0 + 60, spec=SPEC, rollout=SETTLED, window_start=T0)
+        )
         assert (p.memory.fail_streak, p.memory.pass_streak) == (1, 0)
         assert p.action is Action.HOLD
     # a whole window that passes clears it
     p = machine.step(
-        opened, Verdict.PASS, now=T0 + 300, spec=SPEC, rollout=SETTLED, window_start=T0
+        machine.StepInput(
+            opened, Verdict.PASS, now=T0 + 300, spec=SPEC, rollout=SETTLED, window_start=T0
+        )
     )
     assert p.memory.fail_streak == 0 and p.memory.pass_streak == 1

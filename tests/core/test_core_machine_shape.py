@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine, reprobe, shape
+from alphagate.core import machine, moves, reprobe, shape
 from alphagate.core.model import (
     Action,
     Buckets,
@@ -116,12 +116,14 @@ def rolled_back(track: ShapeMemory, **kw: Any) -> Memory:
     return Memory(**fields)
 
 
-def cooling(m: Memory, seed: int, code_share: float, now: float) -> machine.Decision:
+def cooling(m: Memory, seed: int, code_share: float, now: float) -> moves.Decision:
     """One evaluation of a whole window while off: the shape is recorded, then the machine
     steps (as `evaluate` does)."""
     shp = traffic(seed, code_share)
     m = reprobe.observe(m, SPEC, [], shp, start=now - 300, now=now)
-    return machine.step(m, Verdict.INCONCLUSIVE, now=now, spec=SPEC, rollout=ROLLED, shape=shp)
+    return machine.step(
+        machine.StepInput(m, Verdict.INCONCLUSIVE, now=now, spec=SPEC, rollout=ROLLED, shape=shp)
+    )
 
 
 # ---------------------------------------------------------------- the statistics
@@ -332,9 +334,13 @@ def test_the_rollback_learns_the_axis_only_on_alpha() -> None:
         streak_end=T0 - 300,
         shape=chat_then_code(1),
     )
-    alpha = machine.step(m, Verdict.FAIL, now=T0, spec=SPEC, rollout=on, fail_kinds=[ACC])
+    alpha = machine.step(
+        machine.StepInput(m, Verdict.FAIL, now=T0, spec=SPEC, rollout=on, fail_kinds=[ACC])
+    )
     assert alpha.memory.state is State.ROLLED_BACK and alpha.memory.shape.axis is not None
-    late = machine.step(m, Verdict.FAIL, now=T0, spec=SPEC, rollout=on, fail_kinds=[LAT])
+    late = machine.step(
+        machine.StepInput(m, Verdict.FAIL, now=T0, spec=SPEC, rollout=on, fail_kinds=[LAT])
+    )
     assert late.memory.state is State.ROLLED_BACK and late.memory.shape.axis is None
 
 
@@ -354,7 +360,9 @@ def test_a_failed_early_reprobe_keeps_the_cooldown_and_is_not_repeated() -> None
     probing = Rollout(completed_at=t + 60, speculation_on=True)
     for i in range(2):  # the first judged windows after the warm-up fail: alpha did not return
         t2 = t + 480 + 300 * i
-        d = machine.step(m, Verdict.FAIL, now=t2, spec=SPEC, rollout=probing, fail_kinds=[ACC])
+        d = machine.step(
+            machine.StepInput(m, Verdict.FAIL, now=t2, spec=SPEC, rollout=probing, fail_kinds=[ACC])
+        )
         m = d.memory
     assert m.state is State.ROLLED_BACK
     assert m.cooldown_until == T0 + 40_000 and m.cooldown_index == 1  # kept, not doubled
@@ -364,14 +372,18 @@ def test_a_failed_early_reprobe_keeps_the_cooldown_and_is_not_repeated() -> None
         t2 += 300
         shp = traffic(40 + i, 0.0)
         m = reprobe.observe(m, SPEC, [], shp, start=t2 - 300, now=t2)
-        d = machine.step(m, Verdict.INCONCLUSIVE, now=t2, spec=SPEC, rollout=off, shape=shp)
+        d = machine.step(
+            machine.StepInput(m, Verdict.INCONCLUSIVE, now=t2, spec=SPEC, rollout=off, shape=shp)
+        )
         assert d.action is Action.HOLD
         m = d.memory
     # a later probe confirmed: the shape may speak again after a future rollback
     probing_m = m.model_copy(
         update={"state": State.PROBING, "pass_streak": 1, "streak_end": t2, "probe_deadline": t2}
     )
-    on = machine.step(probing_m, Verdict.PASS, now=t2 + 300, spec=SPEC, rollout=probing)
+    on = machine.step(
+        machine.StepInput(probing_m, Verdict.PASS, now=t2 + 300, spec=SPEC, rollout=probing)
+    )
     assert on.memory.state is State.ON and not on.memory.shape.spent
 
 

@@ -25,6 +25,7 @@ from alphagate.core import (
     reprobe,
     shape,
     tuning,
+    window,
 )
 from alphagate.core.batching import Ratio
 from alphagate.core.evaluate import evaluate
@@ -283,22 +284,24 @@ def test_the_machine_step_and_window_reads_never_raise(
     good_share: float | None,
 ) -> None:
     d = machine.step(
-        memory,
-        verdict,
-        now=T0,
-        spec=spec,
-        rollout=rollout,
-        window_start=start,
-        good_share=good_share,
-        decisive=decisive,
-        shortfall=shortfall,
+        machine.StepInput(
+            memory,
+            verdict,
+            now=T0,
+            spec=spec,
+            rollout=rollout,
+            window_start=start,
+            good_share=good_share,
+            decisive=decisive,
+            shortfall=shortfall,
+        )
     )
     assert isinstance(d.action, Action) and isinstance(d.memory.state, State) and d.reason
-    lo, hi = machine.read_window(spec, rollout, T0, memory=memory)
+    lo, hi = window.read_window(spec, rollout, T0, memory=memory)
     assert lo <= hi == T0
-    assert isinstance(machine.judged(spec, memory, lo, hi), bool)
-    assert isinstance(machine.shared_window(spec, [(memory, rollout)], T0), tuple)
-    assert machine.verdict_age(memory, T0) is None or machine.verdict_age(memory, T0) >= 0
+    assert isinstance(window.judged(spec, memory, lo, hi), bool)
+    assert isinstance(window.shared_window(spec, [(memory, rollout)], T0), tuple)
+    assert window.verdict_age(memory, T0) is None or window.verdict_age(memory, T0) >= 0
     b = pace.budget(spec, pace.alpha_checks(spec))
     assert 0 <= b.per_day < math.inf
 

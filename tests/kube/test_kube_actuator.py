@@ -11,15 +11,10 @@ from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, State
 from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
 from alphagate.kube import args as argsmod
-from alphagate.kube.actuator import (
-    ANN_LAST_FLIP,
-    ANN_MEMORY,
-    ANN_STATE,
-    Actuator,
-    RejectedConfigError,
-)
+from alphagate.kube.actuator import Actuator, RejectedConfigError
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
+from alphagate.kube.workload import ANN_LAST_FLIP, ANN_MEMORY, ANN_STATE
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, RolloutCompleter
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}

@@ -17,10 +17,11 @@ from kube_support import NS, Clock, FakeSource, canary_cr, seed, speculating
 from alphagate.config import DeploymentRef
 from alphagate.core.model import Action
 from alphagate.errors import KubeError, RecordChangedError
-from alphagate.kube.actuator import ANN_OWNER, Actuator
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import CanaryStatus, parse_status
+from alphagate.kube.workload import ANN_OWNER
 from alphagate.shell.reconciler import Reconciler
 from alphagate.sources import factory
 from alphagate.sources.endpoints import SourcesConfig

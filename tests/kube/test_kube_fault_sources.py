@@ -22,7 +22,8 @@ from alphagate.errors import SourceErrorKind
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import parse_status
-from alphagate.shell.reconciler import NullRecorder, Reconciler
+from alphagate.shell.reconciler import Reconciler
+from alphagate.shell.reporting import NullRecorder
 from alphagate.sources import Source, make_source
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import SourcesConfig

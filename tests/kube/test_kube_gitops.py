@@ -17,7 +17,7 @@ from alphagate.core.model import Memory, State
 from alphagate.errors import OwnerConflictError
 from alphagate.kube import args as argsmod
 from alphagate.kube import ownership
-from alphagate.kube.actuator import ANN_SPECULATION, Actuator, deployment_state
+from alphagate.kube.actuator import Actuator, deployment_state
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
@@ -115,7 +115,6 @@ def test_owner_markers(apiserver: ApiServer, kube: Kube) -> None:
         _put(apiserver, meta)
         dep = kube.apps.read_namespaced_deployment("canary", "ns")
         assert ownership.declared_owner(deployment_state(dep, "vllm")) == owner, meta
-    assert ownership.ANN_SPECULATION == ANN_SPECULATION
 
 
 def test_readme_snippets_name_the_field_manager_and_parse() -> None:

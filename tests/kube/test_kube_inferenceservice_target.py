@@ -11,10 +11,10 @@ import pytest
 from alphagate.config import WorkloadKind, WorkloadRef
 from alphagate.kube import args as argsmod
 from alphagate.kube import invocation
-from alphagate.kube.actuator import ANN_OWNER, Actuator
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.inferenceservice import isvc_state
-from alphagate.kube.workload import json_patch
+from alphagate.kube.workload import ANN_OWNER, json_patch
 from alphagate_lab.sandbox.apiserver import ApiServer, InferenceServiceTemplate
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}

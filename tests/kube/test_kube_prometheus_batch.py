@@ -21,7 +21,8 @@ from alphagate.core.model import CheckKind, Evaluation, Verdict
 from alphagate.errors import SourceErrorKind
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
-from alphagate.shell.reconciler import Outcome, Reconciler
+from alphagate.shell.outcome import Outcome
+from alphagate.shell.reconciler import Reconciler
 from alphagate.shell.reporting import NullRecorder
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
 from alphagate.sources.prometheus import PrometheusSource

@@ -12,10 +12,11 @@ from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, State
 from alphagate.errors import ClaimedError, RecordChangedError
 from alphagate.kube import args as argsmod
-from alphagate.kube.actuator import ANN_MEMORY, ANN_OWNER, ANN_RECORD, Actuator, DeploymentState
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate.kube.record import Origin, resume, written
+from alphagate.kube.workload import ANN_MEMORY, ANN_OWNER, ANN_RECORD, WorkloadState
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
@@ -143,11 +144,11 @@ def test_a_claim_by_a_canary_that_is_gone_is_taken_over(
 # ---------------------------------------------------------------- resuming from the record
 
 
-def recorded(name: str, memory: Memory | None, record: int) -> DeploymentState:
+def recorded(name: str, memory: Memory | None, record: int) -> WorkloadState:
     annotations = {ANN_RECORD: str(record)} if record else {}
     if memory is not None:
         annotations[ANN_MEMORY] = memory.model_dump_json()
-    return DeploymentState(
+    return WorkloadState(
         namespace="ns",
         name=name,
         container="vllm",

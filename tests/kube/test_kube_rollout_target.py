@@ -14,15 +14,9 @@ from alphagate.core.model import Memory, State
 from alphagate.errors import ConflictError, OwnerConflictError
 from alphagate.kube import args as argsmod
 from alphagate.kube import ownership
-from alphagate.kube.actuator import (
-    ANN_LAST_FLIP,
-    ANN_SPECULATION,
-    ANN_STATE,
-    Actuator,
-    RejectedConfigError,
-)
+from alphagate.kube.actuator import Actuator, RejectedConfigError
 from alphagate.kube.client import Kube
-from alphagate.kube.workload import workload_state
+from alphagate.kube.workload import ANN_LAST_FLIP, ANN_SPECULATION, ANN_STATE, workload_state
 from alphagate_lab.sandbox.apiserver import ApiServer
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}

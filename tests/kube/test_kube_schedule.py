@@ -14,7 +14,8 @@ import pytest
 from kube_support import NS, FakeSource, canary_cr, seed
 
 from alphagate.kube.client import Kube
-from alphagate.shell.reconciler import Outcome, Reconciler
+from alphagate.shell.outcome import Outcome
+from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer
 from clocks import VirtualClock
 

@@ -16,7 +16,7 @@ from kube_support import BASE_ARGS, NS, FakeSource, canary_cr, speculating
 
 from alphagate.kube.client import Kube
 from alphagate.shell.controller import Controller, RunOptions
-from alphagate.shell.reconciler import Outcome
+from alphagate.shell.outcome import Outcome
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, Rbac
 
 if TYPE_CHECKING:

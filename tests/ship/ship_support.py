@@ -178,9 +178,9 @@ def process_names() -> frozenset[str]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from alphagate.shell import exporter
+    from alphagate.shell import shard_metrics
 
-    text = generate_latest(exporter.new_registry(process=True)).decode()
+    text = generate_latest(shard_metrics.new_registry(process=True)).decode()
     return frozenset(s.name for f in text_string_to_metric_families(text) for s in f.samples)
 
 

@@ -23,7 +23,7 @@ from alphagate import config
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import Command, Memory, Rollout, State
-from alphagate.shell import exporter
+from alphagate.shell import exporter, shard_metrics
 from alphagate.shell import server as metrics_server
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.sources.prometheus import PrometheusSource
@@ -108,7 +108,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     if not testprom.available():
         pytest.skip("prometheus binary missing: apt-get install --no-install-recommends prometheus")
     tmp = tmp_path_factory.mktemp("ship-prometheus")
-    recorder = exporter.Recorder(exporter.new_registry())
+    recorder = exporter.Recorder(shard_metrics.new_registry())
     recorder.set_leader(True)
     recorder.track(namespace=NAMESPACE, canary=CANARY)
     # as a sharded replica (run --shards 4) holding shards 0 and 2: the shard panel has data

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from hostile import drip, serving, slow_body, whole
 
-from alphagate.config import ScrapeSource as ScrapeSettings
-from alphagate.config import SpeculativeCanarySpec
+from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceError, SourceErrorKind, redact
 from alphagate.sources import http

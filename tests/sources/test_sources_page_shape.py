@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from alphagate import vllm
 from alphagate.errors import ExpositionError
 from alphagate.sources import exposition
-from alphagate.sources.exposition import Counter as C
-from alphagate.sources.exposition import Hist, Page, parse, parse_with_client
+from alphagate.sources.exposition import parse, parse_with_client
+from alphagate.sources.page import Counter as C
+from alphagate.sources.page import Hist, Page
 
 REAL = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"
 

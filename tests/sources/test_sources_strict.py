@@ -10,8 +10,9 @@ import pytest
 
 from alphagate.errors import ExpositionError, SourceError, SourceErrorKind
 from alphagate.sources import exposition
-from alphagate.sources.exposition import Counter, Hist, parse
+from alphagate.sources.exposition import parse
 from alphagate.sources.increments import check_page
+from alphagate.sources.page import Counter, Hist
 from alphagate.sources.scrape import parse_page
 
 ITL = "vllm:inter_token_latency_seconds"

@@ -22,8 +22,8 @@ from alphagate.config import LatencyMetric
 from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
 from alphagate.sources.discovery import StaticDiscovery, Target
-from alphagate.sources.exposition import Counter
 from alphagate.sources.layout import page_layout
+from alphagate.sources.page import Counter
 from alphagate.sources.scrape import ScrapeSource, parse_page
 from specs import SOURCE_SPEC, spec_from
 

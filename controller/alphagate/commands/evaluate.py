@@ -27,8 +27,12 @@ from typing import Any
 
 import typer
 
-from alphagate.config import PrometheusSource as PrometheusSettings
-from alphagate.config import SourceKind, SpeculativeCanary, SpeculativeCanarySpec
+from alphagate.config import (
+    PrometheusSettings,
+    SourceKind,
+    SpeculativeCanary,
+    SpeculativeCanarySpec,
+)
 from alphagate.core import timing
 from alphagate.core.draft_length import DraftLengthReport
 from alphagate.core.evaluate import evaluate
@@ -340,9 +344,9 @@ def render_text(
     out.append("checks")
     for check in ev.checks:
         out.append(f"  {check.name:<24} {check.verdict.value:<12} {check.reason}")
-        tail = check.evidence.tail if isinstance(check.evidence, LatencyEvidence) else None
-        if tail is not None and "effective margin" not in check.reason:
-            where = describe(tail.resolution, tail.quantile)
+        lat = check.evidence if isinstance(check.evidence, LatencyEvidence) else None
+        if lat is not None and lat.tail is not None and not lat.layout_in_reason:
+            where = describe(lat.tail.resolution, lat.tail.quantile)
             out.append(f"  {'':<24} {'':<12} quantile at these buckets: {where}")
     for check in ev.checks:
         found = check.evidence

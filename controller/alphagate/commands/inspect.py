@@ -34,7 +34,7 @@ from alphagate.config import LatencyMetric
 from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
 from alphagate.sources.common import HistSum, redact_url
-from alphagate.sources.exposition import Counter, Hist, Page, Series
+from alphagate.sources.page import Counter, Hist, Page, Series
 from alphagate.sources.scrape import read_page_layout
 
 QUANTILES = (0.5, 0.99)

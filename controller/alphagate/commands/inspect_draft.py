@@ -21,7 +21,7 @@ from alphagate.config import AcceptanceGate
 from alphagate.core.draft_length import DraftLengthReport, policy_cost, recommend
 from alphagate.core.model import AcceptanceSample
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
-from alphagate.sources.exposition import Counter, Gauge, Series
+from alphagate.sources.page import Counter, Gauge, Series
 
 
 def report(series: list[Series], method: str | None) -> DraftLengthReport | None:

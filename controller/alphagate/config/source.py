@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from alphagate.config.base import StrictModel, TimeoutSeconds
 from alphagate.config.enums import SourceKind
@@ -15,9 +15,12 @@ ADMIN_ONLY_SOURCE_FIELDS: Final = ("url", "bearerTokenFile", "basicAuth", "caFil
 and with which credentials is the cluster admin's choice (the controller's `--config`)."""
 
 
-class PrometheusSource(StrictModel):
+class PrometheusSettings(StrictModel):
     """Which Prometheus endpoint to query, by the name the controller's admin gave it: a
     policy holds no URL and no credential (the trust boundary in docs/security.md)."""
+
+    # The CRD's schema keeps the title it shipped with (the class is named for what it is).
+    model_config = ConfigDict(title="PrometheusSource")
 
     endpoint: str = Field(
         default="default",
@@ -63,7 +66,11 @@ def scrape_page_cost(max_body_bytes: int, max_lines: int) -> int:
     return 2 * max_body_bytes + 100 * max_lines
 
 
-class ScrapeSource(StrictModel):
+class ScrapeSettings(StrictModel):
+    # (no docstring: it would become the CRD's description of the field)
+    # The CRD's schema keeps the title it shipped with (the class is named for what it is).
+    model_config = ConfigDict(title="ScrapeSource")
+
     port: int | None = Field(
         default=None,
         ge=1,
@@ -111,7 +118,7 @@ class ScrapeSource(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _fits_in_memory(self) -> ScrapeSource:
+    def _fits_in_memory(self) -> ScrapeSettings:
         per_page = scrape_page_cost(self.max_body_bytes, self.max_lines)
         if self.max_concurrency * per_page > SCRAPE_MEMORY_BUDGET:
             raise ValueError(
@@ -123,7 +130,7 @@ class ScrapeSource(StrictModel):
         return self
 
 
-class Source(StrictModel):
+class SourceSettings(StrictModel):
     kind: SourceKind = Field(
         default=SourceKind.PROMETHEUS,
         description=(
@@ -131,16 +138,16 @@ class Source(StrictModel):
             "controller scrapes pod /metrics found through the Kubernetes API)."
         ),
     )
-    prometheus: PrometheusSource | None = Field(
+    prometheus: PrometheusSettings | None = Field(
         default=None,
         description="Settings of the prometheus source; required when kind is prometheus.",
     )
-    scrape: ScrapeSource | None = Field(
+    scrape: ScrapeSettings | None = Field(
         default=None, description="Settings of the podScrape source (defaults apply when omitted)."
     )
 
     @model_validator(mode="after")
-    def _kind_has_settings(self) -> Source:
+    def _kind_has_settings(self) -> SourceSettings:
         if self.kind is SourceKind.PROMETHEUS and self.prometheus is None:
             raise ValueError(
                 "kind prometheus needs a `prometheus` block naming the endpoint to query"

@@ -20,7 +20,7 @@ from alphagate.config.base import StrictModel
 from alphagate.config.draft import DraftLength, OutputLength
 from alphagate.config.enums import Aggregation, Mode
 from alphagate.config.judging import AcceptanceGate, ErrorPolicy, LatencyGuard, Staleness, Timing
-from alphagate.config.source import Source
+from alphagate.config.source import SourceSettings
 from alphagate.config.targets import Promotion, Slice, WorkloadRef
 from alphagate.errors import PolicyError
 
@@ -86,7 +86,7 @@ class SpeculativeCanarySpec(StrictModel):
             "opt-in, a rollback)."
         ),
     )
-    source: Source = Field(description="Where the controller reads vLLM's metrics.")
+    source: SourceSettings = Field(description="Where the controller reads vLLM's metrics.")
     promotion: Promotion = Field(
         default=Promotion(), description="Optional copy of a confirmed config to the stable fleet."
     )

@@ -5,19 +5,19 @@ Verdicts: PASS, FAIL, INCONCLUSIVE (too little data, or inside the hysteresis ba
 below the gate for alpha, a statistically significant bucket exceedance for latency. Every
 result carries its kind, its slice and its typed evidence (what code reads), and a reason a
 person can read, naming the metric that was used (what nothing parses).
+The latency guard, the largest check, is its own module: `core.latency_check`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Final
 
 from alphagate.config import AcceptanceGate
 from alphagate.core import pace
 from alphagate.core.fmt import number as _fmt
-from alphagate.core.latency_check import check_latency as check_latency
 from alphagate.core.model import (
     AcceptanceEvidence,
     CheckKind,
@@ -293,11 +293,3 @@ def shortfall(result: CheckResult, band: float) -> float:
     if not math.isfinite(e.value):
         return 0.0
     return max(0.0, (threshold - e.value) / band)
-
-
-def verdict_counts(checks: Iterable[CheckResult]) -> Mapping[Verdict, int]:
-    """How many checks ended in each verdict (for status and metrics)."""
-    out = dict.fromkeys(Verdict, 0)
-    for c in checks:
-        out[c.verdict] += 1
-    return out

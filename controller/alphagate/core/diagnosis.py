@@ -37,9 +37,6 @@ PREFIX_HEAVY: Final = 4.0
 SLICE_GAP: Final = 0.2
 """A slice whose alpha trails the best slice by this much points at a domain mismatch."""
 
-MODEL_METHODS: Final = frozenset(
-    {"eagle", "eagle3", "draft_model", "mtp", "medusa", "mlp_speculator", "dflash", "dspark"}
-)
 PROMPT_LOOKUP_METHODS: Final = frozenset({"ngram", "ngram_gpu", "suffix"})
 
 

@@ -289,6 +289,54 @@ def _option(good: Sequence[AcceptanceSample], k: int, d: float, confidence: floa
     )
 
 
+def _insufficient(
+    good: Sequence[AcceptanceSample],
+    positions: Sequence[PositionRate],
+    drafts: float,
+    min_drafts: float,
+) -> str | None:
+    """Why these counters cannot support a recommendation, or None."""
+    if not positions:
+        return "no per-position acceptance counters in the window"
+    if drafts < min_drafts:
+        return f"{drafts:.0f} drafts, fewer than the {min_drafts:.0f} needed"
+    if len(acceptance.batches(good)) < 2:
+        # One pod in one window: its requests share their acceptance, so no interval is honest.
+        return "one independent batch (one pod, one window); rates need two"
+    return None
+
+
+def _paying_length(
+    positions: Sequence[PositionRate], options: Sequence[LengthOption], k: int
+) -> int:
+    """K with the tail positions dropped while even their upper bound cannot pay for them."""
+    rec = k
+    while rec > 1:
+        if positions[rec - 1].unconditional_upper >= options[rec - 1].breakeven_rate:
+            break
+        rec -= 1
+    return rec
+
+
+def _longer_may_pay(last: PositionRate, next_breakeven: float, full: float) -> str | None:
+    """Why one more position may pay, or None.
+
+    The position after K is never observed. Acceptance does not rise along a draft, so its
+    rate is at most u_{K-1} times the last conditional rate; read with both lower bounds, it
+    is what a longer draft can be expected to get at the least. It may pay when that clears
+    the break-even position K would face, d * S(K). Only full-length drafts make the
+    conditional rate meaningful (n-gram drafts often stop short, which inflates it)."""
+    next_rate = last.unconditional_lower * last.conditional_lower
+    if not (next_rate > next_breakeven and last.conditional_lower > 0.5 and full >= FULL_LENGTH):
+        return None
+    return (
+        f"the last position still accepts {last.unconditional:.3f} (at least "
+        f"{last.unconditional_lower:.3f}, {last.conditional_lower:.2f} of the drafts that "
+        f"reached it): one more position would get at least {next_rate:.3f}, above the "
+        f"{next_breakeven:.3f} it needs, which these counters cannot show"
+    )
+
+
 def recommend(
     samples: Sequence[AcceptanceSample],
     *,
@@ -324,31 +372,13 @@ def recommend(
             reason=reason,
         )
 
-    if not positions or drafts < min_drafts:
-        why = (
-            "no per-position acceptance counters in the window"
-            if not positions
-            else f"{drafts:.0f} drafts, fewer than the {min_drafts:.0f} needed"
-        )
+    why = _insufficient(good, positions, drafts, min_drafts)
+    if why is not None:
         return report(DraftAdvice.INSUFFICIENT, k, k, f"K={k} kept: {why}")
-    if len(acceptance.batches(good)) < 2:
-        # One pod in one window: its requests share their acceptance, so no interval is honest.
-        return report(
-            DraftAdvice.INSUFFICIENT,
-            k,
-            k,
-            f"K={k} kept: one independent batch (one pod, one window); rates need two",
-        )
 
     best = max(options, key=lambda o: (round(o.speedup, 12), -o.k)).k
     rates = ", ".join(f"{p.unconditional:.3f}" for p in positions)
-    # Drop tail positions while even their upper bound cannot pay for them.
-    rec = k
-    while rec > 1:
-        o = options[rec - 1]
-        if positions[rec - 1].unconditional_upper >= o.breakeven_rate:
-            break
-        rec -= 1
+    rec = _paying_length(positions, options, k)
     one = options[0]
     if one.speedup_upper < 1.0:
         return report(
@@ -371,24 +401,10 @@ def recommend(
             f"({cost.source.value}); predicted {options[rec - 1].speedup:.2f}x vs "
             f"{options[k - 1].speedup:.2f}x over draft steps (position rates {rates})",
         )
-    last = positions[k - 1]
-    # The position after K is never observed. Acceptance does not rise along a draft, so its
-    # rate is at most u_{K-1} times the last conditional rate; read with both lower bounds, it
-    # is what a longer draft can be expected to get at the least. It may pay when that clears
-    # the break-even position K would face, d * S(K). Only full-length drafts make the
-    # conditional rate meaningful (n-gram drafts often stop short, which inflates it).
-    next_rate = last.unconditional_lower * last.conditional_lower
-    next_breakeven = d * options[k - 1].speedup
-    if next_rate > next_breakeven and last.conditional_lower > 0.5 and full >= FULL_LENGTH:
+    longer = _longer_may_pay(positions[k - 1], d * options[k - 1].speedup, full)
+    if longer is not None:
         return report(
-            DraftAdvice.LONGER_MAY_PAY,
-            k,
-            best,
-            f"K={k} kept; the last position still accepts {last.unconditional:.3f} (at least "
-            f"{last.unconditional_lower:.3f}, {last.conditional_lower:.2f} of the drafts that "
-            f"reached it): one more position would get at least {next_rate:.3f}, above the "
-            f"{next_breakeven:.3f} it needs, which these counters cannot show (position rates "
-            f"{rates})",
+            DraftAdvice.LONGER_MAY_PAY, k, best, f"K={k} kept; {longer} (position rates {rates})"
         )
     return report(
         DraftAdvice.KEEP,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
 from alphagate.core import (
@@ -24,12 +25,15 @@ from alphagate.core import (
     blocksize,
     checks,
     histogram,
+    latency_check,
     machine,
+    moves,
     poolalpha,
     reprobe,
     shape,
     speedup,
     timing,
+    window,
 )
 from alphagate.core.model import (
     Action,
@@ -184,6 +188,20 @@ def _evidence(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Estimated:
+    """What the estimate step found: alpha per slice (with whether each can be judged), the
+    traffic weights and the combined alpha; `memory` has learned this window's last alphas and
+    spread; `good_share` is the traffic share of slices whose last alpha cleared enableAbove."""
+
+    estimates: dict[str, Estimate]
+    judgeable: dict[str, Judgeability]
+    weights: dict[str, float]
+    combined: Estimate | None
+    memory: Memory
+    good_share: float | None
+
+
 def evaluate(
     spec: SpeculativeCanarySpec,
     observation: Observation,
@@ -195,20 +213,34 @@ def evaluate(
     slices: Sequence[str] | None = None,
     force: bool = False,
 ) -> Evaluation:
-    """Judge one window and decide. `slices` restricts the evaluation to those slices (perSlice
-    aggregation: one call per slice, each with its own memory); unknown names are a
-    programming error (ValueError). `force` carries a manual `command` past its guards."""
+    """Judge one window and decide: estimate, judge, decide. `slices` restricts the evaluation
+    to those slices (perSlice aggregation: one call per slice, each with its own memory);
+    unknown names are a programming error (ValueError). `force` carries a manual `command`
+    past its guards."""
     known = [s.name for s in spec.slices]
     if slices is not None:
         unknown = sorted(set(slices) - set(known))
         if unknown:
             raise ValueError(f"unknown slices {unknown}; the policy has {known}")
     names = [n for n in known if slices is None or n in slices]
-    gate = spec.acceptance
-    per_slice = spec.aggregation is Aggregation.PER_SLICE
-    suffix = len(spec.slices) > 1  # name checks by slice when the policy has several
+    found = estimate(spec, observation, memory, names, now=now)
+    results = judge(spec, observation, found, rollout, names)
+    return decide(
+        spec, observation, found, rollout, names, results, now=now, command=command, force=force
+    )
 
-    # ---- estimate
+
+def estimate(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    memory: Memory,
+    names: Sequence[str],
+    *,
+    now: float,
+) -> Estimated:
+    """Alpha per slice, the traffic weights and the combined alpha; the memory learns the
+    alphas with enough drafts and the window's spread."""
+    gate = spec.acceptance
     estimates, judgeable, learned = _estimates(spec, observation, names, memory, now)
     weights = acceptance.weights(observation, names)
     if not math.fsum(weights.values()) > 0:
@@ -227,12 +259,23 @@ def evaluate(
         good_share = math.fsum(
             w for n, w in weights.items() if last_alpha.get(n, -1.0) > gate.enable_above
         )
+    return Estimated(estimates, judgeable, weights, combined, memory, good_share)
 
-    # ---- judge
-    results: list[CheckResult] = []
+
+def judge(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    found: Estimated,
+    rollout: Rollout,
+    names: Sequence[str],
+) -> list[CheckResult]:
+    """The window's checks: an ERROR for a failed source; while speculation is off, failed
+    pools and an INCONCLUSIVE "not judged"; a window from a rollout or its warm-up
+    INCONCLUSIVE; else acceptance (and floors) and latency."""
+    memory = found.memory
     window_start = observation.at - observation.window_seconds
     if observation.source_error is not None:
-        results.append(
+        return [
             CheckResult(
                 CheckKind.SOURCE,
                 Verdict.ERROR,
@@ -242,99 +285,126 @@ def evaluate(
                     (observation.source_budget,),
                 ),
             )
-        )
-    elif not machine.speculation_on(memory):
-        failed = [p for p in observation.pools if p.slice in names and p.error is not None]
-        if failed:
-            texts = [f"{p.role.value} pool of slice {p.slice}: {p.error}" for p in failed]
-            results.append(
-                CheckResult(
-                    CheckKind.SOURCE,
-                    Verdict.ERROR,
-                    "pool read failed: " + "; ".join(texts),
-                    SourceEvidence(
-                        tuple((p.error_kind, t) for p, t in zip(failed, texts, strict=True)),
-                        tuple(p.budget for p in failed),
-                    ),
-                )
+        ]
+    if not window.speculation_on(memory):
+        return _not_speculating(observation, memory, names)
+    unjudged = window.not_judgeable(spec, rollout, memory, window_start)
+    if unjudged is not None:
+        end = window.warmup_end(spec, rollout, memory)
+        return [
+            CheckResult(
+                CheckKind.WINDOW,
+                Verdict.INCONCLUSIVE,
+                f"not judged: {unjudged}",
+                WindowEvidence(window_start=window_start, warmup_end=end),
             )
-        state = machine.effective_state(memory).value
+        ]
+    per_slice = spec.aggregation is Aggregation.PER_SLICE
+    suffix = len(spec.slices) > 1  # name checks by slice when the policy has several
+    return _judge(
+        spec,
+        observation,
+        names,
+        found.estimates,
+        found.combined,
+        per_slice,
+        suffix,
+        found.judgeable,
+    )
+
+
+def _not_speculating(
+    observation: Observation, memory: Memory, names: Sequence[str]
+) -> list[CheckResult]:
+    """Speculation is off: no spec-decode series are expected, so nothing is judged; a pool
+    that failed to read is still an ERROR."""
+    results: list[CheckResult] = []
+    failed = [p for p in observation.pools if p.slice in names and p.error is not None]
+    if failed:
+        texts = [f"{p.role.value} pool of slice {p.slice}: {p.error}" for p in failed]
         results.append(
             CheckResult(
-                CheckKind.ACCEPTANCE,
-                Verdict.INCONCLUSIVE,
-                f"not judged: speculation is off ({state}); no spec-decode series expected",
+                CheckKind.SOURCE,
+                Verdict.ERROR,
+                "pool read failed: " + "; ".join(texts),
+                SourceEvidence(
+                    tuple((p.error_kind, t) for p, t in zip(failed, texts, strict=True)),
+                    tuple(p.budget for p in failed),
+                ),
             )
         )
-    else:
-        unjudged = machine.not_judgeable(spec, rollout, memory, window_start)
-        if unjudged is not None:
-            end = machine.warmup_end(spec, rollout, memory)
-            results.append(
-                CheckResult(
-                    CheckKind.WINDOW,
-                    Verdict.INCONCLUSIVE,
-                    f"not judged: {unjudged}",
-                    WindowEvidence(window_start=window_start, warmup_end=end),
-                )
-            )
-        else:
-            results.extend(
-                _judge(spec, observation, names, estimates, combined, per_slice, suffix, judgeable)
-            )
+    state = window.effective_state(memory).value
+    results.append(
+        CheckResult(
+            CheckKind.ACCEPTANCE,
+            Verdict.INCONCLUSIVE,
+            f"not judged: speculation is off ({state}); no spec-decode series expected",
+        )
+    )
+    return results
 
+
+def decide(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    found: Estimated,
+    rollout: Rollout,
+    names: Sequence[str],
+    results: Sequence[CheckResult],
+    *,
+    now: float,
+    command: Command | None,
+    force: bool,
+) -> Evaluation:
+    """The overall verdict, the window's shape for the re-probe, then the state machine's
+    step; a probe is withheld while outputs are too short to pay (spec.outputs)."""
+    gate = spec.acceptance
+    window_start = observation.at - observation.window_seconds
     verdict = checks.overall(results)
+    combined = found.combined
     alpha = combined.value if combined is not None else None
     window_shape = shape.of(observation, names, alpha)
     memory = reprobe.observe(
-        memory, spec, results, window_shape, start=window_start, now=observation.at
+        found.memory, spec, results, window_shape, start=window_start, now=observation.at
     )
-    fail_kinds = [c.kind for c in results if c.verdict is Verdict.FAIL]
     band = gate.enable_above - gate.disable_below
     decision = machine.step(
-        memory,
-        verdict,
-        now=now,
-        spec=spec,
-        rollout=rollout,
-        command=command,
-        good_share=good_share,
-        window_start=window_start,
-        fail_kinds=fail_kinds,
-        evidence=_evidence(combined, estimates, weights, results, verdict),
-        force=force,
-        decisive=any(
-            checks.decisive(
-                c,
-                spec.latency.consecutive_windows
-                if c.kind is CheckKind.LATENCY
-                else gate.consecutive_windows,
-            )
-            for c in results
-        ),
-        shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
-        shape=window_shape,
+        machine.StepInput(
+            memory,
+            verdict,
+            now=now,
+            spec=spec,
+            rollout=rollout,
+            command=command,
+            good_share=found.good_share,
+            window_start=window_start,
+            fail_kinds=[c.kind for c in results if c.verdict is Verdict.FAIL],
+            evidence=_evidence(combined, found.estimates, found.weights, results, verdict),
+            force=force,
+            decisive=any(
+                checks.decisive(
+                    c,
+                    spec.latency.consecutive_windows
+                    if c.kind is CheckKind.LATENCY
+                    else gate.consecutive_windows,
+                )
+                for c in results
+            ),
+            shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
+            shape=window_shape,
+        )
     )
-    withheld: Suitability | None = None
-    if (
-        spec.outputs.withhold_probes
-        and command is None
-        and decision.action is Action.ENABLE
-        and decision.transition is not None
-        and decision.transition.cause in (Cause.PROBE, Cause.EARLY_REPROBE)
-    ):
-        outputs = short_outputs(observation, names, spec.outputs.min_mean_tokens)
-        if outputs.holds:
-            # Outputs too short to pay (vllm:request_generation_tokens): no probe; the
-            # machine is asked again next window, so the probe follows once they lengthen.
-            withheld = outputs
-            decision = machine.Decision(
-                memory, Action.HOLD, f"probe withheld: {outputs.reason}", None, decision.alerts
-            )
+    withheld = _withheld(spec, observation, names, decision, command=command)
+    if withheld is not None:
+        # Outputs too short to pay (vllm:request_generation_tokens): no probe; the machine is
+        # asked again next window, so the probe follows once they lengthen.
+        decision = moves.Decision(
+            memory, Action.HOLD, f"probe withheld: {withheld.reason}", None, decision.alerts
+        )
     return Evaluation(
         at=now,
-        estimates=estimates,
-        weights=weights,
+        estimates=found.estimates,
+        weights=found.weights,
         combined=combined,
         checks=tuple(results),
         verdict=verdict,
@@ -342,12 +412,34 @@ def evaluate(
         reason=decision.reason,
         memory=decision.memory,
         transition=decision.transition,
-        target_speculation_on=machine.speculation_on(decision.memory),
+        target_speculation_on=window.speculation_on(decision.memory),
         alerts=decision.alerts,
         predicted_speedup=_predicted_speedup(spec, combined),
-        verdict_age_seconds=machine.verdict_age(decision.memory, now),
+        verdict_age_seconds=window.verdict_age(decision.memory, now),
         withheld=withheld,
     )
+
+
+def _withheld(
+    spec: SpeculativeCanarySpec,
+    observation: Observation,
+    names: Sequence[str],
+    decision: moves.Decision,
+    *,
+    command: Command | None,
+) -> Suitability | None:
+    """Why the machine's probe is withheld (outputs too short to pay), or None: only a probe
+    the machine started itself, and only where the policy withholds probes."""
+    if not (
+        spec.outputs.withhold_probes
+        and command is None
+        and decision.action is Action.ENABLE
+        and decision.transition is not None
+        and decision.transition.cause in (Cause.PROBE, Cause.EARLY_REPROBE)
+    ):
+        return None
+    outputs = short_outputs(observation, names, spec.outputs.min_mean_tokens)
+    return outputs if outputs.holds else None
 
 
 def short_outputs(
@@ -426,7 +518,7 @@ def _judge(
         for n in names:
             canary = observation.pool(n, Role.CANARY)
             out.append(
-                checks.check_latency(
+                latency_check.check_latency(
                     canary,
                     observation.pool(n, Role.BASELINE),
                     guard=spec.latency,

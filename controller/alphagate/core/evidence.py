@@ -335,6 +335,9 @@ class LatencyEvidence:
     undecided: tuple[LatencyUndecided, ...] = ()
     # the quantile at the layout's resolution: edges, "within" shown or not, the Fail test
     tail: TailGuard | None = None
+    # the check's reason already says what the layout lets the quantile guard claim
+    # (`resolution.describe`), so a report need not print it again
+    layout_in_reason: bool = False
     # latency.confirmOn: does a Pass need the quantile shown within too (else the mean only)
     confirms_quantile: bool = False
     # the window's family-wise evidence of a regression: the smallest p-value over its weight

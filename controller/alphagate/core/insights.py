@@ -94,6 +94,28 @@ def live_running(pools: Sequence[PoolObservation]) -> float | None:
     return math.fsum(r * w for r, w in got) / total
 
 
+def _policy_cost(
+    spec: SpeculativeCanarySpec,
+    cost_per_position: float | None,
+    running_per_pod: float | None,
+    ridge_tokens: float,
+) -> DraftCost:
+    """The draft cost when no measured one is at hand: the policy's, else the method's."""
+    d = (
+        cost_per_position
+        if cost_per_position is not None
+        else specconfig.default_cost(spec.speculative_config)
+    )
+    method = specconfig.resolved_method(spec.speculative_config)
+    return policy_cost(
+        d,
+        concurrency=running_per_pod or 1.0,
+        ridge_tokens=ridge_tokens,
+        detail=f"{d:g} per position for {method}"
+        + (" (policy)" if cost_per_position is not None else " (method default)"),
+    )
+
+
 def analyse(
     spec: SpeculativeCanarySpec,
     observation: Observation,
@@ -129,23 +151,11 @@ def analyse(
     draft: DraftLengthReport | None = None
     if samples and observation.source_error is None:
         tokens = math.fsum(s.draft_tokens for s in samples)
-        cost: DraftCost | None = measured_cost(
+        cost = measured_cost(
             _merge([p.itl for p in good_c]), _merge([p.itl for p in good_b]), draft_tokens=tokens
         )
         if cost is None:
-            d = (
-                cost_per_position
-                if cost_per_position is not None
-                else specconfig.default_cost(spec.speculative_config)
-            )
-            method = specconfig.resolved_method(spec.speculative_config)
-            cost = policy_cost(
-                d,
-                concurrency=running_per_pod or 1.0,
-                ridge_tokens=ridge_tokens,
-                detail=f"{d:g} per position for {method}"
-                + (" (policy)" if cost_per_position is not None else " (method default)"),
-            )
+            cost = _policy_cost(spec, cost_per_position, running_per_pod, ridge_tokens)
         draft = recommend(
             samples,
             k=k,

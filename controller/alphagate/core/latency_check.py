@@ -307,6 +307,7 @@ def _bucket_verdict(out: _Out, tail: TailGuard, absolute: bool) -> CheckResult:
     guard = out.guard
     res, fail = tail.resolution, tail.fail_test
     where = describe(res, guard.quantile, absolute=absolute)
+    out = replace(out, evidence=replace(out.evidence, layout_in_reason=True))
     if tail.rejected and fail is not None:
         return out(
             Verdict.FAIL,
@@ -402,6 +403,8 @@ def _sums_verdict(out: _Out, report: latency.TailReport) -> CheckResult:
     guard = out.guard
     sp, tail, margin = report.speedup, report.tail, guard.max_regression_ratio
     assert sp is not None
+    if tail is not None:  # every reason below ends with `describe(tail.resolution, ...)`
+        out = replace(out, evidence=replace(out.evidence, layout_in_reason=True))
     means = (
         f"canary {_ms(sp.canary_mean)} vs baseline {_ms(sp.baseline_mean)} per token, measured "
         f"speed-up {_fmt(sp.value, 3)}x [{_fmt(sp.lower, 3)}, {_fmt(sp.upper, 3)}]"

@@ -6,7 +6,7 @@
      │                v              │   v
      └── (start) ─ RolledBack <──────┴───┘          Paused: holds any state
 
-Rules (design.md §4):
+Rules:
 * Only FAIL flips, and only after `consecutiveWindows` CONSECUTIVE failing JUDGED windows. A
   judged window is whole and shares no data with the last one judged (`window.judged`): one
   verdict per windowSeconds, whatever the evaluation interval, so no failing window is picked
@@ -55,12 +55,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
 from alphagate.core import pace, reprobe
-from alphagate.core.manual import enable_guards, manual
+from alphagate.core.manual import manual
 from alphagate.core.model import (
     Action,
     Alert,
@@ -73,52 +73,21 @@ from alphagate.core.model import (
     TrafficShape,
     Verdict,
 )
-from alphagate.core.moves import HISTORY_LIMIT, Ctx, Decision, enable_update, flip
+from alphagate.core.moves import Ctx, Decision, enable_update, flip
 from alphagate.core.window import (
     EPS,
-    HOUR,
-    JUDGING,
-    READ_MIN_INTERVALS,
-    SPECULATING,
     adjacent,
     cooldown_seconds,
     effective_state,
     flip_room,
     judged,
     not_judgeable,
-    read_window,
     recent_flips,
-    shared_window,
-    speculation_on,
     verdict_age,
     wall_time,
     warmup_end,
     windows_needed,
 )
-
-# The window rule and the memory queries live in core.window; callers reach them here too.
-__all__ = [
-    "HISTORY_LIMIT",
-    "HOUR",
-    "JUDGING",
-    "READ_MIN_INTERVALS",
-    "SPECULATING",
-    "Decision",
-    "cooldown_seconds",
-    "effective_state",
-    "enable_guards",
-    "flip_room",
-    "judged",
-    "not_judgeable",
-    "read_window",
-    "recent_flips",
-    "shared_window",
-    "speculation_on",
-    "verdict_age",
-    "wall_time",
-    "warmup_end",
-    "windows_needed",
-]
 
 MAX_DEPTH: Final = 4  # rejection_depth's cap: the cooldown's maxSeconds caps it anyway
 
@@ -402,24 +371,10 @@ HANDLERS: Final[dict[State, Callable[[Ctx], Decision]]] = {
 }
 
 
-def step(
-    memory: Memory,
-    verdict: Verdict,
-    *,
-    now: float,
-    spec: SpeculativeCanarySpec,
-    rollout: Rollout,
-    command: Command | None = None,
-    good_share: float | None = None,
-    window_start: float | None = None,
-    fail_kinds: Collection[CheckKind] = (),
-    evidence: Mapping[str, float | str] | None = None,
-    force: bool = False,
-    decisive: bool = False,
-    shortfall: float = 0.0,
-    shape: TrafficShape | None = None,
-) -> Decision:
-    """Advance the machine by one evaluation window.
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """One evaluation window as the machine sees it: what it remembers, what the window showed
+    and what was asked of it.
 
     `verdict` is the window's overall verdict; `window_start` when its data begins (default
     now - windowSeconds); `good_share` the current traffic share of slices whose last known
@@ -429,10 +384,32 @@ def step(
     failing check carries the evidence of all the windows a rollback needs (it rolls back
     alone); `shortfall` how many bands (enableAbove - disableBelow) the failing alpha lies
     below its threshold (deepens the cooldown); `shape` the window's traffic shape with its
-    alpha (`core.shape`: the evidence of a shape re-probe).
-    """
-    memory = memory.model_copy(update={"flip_times": recent_flips(memory, now)})
-    start = window_start if window_start is not None else now - spec.timing.window_seconds
+    alpha (`core.shape`: the evidence of a shape re-probe)."""
+
+    memory: Memory
+    verdict: Verdict
+    now: float
+    spec: SpeculativeCanarySpec
+    rollout: Rollout
+    command: Command | None = None
+    good_share: float | None = None
+    window_start: float | None = None
+    fail_kinds: Collection[CheckKind] = ()
+    evidence: Mapping[str, float | str] | None = None
+    force: bool = False
+    decisive: bool = False
+    shortfall: float = 0.0
+    shape: TrafficShape | None = None
+
+
+def step(given: StepInput) -> Decision:
+    """Advance the machine by one evaluation window."""
+    verdict, now, spec = given.verdict, given.now, given.spec
+    rollout, command = given.rollout, given.command
+    memory = given.memory.model_copy(update={"flip_times": recent_flips(given.memory, now)})
+    start = given.window_start
+    if start is None:
+        start = now - spec.timing.window_seconds
     unjudged = not_judgeable(spec, rollout, memory, start)
     effective = verdict
     if unjudged is not None and verdict in (Verdict.PASS, Verdict.FAIL):
@@ -444,18 +421,18 @@ def step(
         unjudged=unjudged,
         now=now,
         spec=spec,
-        good_share=good_share,
-        fail_kinds=tuple(fail_kinds),
-        evidence=dict(evidence or {}),
+        good_share=given.good_share,
+        fail_kinds=tuple(given.fail_kinds),
+        evidence=dict(given.evidence or {}),
         alerts=(),
         command=command,
         rollout=rollout,
-        decisive=decisive and effective is Verdict.FAIL and counts,
-        shortfall=shortfall,
-        shape=shape,
+        decisive=given.decisive and effective is Verdict.FAIL and counts,
+        shortfall=given.shortfall,
+        shape=given.shape,
     )
     if command is not None:
-        return manual(ctx, command, force)
+        return manual(ctx, command, given.force)
     if spec.paused and memory.state is not State.PAUSED:
         return ctx.go(
             State.PAUSED,

@@ -5,7 +5,9 @@ with cause MANUAL, or REFUSED with the guards that refused it. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Final
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import (
@@ -62,18 +64,25 @@ def _guard_text(guards: Collection[Guard], memory: Memory, spec: SpeculativeCana
     return ", ".join(texts[g] for g in guards)
 
 
-def manual(ctx: Ctx, command: Command, force: bool) -> Decision:
-    m = ctx.memory
-    on = speculation_on(m)
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """One command with the machine's context: how it is recorded, refused or forced."""
 
-    def note(text: str, cause: Cause = Cause.MANUAL, refused: tuple[Guard, ...] = ()) -> Decision:
+    ctx: Ctx
+    command: Command
+    force: bool
+
+    def note(
+        self, text: str, cause: Cause = Cause.MANUAL, refused: tuple[Guard, ...] = ()
+    ) -> Decision:
         """A command that changes nothing is still recorded (same state in and out)."""
+        ctx, m = self.ctx, self.ctx.memory
         memory, transition = move(
             m,
             m.state,
-            f"manual: {command.value}: {text}",
+            f"manual: {self.command.value}: {text}",
             cause=cause,
-            command=command,
+            command=self.command,
             now=ctx.now,
             evidence=ctx.evidence,
             refused=refused,
@@ -85,74 +94,94 @@ def manual(ctx: Ctx, command: Command, force: bool) -> Decision:
             alerts = (*alerts, Alert.FLIP_BUDGET)
         return Decision(memory, Action.HOLD, transition.reason, transition, alerts)
 
-    def refuse(guards: tuple[Guard, ...]) -> Decision:
+    def refuse(self, guards: tuple[Guard, ...]) -> Decision:
         hatch = " (--force overrides)" if Guard.SPECULATION_OFF not in guards else ""
-        return note(f"refused: {_guard_text(guards, m, ctx.spec)}{hatch}", Cause.REFUSED, guards)
+        why = _guard_text(guards, self.ctx.memory, self.ctx.spec)
+        return self.note(f"refused: {why}{hatch}", Cause.REFUSED, guards)
 
-    def forced_text(guards: tuple[Guard, ...]) -> str:
-        return f" (forced past {_guard_text(guards, m, ctx.spec)})" if guards else ""
+    def forced_text(self, guards: tuple[Guard, ...]) -> str:
+        if not guards:
+            return ""
+        return f" (forced past {_guard_text(guards, self.ctx.memory, self.ctx.spec)})"
 
-    if command is Command.PAUSE:
-        if m.state is State.PAUSED:
-            return note("already paused")
-        return ctx.go(
-            State.PAUSED,
-            Action.HOLD,
-            "manual: pause: holding everything until resumed",
-            Cause.MANUAL,
-            state_before_pause=m.state,
-            paused_by="manual",
-        )
-    if command is Command.RESUME:
-        if m.state is not State.PAUSED:
-            return note("not paused")
-        if ctx.spec.paused:
-            return refuse((Guard.SPEC_PAUSED,))
-        before = m.state_before_pause or State.OFF
-        return ctx.go(
-            before,
-            Action.HOLD,
-            f"manual: resume: back to {before.value}",
-            Cause.MANUAL,
-            state_before_pause=None,
-            paused_by=None,
-        )
-    if command is Command.ENABLE:
-        if on:
-            return note("speculation is already on")
-        guards = enable_guards(m, ctx.spec, ctx.now)
-        if guards and not force:
-            return refuse(guards)
-        return ctx.go(
-            State.PROBING,
-            Action.ENABLE,
-            f"manual: enable: probing with speculation on{forced_text(guards)}",
-            Cause.MANUAL,
-            forced=guards if force else None,
-            **enable_update(ctx),
-        )
-    if command is Command.DISABLE:
-        if not on:
-            return note("speculation is already off")
-        cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
-        return ctx.go(
-            State.ROLLED_BACK,
-            Action.DISABLE,
-            f"manual: disable: next probe after {cooldown:.0f} s cooldown (pause to keep it off)",
-            Cause.MANUAL,
-            **flip(m, ctx.now),
-            cooldown_until=ctx.now + cooldown,
-            state_before_pause=None,
-            paused_by=None,
-        )
-    # PROMOTE
-    if not on:
-        return refuse((Guard.SPECULATION_OFF,))
-    promo_guards: tuple[Guard, ...] = (
-        () if ctx.spec.promotion.enabled else (Guard.PROMOTION_DISABLED,)
+
+def manual(ctx: Ctx, command: Command, force: bool) -> Decision:
+    """Carry out a person's command: one handler per command (`_COMMANDS`)."""
+    return _COMMANDS[command](_Asked(ctx, command, force))
+
+
+def _pause(a: _Asked) -> Decision:
+    m = a.ctx.memory
+    if m.state is State.PAUSED:
+        return a.note("already paused")
+    return a.ctx.go(
+        State.PAUSED,
+        Action.HOLD,
+        "manual: pause: holding everything until resumed",
+        Cause.MANUAL,
+        state_before_pause=m.state,
+        paused_by="manual",
     )
-    if promo_guards and not force:
-        return refuse(promo_guards)
+
+
+def _resume(a: _Asked) -> Decision:
+    m = a.ctx.memory
+    if m.state is not State.PAUSED:
+        return a.note("not paused")
+    if a.ctx.spec.paused:
+        return a.refuse((Guard.SPEC_PAUSED,))
+    before = m.state_before_pause or State.OFF
+    return a.ctx.go(
+        before,
+        Action.HOLD,
+        f"manual: resume: back to {before.value}",
+        Cause.MANUAL,
+        state_before_pause=None,
+        paused_by=None,
+    )
+
+
+def _enable(a: _Asked) -> Decision:
+    ctx, m = a.ctx, a.ctx.memory
+    if speculation_on(m):
+        return a.note("speculation is already on")
+    guards = enable_guards(m, ctx.spec, ctx.now)
+    if guards and not a.force:
+        return a.refuse(guards)
+    return ctx.go(
+        State.PROBING,
+        Action.ENABLE,
+        f"manual: enable: probing with speculation on{a.forced_text(guards)}",
+        Cause.MANUAL,
+        forced=guards if a.force else None,
+        **enable_update(ctx),
+    )
+
+
+def _disable(a: _Asked) -> Decision:
+    ctx, m = a.ctx, a.ctx.memory
+    if not speculation_on(m):
+        return a.note("speculation is already off")
+    cooldown = cooldown_seconds(ctx.spec, m.cooldown_index)
+    return ctx.go(
+        State.ROLLED_BACK,
+        Action.DISABLE,
+        f"manual: disable: next probe after {cooldown:.0f} s cooldown (pause to keep it off)",
+        Cause.MANUAL,
+        **flip(m, ctx.now),
+        cooldown_until=ctx.now + cooldown,
+        state_before_pause=None,
+        paused_by=None,
+    )
+
+
+def _promote(a: _Asked) -> Decision:
+    ctx = a.ctx
+    if not speculation_on(ctx.memory):
+        return a.refuse((Guard.SPECULATION_OFF,))
+    guards: tuple[Guard, ...] = () if ctx.spec.promotion.enabled else (Guard.PROMOTION_DISABLED,)
+    if guards and not a.force:
+        return a.refuse(guards)
     copy = (
         "copy the speculative config to the stable fleet"
         if ctx.spec.promotion.stable is not None
@@ -161,9 +190,18 @@ def manual(ctx: Ctx, command: Command, force: bool) -> Decision:
     return ctx.go(
         State.PROMOTED,
         Action.PROMOTE,
-        f"manual: promote: {copy}{forced_text(promo_guards)}",
+        f"manual: promote: {copy}{a.forced_text(guards)}",
         Cause.MANUAL,
-        forced=promo_guards if force else None,
+        forced=guards if a.force else None,
         state_before_pause=None,
         paused_by=None,
     )
+
+
+_COMMANDS: Final[dict[Command, Callable[[_Asked], Decision]]] = {
+    Command.PAUSE: _pause,
+    Command.RESUME: _resume,
+    Command.ENABLE: _enable,
+    Command.DISABLE: _disable,
+    Command.PROMOTE: _promote,
+}

@@ -409,7 +409,7 @@ class Evaluation:
     # the gate's break-even from the policy); None without a finite combined alpha.
     predicted_speedup: float | None = None
     # Probing or On: seconds since the last conclusive verdict (or the enable, if later);
-    # None while nothing is judged (machine.verdict_age)
+    # None while nothing is judged (window.verdict_age)
     verdict_age_seconds: float | None = None
     # A probe the machine decided but the live data withheld (outputs too short to pay:
     # core.suitability), with the numbers; None when nothing was withheld

@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import window
 from alphagate.core.draft_length import DraftAdvice, DraftLengthReport
 from alphagate.core.model import (
     Action,
@@ -257,9 +257,9 @@ def retune(
                 f"speculation rolled back while K={k} was on trial", restart=False
             )  # the disable restarts the pods anyway
         return w.hold(TuneHold.MACHINE_ACTED)
-    if machine.effective_state(memory) is not State.ON or memory.state is State.PAUSED:
+    if window.effective_state(memory) is not State.ON or memory.state is State.PAUSED:
         return w.hold(TuneHold.NOT_ON)
-    if machine.not_judgeable(spec, rollout, memory, start) is not None:
+    if window.not_judgeable(spec, rollout, memory, start) is not None:
         return w.hold(TuneHold.UNJUDGED)
     if evaluation.verdict is Verdict.ERROR:
         return w.hold(TuneHold.NO_EVIDENCE)
@@ -351,7 +351,7 @@ def _propose(w: _Win, report: DraftLengthReport | None) -> Tuned:
     m = w.memory
     if m.last_flip_at is not None and now < m.last_flip_at + spec.timing.min_dwell_seconds - EPS:
         return w.hold(TuneHold.DWELL)
-    if not machine.flip_room(m, spec, now):
+    if not window.flip_room(m, spec, now):
         return w.hold(TuneHold.FLIP_BUDGET)
     if cause is DraftCause.SHORTEN:
         o = report.option(want)

@@ -22,7 +22,7 @@ class Verdict(StrEnum):
 
 
 class State(StrEnum):
-    """Where a canary stands (design.md §4)."""
+    """Where a canary stands (the state diagram in `core.machine`)."""
 
     OFF = "Off"
     PROBING = "Probing"

@@ -61,6 +61,7 @@ from alphagate.kube.workload import (
     ANN_MEMORY,
     ANN_OWNER,
     ANN_RECORD,
+    ANN_SPECULATION,
     ANN_STATE,
     ROLLOUT_GROUP,
     ROLLOUT_PLURAL,
@@ -72,24 +73,19 @@ from alphagate.kube.workload import (
     workload_state,
 )
 
-ANNOTATION_PREFIX: Final = "alphagate.io/"
-ANN_SPECULATION: Final = "alphagate.io/speculation"
 ANNOTATION_HISTORY: Final = 5  # transitions kept in the annotation copy of Memory
-
-DeploymentState = WorkloadState
-"""The name this had when only Deployments could be targets."""
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     """The outcome of one `apply`: the Deployment after it, and what was (or would be) done."""
 
-    deployment: DeploymentState
+    deployment: WorkloadState
     args_changed: bool  # the container args differ (or would, in dry-run) from before
     patched: bool  # a PATCH was accepted
     dry_run: bool
     attempts: int
-    before: DeploymentState
+    before: WorkloadState
     record: int = 0  # the record's generation after this apply (written or already there)
 
 
@@ -97,7 +93,7 @@ class RejectedConfigError(argsmod.ArgsError):
     """The speculative config is one vLLM would refuse (specconfig): never sent to a pod."""
 
 
-def refuse_rejected(dep: DeploymentState, config: Mapping[str, Any] | None) -> None:
+def refuse_rejected(dep: WorkloadState, config: Mapping[str, Any] | None) -> None:
     """Raise RejectedConfigError when vLLM (at the image's version, with the container's chunked
     prefill setting) would refuse `config`: better a clear error than a crash-looping canary."""
     if config is None:
@@ -175,7 +171,7 @@ class Actuator:
         out = self._api_client.sanitize_for_serialization(obj)
         return out if isinstance(out, dict) else {}
 
-    def rollout(self, dep: DeploymentState, *, now: float) -> Rollout:
+    def rollout(self, dep: WorkloadState, *, now: float) -> Rollout:
         """The core's view of this object's rollout."""
         if not dep.rollout_complete:
             return Rollout(in_progress=True, completed_at=None, speculation_on=dep.speculation_on)
@@ -194,7 +190,7 @@ class Actuator:
         timeout: float,
         poll: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
-    ) -> DeploymentState:
+    ) -> WorkloadState:
         """Poll until the rollout completes (bounded by `timeout`); KubeError on timeout."""
         deadline = time.monotonic() + timeout
         while True:
@@ -242,7 +238,7 @@ class Actuator:
         """
         what = f"{ref.kind.value} {namespace}/{ref.name}"
         attempts = 0
-        first: DeploymentState | None = None
+        first: WorkloadState | None = None
         try:
             retrying = Retrying(
                 stop=stop_after_attempt(self.max_attempts),
@@ -291,7 +287,7 @@ class Actuator:
 
     def _apply_once(
         self,
-        dep: DeploymentState,
+        dep: WorkloadState,
         ref: WorkloadRef,
         *,
         speculative_config: Mapping[str, Any] | None,
@@ -302,7 +298,7 @@ class Actuator:
         owner: str,
         record_state: bool,
         attempts: int,
-        first: DeploymentState,
+        first: WorkloadState,
         expect_record: int | None = None,
     ) -> ApplyResult:
         if expect_record is not None and dep.record > expect_record:
@@ -404,7 +400,7 @@ class Actuator:
 
     @staticmethod
     def _annotations(
-        dep: DeploymentState,
+        dep: WorkloadState,
         *,
         state: str,
         memory: Memory | None,
@@ -524,16 +520,8 @@ def config_text(config: Mapping[str, Any] | None) -> str:
 
 
 __all__ = [
-    "ANNOTATION_PREFIX",
-    "ANN_LAST_FLIP",
-    "ANN_MEMORY",
-    "ANN_OWNER",
-    "ANN_RECORD",
-    "ANN_SPECULATION",
-    "ANN_STATE",
     "Actuator",
     "ApplyResult",
-    "DeploymentState",
     "claimed_message",
     "config_text",
     "deployment_state",

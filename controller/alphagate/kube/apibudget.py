@@ -1,7 +1,7 @@
 """The controller's budget of Kubernetes API requests: per canary, per namespace and overall.
 
 Many tenants share one controller, so what one SpeculativeCanary makes it ask of the API server
-has a budget that only that canary pays for (design.md §6). Unbudgeted, one canary of 64 slices
+has a budget that only that canary pays for (docs/security.md). Unbudgeted, one canary of 64 slices
 at the 0.1 s interval floor made 713 requests a second.
 
 Three token buckets (`Rate`: requests a second and a burst): one per canary, one per namespace

@@ -134,7 +134,7 @@ def tell_refusal(
     if on_refusal is not None:
         try:
             on_refusal(refusal)
-        except Exception as exc:  # last resort: a callback bug must not stop owning or refusing
+        except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not stop owning or refusing
             log.error("refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__)
 
 

@@ -52,7 +52,6 @@ class Reason(StrEnum):
 
     SPECULATION_ENABLED = "SpeculationEnabled"
     SPECULATION_DISABLED = "SpeculationDisabled"
-    PROBE_STARTED = "ProbeStarted"
     STATE_CHANGED = "StateChanged"
     PROMOTED = "Promoted"
     PAUSED = "Paused"
@@ -161,7 +160,7 @@ class EventRecorder:
         if self.on_warning is not None:
             try:
                 self.on_warning(ref, str(reason))
-            except Exception as exc:  # last resort: a metrics hook must never break the loop
+            except Exception as exc:  # noqa: BLE001 - last resort: a metrics hook must never break the loop
                 self._log.warning(
                     "on_warning_failed", error=repr(exc), error_type=type(exc).__name__
                 )

@@ -31,7 +31,7 @@ from typing import Any
 from kubernetes import client
 
 from alphagate import clock as clockmod
-from alphagate.errors import KubeError, NotFoundError
+from alphagate.errors import NotFoundError
 from alphagate.kube.client import API_ERRORS, call
 from alphagate.kube.coordination import (
     GROUP_LABEL,
@@ -268,7 +268,7 @@ class LeaderElector:
             return
         try:
             callback()
-        except Exception as exc:  # last resort: a callback bug must not kill the election loop
+        except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not kill the election loop
             self._log.error(
                 "leader_callback_failed", error=repr(exc), error_type=type(exc).__name__
             )
@@ -296,4 +296,4 @@ class LeaderElector:
             self.release()
 
 
-__all__ = ["DEFAULT_LEASE_NAME", "KubeError", "LeaderElector", "default_identity"]
+__all__ = ["DEFAULT_LEASE_NAME", "LeaderElector", "default_identity"]

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from alphagate.kube.workload import ANN_SPECULATION
+
 if TYPE_CHECKING:
-    from alphagate.kube.workload import WorkloadState as DeploymentState
+    from alphagate.kube.workload import WorkloadState
 
 ANN_GITOPS_OWNER: Final = "alphagate.io/gitops-owner"
 ANN_ON_OWNER_CONFLICT: Final = "alphagate.io/on-owner-conflict"
-ANN_SPECULATION: Final = "alphagate.io/speculation"  # what alphagate last wrote: on|off
 YIELD: Final = "yield"
 CORRECT: Final = "correct"
 
@@ -41,7 +42,7 @@ _LABELS: Final = (
 )
 
 
-def declared_owner(dep: DeploymentState) -> str | None:
+def declared_owner(dep: WorkloadState) -> str | None:
     """Who else manages this Deployment, by the markers those tools leave; None if nobody."""
     explicit = dep.annotations.get(ANN_GITOPS_OWNER)
     if explicit:
@@ -60,7 +61,7 @@ def declared_owner(dep: DeploymentState) -> str | None:
     return None
 
 
-def reverted(dep: DeploymentState) -> bool:
+def reverted(dep: WorkloadState) -> bool:
     """The running config is not the one alphagate last wrote: someone else changed it."""
     recorded = dep.annotations.get(ANN_SPECULATION)
     if recorded not in ("on", "off"):
@@ -68,7 +69,7 @@ def reverted(dep: DeploymentState) -> bool:
     return (recorded == "on") != dep.speculation_on
 
 
-def yields_to(dep: DeploymentState) -> str | None:
+def yields_to(dep: WorkloadState) -> str | None:
     """The owner alphagate must not fight on this Deployment now, or None to go ahead."""
     if dep.annotations.get(ANN_ON_OWNER_CONFLICT, YIELD).strip().lower() == CORRECT:
         return None
@@ -77,7 +78,7 @@ def yields_to(dep: DeploymentState) -> str | None:
     return declared_owner(dep)
 
 
-def conflict_message(dep: DeploymentState, owner: str, field_manager: str) -> str:
+def conflict_message(dep: WorkloadState, owner: str, field_manager: str) -> str:
     running = "on" if dep.speculation_on else "off"
     wrote = dep.annotations.get(ANN_SPECULATION, "?")
     return (

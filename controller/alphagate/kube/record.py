@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from alphagate.core.model import Memory
-from alphagate.kube.actuator import DeploymentState
+from alphagate.kube.workload import WorkloadState
 
 
 class Origin(StrEnum):
@@ -46,7 +46,7 @@ class Resumed:
 
 
 def resume(
-    cached: Memory | None, stored: Memory | None, deployments: Sequence[DeploymentState]
+    cached: Memory | None, stored: Memory | None, deployments: Sequence[WorkloadState]
 ) -> Resumed:
     """The Memory a unit continues from (see the module docstring).
 

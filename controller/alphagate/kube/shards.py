@@ -386,7 +386,7 @@ class ShardLeases:
         if (gained or lost) and self.on_change is not None:
             try:
                 self.on_change(gained, lost)
-            except Exception as exc:  # last resort: a callback bug must not stop the rounds
+            except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not stop the rounds
                 self._log.error(
                     "shard_callback_failed", error=repr(exc), error_type=type(exc).__name__
                 )

@@ -96,7 +96,7 @@ def build_status(
             conditions,
             ConditionType.READY,
             False,
-            u.error_reason,
+            str(u.error_reason or ""),
             str(u.error),
             now=now,
             generation=generation,

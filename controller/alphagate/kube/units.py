@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from alphagate.config import Aggregation, DeploymentRef, SpeculativeCanarySpec
@@ -25,11 +26,13 @@ from alphagate.errors import (
     ForbiddenError,
     KubeError,
     NotFoundError,
+    NotLeaderError,
     RecordChangedError,
 )
-from alphagate.kube.actuator import Actuator, DeploymentState
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.args import ArgsError
 from alphagate.kube.events import Reason
+from alphagate.kube.workload import WorkloadState
 
 COMBINED_UNIT: Final = ""
 
@@ -52,7 +55,7 @@ def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
     return [Unit(COMBINED_UNIT, None, tuple(spec.canary_deployments()))]
 
 
-def combined_rollout(actuator: Actuator, deps: Sequence[DeploymentState], now: float) -> Rollout:
+def combined_rollout(actuator: Actuator, deps: Sequence[WorkloadState], now: float) -> Rollout:
     """One Rollout for Deployments flipped together: in progress if any is, done when all are."""
     rollouts = [actuator.rollout(d, now=now) for d in deps]
     if not rollouts:
@@ -81,41 +84,60 @@ class UnitOutcome:
     speculation_on: bool | None = None
     rollout_complete: bool | None = None
     error: KubeError | None = None
-    error_reason: str = ""
+    error_reason: FailureReason | None = None
 
 
-def failure_reason(exc: AlphagateError) -> str:
+class FailureReason(StrEnum):
+    """Why a unit's decision was not applied: the Ready condition's reason (API text, so keep
+    the values stable)."""
+
+    NOT_LEADER = "NotLeader"
+    CONFLICT_RETRIES_EXHAUSTED = "ConflictRetriesExhausted"
+    FORBIDDEN = "Forbidden"
+    TARGET_NOT_FOUND = "TargetNotFound"
+    ARGS_UNEDITABLE = "ArgsUneditable"
+    TARGET_CLAIMED = "TargetClaimed"
+    RECORD_CHANGED = "RecordChanged"
+    CANARY_API_BUDGET_EXCEEDED = "CanaryApiBudgetExceeded"
+    NAMESPACE_API_BUDGET_EXCEEDED = "NamespaceApiBudgetExceeded"
+    OVERALL_API_BUDGET_EXCEEDED = "OverallApiBudgetExceeded"
+    PATCH_FAILED = "PatchFailed"
+
+
+# The first class an error is an instance of names its reason (subclasses before bases).
+_REASONS: Final[tuple[tuple[type[AlphagateError], FailureReason], ...]] = (
+    (NotLeaderError, FailureReason.NOT_LEADER),
+    (ConflictError, FailureReason.CONFLICT_RETRIES_EXHAUSTED),
+    (ForbiddenError, FailureReason.FORBIDDEN),
+    (NotFoundError, FailureReason.TARGET_NOT_FOUND),
+    (ArgsError, FailureReason.ARGS_UNEDITABLE),
+    (ClaimedError, FailureReason.TARGET_CLAIMED),
+    (RecordChangedError, FailureReason.RECORD_CHANGED),
+)
+
+_EVENT_REASONS: Final[dict[FailureReason, Reason]] = {
+    FailureReason.CONFLICT_RETRIES_EXHAUSTED: Reason.CONFLICT_RETRIES_EXHAUSTED,
+    FailureReason.FORBIDDEN: Reason.FORBIDDEN,
+    FailureReason.TARGET_NOT_FOUND: Reason.NOT_FOUND,
+    FailureReason.ARGS_UNEDITABLE: Reason.ARGS_UNEDITABLE,
+    FailureReason.TARGET_CLAIMED: Reason.TARGET_CLAIMED,
+    FailureReason.CANARY_API_BUDGET_EXCEEDED: Reason.API_BUDGET_EXCEEDED,
+    FailureReason.NAMESPACE_API_BUDGET_EXCEEDED: Reason.API_BUDGET_EXCEEDED,
+    FailureReason.OVERALL_API_BUDGET_EXCEEDED: Reason.API_BUDGET_EXCEEDED,
+}
+
+
+def failure_reason(exc: AlphagateError) -> FailureReason:
     """Why a unit's decision was not applied: the Ready condition's reason."""
-    if isinstance(exc, KubeError) and exc.reason == "NotLeader":
-        return "NotLeader"
-    if isinstance(exc, ConflictError):
-        return "ConflictRetriesExhausted"
-    if isinstance(exc, ForbiddenError):
-        return "Forbidden"
-    if isinstance(exc, NotFoundError):
-        return "TargetNotFound"
-    if isinstance(exc, ArgsError):
-        return "ArgsUneditable"
-    if isinstance(exc, ClaimedError):
-        return "TargetClaimed"
-    if isinstance(exc, RecordChangedError):
-        return "RecordChanged"
+    for kind, reason in _REASONS:
+        if isinstance(exc, kind):
+            return reason
     if isinstance(exc, ApiBudgetError):
-        return exc.reason  # CanaryApiBudgetExceeded, NamespaceApiBudgetExceeded
-    return "PatchFailed"
+        # the budget's scope (kube.apibudget.BudgetScope) names which one was spent
+        return FailureReason(exc.reason)
+    return FailureReason.PATCH_FAILED
 
 
 def event_reason(exc: AlphagateError) -> Reason:
     """The Warning Event reason for the same failure."""
-    return Reason(
-        {
-            "ConflictRetriesExhausted": Reason.CONFLICT_RETRIES_EXHAUSTED,
-            "Forbidden": Reason.FORBIDDEN,
-            "TargetNotFound": Reason.NOT_FOUND,
-            "ArgsUneditable": Reason.ARGS_UNEDITABLE,
-            "TargetClaimed": Reason.TARGET_CLAIMED,
-        }.get(
-            failure_reason(exc),
-            Reason.API_BUDGET_EXCEEDED if isinstance(exc, ApiBudgetError) else Reason.PATCH_FAILED,
-        )
-    )
+    return _EVENT_REASONS.get(failure_reason(exc), Reason.PATCH_FAILED)

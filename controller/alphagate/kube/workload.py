@@ -30,6 +30,7 @@ ANN_MEMORY: Final = "alphagate.io/memory"
 ANN_LAST_FLIP: Final = "alphagate.io/last-flip"
 ANN_OWNER: Final = "alphagate.io/owner"  # the SpeculativeCanary (namespace/name) it belongs to
 ANN_RECORD: Final = "alphagate.io/record"  # generation of the record: +1 on every write of it
+ANN_SPECULATION: Final = "alphagate.io/speculation"  # what alphagate last wrote: on|off
 
 # The schema of the Memory JSON in `alphagate.io/memory`, written first in it as
 # "schemaVersion". Absent: 0, the unversioned annotation of earlier controllers, whose fields

@@ -9,6 +9,10 @@
     server        /metrics, /healthz and /readyz over HTTP
     controller    one running replica: reconciler loops, leader election, metrics server
 
+and the reconciler's steps (claims, observing, cycles, unit, insight, act, manual, warnings,
+source_cache, api_budget) and the metrics' families (metric_families, shard_metrics):
+docs/architecture.md places each module.
+
 Below it: the core (decisions), sources (metrics) and kube (API calls, status building,
 Events). Above it: the commands. Nothing here parses command-line flags.
 """

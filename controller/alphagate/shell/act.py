@@ -3,7 +3,8 @@
 Every patch carries the record generation its decision was made from (`expect_record`), and
 is made only while this process may act (leader, shard owner). A Deployment running other
 than its state needs is patched back and told (`DriftCorrected`). Errors propagate as
-`KubeError`: the caller keeps the previous Memory so the decision is made again next interval.
+`KubeError` (`NotLeaderError` when this process may no longer act): the caller keeps the
+previous Memory so the decision is made again next interval.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Action, Evaluation, State
 from alphagate.core.tuning import Tuned
-from alphagate.errors import KubeError
-from alphagate.kube.actuator import Actuator, DeploymentState, config_text
+from alphagate.errors import NotLeaderError
+from alphagate.kube.actuator import Actuator, config_text
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
 from alphagate.kube.units import UnitOutcome
+from alphagate.kube.workload import WorkloadState
 
 
 def act(
@@ -25,7 +27,7 @@ def act(
     events: EventRecorder,
     spec: SpeculativeCanarySpec,
     uo: UnitOutcome,
-    deps: list[DeploymentState],
+    deps: list[WorkloadState],
     evaluation: Evaluation,
     tuned: Tuned,
     *,
@@ -51,9 +53,8 @@ def act(
         if not needs:
             continue
         if not may_act():
-            raise KubeError(
-                "not the leader or shard owner any more: decision left to the owner",
-                reason="NotLeader",
+            raise NotLeaderError(
+                "not the leader or shard owner any more: decision left to the owner"
             )
         result = actuator.apply(
             ref.namespace,

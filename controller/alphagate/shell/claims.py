@@ -13,11 +13,12 @@ from typing import Any
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.core.model import Memory
 from alphagate.errors import ClaimedError, KubeError, NotFoundError
-from alphagate.kube.actuator import Actuator, DeploymentState
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
 from alphagate.kube.record import Origin, resume
 from alphagate.kube.units import Unit, UnitOutcome, combined_rollout, event_reason, failure_reason
+from alphagate.kube.workload import WorkloadState
 from alphagate.shell.outcome import Prepared
 
 
@@ -57,7 +58,7 @@ def prepare(
     Deployment another canary owns is kept as the unit's outcome."""
     uo = UnitOutcome(unit)
     ulog = log.bind(unit=unit.name) if unit.name else log
-    deps: list[DeploymentState] = []
+    deps: list[WorkloadState] = []
     try:
         for dref in unit.deployments:
             if not claim_as:  # dry-run: nothing is written, nothing claimed

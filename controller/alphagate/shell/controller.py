@@ -25,9 +25,12 @@ from alphagate.kube.coordination import Refusal
 from alphagate.kube.events import EventRecorder, EventType, ObjectRef, Reason
 from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
 from alphagate.kube.shards import ShardLeases, shard_of
-from alphagate.shell.exporter import Recorder, new_registry
-from alphagate.shell.reconciler import Outcome, Reconciler, SourceFactory
+from alphagate.shell.exporter import Recorder
+from alphagate.shell.outcome import Outcome
+from alphagate.shell.reconciler import Reconciler
 from alphagate.shell.server import Health, serve
+from alphagate.shell.shard_metrics import new_registry
+from alphagate.shell.source_cache import SourceFactory
 from alphagate.sources import Source, budget, make_source
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth
@@ -135,6 +138,15 @@ class Controller:
         self.elector: LeaderElector | None = None
         self.shards: ShardLeases | None = None
         self.lease_namespace = opts.lease_namespace or _pod_namespace()
+        self._coordinate(opts)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.server: Any = None
+        self._log = logs.get("controller").bind(identity=self.identity)
+
+    def _coordinate(self, opts: RunOptions) -> None:
+        """Who works on what: shard leases (every replica, its shards' canaries), a leader
+        election (one replica acts), or this replica alone."""
         if opts.shards > 0:
             # Every replica works, each on the canaries of the shards it holds.
             self.shards = ShardLeases(
@@ -173,10 +185,6 @@ class Controller:
             self.reconciler.may_act = lambda: self.elector is not None and self.elector.is_leader
         else:
             self.recorder.set_leader(True)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.server: Any = None
-        self._log = logs.get("controller").bind(identity=self.identity)
 
     def _source(self, spec: SpeculativeCanarySpec, namespace: str, name: str) -> Source:
         """A canary's source: the admin's endpoints; its pod discovery paid from its budget."""

@@ -64,7 +64,7 @@ class Cycle:
 
         try:
             observe_all([p for _, p in ready], log, on_done=arrive)
-        except Exception as exc:  # last resort: observe_all never raises; a read must arrive
+        except Exception as exc:  # noqa: BLE001 - last resort: observe_all never raises; a read must arrive
             for i, p in ready:
                 read = Read(p.source, p.spec, p.start, p.now, p.spec.timing.interval_seconds)
                 self.arrived.put((i, raised(read, exc, p.log)))

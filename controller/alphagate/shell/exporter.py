@@ -83,7 +83,7 @@ from alphagate.shell.metric_names import (
     latency_metric_label,
     reason_kind,
 )
-from alphagate.shell.shard_metrics import ShardCollector, new_registry
+from alphagate.shell.shard_metrics import ShardCollector
 
 # ---------------------------------------------------------------- the recorder
 
@@ -482,4 +482,4 @@ class Recorder(MetricFamilies):
             put(self.measured_speedup_upper, MEASURED_SPEEDUP_UPPER, s, sp.upper)
 
 
-__all__ = ["Recorder", "ShardCollector", "new_registry"]
+__all__ = ["Recorder"]

@@ -40,7 +40,7 @@ def observe_all(
         return observe_each(
             reads, on_raise=lambda r, exc: raised(r, exc, logs[id(r)]), on_done=tell
         )
-    except Exception as exc:  # last resort: sources report failures as data, never raise
+    except Exception as exc:  # noqa: BLE001 - last resort: sources report failures as data, never raise
         log.error("batch_read_raised", error=repr(exc), error_type=type(exc).__name__)
     out = []
     for i, (r, p) in enumerate(zip(reads, pending, strict=True)):
@@ -60,7 +60,7 @@ def observe_one(read: Read, log: Any) -> Observation:
         return read.source.observe(
             read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
         )
-    except Exception as exc:  # last resort: sources report failures as data, never raise
+    except Exception as exc:  # noqa: BLE001 - last resort: sources report failures as data, never raise
         return raised(read, exc, log)
 
 

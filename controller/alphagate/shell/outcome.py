@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import window
 from alphagate.core.model import Evaluation, Memory, Observation, Rollout
 from alphagate.errors import BudgetKind, SourceErrorKind
-from alphagate.kube.actuator import DeploymentState
 from alphagate.kube.apibudget import Deferral
 from alphagate.kube.events import ObjectRef
 from alphagate.kube.status import CanaryStatus, Condition
 from alphagate.kube.units import UnitOutcome
+from alphagate.kube.workload import WorkloadState
 from alphagate.shell.manual import Manual
 from alphagate.sources import Source
 
@@ -53,18 +53,18 @@ class Prepared:
 
     outcome: UnitOutcome
     log: Any
-    deps: list[DeploymentState] = field(default_factory=list)
+    deps: list[WorkloadState] = field(default_factory=list)
     memory: Memory | None = None
     rollout: Rollout | None = None
 
 
 def observe_start(spec: SpeculativeCanarySpec, prepared: Sequence[Prepared], now: float) -> float:
     """Where the one query for all units starts: the core's window rule
-    (`machine.shared_window`), the same the backtest follows."""
+    (`window.shared_window`), the same the backtest follows."""
     units = [
         (p.memory, p.rollout) for p in prepared if p.memory is not None and p.rollout is not None
     ]
-    return machine.shared_window(spec, units, now)[0]
+    return window.shared_window(spec, units, now)[0]
 
 
 @dataclass(slots=True)

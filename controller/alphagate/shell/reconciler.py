@@ -46,7 +46,14 @@ from alphagate.config import (
     parse,
 )
 from alphagate.core.model import Memory, Observation
-from alphagate.errors import ForbiddenError, KubeError, NotFoundError, PolicyError
+from alphagate.errors import (
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+    NotLeaderError,
+    PolicyError,
+    RecordChangedError,
+)
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import (
@@ -57,6 +64,8 @@ from alphagate.kube.events import (
 from alphagate.kube.freshness import verdict_fresh
 from alphagate.kube.status import (
     CanaryStatus,
+    CommandRecord,
+    Condition,
     ConditionType,
     StatusWriter,
     parse_status,
@@ -64,9 +73,6 @@ from alphagate.kube.status import (
 )
 from alphagate.kube.status_builder import build_status, invalid_status
 from alphagate.kube.units import (
-    Unit,
-    UnitOutcome,
-    combined_rollout,
     units_of,
 )
 from alphagate.shell.api_budget import budget_condition
@@ -78,9 +84,9 @@ from alphagate.shell.manual import manual_command
 from alphagate.shell.outcome import (
     Outcome,
     Pending,
+    Prepared,
     observe_start,
     source_budgets,
-    source_errors,
     source_failures,
 )
 from alphagate.shell.reporting import (
@@ -246,7 +252,7 @@ class Reconciler(WatchLoop):
         if self.on_outcome is not None:
             try:
                 self.on_outcome(out)
-            except Exception as exc:  # last resort: the caller's hook may be buggy
+            except Exception as exc:  # noqa: BLE001 - last resort: the caller's hook may be buggy
                 self._log.warning(
                     "on_outcome_failed", error=repr(exc), error_type=type(exc).__name__
                 )
@@ -362,25 +368,10 @@ class Reconciler(WatchLoop):
         manual = manual_command(obj, previous, self.events, ref, now)
 
         # ---- read each unit's Deployments first: the window to query depends on its rollout
-        with self._lock:
-            cached = dict(self._memories.get((namespace, name), {}))
-        stored = previous.memories()
         dry_run = self.dry_run or spec.mode is Mode.DRY_RUN
-        prepared = [
-            prepare(
-                self.kube,
-                self.actuator,
-                self.events,
-                unit,
-                ref=ref,
-                cached=cached.get(unit.name),
-                stored=stored.get(unit.name),
-                now=now,
-                log=log,
-                claim_as="" if dry_run else f"{namespace}/{name}",
-            )
-            for unit in units_of(spec)
-        ]
+        prepared = self._read_units(
+            spec, previous, ref, key=(namespace, name), now=now, dry_run=dry_run, log=log
+        )
         # ---- observe once for all units, over the widest window any unit may judge: the
         # configured window cut to start after warm-up (the same cut the backtest makes)
         return Pending(
@@ -399,12 +390,64 @@ class Reconciler(WatchLoop):
             start=observe_start(spec, prepared, now),
         )
 
+    def _read_units(
+        self,
+        spec: SpeculativeCanarySpec,
+        previous: CanaryStatus,
+        ref: ObjectRef,
+        *,
+        key: tuple[str, str],
+        now: float,
+        dry_run: bool,
+        log: Any,
+    ) -> list[Prepared]:
+        """Each unit's Deployments read (or claimed) and its Memory resumed: the cached one,
+        the status's, or the Deployments' record (`shell.claims.prepare`)."""
+        with self._lock:
+            cached = dict(self._memories.get(key, {}))
+        stored = previous.memories()
+        return [
+            prepare(
+                self.kube,
+                self.actuator,
+                self.events,
+                unit,
+                ref=ref,
+                cached=cached.get(unit.name),
+                stored=stored.get(unit.name),
+                now=now,
+                log=log,
+                claim_as="" if dry_run else f"{key[0]}/{key[1]}",
+            )
+            for unit in units_of(spec)
+        ]
+
     def _finish(self, p: Pending, observation: Observation) -> None:
         """Decide and act for each unit from the observation; write status."""
-        out, log, now, generation, spec = p.out, p.log, p.now, p.generation, p.spec
-        namespace, name, ref, previous = out.namespace, out.name, p.ref, p.previous
-        command, force, dry_run, manual = p.manual.command, p.manual.force, p.dry_run, p.manual
-        key = (namespace, name)
+        out, log, now, generation = p.out, p.log, p.now, p.generation
+        conditions = self._source_health(p, observation)
+        memories = self._decide_units(p, observation)
+        command_record = p.manual.handled(out.units, now)
+        judged = [(u.unit.name, u.evaluation) for u in out.units if u.evaluation is not None]
+        conditions = verdict_fresh(
+            conditions, p.spec, [e for _, e in judged], now=now, generation=generation
+        )
+        conditions = self.judgeable_warnings.check(
+            judged, conditions, ref=p.ref, generation=generation, now=now, log=log
+        )
+        if any(isinstance(u.error, NotLeaderError) for u in out.units):
+            log.warning("lost_leadership_mid_evaluation")
+            return  # the new leader writes status and acts; this replica must not
+        if any(isinstance(u.error, RecordChangedError) for u in out.units):
+            # Another writer (a replica, or a reply of ours that was lost) moved the record
+            # since this decision's read: its status stands; the next evaluation resumes.
+            log.warning("record_moved_mid_evaluation")
+            return
+        self._write_status(p, conditions, memories, command_record)
+
+    def _source_health(self, p: Pending, observation: Observation) -> list[Condition]:
+        """Count the read's failures and spent budgets; SourceHealthy and timing warnings."""
+        namespace, name = p.out.namespace, p.out.name
         failures = source_failures(observation)
         errors = [text for _, text in failures]
         budgets = source_budgets(observation)
@@ -420,71 +463,67 @@ class Reconciler(WatchLoop):
             not errors,
             ("BudgetExceeded" if budgets else "SourceErrors") if errors else "Observed",
             "; ".join(errors)[:1024] if errors else f"read {len(observation.pools)} pools",
-            now=now,
-            generation=generation,
+            now=p.now,
+            generation=p.generation,
         )
-        conditions = self.timing_warnings.check(
-            spec, observation, conditions, ref=ref, generation=generation, now=now, log=log
+        return self.timing_warnings.check(
+            p.spec,
+            observation,
+            conditions,
+            ref=p.ref,
+            generation=p.generation,
+            now=p.now,
+            log=p.log,
         )
 
-        # ---- each unit: evaluate, act
+    def _decide_units(self, p: Pending, observation: Observation) -> dict[str, Memory]:
+        """Each unit: evaluate and act; the Memory each keeps (cached for the next cycle)."""
+        out = p.out
+        namespace, name = out.namespace, out.name
         memories: dict[str, Memory] = {}
         for prep in p.prepared:
             uo = decide_unit(
                 self,
-                spec,
+                p.spec,
                 prep,
                 observation,
-                now=now,
-                command=command,
-                force=force,
-                dry_run=dry_run,
-                ref=ref,
+                now=p.now,
+                command=p.manual.command,
+                force=p.manual.force,
+                dry_run=p.dry_run,
+                ref=p.ref,
                 owner=f"{namespace}/{name}",
-                previous=previous,
-                log=log,
+                previous=p.previous,
+                log=p.log,
             )
             out.units.append(uo)
             if uo.memory is not None:
                 memories[uo.unit.name] = uo.memory
         with self._lock:
-            self._memories[key] = dict(memories)
+            self._memories[(namespace, name)] = dict(memories)
+        return memories
 
-        command_record = manual.handled(out.units, now)
-        conditions = verdict_fresh(
-            conditions,
-            spec,
-            [u.evaluation for u in out.units if u.evaluation is not None],
-            now=now,
-            generation=generation,
-        )
-        conditions = self.judgeable_warnings.check(
-            [(u.unit.name, u.evaluation) for u in out.units if u.evaluation is not None],
-            conditions,
-            ref=ref,
-            generation=generation,
-            now=now,
-            log=log,
-        )
-
-        if any(u.error_reason == "NotLeader" for u in out.units):
-            log.warning("lost_leadership_mid_evaluation")
-            return  # the new leader writes status and acts; this replica must not
-        if any(u.error_reason == "RecordChanged" for u in out.units):
-            # Another writer (a replica, or a reply of ours that was lost) moved the record
-            # since this decision's read: its status stands; the next evaluation resumes.
-            log.warning("record_moved_mid_evaluation")
-            return
+    def _write_status(
+        self,
+        p: Pending,
+        conditions: list[Condition],
+        memories: dict[str, Memory],
+        command_record: CommandRecord | None,
+    ) -> None:
+        """Build and write the status (unless the shard moved and nothing was done), then
+        export the evaluation's metrics."""
+        out, log = p.out, p.log
+        namespace, name = out.namespace, out.name
         status = build_status(
-            spec,
+            p.spec,
             out.units,
-            previous,
+            p.previous,
             conditions,
             memories,
             command_record,
-            generation=generation,
-            now=now,
-            dry_run=dry_run,
+            generation=p.generation,
+            now=p.now,
+            dry_run=p.dry_run,
             forced_dry_run=self.dry_run,
         )
         out.status = status
@@ -500,8 +539,8 @@ class Reconciler(WatchLoop):
         except KubeError as exc:
             log.error("status_write_failed", error=str(exc), status=exc.status)
             reason = Reason.FORBIDDEN if isinstance(exc, ForbiddenError) else Reason.PATCH_FAILED
-            self.events.warning(ref, reason, f"could not write status: {exc}")
-        export(self.recorder, spec, namespace, name, out.units, out.duration_seconds)
+            self.events.warning(p.ref, reason, f"could not write status: {exc}")
+        export(self.recorder, p.spec, namespace, name, out.units, out.duration_seconds)
 
     # ------------------------------------------------------------ status, events, logs
 
@@ -533,7 +572,7 @@ class Reconciler(WatchLoop):
         with self._lock:
             self._memories.pop((namespace, name), None)
         self.sources.drop(namespace, name)
-        with contextlib.suppress(Exception):  # metrics are best effort
+        with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
             self.recorder.forget(namespace=namespace, canary=name)
 
     def close(self) -> None:
@@ -543,14 +582,4 @@ class Reconciler(WatchLoop):
         self.sources.close()
 
 
-__all__ = [
-    "Outcome",
-    "Reconciler",
-    "SourceFactory",
-    "Unit",
-    "UnitOutcome",
-    "combined_rollout",
-    "source_errors",
-    "source_failures",
-    "units_of",
-]
+__all__ = ["Reconciler"]

@@ -250,7 +250,7 @@ class _BoundedServer(WSGIServer):
             sock.setblocking(True)
             sock.settimeout(IO_SECONDS)
             self.finish_request(sock, addr)
-        except Exception:  # last resort, as socketserver does: one request, not the server
+        except Exception:  # noqa: BLE001 - last resort, as socketserver does: one request, not the server
             self.handle_error(sock, addr)
         finally:
             with self._heads_lock:

@@ -7,7 +7,7 @@ A patch that fails keeps the previous Memory, so the decision is made again next
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from alphagate.config import SpeculativeCanarySpec
@@ -19,6 +19,7 @@ from alphagate.kube.events import EventRecorder, ObjectRef, decision_events
 from alphagate.kube.record import written
 from alphagate.kube.status import CanaryStatus
 from alphagate.kube.units import UnitOutcome, failure_reason, units_of
+from alphagate.kube.workload import WorkloadState
 from alphagate.shell.act import act
 from alphagate.shell.insight import Diagnoses, judge, tell_tuning
 from alphagate.shell.outcome import Prepared, source_errors
@@ -33,6 +34,12 @@ class Deciders(Protocol):
     diagnoses: Diagnoses
     may_act: Callable[[], bool]
     owns: Callable[[str, str], bool]
+
+
+def _running(uo: UnitOutcome, deps: Sequence[WorkloadState]) -> None:
+    """Record what the unit's Deployments run now (None without any)."""
+    uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
+    uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
 
 
 def decide_unit(
@@ -50,6 +57,7 @@ def decide_unit(
     previous: CanaryStatus,
     log: Any,
 ) -> UnitOutcome:
+    """Judge one unit's window, act on the decision, tell people (the module docstring)."""
     uo, ulog, unit = prep.outcome, prep.log, prep.outcome.unit
     if prep.memory is None or prep.rollout is None:
         return uo  # the Deployment read failed; already reported
@@ -90,19 +98,13 @@ def decide_unit(
         # Not applied: keep the previous memory so the decision is made again next time.
         uo.error, uo.error_reason = exc, failure_reason(exc)
         uo.memory = memory
-        uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
-        uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
-        ulog.warning(
-            "decision_not_applied",
-            action=evaluation.action.value,
-            error=str(exc),
-            status=exc.status,
-        )
+        _running(uo, deps)
+        what = {"action": evaluation.action.value, "error": str(exc), "status": exc.status}
+        ulog.warning("decision_not_applied", **what)
         decision_log(ulog, evaluation, uo, dry_run)
         return uo
     uo.memory = written(evaluation.memory, records)
-    uo.speculation_on = all(d.speculation_on for d in deps) if deps else None
-    uo.rollout_complete = all(d.rollout_complete for d in deps) if deps else None
+    _running(uo, deps)
     decision_events(
         rec.events,
         ref,

@@ -226,7 +226,7 @@ class WatchLoop:
                     obj = ev.get("raw_object") or ev.get("object")
                     if isinstance(obj, dict):
                         self._observe_object(str(ev.get("type")), obj)
-            except Exception as exc:  # last resort: the watch loop must survive anything
+            except Exception as exc:  # noqa: BLE001 - last resort: the watch loop must survive anything
                 # (KubeError from the list, ApiException or urllib3's errors from the stream,
                 # a body it cannot decode): relist after a pause
                 if stop.is_set():

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from alphagate.config import SourceKind, SpeculativeCanarySpec
 from alphagate.core.model import Observation
-from alphagate.errors import EndpointError, NamespaceError, SourceError
+from alphagate.errors import EndpointError, NamespaceError, SourceError, SourceErrorKind
 from alphagate.sources.common import failed_observation
 from alphagate.sources.endpoints import SourcesConfig
 
@@ -72,10 +72,11 @@ def make_source(
 ) -> Source:
     """The source a policy asks for. Prometheus: the endpoint the policy names among those the
     admin configured (`endpoints`), reading series of `namespace` only (sources/scope.py).
-    Pod scraping lists pods with `core_api` (a kubernetes CoreV1Api; built from kubeconfig or
-    the in-cluster account when None) in `namespace`, asking for the encoding the admin chose
-    (`endpoints.pod_scrape`).
-    Never raises for a bad or unknown endpoint: the source then reports it on every read."""
+    Pod scraping lists pods with `core_api` (a kubernetes CoreV1Api the shell builds and
+    injects: sources never import `kube`) in `namespace`, asking for the encoding the admin
+    chose (`endpoints.pod_scrape`).
+    Never raises for a bad or unknown endpoint, nor for a missing `core_api`: the source then
+    reports it on every read."""
     if spec.source.kind is SourceKind.PROMETHEUS:
         from alphagate.sources.prometheus import PrometheusSource
 
@@ -88,12 +89,14 @@ def make_source(
     from alphagate.sources.discovery import KubeDiscovery
     from alphagate.sources.scrape import ScrapeSource
 
-    if core_api is None:  # a private ApiClient from kubeconfig or the service account
-        from kubernetes import client
-
-        from alphagate.kube.client import api_client, load_configuration
-
-        core_api = client.CoreV1Api(api_client(load_configuration()))
+    if core_api is None:
+        return FailedSource(
+            SourceError(
+                SourceErrorKind.UNREACHABLE,
+                "pod scraping needs a Kubernetes API client to list pods; none was given",
+                target=f"namespace {namespace}",
+            )
+        )
     encoding = (endpoints or SourcesConfig()).pod_scrape.accept_encoding
     owner = f"{namespace}/{name}" if name else ""  # whose budgets its reads spend
     return ScrapeSource(KubeDiscovery(core_api, namespace), accept_encoding=encoding, owner=owner)
@@ -112,4 +115,4 @@ def factory(
     return build
 
 
-__all__ = ["FailedSource", "Source", "SourcesConfig", "factory", "make_source"]
+__all__ = ["FailedSource", "Source", "factory", "make_source"]

@@ -1,6 +1,6 @@
 """What one canary's read may make the controller spend, and who pays when it spends more.
 
-Many tenants share one controller (design.md §6), so every read has budgets of its own, and
+Many tenants share one controller (docs/security.md), so every read has budgets of its own, and
 spending one fails only that canary's pod, pool or read, typed (`BudgetError` with a
 `BudgetKind`), never another canary's:
 

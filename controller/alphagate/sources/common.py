@@ -17,8 +17,6 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObservation, Role
 from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind, redact
 
-ROLES: tuple[Role, ...] = (Role.CANARY, Role.BASELINE)
-
 MAX_POSITIONS = 256
 """Draft positions accepted from a page or a query: a `position` label sizes a list, so a
 huge one (a broken or hostile exporter) must not allocate that many floats. K is far below."""

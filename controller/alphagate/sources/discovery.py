@@ -19,8 +19,7 @@ from typing import Any, Final, Protocol
 import urllib3
 from kubernetes.client import ApiException
 
-from alphagate.config import ScrapeSource as ScrapeSettings
-from alphagate.config import SpeculativeCanarySpec
+from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import SourceError, SourceErrorKind
 from alphagate.sources.common import SERIES_LABELS, PoolRef

@@ -1,6 +1,6 @@
 """Prometheus endpoints the cluster admin configured for the controller, by name.
 
-Trust boundary (design.md §6): whoever may write a SpeculativeCanary is a namespace user. If a
+Trust boundary (docs/security.md): whoever may write a SpeculativeCanary is a namespace user. If a
 policy held a URL and a credentials file, a namespace editor could make the controller read any
 file in its pod (its own ServiceAccount token) and send it anywhere. So the URL, the CA bundle
 and every credential live here, in the controller's own configuration (`alphagate run --config

@@ -32,17 +32,10 @@ from typing import Final
 from alphagate import vllm
 from alphagate.errors import ExpositionError
 from alphagate.sources.page import (
-    SPEC_COUNTERS,
-    Counter,
     Gauge,
-    Hist,
-    Histogram,
-    LabelKey,
     Page,
-    Series,
 )
 from alphagate.sources.page_builder import (
-    MAX_SERIES,
     WANTED,
     LabelSet,
     PageBuilder,
@@ -440,21 +433,4 @@ def decode(body: bytes, *, target: str = "") -> str:
         raise ExpositionError("invalid UTF-8", line=line, target=target) from None
 
 
-# The page's types are re-exported: callers that parse a page read its result from here.
-__all__ = [
-    "MAX_SERIES",
-    "PARSE_ERRORS",
-    "SPEC_COUNTERS",
-    "WANTED",
-    "Counter",
-    "Gauge",
-    "Hist",
-    "Histogram",
-    "LabelKey",
-    "Page",
-    "Series",
-    "decode",
-    "parse",
-    "parse_number",
-    "parse_with_client",
-]
+__all__ = ["PARSE_ERRORS", "decode", "parse", "parse_with_client"]

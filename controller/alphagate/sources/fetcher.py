@@ -78,16 +78,6 @@ def submit(coro: Coroutine[Any, Any, R]) -> Future[R]:
     return asyncio.run_coroutine_threadsafe(coro, _the_loop())
 
 
-def run_together(coros: Sequence[Coroutine[Any, Any, R]]) -> list[R | BaseException]:
-    """Run every coroutine concurrently on the fetch loop, in one wait: each one's result or
-    what it raised, in order (one that raises never stops the others)."""
-
-    async def every() -> list[R | BaseException]:
-        return list(await asyncio.gather(*coros, return_exceptions=True))
-
-    return run(every()) if coros else []
-
-
 def where_of(target: Target) -> str:
     return f"{target.pod} {target.url}" if target.pod else target.url
 

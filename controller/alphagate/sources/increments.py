@@ -13,9 +13,9 @@ from typing import Final
 
 from alphagate.core.model import Buckets, LatencySample
 from alphagate.errors import SourceError, SourceErrorKind
-from alphagate.sources import exposition
+from alphagate.sources import page
 from alphagate.sources.common import MAX_POSITIONS, HistSum
-from alphagate.sources.exposition import Counter, Gauge, Hist, LabelKey, Series
+from alphagate.sources.page import Counter, Gauge, Hist, LabelKey, Series
 
 RING_LIMIT: Final = 4096
 """Hard bound on increments kept per pod, whatever the window."""
@@ -53,7 +53,7 @@ def _created_changed(a: float | None, b: float | None) -> bool:
 
 
 def _hist_delta(
-    cur: exposition.Histogram, prev: exposition.Histogram | None
+    cur: page.Histogram, prev: page.Histogram | None
 ) -> tuple[dict[float, float], float, bool]:
     cur_sum = cur.sum if math.isfinite(cur.sum) else 0.0
     if prev is None:

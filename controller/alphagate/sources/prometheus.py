@@ -41,8 +41,7 @@ import httpx
 import tenacity
 
 from alphagate import vllm
-from alphagate.config import LatencyMetric, SpeculativeCanarySpec
-from alphagate.config import PrometheusSource as PrometheusSettings
+from alphagate.config import LatencyMetric, PrometheusSettings, SpeculativeCanarySpec
 from alphagate.core.model import (
     AcceptanceSample,
     Buckets,
@@ -70,8 +69,8 @@ from alphagate.sources.common import (
     sorted_samples,
 )
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
-from alphagate.sources.exposition import parse_number
 from alphagate.sources.layout import layout_error, metric_of
+from alphagate.sources.page_builder import parse_number
 from alphagate.sources.promql import (
     LATENCY_FAMILIES,
     RECORDED,

@@ -18,7 +18,7 @@ from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKi
 from alphagate.sources.common import (
     redact_url,
 )
-from alphagate.sources.exposition import parse_number
+from alphagate.sources.page_builder import parse_number
 
 MAX_SECRET_BYTES: Final = 64 * 1024
 """A token or password file is read up to this size: a file that never ends is refused."""

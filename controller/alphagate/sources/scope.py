@@ -1,4 +1,4 @@
-"""The namespace is a boundary on the Prometheus path (design.md §6).
+"""The namespace is a boundary on the Prometheus path (docs/security.md).
 
 Pod discovery lists a canary's own namespace only; series in Prometheus carry no such bound by
 themselves. So every query a canary's read sends carries its own namespace as a matcher on the

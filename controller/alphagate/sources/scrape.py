@@ -40,8 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Self
 
 from alphagate import files, vllm_compat
-from alphagate.config import LatencyMetric, SpeculativeCanarySpec
-from alphagate.config import ScrapeSource as ScrapeSettings
+from alphagate.config import LatencyMetric, ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import (
     AcceptanceSample,
     LatencySample,
@@ -76,9 +75,9 @@ from alphagate.sources.common import (
     sorted_samples,
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
-from alphagate.sources.exposition import Hist, Page
 from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
 from alphagate.sources.increments import PodState, check_page, latency_sample
+from alphagate.sources.page import Hist, Page
 from alphagate.sources.parsepool import parse_pool
 from alphagate.sources.podmemory import check_buckets, increment_cells, kept_cells, series_cells
 
@@ -363,7 +362,7 @@ class ScrapeSource:
                 found[(ref.slice, ref.role)] = self.discovery.targets(spec, ref)
             except SourceError as err:
                 found[(ref.slice, ref.role)] = err
-            except Exception as exc:  # last resort: a Discovery is pluggable, never let it crash us
+            except Exception as exc:  # noqa: BLE001 - last resort: a Discovery is pluggable, never let it crash us
                 found[(ref.slice, ref.role)] = SourceError(
                     SourceErrorKind.UNREACHABLE,
                     f"discovery failed: {exc!r}",  # repr names the type

@@ -7,7 +7,7 @@ waiting. :func:`observe_scrapes` runs the same three steps for many reads: every
 each read's :meth:`~ScrapeSource.finish` (increments and pools) as soon as its own GETs are
 done, handed to `on_done` at once.
 
-Isolation (design.md §6): each source GETs through its own Fetcher, at most its own
+Isolation (docs/security.md): each source GETs through its own Fetcher, at most its own
 ``maxConcurrency`` at a time (no other policy's settings lower it), within its own read
 deadline (`sources.budget.read_deadline`: a pod that accepts and never answers delays only its
 own canary, whose read then ends typed READ_TIME), its pages in flight charged to its own
@@ -89,7 +89,7 @@ def observe_scrapes(
             obs: Observation | Exception = read.source.observe(
                 read.spec, start=read.start, end=read.end, interval_seconds=read.interval_seconds
             )
-        except Exception as exc:  # one read's bug is that read's result
+        except Exception as exc:  # noqa: BLE001 - one read's bug is that read's result
             obs = exc
         done(i, obs)
     assert all(o is not None for o in out)
@@ -117,7 +117,7 @@ def _wave(reads: Sequence[ScrapeRead], wave: Sequence[int], done: Done) -> None:
     def finish(i: int, plan: Plan, future: Future[dict[str, Scraped]]) -> None:
         try:
             result: Observation | Exception = reads[i].source.finish(plan, future.result())
-        except Exception as exc:  # one read's bug (or its GETs') is that read's result
+        except Exception as exc:  # noqa: BLE001 - one read's bug (or its GETs') is that read's result
             result = exc
         let_go(i, result)
 
@@ -129,7 +129,7 @@ def _wave(reads: Sequence[ScrapeRead], wave: Sequence[int], done: Done) -> None:
             )
             coro = read.source.scraping(plan.targets(), plan.settings, plan.deadline)
             running = submit(coro)
-        except Exception as exc:  # one read's bug is that read's result
+        except Exception as exc:  # noqa: BLE001 - one read's bug is that read's result
             let_go(i, exc)
             return
         running.add_done_callback(lambda f: pool.submit(finish, i, plan, f))

@@ -2,7 +2,7 @@
 
 The loop is the controller's: every ``intervalSeconds`` of recorded time, for each decision
 unit (every slice together for combined aggregation, each slice alone for perSlice), it asks
-the core's window rule (:func:`~alphagate.core.machine.shared_window`, the one the live
+the core's window rule (:func:`~alphagate.core.window.shared_window`, the one the live
 reconciler follows) which window to read, observes the unit's pools over it through a metrics
 source, and calls :func:`~alphagate.core.evaluate.evaluate`
 with the unit's Memory and a Rollout that follows the unit's own decisions: a flip starts a
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import window
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
 from alphagate.errors import ScenarioError
@@ -175,7 +175,7 @@ def read_window(
 ) -> tuple[float, float]:
     """The window every unit reads now: the live reconciler's one query for all units."""
     units = [(r.memory, ro) for r, ro in zip(replays, rollouts, strict=True)]
-    return machine.shared_window(spec, units, now)
+    return window.shared_window(spec, units, now)
 
 
 # --------------------------------------------------------------------------- results

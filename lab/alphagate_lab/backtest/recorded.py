@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from alphagate import vllm
-from alphagate.config import ScrapeSource as ScrapeSettings
-from alphagate.config import SpeculativeCanarySpec
+from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import Role
 from alphagate.errors import PolicyError
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
 from alphagate.sources.discovery import Target
-from alphagate.sources.exposition import Counter, Gauge, Hist, Histogram, Page, Series
+from alphagate.sources.page import Counter, Gauge, Hist, Histogram, Page, Series
 from alphagate.sources.scrape import Scraped, ScrapeSource
 from alphagate_lab.sim.pod import PodSnapshot
 

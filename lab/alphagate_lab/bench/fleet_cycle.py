@@ -156,7 +156,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     mostly empty (sparse-scrapes, held), which made the raw rows hold where the recorded rates
     (a rate over two scrape intervals) decided. Tallies: actions, verdicts, and the typed
     cause of every Inconclusive or Error check."""
-    from alphagate.config import ScrapeSource as ScrapeSettings
+    from alphagate.config import ScrapeSettings
     from alphagate.core.evaluate import evaluate
     from alphagate.core.model import Memory, Role, Rollout, State, Verdict
     from alphagate.core.timing import MIN_SCRAPES

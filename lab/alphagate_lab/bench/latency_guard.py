@@ -29,7 +29,7 @@ import numpy as np
 
 from alphagate import histogram_layout as buckets
 from alphagate.config import LatencyGuard
-from alphagate.core import checks
+from alphagate.core import checks, latency_check
 from alphagate.core.model import (
     CheckResult,
     LatencyEvidence,
@@ -91,7 +91,7 @@ def judge(
     canary: Sequence[LatencySample], baseline: Sequence[LatencySample], w: int
 ) -> CheckResult:
     """The shipped guard on disjoint window `w`."""
-    return checks.check_latency(
+    return latency_check.check_latency(
         PoolObservation("chat", Role.CANARY, tpot_samples=_window(canary, w)),
         PoolObservation("chat", Role.BASELINE, tpot_samples=_window(baseline, w)),
         guard=GUARD,

@@ -117,8 +117,7 @@ def _reset_peak() -> bool:
 
 def one(case: str, concurrency: int) -> dict[str, Any]:
     """Run one case in this process; the numbers as a dict."""
-    from alphagate.config import ScrapeSource as ScrapeSettings
-    from alphagate.config import SpeculativeCanarySpec
+    from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
     from alphagate.core.model import Role
     from alphagate.sources.discovery import StaticDiscovery, Target
     from alphagate.sources.scrape import ScrapeSource

@@ -97,8 +97,7 @@ def scrape_rate(text: str, pods: int, *, rounds: int = 3) -> tuple[float, int]:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from alphagate.config import ScrapeSource as ScrapeSettings
-    from alphagate.config import SpeculativeCanarySpec
+    from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
     from alphagate.core.model import Role
     from alphagate.sources.discovery import StaticDiscovery
     from alphagate.sources.scrape import ScrapeSource

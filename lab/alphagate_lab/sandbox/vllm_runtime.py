@@ -446,6 +446,5 @@ __all__ = [
     "alpha_between",
     "has_flag",
     "parse_metrics",
-    "pick_port",
     "scrape_metrics",
 ]

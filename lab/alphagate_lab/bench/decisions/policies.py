@@ -6,7 +6,7 @@ code path) and the canary Deployment's rollout status, and answers whether the c
 run with ``--speculative-config``. The loop turns a change of that answer into a restart of the
 canary pods. Only the oracle may read the truth.
 
-alphagate is driven exactly as the reconciler drives it: ``machine.read_window`` says which
+alphagate is driven exactly as the reconciler drives it: ``window.read_window`` says which
 window to read (cut after warm-up), the pod-scrape source observes it, ``evaluate`` decides
 with the unit's Memory and the real rollout status. A change to the core is therefore judged
 by this benchmark with no change here.
@@ -23,7 +23,7 @@ import yaml
 
 from alphagate import config
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine, tuning
+from alphagate.core import tuning, window
 from alphagate.core.evaluate import evaluate
 from alphagate.core.insights import analyse
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
@@ -133,7 +133,7 @@ class Alphagate:
 
     def decide(self, ctx: Ctx) -> Want:
         spec = self.spec
-        start, end = machine.read_window(spec, ctx.rollout, ctx.now, memory=self.memory)
+        start, end = window.read_window(spec, ctx.rollout, ctx.now, memory=self.memory)
         self.source.feed(ctx.snap.pods, ctx.now)
         obs = self.source.observe(spec, start=start, end=end, interval_seconds=self.interval)
         if self.final:

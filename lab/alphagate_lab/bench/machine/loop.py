@@ -1,5 +1,5 @@
 """Drive the decision core over one generated day: `evaluate` and the state machine exactly
-as the reconciler calls them (`machine.read_window` says what to read), on observations built
+as the reconciler calls them (`window.read_window` says what to read), on observations built
 from `traffic.Day` counters, with no HTTP and no simulator.
 
 A rollback is re-armed after `rearm_seconds` (the cooldown is cut short: the machine then
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from alphagate.config import SpeculativeCanarySpec
-from alphagate.core import machine
+from alphagate.core import window
 from alphagate.core.evaluate import evaluate
 from alphagate.core.model import (
     AcceptanceSample,
@@ -153,12 +153,12 @@ def run_day(
         rearm = rearm_seconds is not None and now >= rolled_at + rearm_seconds - 1e-9
         if rearm and memory.state is State.ROLLED_BACK and memory.cooldown_until > now:
             memory = memory.model_copy(update={"cooldown_until": now})
-        start, _ = machine.read_window(spec, rollout, now, memory=memory)
+        start, _ = window.read_window(spec, rollout, now, memory=memory)
         obs = observe(d, start, now, speculating, pods)
         ev: Evaluation = evaluate(spec, obs, memory, rollout, now=now)
         memory = ev.memory
         out.verdicts[ev.verdict.value] = out.verdicts.get(ev.verdict.value, 0) + 1
-        if keep_judged and machine.effective_state(memory) in machine.JUDGING:
+        if keep_judged and window.effective_state(memory) in window.JUDGING:
             out.judged.append(Judged(now, start, ev.combined))
         if ev.action in (Action.ENABLE, Action.DISABLE) and ev.transition is not None:
             cause = ev.transition.cause
