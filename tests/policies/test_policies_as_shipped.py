@@ -10,14 +10,16 @@ decision unit (one per slice for perSlice). A new canary is enabled by the machi
 (Off -> Probing), and its rollout completes at the enable. No real time passes.
 
 For each policy, typed fields only (Action, State, Cause, Verdict):
-(a) a probe at alpha 0.42-0.45 is rolled back within warm-up + consecutiveWindows x
-    windowSeconds (+ one interval) of its rollout, and never before its first judged window;
-(b) a healthy canary (alpha ~0.70-0.72, the same latency as the baseline) is confirmed and
-    never rolled back over three simulated hours;
+(a) a probe at alpha 0.42 is rolled back within warm-up + consecutiveWindows x windowSeconds
+    (+ one interval, + one window per undecided window) of its rollout, never before its first
+    judged window; over six seeds (slow) at most one needs the extra window;
+(b) a healthy canary (alpha 0.70-0.72, the same latency as the baseline) is confirmed and
+    never rolled back over three simulated hours (slow: ~1 s of CPU per simulated hour);
 (c) no data (no pools, a missing canary or baseline pool, no spec-decode series, a failed
     source) never flips anything, in Probing or in On.
 dryRun (dry-run-first) decides exactly as enforce does: the core is mode-blind, and the shell
-patches nothing in dryRun (`shell/reconciler.py`; `tests/kube` prove the no-patch side).
+patches nothing in dryRun (`shell/reconciler.py`;
+`tests/kube/test_kube_reconciler.py::test_dry_run_decides_and_records_but_never_patches`).
 """
 
 from __future__ import annotations
