@@ -14,7 +14,7 @@ For each policy, typed fields only (Action, State, Cause, Verdict):
     (+ one interval, + one window per undecided window) of its rollout, never before its first
     judged window; over six seeds (slow) at most one needs the extra window;
 (b) a healthy canary (alpha 0.70-0.72, the same latency as the baseline) is confirmed and
-    never rolled back over three simulated hours (slow: ~1 s of CPU per simulated hour);
+    never rolled back over three simulated hours (slow);
 (c) no data (no pools, a missing canary or baseline pool, no spec-decode series, a failed
     source) never flips anything, in Probing or in On.
 dryRun (dry-run-first) decides exactly as enforce does: the core is mode-blind, and the shell
