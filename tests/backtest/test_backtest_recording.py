@@ -77,6 +77,7 @@ def test_a_short_cooldown_probe_while_alpha_is_low_counts_as_a_false_enable(
     chat_to_code: Path,
 ) -> None:
     """The score can say no: a probe 15 minutes into the low-alpha stretch is a false flip."""
+    # a 900 s cooldown (not the recording's 3,600 s) lets a probe land in the low stretch
     spec = spec_of(policy_doc(timing={"cooldown": {"initialSeconds": 900}}))
     score = run_recording(spec, chat_to_code).units[0].score
     assert score is not None
