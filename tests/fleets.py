@@ -70,6 +70,7 @@ def slice_spec(slice_name: str, *, interval: float, window: float) -> Speculativ
                 {"name": slice_name, "canary": pool("canary"), "baseline": pool("baseline")}
             ],
             "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
+            # a real Prometheus over a simulated fleet for tens of seconds: seconds, not minutes
             "timing": {"intervalSeconds": interval, "windowSeconds": window},
         }
     )

@@ -61,12 +61,15 @@ MACHINE_SPEC: dict[str, Any] = merge(
     {
         "source": {"kind": "prometheus", "prometheus": {}},
         "timing": {
-            "intervalSeconds": 30,
-            "windowSeconds": 300,
-            "warmupSeconds": 120,
-            "minDwellSeconds": 600,
-            "probeSeconds": 900,
-            "maxFlipsPerHour": 4,
+            # the shipped defaults, written out because the machine tests compute with them
+            "intervalSeconds": 30,  # = default
+            "windowSeconds": 300,  # = default
+            "warmupSeconds": 120,  # = default
+            "minDwellSeconds": 600,  # = default
+            "probeSeconds": 900,  # = default
+            "maxFlipsPerHour": 4,  # = default
+            # maxSeconds 3,600, not the default 4 h: the backoff tests reach the cap in a few
+            # rollbacks (900, 1,800, 3,600, 3,600, ...)
             "cooldown": {"initialSeconds": 900, "factor": 2, "maxSeconds": 3600},
         },
     },

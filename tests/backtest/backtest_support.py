@@ -35,15 +35,15 @@ BASE: dict[str, Any] = {
         "acceptance": {
             "disableBelow": 0.55,
             "enableAbove": 0.60,
-            "minDrafts": 500,
-            "consecutiveWindows": 2,
+            "minDrafts": 500,  # the chat policy's (policies/general-chat-eagle3.yaml)
+            "consecutiveWindows": 2,  # = default
         },
         "timing": {
-            "intervalSeconds": 30,
-            "windowSeconds": 300,
-            "warmupSeconds": 120,
-            "minDwellSeconds": 600,
-            "maxFlipsPerHour": 6,
+            "intervalSeconds": 30,  # = default
+            "windowSeconds": 300,  # = default
+            "warmupSeconds": 120,  # = default
+            "minDwellSeconds": 600,  # = default
+            "maxFlipsPerHour": 6,  # 4 shipped: the recorded story flips 5 times in an hour
             # Longer than the chat-to-code shift (40 min): the only way back is the early
             # re-probe when the mix returns to chat, so no probe lands while alpha is low.
             "cooldown": {"initialSeconds": 3600, "maxSeconds": 14400},

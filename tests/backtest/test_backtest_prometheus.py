@@ -81,15 +81,16 @@ def policy(url: str) -> dict[str, Any]:
                     "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                 }
             ],
+            # a recording of minutes: one judged window decides, on a hundred drafts
             "acceptance": {"minDrafts": 100, "consecutiveWindows": 1},
             "latency": {"enabled": False},
             "timing": {
-                "intervalSeconds": STEP,
-                "windowSeconds": WINDOW,
-                "warmupSeconds": 0,
-                "minDwellSeconds": 0,
-                "maxFlipsPerHour": 60,
-                "cooldown": {"initialSeconds": 3600},
+                "intervalSeconds": STEP,  # compressed: the test runs minutes at most
+                "windowSeconds": WINDOW,  # compressed with the interval
+                "warmupSeconds": 0,  # sandbox pods need no warm-up
+                "minDwellSeconds": 0,  # flips follow the verdicts at once
+                "maxFlipsPerHour": 60,  # the flip budget is not under test here
+                "cooldown": {"initialSeconds": 3600},  # compressed (12-24 h in the policies)
             },
             "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
         },

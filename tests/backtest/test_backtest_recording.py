@@ -77,7 +77,8 @@ def test_a_short_cooldown_probe_while_alpha_is_low_counts_as_a_false_enable(
     chat_to_code: Path,
 ) -> None:
     """The score can say no: a probe 15 minutes into the low-alpha stretch is a false flip."""
-    # capped: a rollback far below the gate starts its cooldown steps deeper (4x here)
+    # a 900 s cooldown (not the recording's 3,600 s) lets a probe land in the low stretch;
+    # capped, since a rollback far below the gate starts its cooldown steps deeper (4x here)
     spec = spec_of(policy_doc(timing={"cooldown": {"initialSeconds": 900, "maxSeconds": 900}}))
     score = run_recording(spec, chat_to_code).units[0].score
     assert score is not None

@@ -56,7 +56,7 @@ BASE: dict[str, Any] = {
     "speculativeConfig": {"method": "ngram", "num_speculative_tokens": K},
     "slices": [_slice("chat")],
     "source": {"kind": "prometheus", "prometheus": {}},
-    "acceptance": {"minDrafts": 200},
+    "acceptance": {"minDrafts": 200},  # = default, stated: tests drop it with `acceptance=`
 }
 
 
@@ -233,7 +233,7 @@ def test_low_alpha_rolls_back_with_evidence() -> None:
 
 
 def test_latency_regression_fails_and_names_metric() -> None:
-    spec = make_spec(latency={"consecutiveWindows": 1})
+    spec = make_spec(latency={"consecutiveWindows": 1})  # one window: the check is under test
     e = run(spec, obs(pools("chat", 0.75, canary_tpot=TPOT_SLOW)), ON)
     lat = next(c for c in e.checks if c.kind is CheckKind.LATENCY)
     assert lat.verdict is Verdict.FAIL and "per token" in lat.reason
@@ -273,6 +273,7 @@ def test_per_step_scaled_divides_by_tokens_per_step_not_acceptance_length() -> N
     # 1,000 drafts that accepted 3,000 tokens. A step carries 1 + 3000/2000 = 2.5 tokens, not
     # the mean acceptance length 4, so the canary is 0.024-0.036 s per token against a
     # baseline of 0.015-0.0225 s: a regression the old scaling (0.015-0.0225) hid.
+    # one window decides: the per-step scaling is under test, not the streak
     spec = make_spec(latency={"metric": "perStepScaled", "consecutiveWindows": 1})
     canary_step = hist(spread(2000, 0.06, 0.09))
     base_step = hist(spread(2000, 0.015, 0.0225))

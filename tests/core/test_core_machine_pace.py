@@ -37,7 +37,9 @@ OLD = T0 - 100_000
 BASE: dict[str, Any] = merge(
     MACHINE_SPEC,
     {
+        # the shipped gate and streak (= the defaults), stated: the bounds are computed from them
         "acceptance": {"disableBelow": 0.55, "enableAbove": 0.60, "consecutiveWindows": 2},
+        # day-scale backoff like the shipped policies' (1 h first, so a day shows several)
         "timing": {"cooldown": {"initialSeconds": 3600, "factor": 2, "maxSeconds": 86400}},
     },
 )

@@ -41,6 +41,7 @@ from specs import MACHINE_SPEC, spec_from
 
 BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
 CHAT, CODE = 512.0, 800.0
+# the shipped policies' cooldown (12 h, 24 h): the shape re-probe is what comes sooner
 SPEC: SpeculativeCanarySpec = spec_from(
     MACHINE_SPEC, timing={"cooldown": {"initialSeconds": 43200, "factor": 2, "maxSeconds": 86400}}
 )

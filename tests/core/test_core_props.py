@@ -222,6 +222,7 @@ def _spec(**over: Any) -> SpeculativeCanarySpec:
 
 SPECS = (
     _spec(),
+    # fixed blocks and a one-window rule: the other branches of the core, under the same props
     _spec(acceptance={"batchSeconds": 30, "consecutiveWindows": 1}, latency={"quantile": 0.9}),
     _spec(
         latency={"metric": "perStepScaled"},

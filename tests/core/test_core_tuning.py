@@ -37,11 +37,11 @@ def _spec(make_spec: Callable[..., SpeculativeCanarySpec], **tuning: Any) -> Spe
     return make_spec(
         speculativeConfig={"method": "eagle3", "model": "head", "num_speculative_tokens": 5},
         timing={
-            "intervalSeconds": 30,
-            "windowSeconds": 30,
-            "warmupSeconds": 60,
-            "minDwellSeconds": 600,
-            "maxFlipsPerHour": 6,
+            "intervalSeconds": 30,  # = default
+            "windowSeconds": 30,  # one interval: every evaluation is a judged window
+            "warmupSeconds": 60,  # two windows: the warm-up after a K change is under test
+            "minDwellSeconds": 600,  # = default
+            "maxFlipsPerHour": 6,  # room for the K changes and reverts a test makes
         },
         draftLength={
             "tuning": {"enabled": True, "consecutiveWindows": 3, "cooldownSeconds": 1800, **tuning}

@@ -16,6 +16,7 @@ T0 = 1_000_000.0
 OLD = T0 - 100_000
 
 
+# = the defaults, stated: the window arithmetic below is computed from them
 TIMING = {"intervalSeconds": INTERVAL, "windowSeconds": WINDOW, "warmupSeconds": WARMUP}
 Spec = SpeculativeCanarySpec
 

@@ -155,7 +155,7 @@ def _flood(api: ApiServer, slices: int) -> dict[str, Any]:
                 "baseline": {"matchLabels": {"slice": f"s{i}", "track": "baseline"}},
             }
         )
-    timing = {"intervalSeconds": 0.1, "windowSeconds": 0.2}
+    timing = {"intervalSeconds": 0.1, "windowSeconds": 0.2}  # the interval floor: under test
     obj = canary_cr("flood", aggregation="perSlice", slices=entries, timing=timing)
     obj["spec"]["target"] = {"name": "s0", "container": "vllm"}
     obj["spec"]["baseline"] = {"name": "base", "container": "vllm"}
@@ -171,6 +171,7 @@ def test_a_64_slice_canary_at_the_interval_floor_pays_alone_and_says_so(
         api.put(_flood(api, 64))
         for role in ("canary", "baseline"):
             api.put(DeploymentTemplate(f"chat-{role}", "team-b", replicas=1).build())
+        # compressed: the victim must evaluate many times within the test
         victim = canary_cr("victim", timing={"intervalSeconds": 1.0, "windowSeconds": 2.0})
         victim["metadata"]["namespace"] = "team-b"
         api.put(victim)

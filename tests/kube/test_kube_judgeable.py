@@ -71,11 +71,11 @@ def test_one_canary_pod_without_decode_times_is_unjudgeable_and_says_why(
     cr = canary_cr(
         source={"kind": "prometheus", "prometheus": {}},
         timing={
-            "intervalSeconds": 10,
-            "windowSeconds": 60,
-            "warmupSeconds": 0,
-            "minDwellSeconds": 0,
-            "maxFlipsPerHour": 60,
+            "intervalSeconds": 10,  # compressed: the test runs minutes at most
+            "windowSeconds": 60,  # compressed with the interval
+            "warmupSeconds": 0,  # sandbox pods need no warm-up
+            "minDwellSeconds": 0,  # flips follow the verdicts at once
+            "maxFlipsPerHour": 60,  # the flip budget is not under test here
         },
     )
     seed(apiserver, cr=cr)

@@ -21,13 +21,14 @@ from alphagate_lab.backtest.engine import Options, run_range
 from alphagate_lab.sandbox.apiserver import ApiServer
 
 TIMING = {
-    "intervalSeconds": INTERVAL,
-    "windowSeconds": 6 * INTERVAL,
-    "warmupSeconds": 2 * INTERVAL,
-    "minDwellSeconds": 0,
-    "probeSeconds": 600,
-    "maxFlipsPerHour": 60,
-    "rolloutTimeoutSeconds": 60,
+    "intervalSeconds": INTERVAL,  # compressed: the test runs minutes at most
+    "windowSeconds": 6 * INTERVAL,  # compressed with the interval
+    "warmupSeconds": 2 * INTERVAL,  # compressed with the interval
+    "minDwellSeconds": 0,  # flips follow the verdicts at once
+    "probeSeconds": 600,  # compressed (900 shipped)
+    "maxFlipsPerHour": 60,  # the flip budget is not under test here
+    "rolloutTimeoutSeconds": 60,  # compressed: a sandbox rollout takes seconds
+    # compressed (12-24 h in the policies)
     "cooldown": {"initialSeconds": 60, "factor": 2, "maxSeconds": 120},
 }
 EVALUATIONS = 60  # two whole judged windows confirm, two fail inside the dip, and a re-probe

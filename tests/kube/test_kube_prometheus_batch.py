@@ -60,12 +60,13 @@ def resource(slice_name: str, *, selector: dict[str, str] | None = None) -> dict
             }
         ],
         source={"kind": "prometheus", "prometheus": prometheus},
+        # seconds of a simulated fleet: one judged window of a hundred drafts decides
         acceptance={"minDrafts": 100, "consecutiveWindows": 1},
         timing={
-            "intervalSeconds": INTERVAL,
-            "windowSeconds": 4 * INTERVAL,
-            "warmupSeconds": 0,
-            "minDwellSeconds": 0,
+            "intervalSeconds": INTERVAL,  # compressed: the test runs minutes at most
+            "windowSeconds": 4 * INTERVAL,  # compressed with the interval
+            "warmupSeconds": 0,  # sandbox pods need no warm-up
+            "minDwellSeconds": 0,  # flips follow the verdicts at once
         },
     )
 

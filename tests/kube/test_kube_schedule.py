@@ -54,13 +54,14 @@ class Heard:
 
 def timing(interval: float) -> dict[str, Any]:
     return {
-        "intervalSeconds": interval,
-        "windowSeconds": interval,
-        "warmupSeconds": 0,
-        "minDwellSeconds": 0,
-        "probeSeconds": 600,
-        "maxFlipsPerHour": 60,
-        "rolloutTimeoutSeconds": 60,
+        "intervalSeconds": interval,  # compressed: the test runs minutes at most
+        "windowSeconds": interval,  # compressed with the interval
+        "warmupSeconds": 0,  # sandbox pods need no warm-up
+        "minDwellSeconds": 0,  # flips follow the verdicts at once
+        "probeSeconds": 600,  # compressed (900 shipped)
+        "maxFlipsPerHour": 60,  # the flip budget is not under test here
+        "rolloutTimeoutSeconds": 60,  # compressed: a sandbox rollout takes seconds
+        # compressed (12-24 h in the policies)
         "cooldown": {"initialSeconds": 600, "factor": 2, "maxSeconds": 1200},
     }
 
@@ -136,7 +137,7 @@ def test_a_new_generation_is_evaluated_at_once(
     def edit(interval: float) -> None:
         obj = apiserver.get("speculativecanaries", NS, "chat")
         obj["spec"]["timing"]["intervalSeconds"] = interval  # a new generation
-        obj["spec"]["timing"]["windowSeconds"] = interval
+        obj["spec"]["timing"]["windowSeconds"] = interval  # kept one interval long
         apiserver.put(obj)
 
     edit(3600.0)  # generation 2: due an hour after each evaluation

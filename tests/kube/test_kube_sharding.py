@@ -31,13 +31,14 @@ INTERVAL = 10.0
 # seconds for the GIL, and a 3 s lease then lapsed under load (both live replicas held nothing)
 LEASE = {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 0.3}
 TIMING = {
-    "intervalSeconds": INTERVAL,
-    "windowSeconds": INTERVAL,
-    "warmupSeconds": 0,
-    "minDwellSeconds": 0,
-    "probeSeconds": 600,
-    "maxFlipsPerHour": 60,
-    "rolloutTimeoutSeconds": 60,
+    "intervalSeconds": INTERVAL,  # compressed: the test runs minutes at most
+    "windowSeconds": INTERVAL,  # compressed with the interval
+    "warmupSeconds": 0,  # sandbox pods need no warm-up
+    "minDwellSeconds": 0,  # flips follow the verdicts at once
+    "probeSeconds": 600,  # compressed (900 shipped)
+    "maxFlipsPerHour": 60,  # the flip budget is not under test here
+    "rolloutTimeoutSeconds": 60,  # compressed: a sandbox rollout takes seconds
+    # compressed (12-24 h in the policies)
     "cooldown": {"initialSeconds": 600, "factor": 2, "maxSeconds": 1200},
 }
 

@@ -133,13 +133,14 @@ def test_simulated_alpha_falls_and_the_real_loop_rolls_back(
         for dep in ("chat-canary", "chat-baseline"):
             apiserver.put(DeploymentTemplate(dep, NS, args=[], replicas=2).build())
         timing = {
-            "intervalSeconds": 1.0,
-            "windowSeconds": 3.0,
-            "warmupSeconds": 1.0,
-            "minDwellSeconds": 0,
-            "probeSeconds": 60,
-            "maxFlipsPerHour": 60,
-            "rolloutTimeoutSeconds": 30,
+            "intervalSeconds": 1.0,  # compressed: the test runs minutes at most
+            "windowSeconds": 3.0,  # compressed with the interval
+            "warmupSeconds": 1.0,  # compressed with the interval
+            "minDwellSeconds": 0,  # flips follow the verdicts at once
+            "probeSeconds": 60,  # compressed (900 shipped)
+            "maxFlipsPerHour": 60,  # the flip budget is not under test here
+            "rolloutTimeoutSeconds": 30,  # compressed: a sandbox rollout takes seconds
+            # compressed (12-24 h in the policies)
             "cooldown": {"initialSeconds": 300, "factor": 2, "maxSeconds": 600},
         }
         cr = canary_cr(
@@ -151,7 +152,7 @@ def test_simulated_alpha_falls_and_the_real_loop_rolls_back(
                     "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                 }
             ],
-            acceptance={"minDrafts": 200, "consecutiveWindows": 2},
+            acceptance={"minDrafts": 200, "consecutiveWindows": 2},  # = the defaults
             latency={"enabled": False},
         )
         apiserver.put(cr)

@@ -74,6 +74,7 @@ def tenant(apiserver: ApiServer, name: str, interval: float, **scrape: Any) -> N
     """A canary `name` on Deployments of its own, read by pod scrapes every `interval` s."""
     for dep in (f"{name}-canary", f"{name}-baseline"):
         apiserver.put(DeploymentTemplate(dep, NS, args=["--model", "m"], replicas=1).build())
+    # compressed: tenants side by side for seconds; sandbox pods need no warm-up
     timing = {"intervalSeconds": interval, "windowSeconds": interval, "warmupSeconds": 0}
     apiserver.put(
         canary_cr(
@@ -81,7 +82,7 @@ def tenant(apiserver: ApiServer, name: str, interval: float, **scrape: Any) -> N
             target={"name": f"{name}-canary", "container": "vllm"},
             baseline={"name": f"{name}-baseline", "container": "vllm"},
             source={"kind": "podScrape", "scrape": scrape},
-            timing={**timing, "minDwellSeconds": 0, "rolloutTimeoutSeconds": 60},
+            timing={**timing, "minDwellSeconds": 0, "rolloutTimeoutSeconds": 60},  # compressed
         )
     )
 

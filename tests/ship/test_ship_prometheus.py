@@ -76,9 +76,10 @@ def _policy(url: str) -> config.SpeculativeCanary:
                         "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                     }
                 ],
-                "acceptance": {"minDrafts": 1},
+                "acceptance": {"minDrafts": 1},  # any drafts: the test reads the series
                 # one pod per role: its 5 s blocks are the latency batches (60 s > the window)
                 "latency": {"minCount": 1, "batchSeconds": 5},
+                # compressed: seconds of a real Prometheus, no rollout to warm up after
                 "timing": {"intervalSeconds": 5, "windowSeconds": 20, "warmupSeconds": 0},
                 "source": {"kind": "prometheus", "prometheus": {}},
             },

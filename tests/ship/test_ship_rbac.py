@@ -113,18 +113,20 @@ def _canary(name: str = "chat", target: dict[str, str] | None = None) -> dict[st
                     "baseline": {"matchLabels": {"slice": "chat", "role": "baseline"}},
                 }
             ],
+            # a few seconds of one tiny pod: ten drafts and one window decide (the test is
+            # about what the shipped RBAC lets the controller do, not about the statistics)
             "acceptance": {"minDrafts": 10, "consecutiveWindows": 1},
             # one canary pod: its 0.5 s blocks are the latency batches (60 s > the window)
             "latency": {"minCount": 1, "consecutiveWindows": 1, "batchSeconds": 0.5},
             "timing": {
-                "intervalSeconds": 1,
+                "intervalSeconds": 1,  # compressed: the test runs minutes at most
                 "windowSeconds": 6,  # several batches of one pod: an interval that can decide
-                "warmupSeconds": 0,
-                "minDwellSeconds": 0,
-                "probeSeconds": 60,
-                "rolloutTimeoutSeconds": 30,
+                "warmupSeconds": 0,  # sandbox pods need no warm-up
+                "minDwellSeconds": 0,  # flips follow the verdicts at once
+                "probeSeconds": 60,  # compressed (900 shipped)
+                "rolloutTimeoutSeconds": 30,  # compressed: a sandbox rollout takes seconds
             },
-            "errors": {"alertAfter": 1},
+            "errors": {"alertAfter": 1},  # the first forbidden call must alert
             "source": {"kind": "podScrape", "scrape": {"timeoutSeconds": 2}},
         },
     }

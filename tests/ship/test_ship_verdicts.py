@@ -54,7 +54,7 @@ def _canary(name: str, verdict: str, evaluated: float) -> dict[str, Any]:
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SpeculativeCanary",
         "metadata": {"name": name, "namespace": NS},
-        "spec": {"timing": {"intervalSeconds": 30}},
+        "spec": {"timing": {"intervalSeconds": 30}},  # = default
         "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
 

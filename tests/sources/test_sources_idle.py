@@ -132,6 +132,7 @@ def _spec_doc() -> dict[str, Any]:
             }
         ],
         "latency": {"enabled": False},
+        # compressed: seconds of a real Prometheus scraping every 2 s
         "timing": {"intervalSeconds": 1, "windowSeconds": 12, "warmupSeconds": 0},
         "source": {"kind": "prometheus", "prometheus": {"timeoutSeconds": 5}},
     }
@@ -161,6 +162,7 @@ def test_prometheus_idle_canary_and_sparse_scrapes_are_typed(tmp_path: Path) -> 
         # `alphagate evaluate` over the same Prometheus says the same, and warns
         policy = tmp_path / "policy.yaml"
         doc = yaml.safe_load(POLICY)
+        # the same compressed timing as `_spec_doc`
         doc["spec"].update(timing={"intervalSeconds": 1, "windowSeconds": 12, "warmupSeconds": 0})
         doc["spec"]["source"] = {"kind": "prometheus", "prometheus": {}}
         policy.write_text(yaml.safe_dump(doc))

@@ -85,6 +85,7 @@ def policy(canary: dict[str, str], *, extra: dict[str, str] | None = None) -> Sp
                 }
             ],
             "source": {"kind": "prometheus", "prometheus": prometheus},
+            # compressed: seconds of a real Prometheus
             "timing": {"intervalSeconds": INTERVAL, "windowSeconds": 4 * INTERVAL},
         }
     )

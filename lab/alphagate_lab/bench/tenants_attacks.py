@@ -67,13 +67,15 @@ def canary(
         "baseline": {"name": f"{name}-baseline", "container": "vllm"},
         "speculativeConfig": {"method": "ngram", "num_speculative_tokens": 4},
         "slices": slices or [_slice("chat", name)],
+        # Compressed: the attack runs for seconds of wall time, at the interval under test;
+        # probe and cooldown longer than any run, so no re-probe adds load of its own.
         "timing": {
-            "intervalSeconds": interval,
-            "windowSeconds": 4 * interval,
-            "warmupSeconds": 0,
-            "minDwellSeconds": 0,
-            "probeSeconds": 3600,
-            "cooldown": {"initialSeconds": 3600, "maxSeconds": 7200},
+            "intervalSeconds": interval,  # the variable of the benchmark
+            "windowSeconds": 4 * interval,  # a few intervals: each read spans several scrapes
+            "warmupSeconds": 0,  # sandbox pods need no warm-up
+            "minDwellSeconds": 0,  # flips follow the verdicts at once
+            "probeSeconds": 3600,  # longer than any run
+            "cooldown": {"initialSeconds": 3600, "maxSeconds": 7200},  # longer than any run
         },
         "source": source,
     }
