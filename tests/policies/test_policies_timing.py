@@ -118,3 +118,21 @@ def test_the_shipped_chat_policy_leaves_blocks_automatic() -> None:
     spec = config.parse(yaml.safe_load(CHAT.read_text())).spec
     assert spec.acceptance.batch_seconds is None
     assert timing.batches_advice(spec, 15.0) == ()
+
+
+def test_a_probe_deadline_before_the_first_possible_confirmation_warns(tmp_path: Path) -> None:
+    # 600 s windows, three to pass, on the 900 s default deadline: a healthy probe would be
+    # reported stalled every time (code-slice shipped so until its probeSeconds was set)
+    doc = yaml.safe_load(CODE.read_text())
+    del doc["spec"]["timing"]["probeSeconds"]
+    path = tmp_path / "code.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, found = _check(path)
+    assert code == 0
+    assert [(w["problem"], w["field"], w["seconds"], w["needed_seconds"]) for w in found] == [
+        (TimingProblem.PROBE_TOO_SHORT.value, "spec.timing.probeSeconds", 900.0, 2010.0)
+    ]
+    assert (
+        "every healthy probe is reported stalled"
+        in runner.invoke(app, ["policy", "check", str(path)]).output
+    )

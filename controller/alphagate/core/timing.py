@@ -31,6 +31,7 @@ class TimingProblem(StrEnum):
     INTERVAL_TOO_SHORT = "interval-too-short"  # each batch's increase()[intervalSeconds]
     WINDOW_TOO_SHORT = "window-too-short"  # the window's increase()[windowSeconds]
     STALENESS_TOO_SHORT = "staleness-too-short"  # afterSeconds below window + warm-up
+    PROBE_TOO_SHORT = "probe-too-short"  # probeSeconds ends before the earliest confirmation
     # one canary pod's window holds fewer than two blocks of alpha (policy check only)
     BLOCKS_TOO_LONG = "blocks-too-long"  # acceptance.batchSeconds over half the window
     WINDOW_ONE_BLOCK = "window-one-block"  # window under two samples of a pod
@@ -63,6 +64,13 @@ class TimingWarning:
                 f"range step of intervalSeconds each), so one canary pod is never judged: make "
                 f"it at least {self.needed_seconds:g} s"
             )
+        if self.problem is TimingProblem.PROBE_TOO_SHORT:
+            return (
+                f"{self.field} {self.seconds:g} s ends before a probe can first be confirmed "
+                f"(a rollout interval, warmupSeconds and the passing windows it needs: "
+                f"{self.needed_seconds:g} s), so every healthy probe is reported stalled: make "
+                f"it longer than that"
+            )
         if self.problem is TimingProblem.STALENESS_TOO_SHORT:
             return (
                 f"{self.field} {self.seconds:g} s is shorter than windowSeconds + warmupSeconds "
@@ -81,6 +89,14 @@ def scrape_interval(spec: SpeculativeCanarySpec, prometheus_seconds: float | Non
     if spec.source.kind is SourceKind.POD_SCRAPE:
         return spec.timing.interval_seconds
     return prometheus_seconds
+
+
+def earliest_confirmation(spec: SpeculativeCanarySpec) -> float:
+    """Seconds from an enable to the earliest confirmation a healthy probe can reach: a rollout
+    of one interval, the warm-up, then whole judged windows in a row for both checks."""
+    t = spec.timing
+    windows = max(spec.acceptance.consecutive_windows, spec.latency.consecutive_windows)
+    return t.interval_seconds + t.warmup_seconds + windows * t.window_seconds
 
 
 def advise(
@@ -106,6 +122,13 @@ def advise(
         for problem, field, seconds in ranges:
             if seconds < needed:
                 out.append(TimingWarning(problem, field, seconds, needed, s, seconds / s))
+    earliest = earliest_confirmation(spec)
+    if t.probe_seconds <= earliest:
+        out.append(
+            TimingWarning(
+                TimingProblem.PROBE_TOO_SHORT, "spec.timing.probeSeconds", t.probe_seconds, earliest
+            )
+        )
     floor = t.window_seconds + t.warmup_seconds
     if spec.staleness.after_seconds < floor:
         out.append(
