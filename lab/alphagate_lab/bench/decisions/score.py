@@ -7,9 +7,13 @@ policy's gate (0.55) and no injected latency regression ("should be on").
   priced in the shipped policy's own terms, as a % of the oracle's canary tokens. A token a
   canary pod generates while speculating at true alpha a saves ``1 - (1 + K*0.55)/(1 + K*a)``
   of a plain token's time (the gate is where speculation breaks even, by the policy's
-  definition: +14.5% at 0.70, -12.8% at 0.45 with K = 3); a pod restart loses its model load
-  and warm-up, priced as the tokens the pod would have served meanwhile at its mean rate
-  (``RESTART_SECONDS``). The open-loop traffic does not wait for the pods, so tokens served
+  definition: +14.5% at 0.70, -12.8% at 0.45 with K = 3); every switch of a canary pod's
+  speculation is charged the same, whatever carries it out: a pod restart's model load and
+  warm-up, priced as the tokens the pod would have served meanwhile at its mean rate
+  (``RESTART_SECONDS``). The oracle pays it on every flip, and so does every policy, the
+  in-engine gate included (it switches a pod off inside the engine, without a restart: charged
+  as a restart all the same), so no policy beats the oracle by how it switches and regret is
+  never negative by accounting. The open-loop traffic does not wait for the pods, so tokens served
   barely move with the decisions: this price is what a decision changes. Per seed, then the
   mean over seeds with a 95% t interval; over the suite, each seed's mean over the scored
   scenarios (those without an injected latency regression or a per-day horizon), then the
@@ -30,9 +34,15 @@ policy's gate (0.55) and no injected latency regression ("should be on").
   speculating, made before the truth turns back "on" (plus one window). An onset with no such
   decision is **missed**. ``caught <= 15 min`` and ``<= 30 min`` are shares of onsets.
 * **coverage** (alphagate): the share of the alpha intervals it reported with at least two
-  batches that hold the window's true alpha (the expected accepted/drafted ratio of the
-  canary's drafts in it, from the simulator); **below lower** is the share of those windows
-  whose truth fell below the interval's lower bound (a Pass relies on it: nominal 2.5%).
+  batches that hold the window's true alpha: the canary's realised alpha over the window, the
+  same on every topology (one pod or sixteen): each draft's expected acceptance given what its
+  request was drawn around (the slice's alpha, the pod's offset and the pod's own slow wander
+  at the request's admission), weighted by drafts over the canary pods (the simulator's
+  ``realised_alpha``). It leaves out only the requests' own random draws, which the interval
+  is there to cover; the pod's wander is in, since "is speculation paying on this canary" is
+  about what its pods really accepted over the window, not the slice's set value.
+  **below lower** is the share of those windows whose truth fell below the interval's lower
+  bound (a Pass relies on it: nominal 2.5%).
   **median width** is over every window with an interval, one-batch [0, 1] ones included
   (a blind canary reads 1.00).
 * **latency confirmed** (alphagate, regression cases): the share of decisions made on
@@ -129,12 +139,13 @@ def regret_bins(r: RunResult) -> list[int]:
 
 
 def step_values(r: RunResult) -> list[float]:
-    """Each step's saving, net of the restarts made at it (priced at the run's mean tokens
-    per ready canary pod-second, ``RESTART_SECONDS`` each)."""
+    """Each step's saving, net of the switches made at it (priced at the run's mean tokens
+    per ready canary pod-second, ``RESTART_SECONDS`` each): pod restarts, and pods switched
+    off inside their engine (charged as a restart is: the same accounting for every policy)."""
     values = list(r.value) if len(r.value) == len(r.t) else [0.0] * len(r.t)
     pod_seconds = math.fsum(r.ready) * STEP if len(r.ready) == len(r.t) else 0.0
     rate = math.fsum(r.tokens) / pod_seconds if pod_seconds > 0 else 0.0
-    for t, n in r.restart_log:
+    for t, n in [*r.restart_log, *r.switch_log]:
         i = min(range(len(r.t)), key=lambda j: abs(r.t[j] - t)) if r.t else None
         if i is not None:
             values[i] -= n * rate * RESTART_SECONDS
@@ -232,11 +243,12 @@ def score_run(r: RunResult) -> RunScore:
 
 
 def window_truth(r: RunResult, start: float, end: float) -> float:
-    """The expected pooled alpha of the window (start, end]: each step's expected acceptance
-    of its canary drafts (the set alpha when the run did not record it) weighted by the
-    draft tokens of the step (a step covers the tick ending then); the plain mean of the set
-    alpha when nothing was drafted; NaN when no step falls in the window."""
-    expected = r.drafted_alpha if len(r.drafted_alpha) == len(r.t) else r.alpha
+    """The canary's realised alpha over the window (start, end]: each step's realised alpha
+    of its canary drafts (``realised_alpha``, each pod's wander in; the set alpha when the run
+    did not record it) weighted by the draft tokens of the step (a step covers the tick ending
+    then); the plain mean of the set alpha when nothing was drafted; NaN when no step falls in
+    the window."""
+    expected = r.realised_alpha if len(r.realised_alpha) == len(r.t) else r.alpha
     steps = [
         (a, e, d)
         for s, a, e, d in zip(r.t, r.alpha, expected, r.drafts, strict=True)
