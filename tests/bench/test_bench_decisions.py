@@ -464,6 +464,26 @@ def test_latency_cases_count_confirmed_windows_and_are_not_priced() -> None:
     assert cell["latency_confirmed"] == pytest.approx(0.2) and cell["regret_pct"] is None
 
 
+def test_a_pass_confirms_the_tail_within_only_where_its_quantile_part_showed_it() -> None:
+    # A Pass on the exact mean that reports the P99 unresolvable claims nothing of the tail;
+    # only a Pass whose quantile part showed "within" confirms it.
+    r = _run([True] * 10 + [False] * 30, [1.0] * 40, [], regression_at=300.0)
+    r.case = "1c3b-conv-tail-1.5x-def"
+    tails = ["unresolvable"] * 30 + ["shown"] * 5 + ["none"] * 5
+    r.extra = {"latency": [(t, "Pass", tail) for t, tail in zip(r.t, tails, strict=True)]}
+    s = score.score_run(r)
+    # judged from 600 s (step 20): 10 unresolvable, 5 shown, 5 with no quantile part
+    assert (s.latency_judged, s.latency_pass) == (20, 20)
+    assert (s.latency_tail_within, s.latency_unresolvable, s.latency_tail_seen) == (5, 10, 15)
+    agg = score.aggregate([(r.case, 1, "alphagate", s)])
+    rows = {name: met for name, _, met in report.checklist(agg)}
+    assert [met for name, met in rows.items() if name.startswith("tail-only 1.5x never")] == [False]
+    r.extra = {"latency": [(t, "Pass", "unresolvable") for t in r.t]}
+    agg = score.aggregate([(r.case, 1, "alphagate", score.score_run(r))])
+    rows = {name: met for name, _, met in report.checklist(agg)}
+    assert [met for name, met in rows.items() if name.startswith("tail-only 1.5x never")] == [True]
+
+
 def test_mix_returns_alpha_not_is_scored() -> None:
     assert suite.BY_NAME["1c3b-poisson-mix-returns-alpha-not"].scored
 

@@ -45,8 +45,13 @@ policy's gate (0.55) and no injected latency regression ("should be on").
   bound (a Pass relies on it: nominal 2.5%).
   **median width** is over every window with an interval, one-batch [0, 1] ones included
   (a blind canary reads 1.00).
-* **latency confirmed** (alphagate, regression cases): the share of decisions made on
-  windows wholly inside an injected regression whose latency check said Pass.
+* **latency Pass inside it** (alphagate, regression cases): the share of decisions made on
+  windows wholly inside an injected regression whose latency check said Pass. **Tail claimed
+  within** is the share whose check also claimed the canary's quantile within the margin
+  (its tail part showed ``shown``): that, not a Pass, is "confirmed as within" for a tail-only
+  regression, since a Pass on the exact mean that reports the quantile ``unresolvable`` (the
+  default buckets cannot show it) makes no claim about the tail; **tail unresolvable** is the
+  share that reported it so.
 * **exceptions**: a policy's decide raised (the run went on; tracebacks are saved).
 """
 
@@ -99,6 +104,9 @@ class RunScore:
     value: float = 0.0  # the run's saving net of restart charges (token-times)
     latency_pass: int = 0
     latency_judged: int = 0
+    latency_tail_within: int = 0  # the quantile claimed within ("shown")
+    latency_unresolvable: int = 0  # the quantile reported unresolvable at the layout
+    latency_tail_seen: int = 0  # the check got as far as its quantile part
     exceptions: int = 0
     tracebacks: list[str] = field(default_factory=list)
 
@@ -204,12 +212,15 @@ def score_run(r: RunResult) -> RunScore:
         if was_decisive:
             decisive += 1
             covered_decisive += hit
-    latency_pass = latency_judged = 0
+    latency_pass = latency_judged = tail_within = unresolvable = tail_seen = 0
     if r.regression_at is not None:
-        for t, verdict in r.extra.get("latency", ()):
+        for t, verdict, *tail in r.extra.get("latency", ()):
             if t >= r.regression_at + WINDOW:
                 latency_judged += 1
                 latency_pass += verdict == "Pass"
+                tail_within += verdict == "Pass" and tail[:1] == ["shown"]
+                unresolvable += tail[:1] == ["unresolvable"]
+                tail_seen += bool(tail) and tail[0] != "none"
     values = step_values(r)
     return RunScore(
         days=r.hours / 24.0,
@@ -237,6 +248,9 @@ def score_run(r: RunResult) -> RunScore:
         value=math.fsum(values),
         latency_pass=latency_pass,
         latency_judged=latency_judged,
+        latency_tail_within=tail_within,
+        latency_unresolvable=unresolvable,
+        latency_tail_seen=tail_seen,
         exceptions=len(r.exceptions),
         tracebacks=list(r.exceptions),
     )
@@ -380,6 +394,12 @@ def _cell(
         "insufficient_windows": sum(x.insufficient for x in s),
         "latency_judged": judged,
         "latency_confirmed": sum(x.latency_pass for x in s) / judged if judged else None,
+        "latency_tail_within": (sum(x.latency_tail_within for x in s) / judged if judged else None),
+        "latency_unresolvable": (
+            sum(x.latency_unresolvable for x in s) / judged if judged else None
+        ),
+        "latency_tail_seen": sum(x.latency_tail_seen for x in s),
+        "latency_unresolvable_n": sum(x.latency_unresolvable for x in s),
         "exceptions": sum(x.exceptions for x in s),
     }
 
