@@ -192,6 +192,12 @@ def test_a_latency_regression_is_injected_as_the_case_says() -> None:
     m = calibrate.tail_factor(h, 1.5)
     achieved = calibrate.achieved_ratio(calibrate._key(case), "tail", m)
     assert achieved == pytest.approx(1.5, rel=0.08)
+    # Uniform: every canary step slower, its mean per token 1.5x the baseline's (not its P99
+    # only: a speculating canary's P99 is far below the baseline's, see above).
+    uni = suite.BY_NAME["1c3b-conv-uniform-1.5x-def"]
+    mean, p99 = calibrate.injected_ratios(uni)
+    assert mean == pytest.approx(1.5, rel=0.05)
+    assert p99 >= 1.5 * 0.95
     args = calibrate.layout_args(case)
     assert args[0] == "--custom-histogram-buckets"
     sc = case.scenario(0.1, args)
@@ -318,7 +324,7 @@ def test_coverage_counts_every_honest_interval_and_the_misses_below() -> None:
     assert cell["insufficient_windows"] == 1
 
 
-def test_the_window_truth_is_the_expected_alpha_of_the_drafts_inside_it() -> None:
+def test_the_window_truth_is_the_realised_alpha_of_the_drafts_inside_it() -> None:
     # Window (60, 120]: steps at 90 and 120 (the step at 60 covers the tick before the
     # window). Set alpha 0.4 then 0.7, with 30 and 10 draft tokens: the pooled ratio the
     # counters converge to is (0.4 * 30 + 0.7 * 10) / 40 = 0.475, not the time mean 0.55.
@@ -326,12 +332,29 @@ def test_the_window_truth_is_the_expected_alpha_of_the_drafts_inside_it() -> Non
     r.alpha = [0.9, 0.9, 0.9, 0.4, 0.7]
     r.drafts = [5.0, 5.0, 5.0, 30.0, 10.0]
     assert score.window_truth(r, 60.0, 120.0) == pytest.approx(0.475)
-    r.drafted_alpha = [0.9, 0.9, 0.9, 0.8, 0.7]
-    assert score.window_truth(r, 60.0, 120.0) == pytest.approx((0.8 * 30 + 0.7 * 10) / 40)
+    r.drafted_alpha = [0.9, 0.9, 0.9, 0.8, 0.7]  # around the set alpha: not the truth
+    r.realised_alpha = [0.9, 0.9, 0.9, 0.78, 0.73]  # each pod's wander in: the truth
+    assert score.window_truth(r, 60.0, 120.0) == pytest.approx((0.78 * 30 + 0.73 * 10) / 40)
     r.drafts = [0.0] * 5  # nothing drafted: the plain mean of the set alpha
-    r.drafted_alpha = [math.nan] * 5
+    r.realised_alpha = [math.nan] * 5
     assert score.window_truth(r, 60.0, 120.0) == pytest.approx(0.55)
     assert math.isnan(score.window_truth(r, 200.0, 300.0))
+
+
+def test_the_realised_alpha_carries_the_pods_own_wander() -> None:
+    # One canary pod: the set alpha stays 0.70, the pod's acceptance wanders around it; the
+    # realised truth follows the wander, the expected-around-the-set one does not.
+    fleet = Fleet(suite.BY_NAME["1c3b-conv-a0.7"].scenario(0.2), seed=2, tick=30.0)
+    drafted, realised = [], []
+    while fleet.now + 30.0 <= 600.0:
+        fleet.step()
+        truth = fleet.pods["chat-canary-0"].truth
+        assert truth is not None
+        drafted.append(truth.drafted_alpha)
+        realised.append(truth.realised_alpha)
+    assert drafted[-1] == pytest.approx(0.70 + fleet.pods["chat-canary-0"].engine.alpha_offset)
+    assert max(abs(r - d) for r, d in zip(realised, drafted, strict=True)) > 1e-3
+    assert max(abs(r - d) for r, d in zip(realised, drafted, strict=True)) < 0.06
 
 
 def test_after_a_step_the_drafts_lag_the_set_alpha() -> None:
@@ -374,6 +397,18 @@ def test_a_restart_is_charged_its_load_and_warm_up_at_the_pods_rate() -> None:
     rate = 100.0 / loop.STEP  # tokens per ready pod-second
     assert values[10] == pytest.approx(10.0 - rate * score.RESTART_SECONDS)
     assert sum(values) == pytest.approx(400.0 - rate * score.RESTART_SECONDS)
+
+
+def test_a_switch_inside_the_engine_is_charged_as_a_restart() -> None:
+    # The same accounting for every policy: the in-engine gate's switch costs what the
+    # oracle's restart costs, so no policy beats the oracle by how it switches.
+    restarted = _run([False] * 40, [1.0] * 10 + [0.0] * 30, [(300.0, "disable")])
+    restarted.restart_log = [(300.0, 1)]
+    gated = _run([False] * 40, [1.0] * 10 + [0.0] * 30, [(300.0, "disable")])
+    gated.switch_log = [(300.0, 1)]
+    assert score.step_values(gated) == pytest.approx(score.step_values(restarted))
+    r = loop.run("1c3b-conv-a0.45", 4, "in-engine", 0.25)
+    assert r.restarts == 0 and [n for _, n in r.switch_log] == [1]
 
 
 def test_suite_regret_is_a_mean_of_scenarios_per_seed_with_an_interval_over_seeds() -> None:
@@ -427,6 +462,26 @@ def test_latency_cases_count_confirmed_windows_and_are_not_priced() -> None:
     agg = score.aggregate([(r.case, 1, "oracle", o), (r.case, 1, "alphagate", s)])
     cell = next(c for c in agg["cells"] if c["policy"] == "alphagate")
     assert cell["latency_confirmed"] == pytest.approx(0.2) and cell["regret_pct"] is None
+
+
+def test_a_pass_confirms_the_tail_within_only_where_its_quantile_part_showed_it() -> None:
+    # A Pass on the exact mean that reports the P99 unresolvable claims nothing of the tail;
+    # only a Pass whose quantile part showed "within" confirms it.
+    r = _run([True] * 10 + [False] * 30, [1.0] * 40, [], regression_at=300.0)
+    r.case = "1c3b-conv-tail-1.5x-def"
+    tails = ["unresolvable"] * 30 + ["shown"] * 5 + ["none"] * 5
+    r.extra = {"latency": [(t, "Pass", tail) for t, tail in zip(r.t, tails, strict=True)]}
+    s = score.score_run(r)
+    # judged from 600 s (step 20): 10 unresolvable, 5 shown, 5 with no quantile part
+    assert (s.latency_judged, s.latency_pass) == (20, 20)
+    assert (s.latency_tail_within, s.latency_unresolvable, s.latency_tail_seen) == (5, 10, 15)
+    agg = score.aggregate([(r.case, 1, "alphagate", s)])
+    rows = {name: met for name, _, met in report.checklist(agg)}
+    assert [met for name, met in rows.items() if name.startswith("tail-only 1.5x never")] == [False]
+    r.extra = {"latency": [(t, "Pass", "unresolvable") for t in r.t]}
+    agg = score.aggregate([(r.case, 1, "alphagate", score.score_run(r))])
+    rows = {name: met for name, _, met in report.checklist(agg)}
+    assert [met for name, met in rows.items() if name.startswith("tail-only 1.5x never")] == [True]
 
 
 def test_mix_returns_alpha_not_is_scored() -> None:

@@ -106,6 +106,10 @@ class TickTruth:
     in expectation over the requests' own draws: the set alpha each in-flight request was
     drawn around at its admission, weighted by its drafts in the tick. In steady state it is
     the set alpha; after a change it lags it by a request's life (requests keep theirs).
+    ``realised_alpha`` is the same with the pod's own wander in: the alpha each in-flight
+    request's acceptance was really drawn around at its admission (set alpha, pod offset and
+    the wander then), weighted by its drafts: what the pod's counters show up to the requests'
+    own draws.
     ``time_per_token`` and ``tpot_p99`` are the mean and 99th percentile of the per-token
     latency the running requests got; ``generated`` counts the tokens of the tick.
     """
@@ -119,6 +123,7 @@ class TickTruth:
     time_per_token: float
     batch_alpha: float = 0.0
     drafted_alpha: float = 0.0
+    realised_alpha: float = 0.0
     tpot_p99: float = 0.0
     generated: int = 0
     finished: int = 0

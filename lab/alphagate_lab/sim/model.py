@@ -88,9 +88,11 @@ MAX_REQUEST_SAMPLES = 256
 #: arrival time, first-token time (engine time), decode steps so far, the set alpha it was
 #: drawn around (slice alpha + pod offset at admission, without the wander; a rare bad
 #: request's own mean), and its slowness (1; ``tail_factor`` for a request the tail-only
-#: latency regression slows: it decodes once every that many engine steps).
-REM, LEN, ACC, ARR, FIRST, STEPS, SET, SLOW = range(8)
-ROWS = 8
+#: latency regression slows: it decodes once every that many engine steps); last, the alpha
+#: its own acceptance was really drawn around (the set alpha plus the pod's wander at
+#: admission; a bad request's own mean).
+REM, LEN, ACC, ARR, FIRST, STEPS, SET, SLOW, DRAWN = range(9)
+ROWS = 9
 #: Rows of a waiting request: output length and prompt tokens (NaN: drawn from the model).
 Q_LEN, Q_PROMPT = range(2)
 #: Rows of a tick's segment array: local start, steps used, local end, finished (0/1).
@@ -333,6 +335,7 @@ class Engine:
         out[REM] = out[LEN] - 1.0
         set_alpha = min(max(load.alpha + self.alpha_offset, 0.0), 1.0)
         out[SET] = set_alpha
+        out[DRAWN] = alpha
         if self.k:
             per_draft = load.draft_fill * self.k
             if load.bad_share > 0:
@@ -372,6 +375,7 @@ class Engine:
         out[ACC] = acc
         good_set = mixture_good_alpha(set_alpha, load.bad_share, load.bad_alpha, per_draft)
         out[SET] = np.where(bad, load.bad_alpha, good_set)
+        out[DRAWN] = np.where(bad, load.bad_alpha, good_alpha)
 
     def _account(
         self,
@@ -426,7 +430,7 @@ class Engine:
             self.req = _empty()
             self.mean_batch = 0.0
             return TickTruth(alpha, 0.0, 0, 0, 0.0, tps_set, 0.0, batch_alpha=alpha,
-                             drafted_alpha=alpha, generated=admitted,
+                             drafted_alpha=alpha, realised_alpha=alpha, generated=admitted,
                              stalled=stalled / dt)  # fmt: skip
 
         req = cohorts[0] if len(cohorts) == 1 else np.concatenate(cohorts, axis=1)
@@ -494,6 +498,7 @@ class Engine:
         if total_steps > 0:
             batch_alpha = float(acc @ d) / total_steps if k else alpha
             drafted_alpha = float(req[SET] @ d) / total_steps
+            realised_alpha = float(req[DRAWN] @ d) / total_steps
             tps = (total_steps + accepted) / total_steps
             time_per_token = busy_sum / (total_steps + accepted)
             ok = used > 0
@@ -502,7 +507,7 @@ class Engine:
             p99 = float(np.sort(per_token)[i])
         else:
             batch_alpha, tps, time_per_token, p99 = alpha, tps_set, mean_step / tps_set, 0.0
-            drafted_alpha = alpha
+            drafted_alpha = realised_alpha = alpha
         self.req = req[:, ~fin]
         self.mean_batch = batch
         c.running, c.waiting = self.running, self.waiting
@@ -516,6 +521,7 @@ class Engine:
             time_per_token=time_per_token,
             batch_alpha=batch_alpha,
             drafted_alpha=drafted_alpha,
+            realised_alpha=realised_alpha,
             tpot_p99=p99,
             generated=generated,
             finished=n_fin,

@@ -6,14 +6,20 @@ canary's and the baseline's exact time per output token of every finished reques
 engine's, not the histogram's sample) and the P99 request duration a team's dashboard would
 show for the baseline (``histogram_quantile`` over the hour). From them:
 
-* a **uniform** regression of factor f slows every canary step by about
-  ``f x P99(baseline) / P99(canary)``, so the canary's true P99 per token is f x the
-  baseline's (and its mean moves by the same factor);
+* a **uniform** regression of factor f slows every canary step by the one factor that puts the
+  canary's exact mean time per token at f x the baseline's (about
+  ``f x mean(baseline) / mean(canary)``): the canary's tokens cost f x a baseline token's, on
+  average and step by step, so speculation no longer pays and the regression is real on the
+  mean the latency guard confirms on. Its P99 per token moves by the same step factor; over the
+  baseline's P99 it lands at or above f (a speculating canary's per-token spread is wider than
+  a plain pod's), reported beside the mean ratio. (Defining f on the P99 instead, as before,
+  left a healthy speculating canary's mean about equal to the baseline's at "1.5x".)
 * a **tail-only** one slows ``suite.TAIL_SHARE`` of the canary's requests by the factor that
   puts the mixture's P99 at f x the baseline's, solved on the measured distribution (the mean
   moves by about TAIL_SHARE x (factor - 1));
 * both are then corrected twice on a slowed healthy hour (a slower pod holds more requests
-  and steps slower still), so the P99 ratio the run injects is f to within a few percent;
+  and steps slower still), so the ratio the run injects (uniform: the mean per token; tail:
+  the P99) is f to within a few percent;
 * the **geometric layout**: ~10% steps from half the lower median to five times the higher P99,
   then vLLM's coarser default bounds above, set on canary and baseline alike (what `plan`
   proposes for `--custom-histogram-buckets`).
@@ -126,14 +132,14 @@ def healthy(case: suite.Case) -> Healthy:
 
 
 def uniform_scale(h: Healthy, factor: float) -> float:
-    """The step slowdown that puts the canary's P99 per token at ``factor`` x the baseline's:
-    first from the healthy P99s, then corrected on the slowed fleet itself (a slower pod holds
-    more requests, and a larger batch steps slower still)."""
+    """The step slowdown that puts the canary's mean time per token at ``factor`` x the
+    baseline's: first from the healthy means, then corrected on the slowed fleet itself (a
+    slower pod holds more requests, and a larger batch steps slower still)."""
     return _corrected(h, "uniform", factor)
 
 
 def _first_uniform(h: Healthy, factor: float) -> float:
-    return factor * h.p99_baseline / h.p99_canary
+    return factor * h.mean_baseline / h.mean_canary
 
 
 def tail_factor(h: Healthy, factor: float, share: float = suite.TAIL_SHARE) -> float:
@@ -180,9 +186,16 @@ def _corrected(h: Healthy, kind: str, factor: float) -> float:
 
 
 def achieved_ratio(twin: suite.Case, kind: str, value: float) -> float:
-    """P99 per token of the canary over the baseline's, on a healthy hour of ``twin`` whose
-    canary is slowed from the start (``uniform``: every step x value; ``tail``: TAIL_SHARE
-    of its requests x value)."""
+    """The canary's time per token over the baseline's on a healthy hour of ``twin`` whose
+    canary is slowed from the start: ``uniform`` (every step x value) the ratio of the means,
+    ``tail`` (TAIL_SHARE of its requests x value) the ratio of the P99s."""
+    return achieved_ratios(twin, kind, value)[0 if kind == "uniform" else 1]
+
+
+@functools.lru_cache(maxsize=64)
+def achieved_ratios(twin: suite.Case, kind: str, value: float) -> tuple[float, float]:
+    """(mean, P99) per token of the canary over the baseline's on a slowed healthy hour (see
+    ``achieved_ratio``)."""
     fleet = Fleet(twin.scenario(SECONDS / 3600.0), seed=0, tick=TICK)
     for pod in fleet.pods.values():
         if pod.spec.role == "canary":
@@ -198,8 +211,20 @@ def achieved_ratio(twin: suite.Case, kind: str, value: float) -> float:
             for pod in fleet.pods.values():
                 tpot[pod.spec.role].extend(pod.engine.finished_tpot.tolist())
     if not tpot["canary"] or not tpot["baseline"]:
-        return math.nan
-    return float(np.quantile(tpot["canary"], 0.99) / np.quantile(tpot["baseline"], 0.99))
+        return math.nan, math.nan
+    c, b = np.asarray(tpot["canary"]), np.asarray(tpot["baseline"])
+    return float(c.mean() / b.mean()), float(np.quantile(c, 0.99) / np.quantile(b, 0.99))
+
+
+def injected_ratios(case: suite.Case) -> tuple[float, float]:
+    """(mean, P99) per token of the canary over the baseline's as the case injects them,
+    measured on its slowed healthy hour (NaN, NaN for a case with no regression)."""
+    reg = case.regression
+    if reg is None:
+        return math.nan, math.nan
+    h = healthy(case)
+    value = uniform_scale(h, reg.factor) if reg.kind == "uniform" else tail_factor(h, reg.factor)
+    return achieved_ratios(_key(case), reg.kind, value)
 
 
 def geometric_bounds(h: Healthy, step: float = GEOMETRIC_STEP) -> tuple[float, ...]:

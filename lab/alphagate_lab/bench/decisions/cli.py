@@ -194,14 +194,14 @@ def _calibration(cases: list[str]) -> dict[str, str]:
         if reg is None:
             continue
         h = calibrate.healthy(case)
+        mean, p99 = calibrate.injected_ratios(case)
+        ratios = f"mean/baseline {mean:.2f}, P99/baseline {p99:.2f}"
         if reg.kind == "uniform":
             s = calibrate.uniform_scale(h, reg.factor)
-            mean = s * h.mean_canary / h.mean_baseline
-            out[name] = f"steps x{s:.2f}; mean/baseline {mean:.2f}"
+            out[name] = f"steps x{s:.2f}; {ratios}"
         else:
             m = calibrate.tail_factor(h, reg.factor)
-            mean = (1 + suite.TAIL_SHARE * (m - 1)) * h.mean_canary / h.mean_baseline
-            out[name] = f"{suite.TAIL_SHARE:.0%} of requests x{m:.1f}; mean/baseline {mean:.2f}"
+            out[name] = f"{suite.TAIL_SHARE:.0%} of requests x{m:.1f}; {ratios}"
     return out
 
 

@@ -9,7 +9,8 @@ The rollout status the policy sees is the pods' own (in progress while any canar
 What a run records, every ``STEP``: the true alpha, whether the oracle would speculate, the
 share of canary pods speculating, the canary pods' generated and drafted tokens (from the
 simulator's counters, restarts included), the alpha those drafts have in expectation (the
-simulator's ``drafted_alpha``: after a change it lags the set alpha by a request's life) and
+simulator's ``drafted_alpha``: after a change it lags the set alpha by a request's life; and
+``realised_alpha``, the same with each pod's own wander in, the coverage truth) and
 the time speculation saved on them in the policy's own terms (``saving``). Stall episodes and
 injected latency regressions are drawn from the seed alone, so every policy meets the same
 ones.
@@ -120,14 +121,19 @@ class RunResult:
     on: list[float] = field(default_factory=list)  # share of canary pods speculating
     tokens: list[float] = field(default_factory=list)  # canary generated tokens in the step
     drafts: list[float] = field(default_factory=list)  # canary draft tokens in the step
-    # Expected accepted / drafted of those drafts (NaN when none): the coverage score's truth.
+    # Expected accepted / drafted of those drafts (NaN when none), around the set alpha.
     drafted_alpha: list[float] = field(default_factory=list)
+    # The same around what each request was really drawn around, each pod's own wander in:
+    # the canary's realised alpha, the coverage score's truth (NaN when nothing was drafted).
+    realised_alpha: list[float] = field(default_factory=list)
     # canary time saved by speculation in the step, in token-times (see saving)
     value: list[float] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)  # canary pods ready at the step
     flips: list[tuple[float, str]] = field(default_factory=list)  # (t, "enable"/"disable")
     restarts: int = 0
     restart_log: list[tuple[float, int]] = field(default_factory=list)  # (t, pods restarted)
+    # (t, pods switched off inside their engine, no restart): charged as a restart is.
+    switch_log: list[tuple[float, int]] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)  # tracebacks of the policy's raises
     regression_at: float | None = None
     # Every alpha interval alphagate reported: (t, lower, upper, window start, batches,
@@ -203,6 +209,7 @@ class _Branch:
     tokens: float = 0.0
     drafts: float = 0.0
     expected: float = 0.0  # sum over the step's canary drafts of their expected acceptance
+    realised: float = 0.0  # the same, around what each request was drawn around (wander in)
     value: float = 0.0  # canary time speculation saved in the step (token-times)
 
     def account(self) -> None:
@@ -224,6 +231,7 @@ class _Branch:
             self.drafts += drafted
             if drafted > 0 and pod.truth is not None:
                 self.expected += drafted * pod.truth.drafted_alpha
+                self.realised += drafted * pod.truth.realised_alpha
             k = pod.engine.k  # 0 once off, or gated inside the engine
             made = cur[1] - prev[1] if prev is not None and prev[0] == cur[0] else cur[1]
             if k and pod.truth is not None and prev is not None:
@@ -343,6 +351,8 @@ def _decide(
     for name in sorted(new_gates):  # an engine gates itself: no restart
         _engine_off(fleet.pods[name])
         b.res.flips.append((t, "disable"))
+    if new_gates:
+        b.res.switch_log.append((t, len(new_gates)))
     b.gated = want.engine_off
     k = want.k if want.k is not None else b.k
     retune = want.on and b.on and k != b.k
@@ -388,9 +398,10 @@ def _record(b: _Branch, t: float, alpha: float, should_on: bool) -> None:
     r.tokens.append(b.tokens)
     r.drafts.append(b.drafts)
     r.drafted_alpha.append(b.expected / b.drafts if b.drafts > 0 else math.nan)
+    r.realised_alpha.append(b.realised / b.drafts if b.drafts > 0 else math.nan)
     r.value.append(b.value)
     r.ready.append(sum(1 for p in canaries if p.ready))
-    b.tokens = b.drafts = b.expected = b.value = 0.0
+    b.tokens = b.drafts = b.expected = b.realised = b.value = 0.0
 
 
 def run(case_name: str, seed: int, policy_name: str, hours: float) -> RunResult:

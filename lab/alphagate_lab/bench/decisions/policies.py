@@ -25,6 +25,7 @@ from alphagate import config
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import tuning, window
 from alphagate.core.evaluate import evaluate
+from alphagate.core.evidence import LatencyEvidence
 from alphagate.core.insights import analyse
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
 from alphagate_lab.backtest.recorded import RecordingSource
@@ -126,8 +127,9 @@ class Alphagate:
         self.source = RecordingSource()
         self.intervals: list[IntervalRecord] = []
         self.verdicts: dict[str, int] = {}
-        # (t, verdict) of the latency check at every decision that judged it
-        self.latency: list[tuple[float, str]] = []
+        # (t, verdict, tail) of the latency check at every decision that judged it; tail is
+        # what its quantile part showed of "within" (core.resolution.TailWithin) or "none"
+        self.latency: list[tuple[float, str, str]] = []
         self.no_interval = 0  # decisions with no finite combined interval (no data at all)
         self.k_changes: list[tuple[float, str, int]] = []  # (t, cause, new K)
 
@@ -159,7 +161,9 @@ class Alphagate:
         )
         for c in ev.checks:
             if c.kind is CheckKind.LATENCY:
-                self.latency.append((ctx.t, c.verdict.value))
+                tail = c.evidence.tail if isinstance(c.evidence, LatencyEvidence) else None
+                shown = tail.within.value if tail is not None else "none"
+                self.latency.append((ctx.t, c.verdict.value, shown))
                 break
         e = ev.combined
         if e is None or not (math.isfinite(e.lower) and math.isfinite(e.upper)):

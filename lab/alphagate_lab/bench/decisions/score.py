@@ -7,9 +7,13 @@ policy's gate (0.55) and no injected latency regression ("should be on").
   priced in the shipped policy's own terms, as a % of the oracle's canary tokens. A token a
   canary pod generates while speculating at true alpha a saves ``1 - (1 + K*0.55)/(1 + K*a)``
   of a plain token's time (the gate is where speculation breaks even, by the policy's
-  definition: +14.5% at 0.70, -12.8% at 0.45 with K = 3); a pod restart loses its model load
-  and warm-up, priced as the tokens the pod would have served meanwhile at its mean rate
-  (``RESTART_SECONDS``). The open-loop traffic does not wait for the pods, so tokens served
+  definition: +14.5% at 0.70, -12.8% at 0.45 with K = 3); every switch of a canary pod's
+  speculation is charged the same, whatever carries it out: a pod restart's model load and
+  warm-up, priced as the tokens the pod would have served meanwhile at its mean rate
+  (``RESTART_SECONDS``). The oracle pays it on every flip, and so does every policy, the
+  in-engine gate included (it switches a pod off inside the engine, without a restart: charged
+  as a restart all the same), so no policy beats the oracle by how it switches and regret is
+  never negative by accounting. The open-loop traffic does not wait for the pods, so tokens served
   barely move with the decisions: this price is what a decision changes. Per seed, then the
   mean over seeds with a 95% t interval; over the suite, each seed's mean over the scored
   scenarios (those without an injected latency regression or a per-day horizon), then the
@@ -30,13 +34,24 @@ policy's gate (0.55) and no injected latency regression ("should be on").
   speculating, made before the truth turns back "on" (plus one window). An onset with no such
   decision is **missed**. ``caught <= 15 min`` and ``<= 30 min`` are shares of onsets.
 * **coverage** (alphagate): the share of the alpha intervals it reported with at least two
-  batches that hold the window's true alpha (the expected accepted/drafted ratio of the
-  canary's drafts in it, from the simulator); **below lower** is the share of those windows
-  whose truth fell below the interval's lower bound (a Pass relies on it: nominal 2.5%).
+  batches that hold the window's true alpha: the canary's realised alpha over the window, the
+  same on every topology (one pod or sixteen): each draft's expected acceptance given what its
+  request was drawn around (the slice's alpha, the pod's offset and the pod's own slow wander
+  at the request's admission), weighted by drafts over the canary pods (the simulator's
+  ``realised_alpha``). It leaves out only the requests' own random draws, which the interval
+  is there to cover; the pod's wander is in, since "is speculation paying on this canary" is
+  about what its pods really accepted over the window, not the slice's set value.
+  **below lower** is the share of those windows whose truth fell below the interval's lower
+  bound (a Pass relies on it: nominal 2.5%).
   **median width** is over every window with an interval, one-batch [0, 1] ones included
   (a blind canary reads 1.00).
-* **latency confirmed** (alphagate, regression cases): the share of decisions made on
-  windows wholly inside an injected regression whose latency check said Pass.
+* **latency Pass inside it** (alphagate, regression cases): the share of decisions made on
+  windows wholly inside an injected regression whose latency check said Pass. **Tail claimed
+  within** is the share whose check also claimed the canary's quantile within the margin
+  (its tail part showed ``shown``): that, not a Pass, is "confirmed as within" for a tail-only
+  regression, since a Pass on the exact mean that reports the quantile ``unresolvable`` (the
+  default buckets cannot show it) makes no claim about the tail; **tail unresolvable** is the
+  share that reported it so.
 * **exceptions**: a policy's decide raised (the run went on; tracebacks are saved).
 """
 
@@ -89,6 +104,9 @@ class RunScore:
     value: float = 0.0  # the run's saving net of restart charges (token-times)
     latency_pass: int = 0
     latency_judged: int = 0
+    latency_tail_within: int = 0  # the quantile claimed within ("shown")
+    latency_unresolvable: int = 0  # the quantile reported unresolvable at the layout
+    latency_tail_seen: int = 0  # the check got as far as its quantile part
     exceptions: int = 0
     tracebacks: list[str] = field(default_factory=list)
 
@@ -129,12 +147,13 @@ def regret_bins(r: RunResult) -> list[int]:
 
 
 def step_values(r: RunResult) -> list[float]:
-    """Each step's saving, net of the restarts made at it (priced at the run's mean tokens
-    per ready canary pod-second, ``RESTART_SECONDS`` each)."""
+    """Each step's saving, net of the switches made at it (priced at the run's mean tokens
+    per ready canary pod-second, ``RESTART_SECONDS`` each): pod restarts, and pods switched
+    off inside their engine (charged as a restart is: the same accounting for every policy)."""
     values = list(r.value) if len(r.value) == len(r.t) else [0.0] * len(r.t)
     pod_seconds = math.fsum(r.ready) * STEP if len(r.ready) == len(r.t) else 0.0
     rate = math.fsum(r.tokens) / pod_seconds if pod_seconds > 0 else 0.0
-    for t, n in r.restart_log:
+    for t, n in [*r.restart_log, *r.switch_log]:
         i = min(range(len(r.t)), key=lambda j: abs(r.t[j] - t)) if r.t else None
         if i is not None:
             values[i] -= n * rate * RESTART_SECONDS
@@ -193,12 +212,15 @@ def score_run(r: RunResult) -> RunScore:
         if was_decisive:
             decisive += 1
             covered_decisive += hit
-    latency_pass = latency_judged = 0
+    latency_pass = latency_judged = tail_within = unresolvable = tail_seen = 0
     if r.regression_at is not None:
-        for t, verdict in r.extra.get("latency", ()):
+        for t, verdict, *tail in r.extra.get("latency", ()):
             if t >= r.regression_at + WINDOW:
                 latency_judged += 1
                 latency_pass += verdict == "Pass"
+                tail_within += verdict == "Pass" and tail[:1] == ["shown"]
+                unresolvable += tail[:1] == ["unresolvable"]
+                tail_seen += bool(tail) and tail[0] != "none"
     values = step_values(r)
     return RunScore(
         days=r.hours / 24.0,
@@ -226,17 +248,21 @@ def score_run(r: RunResult) -> RunScore:
         value=math.fsum(values),
         latency_pass=latency_pass,
         latency_judged=latency_judged,
+        latency_tail_within=tail_within,
+        latency_unresolvable=unresolvable,
+        latency_tail_seen=tail_seen,
         exceptions=len(r.exceptions),
         tracebacks=list(r.exceptions),
     )
 
 
 def window_truth(r: RunResult, start: float, end: float) -> float:
-    """The expected pooled alpha of the window (start, end]: each step's expected acceptance
-    of its canary drafts (the set alpha when the run did not record it) weighted by the
-    draft tokens of the step (a step covers the tick ending then); the plain mean of the set
-    alpha when nothing was drafted; NaN when no step falls in the window."""
-    expected = r.drafted_alpha if len(r.drafted_alpha) == len(r.t) else r.alpha
+    """The canary's realised alpha over the window (start, end]: each step's realised alpha
+    of its canary drafts (``realised_alpha``, each pod's wander in; the set alpha when the run
+    did not record it) weighted by the draft tokens of the step (a step covers the tick ending
+    then); the plain mean of the set alpha when nothing was drafted; NaN when no step falls in
+    the window."""
+    expected = r.realised_alpha if len(r.realised_alpha) == len(r.t) else r.alpha
     steps = [
         (a, e, d)
         for s, a, e, d in zip(r.t, r.alpha, expected, r.drafts, strict=True)
@@ -368,6 +394,12 @@ def _cell(
         "insufficient_windows": sum(x.insufficient for x in s),
         "latency_judged": judged,
         "latency_confirmed": sum(x.latency_pass for x in s) / judged if judged else None,
+        "latency_tail_within": (sum(x.latency_tail_within for x in s) / judged if judged else None),
+        "latency_unresolvable": (
+            sum(x.latency_unresolvable for x in s) / judged if judged else None
+        ),
+        "latency_tail_seen": sum(x.latency_tail_seen for x in s),
+        "latency_unresolvable_n": sum(x.latency_unresolvable for x in s),
         "exceptions": sum(x.exceptions for x in s),
     }
 

@@ -127,9 +127,11 @@ TRAFFIC_TITLES: Final[dict[str, str]] = {
 @dataclass(frozen=True)
 class Regression:
     """An injected latency regression of a speculating canary, from ``at`` (fraction of the
-    run): its true P99 time per output token becomes ``factor`` x the baseline's, by slowing
-    every step (``uniform``) or ``TAIL_SHARE`` of its requests (``tail``: the mean barely
-    moves). ``layout`` is vLLM's default buckets or the ~10% geometric layout."""
+    run): ``uniform`` slows every step so that its true mean time per output token becomes
+    ``factor`` x the baseline's (its tokens cost that much more, and its P99 moves by the same
+    step factor); ``tail`` slows ``TAIL_SHARE`` of its requests so that its true P99 per token
+    becomes ``factor`` x the baseline's (the mean barely moves). ``layout`` is vLLM's default
+    buckets or the ~10% geometric layout."""
 
     kind: Literal["uniform", "tail"]
     factor: float
