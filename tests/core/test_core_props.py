@@ -421,11 +421,6 @@ ratios = st.builds(
 )
 
 
-@pytest.mark.xfail(
-    raises=(OverflowError, BaseExceptionGroup),
-    strict=False,
-    reason="issue 21: the latency guard's own change (latency.speedup never raises) fixes this",
-)
 @PROPS
 @given(canary=ratios, baseline=ratios, margin=st.sampled_from((0.0, 0.1, 10.0)))
 def test_the_measured_speedup_never_raises(canary: Ratio, baseline: Ratio, margin: float) -> None:
