@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from alphagate_lab.commands import demo as demo_command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SPEED = "3"  # 4x left the story no slack on 2 cores shared with the suite's other workers
 PARTS = ("sandbox-kubelet", "alphagate-loop", "alphagate-watch", "sim-", "apiserver:",

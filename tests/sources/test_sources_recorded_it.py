@@ -189,7 +189,8 @@ def test_missing_recorded_rates_hold_even_with_points_left_in_the_window(
     stack.rule_files = []
     stack.reload()
     # the removed group's series are marked stale at once; the raw counters go on
-    stack.wait_for(f"count({DRAFTS})", lambda got: not got, timeout=20)
+    # (a bounded poll, not a timing: a busy Prometheus is slow)
+    stack.wait_for(f"count({DRAFTS})", lambda got: not got, timeout=60)
     end = time.time() - 0.5
     left = stack.query(f"count_over_time({DRAFTS}[{WINDOW:g}s])", at=end)
     assert left, "the window still holds recorded points from before the removal"
@@ -217,8 +218,8 @@ def test_one_recording_rule_missing_holds_instead_of_reading_its_counter_short(
     stack.rule_files = [str(rules)]
     stack.reload()
     # recorded again for a few seconds, so the reach is checked on points past the reload
-    stack.wait_for(f"count(count_over_time({DRAFTS}[3s]) >= 3) >= 8", timeout=20)
-    stack.wait_for(f"count({ACCEPTED})", lambda got: not got, timeout=20)
+    stack.wait_for(f"count(count_over_time({DRAFTS}[3s]) >= 3) >= 8", timeout=60)
+    stack.wait_for(f"count({ACCEPTED})", lambda got: not got, timeout=60)
     end = time.time() - 1.5
     with recorded_source(stack.url) as rec:
         alone = [
