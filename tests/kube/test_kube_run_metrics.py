@@ -69,11 +69,11 @@ def test_an_invalid_spec_sets_the_gauge_until_fixed(
     c = _start(apiserver)
     try:
         key = {"namespace": NS, "canary": "chat"}
-        wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) == 1, 15, "spec_invalid 1")
+        wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) == 1, 60, "spec_invalid 1")
         obj = apiserver.get("speculativecanaries", NS, "chat")
         obj["spec"]["acceptance"] = {"disableBelow": 0.5, "enableAbove": 0.6}
         apiserver.put(obj)
-        wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) is None, 15, "the gauge gone")
+        wait_for(lambda: _get(c, "alphagate_spec_invalid", **key) is None, 60, "the gauge gone")
     finally:
         c.stop()
 
