@@ -222,7 +222,11 @@ def _spec(**over: Any) -> SpeculativeCanarySpec:
 SPECS = (
     _spec(),
     # fixed blocks and a one-window rule: the other branches of the core, under the same props
-    _spec(acceptance={"batchSeconds": 30, "consecutiveWindows": 1}, latency={"quantile": 0.9}),
+    _spec(
+        # fixed blocks (not automatic) and one window: the branches the default skips
+        acceptance={"batchSeconds": 30, "consecutiveWindows": 1},  # see above
+        latency={"quantile": 0.9},
+    ),
     _spec(
         latency={"metric": "perStepScaled"},
         draftLength={"tuning": {"enabled": True}},

@@ -93,7 +93,7 @@ def test_advise_is_the_same_rule_for_the_controller() -> None:
 
 def test_batch_seconds_over_half_the_window_warns(tmp_path: Path) -> None:
     # one canary pod's 300 s window would be one block of 600 s: never judged
-    path = _with(tmp_path, CHAT, acceptance={"batchSeconds": 600})
+    path = _with(tmp_path, CHAT, acceptance={"batchSeconds": 600})  # the value under test
     code, found = _check(path)
     assert code == 0
     assert [(w["problem"], w["field"], w["needed_seconds"]) for w in found] == [
@@ -102,7 +102,7 @@ def test_batch_seconds_over_half_the_window_warns(tmp_path: Path) -> None:
     text = runner.invoke(app, ["policy", "check", str(path)])
     assert "leave batchSeconds out" in text.output
     # half the window fits twice: no warning
-    assert _check(_with(tmp_path, CHAT, acceptance={"batchSeconds": 150}))[1] == []
+    assert _check(_with(tmp_path, CHAT, acceptance={"batchSeconds": 150}))[1] == []  # fits
 
 
 def test_a_window_of_one_sample_warns_with_automatic_blocks(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def _policy(url: str) -> config.SpeculativeCanary:
                 ],
                 "acceptance": {"minDrafts": 1},  # any drafts: the test reads the series
                 # one pod per role: its 5 s blocks are the latency batches (60 s > the window)
-                "latency": {"minCount": 1, "batchSeconds": 5},
+                "latency": {"minCount": 1, "batchSeconds": 5},  # seconds-long test: see above
                 # compressed: seconds of a real Prometheus, no rollout to warm up after
                 "timing": {"intervalSeconds": 5, "windowSeconds": 20, "warmupSeconds": 0},
                 "source": {"kind": "prometheus", "prometheus": {}},

@@ -117,7 +117,7 @@ def _canary(name: str = "chat", target: dict[str, str] | None = None) -> dict[st
             # about what the shipped RBAC lets the controller do, not about the statistics)
             "acceptance": {"minDrafts": 10, "consecutiveWindows": 1},
             # one canary pod: its 0.5 s blocks are the latency batches (60 s > the window)
-            "latency": {"minCount": 1, "consecutiveWindows": 1, "batchSeconds": 0.5},
+            "latency": {"minCount": 1, "consecutiveWindows": 1, "batchSeconds": 0.5},  # above
             "timing": {
                 "intervalSeconds": 1,  # compressed: the test runs minutes at most
                 "windowSeconds": 6,  # several batches of one pod: an interval that can decide

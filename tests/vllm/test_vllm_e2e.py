@@ -161,14 +161,13 @@ def canary_policy(prometheus_url: str, cooldown_s: float) -> dict[str, Any]:
                 # window of the re-probe was an Error (the Prometheus read budget exceeded under
                 # that load), so no window was judged; an earlier try timed out in phase 1 on two
                 # canary restarts of 123 s and over 97 s. Neither failure was about the batches.
-                "batchSeconds": INTERVAL_S,
+                "batchSeconds": INTERVAL_S,  # see above
             },
             "latency": {
                 "quantile": 0.75,  # P99 shipped: ~30 requests a window cannot show one (above)
                 "maxRegressionRatio": 1.0,  # +10% shipped: CPU contention alone moves +-tens of %
                 "minCount": 20,  # 100 shipped: a 16 s window holds ~30 requests a pod
-                # 60 s shipped, longer than the 16 s window: one pod would be one batch
-                "batchSeconds": INTERVAL_S,
+                "batchSeconds": INTERVAL_S,  # 60 s shipped > the 16 s window: one batch a pod
             },
             "timing": {
                 "intervalSeconds": INTERVAL_S,  # 30 s shipped: see the Timings note above
