@@ -43,7 +43,17 @@ def act(
     the record generations written."""
     unit = uo.unit
     records: list[int] = []
+    # A canary alphagate never flipped, held Off (its first reads failed or are not judged
+    # yet), keeps the config its owner deployed: missing data never flips anything, and a
+    # template that already carries the config is enabled later without a restart.
+    untouched = (
+        evaluation.action is Action.HOLD
+        and evaluation.memory.state is State.OFF
+        and evaluation.memory.last_flip_at is None
+    )
     for dref, dep in zip(unit.deployments, deps, strict=True):
+        if untouched:
+            want = dep.speculative_config
         state_now = evaluation.memory.state.value
         record_only = (dep.state is not None and dep.state != state_now) or (
             evaluation.transition is not None
