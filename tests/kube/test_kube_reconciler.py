@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from kube_support import (
+    BASE_ARGS,
     CFG,
     INTERVAL,
     NS,
@@ -25,7 +26,7 @@ from alphagate.kube.events import EventRecorder
 from alphagate.kube.status import ANN_COMMAND, ANN_COMMAND_ID, decode_memories, parse_status
 from alphagate.kube.workload import ANN_MEMORY
 from alphagate.shell.reconciler import Reconciler
-from alphagate_lab.sandbox.apiserver import ApiServer
+from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 
 def reconciler(kube: Kube, source: FakeSource, clock: Clock, **kw: Any) -> Reconciler:
@@ -381,3 +382,31 @@ def test_label_selector_shards_the_work(apiserver: ApiServer, kube: Kube) -> Non
     everywhere = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock)
     everywhere.relist()
     assert everywhere.due(float("inf")) == [(NS, "chat"), (NS, "other")]
+
+
+def test_a_new_canary_running_the_config_is_not_turned_off_while_its_reads_fail(
+    apiserver: ApiServer, kube: Kube
+) -> None:
+    """Missing data never flips anything: a canary created with the config already in its
+    template, whose first reads fail, is held Off without a patch (no restart), and enabled
+    as an annotation once data comes."""
+    seed(apiserver, "chat-baseline")
+    apiserver.put(
+        DeploymentTemplate("chat-canary", NS, args=argsmod.edit(BASE_ARGS, CFG), replicas=2).build()
+    )
+    apiserver.put(canary_cr())
+    source = FakeSource(apiserver, lambda s: 0.75)
+    source.error = "the source is down"
+    clock = Clock()
+    rec = reconciler(kube, source, clock)
+    before = args_of(apiserver)
+    for _ in range(3):
+        clock.tick()
+        out = rec.reconcile(NS, "chat")
+        assert out.evaluation is not None and out.evaluation.memory.state is State.OFF
+        assert args_of(apiserver) == before and speculating(apiserver, "chat-canary")
+    source.error = None
+    clock.tick()
+    out = rec.reconcile(NS, "chat")
+    assert out.evaluation is not None and out.evaluation.memory.state is State.PROBING
+    assert args_of(apiserver) == before  # the enable restarted nothing
