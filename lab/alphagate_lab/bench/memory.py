@@ -115,15 +115,8 @@ def _reset_peak() -> bool:
     return True
 
 
-def one(case: str, concurrency: int) -> dict[str, Any]:
-    """Run one case in this process; the numbers as a dict."""
-    from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
-    from alphagate.core.model import Role
-    from alphagate.sources.discovery import StaticDiscovery, Target
-    from alphagate.sources.scrape import ScrapeSource
-
-    settings = ScrapeSettings(max_concurrency=concurrency)
-    headers, body = _cases(settings.max_body_bytes, settings.max_lines)[case]()
+def _serve(headers: dict[str, str], body: bytes) -> tuple[ThreadingHTTPServer, str]:
+    """A loopback server answering every GET with `body`; the server and its /metrics URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -141,7 +134,20 @@ def one(case: str, concurrency: int) -> dict[str, Any]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    return server, f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+def one(case: str, concurrency: int) -> dict[str, Any]:
+    """Run one case in this process; the numbers as a dict."""
+    from alphagate.config import ScrapeSettings, SpeculativeCanarySpec
+    from alphagate.core.model import Role
+    from alphagate.sources.discovery import StaticDiscovery, Target
+    from alphagate.sources.scrape import ScrapeSource
+
+    settings = ScrapeSettings(max_concurrency=concurrency)
+    headers, body = _cases(settings.max_body_bytes, settings.max_lines)[case]()
+
+    server, base = _serve(headers, body)
     spec = SpeculativeCanarySpec.model_validate(
         {
             "target": {"name": "c"},
@@ -203,22 +209,7 @@ def shared(canaries: int, pods: int, cycles: int, budgets: bool) -> dict[str, An
         )
     body = _histogram_page(2 << 20, 20_000)
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server, base = _serve({"Content-Type": "text/plain; version=0.0.4"}, body)
     pool = {"matchLabels": {"r": "c"}}
     spec = SpeculativeCanarySpec.model_validate(
         {
