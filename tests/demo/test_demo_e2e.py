@@ -76,11 +76,6 @@ def demo_run(
     return summary, out
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the load spike no longer rolls back on latency in the demo since the last merges "
-    "(the simulator's per-request alpha, the demo's 70 s spike): open, see CHANGELOG",
-)
 def test_the_story_happens_in_order(demo_run: tuple[dict[str, Any], Path]) -> None:
     summary, _ = demo_run
     flips = [t for t in summary["transitions"] if t["action"] in ("enable", "disable")]
@@ -106,11 +101,6 @@ def test_the_story_happens_in_order(demo_run: tuple[dict[str, Any], Path]) -> No
     assert early and all(t["transition_cause"] == "early-reprobe" for t in early)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the load spike no longer rolls back on latency in the demo since the last merges "
-    "(the simulator's per-request alpha, the demo's 70 s spike): open, see CHANGELOG",
-)
 def test_the_report_is_written(demo_run: tuple[dict[str, Any], Path]) -> None:
     summary, out = demo_run
     md = (out / "report.md").read_text()
