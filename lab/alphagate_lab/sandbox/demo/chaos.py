@@ -35,11 +35,13 @@ class ChaosStep:
 
 def chaos_plan(duration: float, *, prometheus: bool) -> list[ChaosStep]:
     """Prometheus down, then the API failing, both inside the first rollback's cooldown (so
-    neither can hide a decision the story needs), and a canary pod deleted near the end."""
+    neither can hide a decision the story needs), and a canary pod deleted near the end. The
+    latest starts are after the load spike (70-140 s of the default story): a Prometheus
+    stopped earlier can cut the spike's second failing window, and with it the rollback."""
     steps = []
     if prometheus:
         steps.append(
-            ChaosStep("prometheus", 12.0, "Prometheus stopped", "rollback", 0.35 * duration)
+            ChaosStep("prometheus", 12.0, "Prometheus stopped", "rollback", 0.42 * duration)
         )
     steps.append(
         ChaosStep(
@@ -47,7 +49,7 @@ def chaos_plan(duration: float, *, prometheus: bool) -> list[ChaosStep]:
             10.0,
             "API server answers 500",
             "previous" if prometheus else "rollback",
-            0.45 * duration,
+            0.50 * duration,
         )
     )
     steps.append(ChaosStep("pod", 10.0, "a chat canary pod deleted", "confirmed", duration - 14.0))
