@@ -21,7 +21,6 @@ import math
 import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -95,6 +94,10 @@ class _Seen:
     series: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
 
 
+_Put = Callable[[Gauge, str, tuple[str, ...], float], None]
+"""Sets one series of a gauge and remembers it as seen in this evaluation."""
+
+
 class Recorder(MetricFamilies):
     """Turns evaluations into metrics. Thread-safe: one lock serialises updates.
 
@@ -162,43 +165,13 @@ class Recorder(MetricFamilies):
                 metric.labels(*labels).set(value)
                 new.setdefault(name, set()).add(labels)
 
-            for slice_name, est in evaluation.estimates.items():
-                s = (*c, slice_name)
-                put(self.alpha, ALPHA, s, est.value)
-                put(self.alpha_lower, ALPHA_LOWER, s, est.lower)
-                put(self.alpha_upper, ALPHA_UPPER, s, est.upper)
-                put(self.window_drafts, WINDOW_DRAFTS, s, est.drafts)
-            for slice_name, weight in evaluation.weights.items():
-                put(self.slice_weight, SLICE_WEIGHT, (*c, slice_name), weight)
-            if evaluation.combined is not None:
-                put(self.combined, COMBINED_ALPHA, c, evaluation.combined.value)
-                put(self.combined_lower, COMBINED_ALPHA_LOWER, c, evaluation.combined.lower)
-                put(self.combined_upper, COMBINED_ALPHA_UPPER, c, evaluation.combined.upper)
-
-            for bound, value in self._gate(evaluation.checks, spec).items():
-                put(self.gate, ALPHA_GATE, (*c, bound), value)
-
+            self._acceptance(evaluation, spec, c, put)
             only_slice = self._only_slice(evaluation, spec)
             for check in evaluation.checks:
                 if isinstance(check.evidence, LatencyEvidence):
                     self._latency(check, check.evidence, c, put, only_slice)
 
-            for state in State:
-                put(
-                    self.state,
-                    STATE,
-                    (*c, state.value),
-                    1.0 if evaluation.memory.state is state else 0.0,
-                )
-            put(self.speculation, SPECULATION_ENABLED, c, 1.0 if speculation_on else 0.0)
-            for check in evaluation.checks:
-                for verdict in Verdict:
-                    put(
-                        self.check_verdict,
-                        CHECK_VERDICT,
-                        (*c, check.name, verdict.value),
-                        1.0 if check.verdict is verdict else 0.0,
-                    )
+            self._state(evaluation, speculation_on, c, put)
             put(self.last_evaluation, LAST_EVALUATION, c, evaluation.at)
             if self._succeeded(evaluation):
                 put(self.last_success, LAST_SUCCESS, c, evaluation.at)
@@ -228,6 +201,53 @@ class Recorder(MetricFamilies):
                 for labels in labelsets - new.get(name, set()):
                     self._gauges()[name].remove(*labels)
             self._seen[key] = _Seen(series=new)
+
+    def _acceptance(
+        self,
+        evaluation: Evaluation,
+        spec: SpeculativeCanarySpec | None,
+        c: tuple[str, str],
+        put: _Put,
+    ) -> None:
+        """Alpha per slice with its bounds and drafts, the slices' weights, the combined alpha
+        and the policy's gate."""
+        for slice_name, est in evaluation.estimates.items():
+            s = (*c, slice_name)
+            put(self.alpha, ALPHA, s, est.value)
+            put(self.alpha_lower, ALPHA_LOWER, s, est.lower)
+            put(self.alpha_upper, ALPHA_UPPER, s, est.upper)
+            put(self.window_drafts, WINDOW_DRAFTS, s, est.drafts)
+        for slice_name, weight in evaluation.weights.items():
+            put(self.slice_weight, SLICE_WEIGHT, (*c, slice_name), weight)
+        if evaluation.combined is not None:
+            put(self.combined, COMBINED_ALPHA, c, evaluation.combined.value)
+            put(self.combined_lower, COMBINED_ALPHA_LOWER, c, evaluation.combined.lower)
+            put(self.combined_upper, COMBINED_ALPHA_UPPER, c, evaluation.combined.upper)
+
+        for bound, value in self._gate(evaluation.checks, spec).items():
+            put(self.gate, ALPHA_GATE, (*c, bound), value)
+
+    def _state(
+        self, evaluation: Evaluation, speculation_on: bool, c: tuple[str, str], put: _Put
+    ) -> None:
+        """The state, whether the canary speculates, and each check's verdict (1 for the current
+        one, 0 for the others)."""
+        for state in State:
+            put(
+                self.state,
+                STATE,
+                (*c, state.value),
+                1.0 if evaluation.memory.state is state else 0.0,
+            )
+        put(self.speculation, SPECULATION_ENABLED, c, 1.0 if speculation_on else 0.0)
+        for check in evaluation.checks:
+            for verdict in Verdict:
+                put(
+                    self.check_verdict,
+                    CHECK_VERDICT,
+                    (*c, check.name, verdict.value),
+                    1.0 if check.verdict is verdict else 0.0,
+                )
 
     def track(self, *, namespace: str, canary: str) -> None:
         """Start the canary's counters at 0. Call it when a canary is first seen, before its
@@ -364,7 +384,7 @@ class Recorder(MetricFamilies):
             self.warnings.labels(*c, reason)
         self.duration.labels(*c)
 
-    def _insights(self, ins: Insights, c: tuple[str, str], put: Any) -> None:
+    def _insights(self, ins: Insights, c: tuple[str, str], put: _Put) -> None:
         d = ins.draft
         if d is not None:
             put(self.draft_configured, DRAFT_CONFIGURED_K, c, float(d.configured_k))
@@ -458,7 +478,7 @@ class Recorder(MetricFamilies):
         check: CheckResult,
         ev: LatencyEvidence,
         c: tuple[str, str],
-        put: Callable[[Gauge, str, tuple[str, ...], float], None],
+        put: _Put,
         only_slice: str | None,
     ) -> None:
         s = (*c, check.slice or only_slice or "all")

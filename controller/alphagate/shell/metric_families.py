@@ -58,11 +58,18 @@ class MetricFamilies:
     """Every per-canary metric family, created on `registry`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
+        self._registry = registry
+        self._acceptance_families()
+        self._latency_and_state_families()
+        self._decisions_and_health_families()
+        self._insights_families()
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+        return Gauge(name, doc, labels, registry=self._registry)
 
+    def _acceptance_families(self) -> None:
+        """Alpha per slice and combined, the gate, alerts, the window's drafts and weights."""
+        gauge = self._gauge
         self.alpha = gauge(ALPHA, "Estimated acceptance rate alpha per slice.", _SLICE)
         self.alpha_lower = gauge(ALPHA_LOWER, "Lower confidence bound of alpha.", _SLICE)
         self.alpha_upper = gauge(ALPHA_UPPER, "Upper confidence bound of alpha.", _SLICE)
@@ -95,6 +102,10 @@ class MetricFamilies:
             "Latency quantile the guard compares, per role; metric says per_token or per_step.",
             (*_SLICE, "role", "metric", "quantile"),
         )
+
+    def _latency_and_state_families(self) -> None:
+        """Latency and speed-up per slice, the state, speculation and each check's verdict."""
+        gauge = self._gauge
         self.latency_ratio = gauge(
             LATENCY_RATIO, "Canary P99 over baseline P99 as the latency guard compares it.", _SLICE
         )
@@ -128,6 +139,11 @@ class MetricFamilies:
                 "verdict",
             ),
         )
+
+    def _decisions_and_health_families(self) -> None:
+        """Decisions, transitions, source errors, budgets, durations and staleness."""
+        gauge = self._gauge
+        r = self._registry
         self.decisions = Counter(
             "alphagate_decisions",
             "Decisions by action and a short machine reason.",
@@ -199,6 +215,10 @@ class MetricFamilies:
             (*_CANARY, "reason"),
             registry=r,
         )
+
+    def _insights_families(self) -> None:
+        """The spec's validity, the draft length, the latency shape and short outputs."""
+        gauge = self._gauge
         self.spec_invalid = gauge(
             SPEC_INVALID,
             "1 while the SpeculativeCanary's spec is invalid (nothing is done).",
