@@ -16,8 +16,9 @@ from alphagate.config import SpeculativeCanarySpec, WorkloadRef
 from alphagate.core.model import Action, Evaluation, State
 from alphagate.core.tuning import Tuned
 from alphagate.errors import NotLeaderError
-from alphagate.kube.actuator import Actuator, config_text
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
+from alphagate.kube.refusals import config_text
 from alphagate.kube.units import UnitOutcome
 from alphagate.kube.workload import WorkloadState
 
