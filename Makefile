@@ -10,6 +10,12 @@ $(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]' -e ./lab  # the controller and the lab, editable
+	# rfc3987-syntax (jsonschema's IRI format, pulled in only by cyclonedx-bom's validation
+	# extra) compiles a Lark grammar on import: 1.7 s of CPU in every Python process that
+	# imports kubernetes (kubernetes.dynamic -> kubernetes_validate -> jsonschema), i.e. every
+	# test worker and every `alphagate` the tests start. Nothing here checks IRIs; jsonschema
+	# skips that format without it. The image never has it (requirements.lock).
+	$(BIN)/pip uninstall --quiet --yes rfc3987-syntax
 	touch $(STAMP)
 
 setup: $(STAMP)
