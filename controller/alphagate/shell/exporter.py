@@ -199,7 +199,7 @@ class Recorder(MetricFamilies):
             old = self._seen.get(key, _Seen()).series
             for name, labelsets in old.items():
                 for labels in labelsets - new.get(name, set()):
-                    self._gauges()[name].remove(*labels)
+                    self.gauges_by_name()[name].remove(*labels)
             self._seen[key] = _Seen(series=new)
 
     def _acceptance(
@@ -293,7 +293,7 @@ class Recorder(MetricFamilies):
             self._leader = leader
             self.leader.set(1.0 if leader else 0.0)
             if not leader:
-                for gauge in self._gauges().values():
+                for gauge in self.gauges_by_name().values():
                     gauge.clear()
                 self._seen.clear()
                 self.spec_invalid.clear()
@@ -338,7 +338,7 @@ class Recorder(MetricFamilies):
                 seen = self._seen.pop(key)
                 for name, labelsets in seen.series.items():
                     for labels in labelsets:
-                        self._gauges()[name].remove(*labels)
+                        self.gauges_by_name()[name].remove(*labels)
             for pair in [p for p in self._invalid if mine(*p)]:
                 self._invalid.discard(pair)
                 self.spec_invalid.remove(*pair)
@@ -403,39 +403,6 @@ class Recorder(MetricFamilies):
                 put(self.latency_shape, LATENCY_SHAPE, (*c, shape.value), value)
         if ins.outputs.finding is not Finding.UNKNOWN:
             put(self.short_outputs, SHORT_OUTPUTS, c, 1.0 if ins.outputs.holds else 0.0)
-
-    def _gauges(self) -> dict[str, Gauge]:
-        return {
-            DRAFT_CONFIGURED_K: self.draft_configured,
-            DRAFT_RECOMMENDED_K: self.draft_recommended,
-            DRAFT_ADVICE: self.draft_advice,
-            DRAFT_POSITION_RATE: self.draft_position,
-            LATENCY_SHAPE: self.latency_shape,
-            SHORT_OUTPUTS: self.short_outputs,
-            ALPHA: self.alpha,
-            ALPHA_LOWER: self.alpha_lower,
-            ALPHA_UPPER: self.alpha_upper,
-            COMBINED_ALPHA: self.combined,
-            COMBINED_ALPHA_LOWER: self.combined_lower,
-            COMBINED_ALPHA_UPPER: self.combined_upper,
-            ALPHA_GATE: self.gate,
-            ALERT: self.alert,
-            WINDOW_DRAFTS: self.window_drafts,
-            SLICE_WEIGHT: self.slice_weight,
-            ITL_QUANTILE: self.itl_quantile,
-            LATENCY_RATIO: self.latency_ratio,
-            MEASURED_SPEEDUP: self.measured_speedup,
-            MEASURED_SPEEDUP_LOWER: self.measured_speedup_lower,
-            MEASURED_SPEEDUP_UPPER: self.measured_speedup_upper,
-            STATE: self.state,
-            SPECULATION_ENABLED: self.speculation,
-            CHECK_VERDICT: self.check_verdict,
-            LAST_EVALUATION: self.last_evaluation,
-            LAST_SUCCESS: self.last_success,
-            PREDICTED_SPEEDUP: self.speedup,
-            ERROR_STREAK: self.error_streak,
-            VERDICT_AGE: self.verdict_age,
-        }
 
     def _seen_pairs(self, key: tuple[str, str]) -> set[tuple[str, tuple[str, ...]]]:
         seen = self._seen.get(key)

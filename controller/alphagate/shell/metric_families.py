@@ -64,6 +64,40 @@ class MetricFamilies:
         self._decisions_and_health_families()
         self._insights_families()
 
+    def gauges_by_name(self) -> dict[str, Gauge]:
+        """The per-canary gauges by metric name (what an evaluation sets, and may remove)."""
+        return {
+            DRAFT_CONFIGURED_K: self.draft_configured,
+            DRAFT_RECOMMENDED_K: self.draft_recommended,
+            DRAFT_ADVICE: self.draft_advice,
+            DRAFT_POSITION_RATE: self.draft_position,
+            LATENCY_SHAPE: self.latency_shape,
+            SHORT_OUTPUTS: self.short_outputs,
+            ALPHA: self.alpha,
+            ALPHA_LOWER: self.alpha_lower,
+            ALPHA_UPPER: self.alpha_upper,
+            COMBINED_ALPHA: self.combined,
+            COMBINED_ALPHA_LOWER: self.combined_lower,
+            COMBINED_ALPHA_UPPER: self.combined_upper,
+            ALPHA_GATE: self.gate,
+            ALERT: self.alert,
+            WINDOW_DRAFTS: self.window_drafts,
+            SLICE_WEIGHT: self.slice_weight,
+            ITL_QUANTILE: self.itl_quantile,
+            LATENCY_RATIO: self.latency_ratio,
+            MEASURED_SPEEDUP: self.measured_speedup,
+            MEASURED_SPEEDUP_LOWER: self.measured_speedup_lower,
+            MEASURED_SPEEDUP_UPPER: self.measured_speedup_upper,
+            STATE: self.state,
+            SPECULATION_ENABLED: self.speculation,
+            CHECK_VERDICT: self.check_verdict,
+            LAST_EVALUATION: self.last_evaluation,
+            LAST_SUCCESS: self.last_success,
+            PREDICTED_SPEEDUP: self.speedup,
+            ERROR_STREAK: self.error_streak,
+            VERDICT_AGE: self.verdict_age,
+        }
+
     def _gauge(self, name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
         return Gauge(name, doc, labels, registry=self._registry)
 
