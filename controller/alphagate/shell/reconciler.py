@@ -74,7 +74,7 @@ from alphagate.shell.manual import manual_command
 from alphagate.shell.outcome import Outcome, Pending, Prepared, observe_start
 from alphagate.shell.reporting import METRIC_ERRORS, NullRecorder, Recorder
 from alphagate.shell.source_cache import SourceCache, SourceFactory
-from alphagate.shell.status_write import source_health, write_invalid, write_status
+from alphagate.shell.status_write import StatusOut, source_health
 from alphagate.shell.timing_warnings import TimingWarnings
 from alphagate.shell.unit import decide_unit
 from alphagate.shell.watch import Beat, WatchLoop
@@ -122,6 +122,9 @@ class Reconciler(WatchLoop):
         self.actuator = actuator or Actuator(kube.api_client, events=self.events)
         self.status_writer = StatusWriter(kube.api_client)
         self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
+        self.status_out = StatusOut(
+            self.status_writer, self.events, self.recorder, self._log, forced_dry_run=dry_run
+        )
         # Checked right before every write to a Deployment: with leader election, "do I still
         # hold a fresh Lease?" (a replica that stalled must not act on an old decision).
         self.may_act = may_act or (lambda: True)
@@ -303,7 +306,9 @@ class Reconciler(WatchLoop):
         try:
             canary: SpeculativeCanary = parse(obj, where=f"{PLURAL}/{namespace}/{name}")
         except PolicyError as exc:
-            self._invalid(out, previous, ref, "InvalidSpec", str(exc), generation, now)
+            self.status_out.invalid(
+                out, previous, ref, "InvalidSpec", str(exc), generation=generation, now=now
+            )
             return None
         spec = canary.spec
         conditions = set_condition(
@@ -332,7 +337,9 @@ class Reconciler(WatchLoop):
         # ---- the source: a policy naming an endpoint nobody configured is wrong, not failing
         source = self.sources.get(spec, namespace, name, generation)
         if isinstance(source, FailedSource) and source.spec_invalid:
-            self._invalid(out, previous, ref, source.reason, str(source.error), generation, now)
+            self.status_out.invalid(
+                out, previous, ref, source.reason, str(source.error), generation=generation, now=now
+            )
             return None
 
         # ---- a manual command, if one is pending
@@ -414,17 +421,8 @@ class Reconciler(WatchLoop):
             # since this decision's read: its status stands; the next evaluation resumes.
             log.warning("record_moved_mid_evaluation")
             return
-        write_status(
-            p,
-            conditions,
-            memories,
-            command_record,
-            owned=self.owns(out.namespace, out.name),
-            forced_dry_run=self.dry_run,
-            writer=self.status_writer,
-            events=self.events,
-            recorder=self.recorder,
-        )
+        owned = self.owns(out.namespace, out.name)
+        self.status_out.write(p, conditions, memories, command_record, owned=owned)
 
     def _decide_units(self, p: Pending, observation: Observation) -> dict[str, Memory]:
         """Each unit: evaluate and act; the Memory each keeps (cached for the next cycle)."""
@@ -452,29 +450,6 @@ class Reconciler(WatchLoop):
         with self._lock:
             self._memories[(namespace, name)] = dict(memories)
         return memories
-
-    def _invalid(
-        self,
-        out: Outcome,
-        previous: CanaryStatus,
-        ref: ObjectRef,
-        reason: str,
-        message: str,
-        generation: int,
-        now: float,
-    ) -> None:
-        write_invalid(
-            out,
-            previous,
-            ref,
-            reason=reason,
-            message=message,
-            generation=generation,
-            now=now,
-            writer=self.status_writer,
-            events=self.events,
-            log=self._log,
-        )
 
     def hand_over(self, namespace: str, name: str) -> None:
         """Another replica owns this canary now: drop what this process remembers of it (its

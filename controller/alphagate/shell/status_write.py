@@ -8,6 +8,7 @@ told as a Warning Event, never raised: the next evaluation writes again.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from alphagate.core.model import Memory, Observation
@@ -61,75 +62,80 @@ def source_health(
     )
 
 
-def write_status(
-    p: Pending,
-    conditions: list[Condition],
-    memories: dict[str, Memory],
-    command_record: CommandRecord | None,
-    *,
-    owned: bool,
-    forced_dry_run: bool,
-    writer: StatusWriter,
-    events: EventRecorder,
-    recorder: Recorder,
-) -> None:
-    """Build and write the status (unless the shard moved, `owned` False, and nothing was
-    done), then export the evaluation's metrics."""
-    out, log = p.out, p.log
-    namespace, name = out.namespace, out.name
-    status = build_status(
-        p.spec,
-        out.units,
-        p.previous,
-        conditions,
-        memories,
-        command_record,
-        generation=p.generation,
-        now=p.now,
-        dry_run=p.dry_run,
-        forced_dry_run=forced_dry_run,
-    )
-    out.status = status
-    acted = any(u.applied or u.args_changed for u in out.units)
-    if not acted and not owned:
-        # Its shard moved meanwhile: the new owner evaluates it (a flip made before the
-        # move is still recorded, here and in the Deployment's annotation).
-        log.info("shard_moved", detail="evaluation dropped, status left to the new owner")
-        return
-    try:
-        writer.write(namespace, name, status)
-        out.status_written = True
-    except KubeError as exc:
-        log.error("status_write_failed", error=str(exc), status=exc.status)
-        reason = Reason.FORBIDDEN if isinstance(exc, ForbiddenError) else Reason.PATCH_FAILED
-        events.warning(p.ref, reason, f"could not write status: {exc}")
-    export(recorder, p.spec, namespace, name, out.units, out.duration_seconds)
+@dataclass(frozen=True, slots=True)
+class StatusOut:
+    """Where an evaluation's status, Warning Events and metrics go, and the log for failures.
+    `forced_dry_run`: the controller runs with --dry-run (status says so)."""
 
+    writer: StatusWriter
+    events: EventRecorder
+    recorder: Recorder
+    log: Any
+    forced_dry_run: bool = False
 
-def write_invalid(
-    out: Outcome,
-    previous: CanaryStatus,
-    ref: ObjectRef,
-    *,
-    reason: str,
-    message: str,
-    generation: int,
-    now: float,
-    writer: StatusWriter,
-    events: EventRecorder,
-    log: Any,
-) -> None:
-    """The status of a spec that is invalid (`reason`, `message`), and a Warning Event unless
-    the last status already said the same."""
-    out.spec_error = message
-    out.spec_invalid = True
-    status = invalid_status(previous, reason, message, generation=generation, now=now)
-    out.status = status
-    already = previous.condition(ConditionType.SPEC_VALID)
-    if already is None or already.status != "False" or already.message != message[:1024]:
-        events.warning(ref, Reason.INVALID_SPEC, message)
-    try:
-        writer.write(out.namespace, out.name, status)
-        out.status_written = True
-    except KubeError as exc:
-        log.error("status_write_failed", error=str(exc))
+    def write(
+        self,
+        p: Pending,
+        conditions: list[Condition],
+        memories: dict[str, Memory],
+        command_record: CommandRecord | None,
+        *,
+        owned: bool,
+    ) -> None:
+        """Build and write the status (unless the shard moved, `owned` False, and nothing was
+        done), then export the evaluation's metrics."""
+        out, log = p.out, p.log
+        namespace, name = out.namespace, out.name
+        status = build_status(
+            p.spec,
+            out.units,
+            p.previous,
+            conditions,
+            memories,
+            command_record,
+            generation=p.generation,
+            now=p.now,
+            dry_run=p.dry_run,
+            forced_dry_run=self.forced_dry_run,
+        )
+        out.status = status
+        acted = any(u.applied or u.args_changed for u in out.units)
+        if not acted and not owned:
+            # Its shard moved meanwhile: the new owner evaluates it (a flip made before the
+            # move is still recorded, here and in the Deployment's annotation).
+            log.info("shard_moved", detail="evaluation dropped, status left to the new owner")
+            return
+        try:
+            self.writer.write(namespace, name, status)
+            out.status_written = True
+        except KubeError as exc:
+            log.error("status_write_failed", error=str(exc), status=exc.status)
+            reason = Reason.FORBIDDEN if isinstance(exc, ForbiddenError) else Reason.PATCH_FAILED
+            self.events.warning(p.ref, reason, f"could not write status: {exc}")
+        export(self.recorder, p.spec, namespace, name, out.units, out.duration_seconds)
+
+    def invalid(
+        self,
+        out: Outcome,
+        previous: CanaryStatus,
+        ref: ObjectRef,
+        reason: str,
+        message: str,
+        *,
+        generation: int,
+        now: float,
+    ) -> None:
+        """The status of a spec that is invalid (`reason`, `message`), and a Warning Event
+        unless the last status already said the same."""
+        out.spec_error = message
+        out.spec_invalid = True
+        status = invalid_status(previous, reason, message, generation=generation, now=now)
+        out.status = status
+        already = previous.condition(ConditionType.SPEC_VALID)
+        if already is None or already.status != "False" or already.message != message[:1024]:
+            self.events.warning(ref, Reason.INVALID_SPEC, message)
+        try:
+            self.writer.write(out.namespace, out.name, status)
+            out.status_written = True
+        except KubeError as exc:
+            self.log.error("status_write_failed", error=str(exc))
