@@ -22,7 +22,8 @@ from alphagate.core.diagnosis import (
 )
 from alphagate.core.draft_length import CostSource, DraftCost, recommend
 from alphagate.core.model import AcceptanceSample, Buckets, Estimate
-from alphagate.core.suitability import Condition, Finding, Workload, assess, output_length
+from alphagate.core.suitability import Condition, Finding, output_length
+from alphagate_lab.planning.workload import Workload, assess
 
 REAL = Path(__file__).resolve().parents[1] / "sources" / "data" / "vllm-real-metrics.txt"
 INF = math.inf

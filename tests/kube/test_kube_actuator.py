@@ -11,11 +11,13 @@ from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, State
 from alphagate.errors import ConflictError, ForbiddenError, KubeError, NotFoundError
 from alphagate.kube import args as argsmod
-from alphagate.kube.actuator import Actuator, RejectedConfigError
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
+from alphagate.kube.refusals import RejectedConfigError
 from alphagate.kube.workload import ANN_LAST_FLIP, ANN_MEMORY, ANN_STATE
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate, RolloutCompleter
+from alphagate_lab.testing.rollout import wait_for_rollout
 
 CFG = {"method": "ngram", "num_speculative_tokens": 4}
 BASE_ARGS = ["--model", "/m", "--port", "8000"]
@@ -103,7 +105,7 @@ def test_disable_removes_the_flag_and_rollout_is_reported(
     dep = act.read("ns", REF)
     rollout = act.rollout(dep, now=NOW)
     assert rollout.in_progress and rollout.speculation_on
-    done = act.wait_for_rollout("ns", REF, timeout=10)
+    done = wait_for_rollout(act, "ns", REF, timeout=10)
     rollout = act.rollout(done, now=NOW + 5)
     assert not rollout.in_progress and rollout.completed_at is not None
     result = act.apply(
@@ -123,7 +125,7 @@ def test_rollout_that_never_completes_times_out_clearly(
     act = actuator(kube)
     act.apply("ns", REF, speculative_config=CFG, state="On", memory=None, now=NOW)
     with pytest.raises(KubeError, match="rollout not complete after"):
-        act.wait_for_rollout("ns", REF, timeout=0.2, poll=0.05)
+        wait_for_rollout(act, "ns", REF, timeout=0.2, poll=0.05)
 
 
 def test_dry_run_decides_but_never_writes(

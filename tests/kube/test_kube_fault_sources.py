@@ -30,7 +30,7 @@ from alphagate.sources.endpoints import SourcesConfig
 from alphagate.sources.scrape import ScrapeSource
 from alphagate_lab.sandbox.apiserver import ApiServer
 
-HANG_SECONDS = 2.0  # a hanging pod or Prometheus answers after this; the deadlines are 0.5 s
+HANG_SECONDS = 2.0  # a hanging pod or Prometheus answers after this; the deadlines are 1 s, 0.5 s
 ARABIC_INDIC_12 = "\u0661\u0662"
 
 
@@ -228,7 +228,9 @@ class Rig:
 @pytest.fixture
 def rig(apiserver: ApiServer, kube: Kube) -> Iterator[Rig]:
     """A canary that is On (brought there by the controller itself), its pods serving."""
-    cr = canary_cr(source={"kind": "podScrape", "scrape": {"timeoutSeconds": 0.5}})
+    # under HANG_SECONDS so a hang times out; 1 s, not 0.5: under the suite's load a healthy
+    # loopback read once took longer than 0.5 s and the rig's healthy start failed
+    cr = canary_cr(source={"kind": "podScrape", "scrape": {"timeoutSeconds": 1.0}})
     seed(apiserver, cr=cr)
     clock = Clock()
     switch = Switch(FakeSource(apiserver, lambda s: 0.7))

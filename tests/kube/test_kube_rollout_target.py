@@ -14,8 +14,9 @@ from alphagate.core.model import Memory, State
 from alphagate.errors import ConflictError, OwnerConflictError
 from alphagate.kube import args as argsmod
 from alphagate.kube import ownership
-from alphagate.kube.actuator import Actuator, RejectedConfigError
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
+from alphagate.kube.refusals import RejectedConfigError
 from alphagate.kube.workload import ANN_LAST_FLIP, ANN_SPECULATION, ANN_STATE, workload_state
 from alphagate_lab.sandbox.apiserver import ApiServer
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from alphagate.core.speedup import alpha_from_position_rate, speedup_at
 from alphagate_lab.planning.decode_sim import SimConfig, compare, run, stops_paying_at, sweep
+from alphagate_lab.planning.speedup import alpha_from_position_rate, speedup_at
 
 
 def test_same_seed_same_numbers() -> None:

@@ -1,6 +1,6 @@
 """The project's habits hold: the LICENSE is the license pyproject declares, pre-commit runs what
-`make lint` runs, `make test` lints first, and the changelog keeps an Unreleased section and
-the CRD's version policy."""
+`make lint` runs, `make test` lints (beside the tests, and fails with lint), and the changelog
+keeps an Unreleased section and the CRD's version policy."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def test_pre_commit_runs_what_make_lint_runs_in_order() -> None:
     assert [h["entry"] for h in hooks] == lint
 
 
-def test_make_test_lints_before_it_tests() -> None:
-    recipe = _recipe("test")
-    lint = next(i for i, line in enumerate(recipe) if line.endswith(" lint"))
-    pytest_line = next(i for i, line in enumerate(recipe) if "/pytest" in line)
-    assert lint < pytest_line
+def test_make_test_lints_beside_the_tests_and_fails_with_lint() -> None:
+    recipe = " ".join(_recipe("test")).replace("\\ ", "")
+    started = recipe.index("$(MAKE) --no-print-directory lint")
+    assert recipe.index("/pytest") > started  # lint starts first, then runs beside the tests
+    assert "wait $$lint; linted=$$?" in recipe  # its status is collected
+    assert "[ $$tests -eq 0 ] && [ $$linted -eq 0 ]" in recipe  # and fails the target

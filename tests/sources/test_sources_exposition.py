@@ -14,11 +14,12 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from alphagate import vllm
 from alphagate.errors import ExpositionError, SourceErrorKind
-from alphagate.sources.exposition import decode, parse, parse_with_client
+from alphagate.sources.exposition import decode, parse
 from alphagate.sources.page import Counter as C
 from alphagate.sources.page import Gauge as G
 from alphagate.sources.page import Hist, Page
 from alphagate.sources.page_builder import parse_number
+from alphagate_lab.testing.client_parse import parse as parse_with_client
 
 REAL = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"
 

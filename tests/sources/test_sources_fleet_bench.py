@@ -12,6 +12,7 @@ import pytest
 from alphagate.sources import exposition
 from alphagate_lab.bench import fleet, fleet_cycle
 from alphagate_lab.sandbox.pageserver import Pages
+from alphagate_lab.testing import client_parse
 from alphagate_lab.testing import prometheus as promtest
 
 pytestmark = [pytest.mark.slow]
@@ -23,7 +24,7 @@ def test_pages_grow_like_counters_and_stay_parseable() -> None:
     pages = Pages(text, variants=2, tick_seconds=10)
     before = exposition.parse(pages.render(1, 1))
     after = exposition.parse(pages.render(1, 2))
-    assert before == exposition.parse_with_client(pages.render(1, 1))
+    assert before == client_parse.parse(pages.render(1, 1))
     (b,) = before.series.values()
     (a,) = after.series.values()
     assert set(a.counters) == set(b.counters) and a.speculating

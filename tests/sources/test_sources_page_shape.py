@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from alphagate import vllm
 from alphagate.errors import ExpositionError
 from alphagate.sources import exposition
-from alphagate.sources.exposition import parse, parse_with_client
+from alphagate.sources.exposition import parse
 from alphagate.sources.page import Counter as C
 from alphagate.sources.page import Hist, Page
+from alphagate_lab.testing.client_parse import parse as parse_with_client
 
 REAL = Path(__file__).resolve().parent / "data" / "vllm-real-metrics.txt"
 

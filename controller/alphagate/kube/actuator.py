@@ -23,7 +23,6 @@ predictor's pod template, so a record written alone would restart the pods.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,15 +37,12 @@ from tenacity import (
     wait_random,
 )
 
-from alphagate import specconfig
 from alphagate.config import WorkloadKind, WorkloadRef
 from alphagate.core.model import Memory, Rollout, State
 from alphagate.errors import (
     ClaimedError,
     ConflictError,
-    ForbiddenError,
     KubeError,
-    NotFoundError,
     OwnerConflictError,
     RecordChangedError,
 )
@@ -55,6 +51,7 @@ from alphagate.kube import inferenceservice as isvc
 from alphagate.kube import ownership
 from alphagate.kube.client import API_ERRORS, call, translate
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
+from alphagate.kube.refusals import claimed_message, refuse_rejected, warning_reason
 from alphagate.kube.status import rfc3339
 from alphagate.kube.workload import (
     ANN_LAST_FLIP,
@@ -87,28 +84,6 @@ class ApplyResult:
     attempts: int
     before: WorkloadState
     record: int = 0  # the record's generation after this apply (written or already there)
-
-
-class RejectedConfigError(argsmod.ArgsError):
-    """The speculative config is one vLLM would refuse (specconfig): never sent to a pod."""
-
-
-def refuse_rejected(dep: WorkloadState, config: Mapping[str, Any] | None) -> None:
-    """Raise RejectedConfigError when vLLM (at the image's version, with the container's chunked
-    prefill setting) would refuse `config`: better a clear error than a crash-looping canary."""
-    if config is None:
-        return
-    found = specconfig.errors(
-        config,
-        vllm_version=dep.image,
-        chunked_prefill=specconfig.chunked_prefill_from_args(dep.args),
-    )
-    if found:
-        said = "; ".join(p.message for p in found)
-        raise RejectedConfigError(
-            f"{dep.what}: not applying --speculative-config {argsmod.render(config)}: "
-            f"vLLM ({dep.image or 'image without a version tag'}) would refuse it: {said}"
-        )
 
 
 class _Conflict(Exception):
@@ -181,34 +156,6 @@ class Actuator:
             with self._lock:
                 completed = self._first_complete.setdefault(key, now)
         return Rollout(in_progress=False, completed_at=completed, speculation_on=dep.speculation_on)
-
-    def wait_for_rollout(
-        self,
-        namespace: str,
-        ref: WorkloadRef,
-        *,
-        timeout: float,
-        poll: float = 0.05,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> WorkloadState:
-        """Poll until the rollout completes (bounded by `timeout`); KubeError on timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            dep = self.read(namespace, ref)
-            if dep.rollout_complete:
-                return dep
-            if time.monotonic() >= deadline:
-                raise KubeError(
-                    f"{dep.what}: rollout not complete after {timeout:g} s "
-                    f"(generation {dep.generation}, observed {dep.observed_generation}, "
-                    f"updated {dep.updated_replicas}/{dep.replicas}, available "
-                    f"{dep.available_replicas}/{dep.replicas}"
-                    + (f", phase {dep.phase}" if dep.phase else "")
-                    + ("" if dep.promoted else ", not promoted to stable")
-                    + ")",
-                    reason="RolloutTimeout",
-                )
-            sleep(poll)
 
     # ------------------------------------------------------------ writing
 
@@ -490,39 +437,8 @@ class Actuator:
             self.events.warning(involved, reason, message)
 
 
-# The Warning Event a failed write leaves, most specific error first; anything else is PatchFailed.
-_WARNING_REASONS: tuple[tuple[type[KubeError], Reason], ...] = (
-    (ClaimedError, Reason.TARGET_CLAIMED),
-    (ForbiddenError, Reason.FORBIDDEN),
-    (NotFoundError, Reason.NOT_FOUND),
-    (argsmod.ArgsError, Reason.ARGS_UNEDITABLE),
-    (OwnerConflictError, Reason.OWNER_REVERTED),
-)
-
-
-def warning_reason(err: KubeError) -> Reason:
-    """The Event reason for a write that failed with `err`."""
-    return next((r for kind, r in _WARNING_REASONS if isinstance(err, kind)), Reason.PATCH_FAILED)
-
-
-def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
-    """Why `wanted_by` may not flip `dep`: one canary per Deployment."""
-    return (
-        f"{dep.what} belongs to SpeculativeCanary {dep.owner} (annotation {ANN_OWNER}); "
-        f"{wanted_by} will not flip it: two canaries on one Deployment would flip it back and "
-        "forth. Point this canary at its own Deployment, or delete the other canary"
-    )
-
-
-def config_text(config: Mapping[str, Any] | None) -> str:
-    """How a config is shown in messages: the exact JSON vLLM receives, or `off`."""
-    return "off" if config is None else argsmod.render(config)
-
-
 __all__ = [
     "Actuator",
     "ApplyResult",
-    "claimed_message",
-    "config_text",
     "deployment_state",
 ]

@@ -88,10 +88,6 @@ class BudgetConfig:
     namespace: Rate | None = field(default_factory=lambda: DEFAULT_NAMESPACE)
     canary: Rate | None = field(default_factory=lambda: DEFAULT_CANARY)
 
-    @classmethod
-    def unlimited(cls) -> BudgetConfig:
-        return cls(overall=None, namespace=None, canary=None)
-
     def rate(self, scope: BudgetScope) -> Rate | None:
         return {
             BudgetScope.CANARY: self.canary,

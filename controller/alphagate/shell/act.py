@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from alphagate.config import SpeculativeCanarySpec
+from alphagate.config import SpeculativeCanarySpec, WorkloadRef
 from alphagate.core.model import Action, Evaluation, State
 from alphagate.core.tuning import Tuned
 from alphagate.errors import NotLeaderError
-from alphagate.kube.actuator import Actuator, config_text
+from alphagate.kube.actuator import Actuator
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
+from alphagate.kube.refusals import config_text
 from alphagate.kube.units import UnitOutcome
 from alphagate.kube.workload import WorkloadState
 
@@ -93,17 +94,33 @@ def act(
         uo.args_changed = uo.args_changed or result.args_changed
         idx = deps.index(dep)
         deps[idx] = result.deployment
-    if evaluation.action is Action.PROMOTE and spec.promotion.stable is not None:
-        result = actuator.apply(
-            ref.namespace,
-            spec.promotion.stable,
-            speculative_config=dict(spec.speculative_config),
-            state=State.PROMOTED.value,
-            memory=None,
-            now=now,
-            dry_run=dry_run,
-            owner=owner,
-            involved=ref,
-        )
-        uo.applied = uo.applied or result.patched
+    stable = spec.promotion.stable
+    if evaluation.action is Action.PROMOTE and stable is not None:
+        promoted = _promote(actuator, spec, stable, ref, owner=owner, now=now, dry_run=dry_run)
+        uo.applied = uo.applied or promoted
     return records
+
+
+def _promote(
+    actuator: Actuator,
+    spec: SpeculativeCanarySpec,
+    stable: WorkloadRef,
+    ref: ObjectRef,
+    *,
+    owner: str,
+    now: float,
+    dry_run: bool,
+) -> bool:
+    """Give the stable Deployment the canary's config (a promotion); True when it was patched."""
+    result = actuator.apply(
+        ref.namespace,
+        stable,
+        speculative_config=dict(spec.speculative_config),
+        state=State.PROMOTED.value,
+        memory=None,
+        now=now,
+        dry_run=dry_run,
+        owner=owner,
+        involved=ref,
+    )
+    return result.patched

@@ -21,7 +21,6 @@ import math
 import threading
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -95,6 +94,10 @@ class _Seen:
     series: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
 
 
+_Put = Callable[[Gauge, str, tuple[str, ...], float], None]
+"""Sets one series of a gauge and remembers it as seen in this evaluation."""
+
+
 class Recorder(MetricFamilies):
     """Turns evaluations into metrics. Thread-safe: one lock serialises updates.
 
@@ -162,43 +165,13 @@ class Recorder(MetricFamilies):
                 metric.labels(*labels).set(value)
                 new.setdefault(name, set()).add(labels)
 
-            for slice_name, est in evaluation.estimates.items():
-                s = (*c, slice_name)
-                put(self.alpha, ALPHA, s, est.value)
-                put(self.alpha_lower, ALPHA_LOWER, s, est.lower)
-                put(self.alpha_upper, ALPHA_UPPER, s, est.upper)
-                put(self.window_drafts, WINDOW_DRAFTS, s, est.drafts)
-            for slice_name, weight in evaluation.weights.items():
-                put(self.slice_weight, SLICE_WEIGHT, (*c, slice_name), weight)
-            if evaluation.combined is not None:
-                put(self.combined, COMBINED_ALPHA, c, evaluation.combined.value)
-                put(self.combined_lower, COMBINED_ALPHA_LOWER, c, evaluation.combined.lower)
-                put(self.combined_upper, COMBINED_ALPHA_UPPER, c, evaluation.combined.upper)
-
-            for bound, value in self._gate(evaluation.checks, spec).items():
-                put(self.gate, ALPHA_GATE, (*c, bound), value)
-
+            self._acceptance(evaluation, spec, c, put)
             only_slice = self._only_slice(evaluation, spec)
             for check in evaluation.checks:
                 if isinstance(check.evidence, LatencyEvidence):
                     self._latency(check, check.evidence, c, put, only_slice)
 
-            for state in State:
-                put(
-                    self.state,
-                    STATE,
-                    (*c, state.value),
-                    1.0 if evaluation.memory.state is state else 0.0,
-                )
-            put(self.speculation, SPECULATION_ENABLED, c, 1.0 if speculation_on else 0.0)
-            for check in evaluation.checks:
-                for verdict in Verdict:
-                    put(
-                        self.check_verdict,
-                        CHECK_VERDICT,
-                        (*c, check.name, verdict.value),
-                        1.0 if check.verdict is verdict else 0.0,
-                    )
+            self._state(evaluation, speculation_on, c, put)
             put(self.last_evaluation, LAST_EVALUATION, c, evaluation.at)
             if self._succeeded(evaluation):
                 put(self.last_success, LAST_SUCCESS, c, evaluation.at)
@@ -226,8 +199,55 @@ class Recorder(MetricFamilies):
             old = self._seen.get(key, _Seen()).series
             for name, labelsets in old.items():
                 for labels in labelsets - new.get(name, set()):
-                    self._gauges()[name].remove(*labels)
+                    self.gauges_by_name()[name].remove(*labels)
             self._seen[key] = _Seen(series=new)
+
+    def _acceptance(
+        self,
+        evaluation: Evaluation,
+        spec: SpeculativeCanarySpec | None,
+        c: tuple[str, str],
+        put: _Put,
+    ) -> None:
+        """Alpha per slice with its bounds and drafts, the slices' weights, the combined alpha
+        and the policy's gate."""
+        for slice_name, est in evaluation.estimates.items():
+            s = (*c, slice_name)
+            put(self.alpha, ALPHA, s, est.value)
+            put(self.alpha_lower, ALPHA_LOWER, s, est.lower)
+            put(self.alpha_upper, ALPHA_UPPER, s, est.upper)
+            put(self.window_drafts, WINDOW_DRAFTS, s, est.drafts)
+        for slice_name, weight in evaluation.weights.items():
+            put(self.slice_weight, SLICE_WEIGHT, (*c, slice_name), weight)
+        if evaluation.combined is not None:
+            put(self.combined, COMBINED_ALPHA, c, evaluation.combined.value)
+            put(self.combined_lower, COMBINED_ALPHA_LOWER, c, evaluation.combined.lower)
+            put(self.combined_upper, COMBINED_ALPHA_UPPER, c, evaluation.combined.upper)
+
+        for bound, value in self._gate(evaluation.checks, spec).items():
+            put(self.gate, ALPHA_GATE, (*c, bound), value)
+
+    def _state(
+        self, evaluation: Evaluation, speculation_on: bool, c: tuple[str, str], put: _Put
+    ) -> None:
+        """The state, whether the canary speculates, and each check's verdict (1 for the current
+        one, 0 for the others)."""
+        for state in State:
+            put(
+                self.state,
+                STATE,
+                (*c, state.value),
+                1.0 if evaluation.memory.state is state else 0.0,
+            )
+        put(self.speculation, SPECULATION_ENABLED, c, 1.0 if speculation_on else 0.0)
+        for check in evaluation.checks:
+            for verdict in Verdict:
+                put(
+                    self.check_verdict,
+                    CHECK_VERDICT,
+                    (*c, check.name, verdict.value),
+                    1.0 if check.verdict is verdict else 0.0,
+                )
 
     def track(self, *, namespace: str, canary: str) -> None:
         """Start the canary's counters at 0. Call it when a canary is first seen, before its
@@ -273,7 +293,7 @@ class Recorder(MetricFamilies):
             self._leader = leader
             self.leader.set(1.0 if leader else 0.0)
             if not leader:
-                for gauge in self._gauges().values():
+                for gauge in self.gauges_by_name().values():
                     gauge.clear()
                 self._seen.clear()
                 self.spec_invalid.clear()
@@ -318,7 +338,7 @@ class Recorder(MetricFamilies):
                 seen = self._seen.pop(key)
                 for name, labelsets in seen.series.items():
                     for labels in labelsets:
-                        self._gauges()[name].remove(*labels)
+                        self.gauges_by_name()[name].remove(*labels)
             for pair in [p for p in self._invalid if mine(*p)]:
                 self._invalid.discard(pair)
                 self.spec_invalid.remove(*pair)
@@ -364,7 +384,7 @@ class Recorder(MetricFamilies):
             self.warnings.labels(*c, reason)
         self.duration.labels(*c)
 
-    def _insights(self, ins: Insights, c: tuple[str, str], put: Any) -> None:
+    def _insights(self, ins: Insights, c: tuple[str, str], put: _Put) -> None:
         d = ins.draft
         if d is not None:
             put(self.draft_configured, DRAFT_CONFIGURED_K, c, float(d.configured_k))
@@ -383,39 +403,6 @@ class Recorder(MetricFamilies):
                 put(self.latency_shape, LATENCY_SHAPE, (*c, shape.value), value)
         if ins.outputs.finding is not Finding.UNKNOWN:
             put(self.short_outputs, SHORT_OUTPUTS, c, 1.0 if ins.outputs.holds else 0.0)
-
-    def _gauges(self) -> dict[str, Gauge]:
-        return {
-            DRAFT_CONFIGURED_K: self.draft_configured,
-            DRAFT_RECOMMENDED_K: self.draft_recommended,
-            DRAFT_ADVICE: self.draft_advice,
-            DRAFT_POSITION_RATE: self.draft_position,
-            LATENCY_SHAPE: self.latency_shape,
-            SHORT_OUTPUTS: self.short_outputs,
-            ALPHA: self.alpha,
-            ALPHA_LOWER: self.alpha_lower,
-            ALPHA_UPPER: self.alpha_upper,
-            COMBINED_ALPHA: self.combined,
-            COMBINED_ALPHA_LOWER: self.combined_lower,
-            COMBINED_ALPHA_UPPER: self.combined_upper,
-            ALPHA_GATE: self.gate,
-            ALERT: self.alert,
-            WINDOW_DRAFTS: self.window_drafts,
-            SLICE_WEIGHT: self.slice_weight,
-            ITL_QUANTILE: self.itl_quantile,
-            LATENCY_RATIO: self.latency_ratio,
-            MEASURED_SPEEDUP: self.measured_speedup,
-            MEASURED_SPEEDUP_LOWER: self.measured_speedup_lower,
-            MEASURED_SPEEDUP_UPPER: self.measured_speedup_upper,
-            STATE: self.state,
-            SPECULATION_ENABLED: self.speculation,
-            CHECK_VERDICT: self.check_verdict,
-            LAST_EVALUATION: self.last_evaluation,
-            LAST_SUCCESS: self.last_success,
-            PREDICTED_SPEEDUP: self.speedup,
-            ERROR_STREAK: self.error_streak,
-            VERDICT_AGE: self.verdict_age,
-        }
 
     def _seen_pairs(self, key: tuple[str, str]) -> set[tuple[str, tuple[str, ...]]]:
         seen = self._seen.get(key)
@@ -458,7 +445,7 @@ class Recorder(MetricFamilies):
         check: CheckResult,
         ev: LatencyEvidence,
         c: tuple[str, str],
-        put: Callable[[Gauge, str, tuple[str, ...], float], None],
+        put: _Put,
         only_slice: str | None,
     ) -> None:
         s = (*c, check.slice or only_slice or "all")

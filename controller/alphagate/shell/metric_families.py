@@ -58,11 +58,52 @@ class MetricFamilies:
     """Every per-canary metric family, created on `registry`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
+        self._registry = registry
+        self._acceptance_families()
+        self._latency_and_state_families()
+        self._decisions_and_health_families()
+        self._insights_families()
 
-        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
+    def gauges_by_name(self) -> dict[str, Gauge]:
+        """The per-canary gauges by metric name (what an evaluation sets, and may remove)."""
+        return {
+            DRAFT_CONFIGURED_K: self.draft_configured,
+            DRAFT_RECOMMENDED_K: self.draft_recommended,
+            DRAFT_ADVICE: self.draft_advice,
+            DRAFT_POSITION_RATE: self.draft_position,
+            LATENCY_SHAPE: self.latency_shape,
+            SHORT_OUTPUTS: self.short_outputs,
+            ALPHA: self.alpha,
+            ALPHA_LOWER: self.alpha_lower,
+            ALPHA_UPPER: self.alpha_upper,
+            COMBINED_ALPHA: self.combined,
+            COMBINED_ALPHA_LOWER: self.combined_lower,
+            COMBINED_ALPHA_UPPER: self.combined_upper,
+            ALPHA_GATE: self.gate,
+            ALERT: self.alert,
+            WINDOW_DRAFTS: self.window_drafts,
+            SLICE_WEIGHT: self.slice_weight,
+            ITL_QUANTILE: self.itl_quantile,
+            LATENCY_RATIO: self.latency_ratio,
+            MEASURED_SPEEDUP: self.measured_speedup,
+            MEASURED_SPEEDUP_LOWER: self.measured_speedup_lower,
+            MEASURED_SPEEDUP_UPPER: self.measured_speedup_upper,
+            STATE: self.state,
+            SPECULATION_ENABLED: self.speculation,
+            CHECK_VERDICT: self.check_verdict,
+            LAST_EVALUATION: self.last_evaluation,
+            LAST_SUCCESS: self.last_success,
+            PREDICTED_SPEEDUP: self.speedup,
+            ERROR_STREAK: self.error_streak,
+            VERDICT_AGE: self.verdict_age,
+        }
 
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+        return Gauge(name, doc, labels, registry=self._registry)
+
+    def _acceptance_families(self) -> None:
+        """Alpha per slice and combined, the gate, alerts, the window's drafts and weights."""
+        gauge = self._gauge
         self.alpha = gauge(ALPHA, "Estimated acceptance rate alpha per slice.", _SLICE)
         self.alpha_lower = gauge(ALPHA_LOWER, "Lower confidence bound of alpha.", _SLICE)
         self.alpha_upper = gauge(ALPHA_UPPER, "Upper confidence bound of alpha.", _SLICE)
@@ -95,6 +136,10 @@ class MetricFamilies:
             "Latency quantile the guard compares, per role; metric says per_token or per_step.",
             (*_SLICE, "role", "metric", "quantile"),
         )
+
+    def _latency_and_state_families(self) -> None:
+        """Latency and speed-up per slice, the state, speculation and each check's verdict."""
+        gauge = self._gauge
         self.latency_ratio = gauge(
             LATENCY_RATIO, "Canary P99 over baseline P99 as the latency guard compares it.", _SLICE
         )
@@ -128,6 +173,11 @@ class MetricFamilies:
                 "verdict",
             ),
         )
+
+    def _decisions_and_health_families(self) -> None:
+        """Decisions, transitions, source errors, budgets, durations and staleness."""
+        gauge = self._gauge
+        r = self._registry
         self.decisions = Counter(
             "alphagate_decisions",
             "Decisions by action and a short machine reason.",
@@ -199,6 +249,10 @@ class MetricFamilies:
             (*_CANARY, "reason"),
             registry=r,
         )
+
+    def _insights_families(self) -> None:
+        """The spec's validity, the draft length, the latency shape and short outputs."""
+        gauge = self._gauge
         self.spec_invalid = gauge(
             SPEC_INVALID,
             "1 while the SpeculativeCanary's spec is invalid (nothing is done).",

@@ -4,9 +4,9 @@
 resumes the core's Memory; observes every resource's pools at once (`shell.observing`:
 Prometheus reads sharing an endpoint and a window become one batch of queries, pod scrapes
 one wave of GETs, with the answers each canary's own read gives); calls `core.evaluate`;
-applies the decision with the `Actuator` (or, in dry-run, only records it); writes status
-(`kube.status_builder`); emits an Event per transition and per refusal; exports metrics through
-a `Recorder` and logs one structured line per decision (`shell.reporting`). When to evaluate
+applies the decision with the `Actuator` (or, in dry-run, only records it); writes status and
+exports metrics (`shell.status_write`); emits an Event per transition and per refusal; logs one
+structured line per decision (`shell.reporting`). When to evaluate
 what is the watch loop's job (`shell.watch.WatchLoop`, which this class extends).
 
 Resuming: the Deployment's record is the truth (`kube.record`). The Memory comes from this
@@ -22,9 +22,9 @@ next interval), so an API error can neither lose nor half-apply a flip.
 The steps live beside it: claiming and resuming (`shell.claims`), manual commands
 (`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`), judging, K
 tuning and the diagnosis Event (`shell.insight`), applying (`shell.act`), the TimingFits
-warning (`shell.timing_warnings`), the CanaryJudgeable one (`shell.judgeable_warnings`). A
-policy naming a Prometheus endpoint the admin did not configure is an invalid spec
-(SpecValid=False `UnknownEndpoint`).
+warning (`shell.timing_warnings`), the CanaryJudgeable one (`shell.judgeable_warnings`), the
+status (`shell.status_write`). A policy naming a Prometheus endpoint the admin did not
+configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from alphagate.config import (
 )
 from alphagate.core.model import Memory, Observation
 from alphagate.errors import (
-    ForbiddenError,
     KubeError,
     NotFoundError,
     NotLeaderError,
@@ -56,46 +55,26 @@ from alphagate.errors import (
 )
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
-from alphagate.kube.events import (
-    EventRecorder,
-    ObjectRef,
-    Reason,
-)
+from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate.kube.freshness import verdict_fresh
 from alphagate.kube.status import (
     CanaryStatus,
-    CommandRecord,
-    Condition,
     ConditionType,
     StatusWriter,
     parse_status,
     set_condition,
 )
-from alphagate.kube.status_builder import build_status, invalid_status
-from alphagate.kube.units import (
-    units_of,
-)
+from alphagate.kube.units import units_of
 from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.claims import prepare
 from alphagate.shell.cycles import Cycle, Cycles
 from alphagate.shell.insight import Diagnoses
 from alphagate.shell.judgeable_warnings import JudgeableWarnings
 from alphagate.shell.manual import manual_command
-from alphagate.shell.outcome import (
-    Outcome,
-    Pending,
-    Prepared,
-    observe_start,
-    source_budgets,
-    source_failures,
-)
-from alphagate.shell.reporting import (
-    METRIC_ERRORS,
-    NullRecorder,
-    Recorder,
-    export,
-)
+from alphagate.shell.outcome import Outcome, Pending, Prepared, observe_start
+from alphagate.shell.reporting import METRIC_ERRORS, NullRecorder, Recorder
 from alphagate.shell.source_cache import SourceCache, SourceFactory
+from alphagate.shell.status_write import StatusOut, source_health
 from alphagate.shell.timing_warnings import TimingWarnings
 from alphagate.shell.unit import decide_unit
 from alphagate.shell.watch import Beat, WatchLoop
@@ -103,8 +82,6 @@ from alphagate.sources import FailedSource, Source, make_source
 
 CLOSE_WAIT_SECONDS = 5.0
 """On stop, reads in flight get this long to end before their sources close."""
-
-# ---------------------------------------------------------------- the reconciler
 
 
 class Reconciler(WatchLoop):
@@ -145,6 +122,9 @@ class Reconciler(WatchLoop):
         self.actuator = actuator or Actuator(kube.api_client, events=self.events)
         self.status_writer = StatusWriter(kube.api_client)
         self.recorder: Recorder = recorder if recorder is not None else NullRecorder()
+        self.status_out = StatusOut(
+            self.status_writer, self.events, self.recorder, self._log, forced_dry_run=dry_run
+        )
         # Checked right before every write to a Deployment: with leader election, "do I still
         # hold a fresh Lease?" (a replica that stalled must not act on an old decision).
         self.may_act = may_act or (lambda: True)
@@ -326,9 +306,9 @@ class Reconciler(WatchLoop):
         try:
             canary: SpeculativeCanary = parse(obj, where=f"{PLURAL}/{namespace}/{name}")
         except PolicyError as exc:
-            out.spec_error = str(exc)
-            out.spec_invalid = True
-            self._spec_invalid(previous, ref, "InvalidSpec", str(exc), generation, now, out)
+            self.status_out.invalid(
+                out, previous, ref, "InvalidSpec", str(exc), generation=generation, now=now
+            )
             return None
         spec = canary.spec
         conditions = set_condition(
@@ -357,10 +337,8 @@ class Reconciler(WatchLoop):
         # ---- the source: a policy naming an endpoint nobody configured is wrong, not failing
         source = self.sources.get(spec, namespace, name, generation)
         if isinstance(source, FailedSource) and source.spec_invalid:
-            out.spec_error = str(source.error)
-            out.spec_invalid = True
-            self._spec_invalid(
-                previous, ref, source.reason, str(source.error), generation, now, out
+            self.status_out.invalid(
+                out, previous, ref, source.reason, str(source.error), generation=generation, now=now
             )
             return None
 
@@ -425,7 +403,7 @@ class Reconciler(WatchLoop):
     def _finish(self, p: Pending, observation: Observation) -> None:
         """Decide and act for each unit from the observation; write status."""
         out, log, now, generation = p.out, p.log, p.now, p.generation
-        conditions = self._source_health(p, observation)
+        conditions = source_health(p, observation, self.recorder, self.timing_warnings)
         memories = self._decide_units(p, observation)
         command_record = p.manual.handled(out.units, now)
         judged = [(u.unit.name, u.evaluation) for u in out.units if u.evaluation is not None]
@@ -443,38 +421,8 @@ class Reconciler(WatchLoop):
             # since this decision's read: its status stands; the next evaluation resumes.
             log.warning("record_moved_mid_evaluation")
             return
-        self._write_status(p, conditions, memories, command_record)
-
-    def _source_health(self, p: Pending, observation: Observation) -> list[Condition]:
-        """Count the read's failures and spent budgets; SourceHealthy and timing warnings."""
-        namespace, name = p.out.namespace, p.out.name
-        failures = source_failures(observation)
-        errors = [text for _, text in failures]
-        budgets = source_budgets(observation)
-        for kind, _ in failures:
-            with contextlib.suppress(*METRIC_ERRORS):
-                self.recorder.source_error(kind, namespace=namespace, canary=name)
-        for budget in budgets:
-            with contextlib.suppress(*METRIC_ERRORS):
-                self.recorder.budget_exceeded(budget, namespace=namespace, canary=name)
-        conditions = set_condition(
-            p.conditions,
-            ConditionType.SOURCE_HEALTHY,
-            not errors,
-            ("BudgetExceeded" if budgets else "SourceErrors") if errors else "Observed",
-            "; ".join(errors)[:1024] if errors else f"read {len(observation.pools)} pools",
-            now=p.now,
-            generation=p.generation,
-        )
-        return self.timing_warnings.check(
-            p.spec,
-            observation,
-            conditions,
-            ref=p.ref,
-            generation=p.generation,
-            now=p.now,
-            log=p.log,
-        )
+        owned = self.owns(out.namespace, out.name)
+        self.status_out.write(p, conditions, memories, command_record, owned=owned)
 
     def _decide_units(self, p: Pending, observation: Observation) -> dict[str, Memory]:
         """Each unit: evaluate and act; the Memory each keeps (cached for the next cycle)."""
@@ -502,68 +450,6 @@ class Reconciler(WatchLoop):
         with self._lock:
             self._memories[(namespace, name)] = dict(memories)
         return memories
-
-    def _write_status(
-        self,
-        p: Pending,
-        conditions: list[Condition],
-        memories: dict[str, Memory],
-        command_record: CommandRecord | None,
-    ) -> None:
-        """Build and write the status (unless the shard moved and nothing was done), then
-        export the evaluation's metrics."""
-        out, log = p.out, p.log
-        namespace, name = out.namespace, out.name
-        status = build_status(
-            p.spec,
-            out.units,
-            p.previous,
-            conditions,
-            memories,
-            command_record,
-            generation=p.generation,
-            now=p.now,
-            dry_run=p.dry_run,
-            forced_dry_run=self.dry_run,
-        )
-        out.status = status
-        acted = any(u.applied or u.args_changed for u in out.units)
-        if not acted and not self.owns(namespace, name):
-            # Its shard moved meanwhile: the new owner evaluates it (a flip made before the
-            # move is still recorded, here and in the Deployment's annotation).
-            log.info("shard_moved", detail="evaluation dropped, status left to the new owner")
-            return
-        try:
-            self.status_writer.write(namespace, name, status)
-            out.status_written = True
-        except KubeError as exc:
-            log.error("status_write_failed", error=str(exc), status=exc.status)
-            reason = Reason.FORBIDDEN if isinstance(exc, ForbiddenError) else Reason.PATCH_FAILED
-            self.events.warning(p.ref, reason, f"could not write status: {exc}")
-        export(self.recorder, p.spec, namespace, name, out.units, out.duration_seconds)
-
-    # ------------------------------------------------------------ status, events, logs
-
-    def _spec_invalid(
-        self,
-        previous: CanaryStatus,
-        ref: ObjectRef,
-        reason: str,
-        message: str,
-        generation: int,
-        now: float,
-        out: Outcome,
-    ) -> None:
-        status = invalid_status(previous, reason, message, generation=generation, now=now)
-        out.status = status
-        already = previous.condition(ConditionType.SPEC_VALID)
-        if already is None or already.status != "False" or already.message != message[:1024]:
-            self.events.warning(ref, Reason.INVALID_SPEC, message)
-        try:
-            self.status_writer.write(out.namespace, out.name, status)
-            out.status_written = True
-        except KubeError as exc:
-            self._log.error("status_write_failed", error=str(exc))
 
     def hand_over(self, namespace: str, name: str) -> None:
         """Another replica owns this canary now: drop what this process remembers of it (its

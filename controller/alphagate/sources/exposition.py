@@ -9,10 +9,11 @@ is kept (:mod:`alphagate.sources.page_shape`), so a later page of that shape onl
 converted. Together that is ~70x ``prometheus_client`` on the real capture (see
 ``alphagate_lab.bench.fleet``). A page without any of our lines (an HTML error page served with
 200, garbage) gets the full line-by-line check, so it is an error naming its line, never an
-empty page. :func:`parse_with_client` reads the same page through ``prometheus_client.parser``
-and gives the same :class:`Page`: it is the reference the fast path is tested against.
+empty page. The lab's ``alphagate_lab.testing.client_parse`` reads the same page through
+``prometheus_client.parser`` and gives the same :class:`Page`: it is the reference the fast path
+is tested against.
 
-Both accept the classic text format (0.0.4), OpenMetrics (``# EOF``, exemplars, timestamps)
+Both read the classic text format (0.0.4), OpenMetrics (``# EOF``, exemplars, timestamps)
 and the escaped ``vllm_`` sample names Prometheus 2 scrapes produce; a line after ``# EOF``
 is an error. Malformed samples of our
 families raise :class:`~alphagate.errors.ExpositionError` naming the 1-based line. Sample names
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from typing import Final
 
 from alphagate import vllm
@@ -44,12 +44,6 @@ from alphagate.sources.page_builder import (
     parse_number,
 )
 from alphagate.sources.page_shape import MAX_SHAPE_TEXT, MAX_SHAPES, Shape, compile_shape
-
-# What prometheus_client's text parser raises on a bad page: no error type of its own, just
-# ValueError (bad numbers, labels), LookupError (IndexError/KeyError on cut-off lines), and
-# TypeError/AttributeError from half-parsed pieces.
-PARSE_ERRORS: Final = (ValueError, LookupError, TypeError, AttributeError)
-
 
 _NAME_START: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
 _NAME_RE: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -151,7 +145,7 @@ def parse(text: str, *, target: str = "", strict: bool = False) -> Page:
         return _parse_every_line(text, target)
     names, insides, tokens = zip(*rows, strict=True)
     if _EOF in names:  # an OpenMetrics end: nothing may follow it
-        _check_eof(text, target)
+        check_eof(text, target)
         rows = [row for row in rows if row[0] != _EOF]
         if not rows:
             return _parse_every_line(text, target)
@@ -200,7 +194,7 @@ def _keep_shape(skeleton: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
     _SEEN_ONCE.discard(seen)
 
 
-def _check_eof(text: str, target: str) -> None:
+def check_eof(text: str, target: str) -> None:
     """OpenMetrics ends at `# EOF`: anything but blank lines after it is refused (a page that
     goes on is two pages, or a truncated one pasted onto another), naming its line."""
     at = text.find("# EOF")
@@ -224,7 +218,7 @@ def _check_eof(text: str, target: str) -> None:
 def _parse_lines(text: str, target: str) -> Page:
     """Read our families' lines one by one, with every check (a page of a new shape, or one
     with lines of another form)."""
-    _check_eof(text, target)
+    check_eof(text, target)
     builder = PageBuilder(target, text)
     add, add_parsed = builder.add, builder.add_parsed
     wanted = WANTED
@@ -266,7 +260,7 @@ def _parse_lines(text: str, target: str) -> Page:
 
 def _parse_every_line(text: str, target: str) -> Page:
     """The same result, checking the shape of every line (used for pages without our lines)."""
-    _check_eof(text, target)
+    check_eof(text, target)
     builder = PageBuilder(target, text)
     wanted = WANTED
     offset = 0
@@ -369,61 +363,6 @@ class _Bad(Exception):
     """A malformed sample line (the message); the caller adds where it is."""
 
 
-# --------------------------------------------------------------------------- reference path
-
-
-def parse_with_client(text: str, *, target: str = "", prefilter: bool = False) -> Page:
-    """The same result through prometheus_client's parser (the reference implementation).
-
-    `prefilter` drops lines of families we do not read before parsing (a cheap speed-up that
-    keeps the client's parsing of the lines that matter)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    _check_eof(text, target)
-    if prefilter:
-        text = "\n".join(_prefiltered(text.split("\n")))
-    builder = PageBuilder(target)
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                what = WANTED.get(sample.name)
-                if what is None:
-                    continue
-                builder.add(what, sample.name, dict(sample.labels), float(sample.value), 0)
-    except ExpositionError:
-        raise
-    except PARSE_ERRORS as exc:  # the client raises bare ValueError/IndexError/... on bad text
-        line = _first_bad_line(text)
-        raise ExpositionError(
-            f"prometheus_client could not parse the page: {exc!r}", line=line, target=target
-        ) from exc
-    return builder.finish()
-
-
-def _prefiltered(lines: Iterable[str]) -> Iterable[str]:
-    for line in lines:
-        s = line.lstrip()
-        if s.startswith(("vllm:", "vllm_")):
-            name = s.split("{", 1)[0].split(None, 1)[0]
-            if name in WANTED:
-                yield line
-
-
-def _first_bad_line(text: str) -> int:
-    """1-based number of the first sample line the client's line parser rejects, else 0."""
-    from prometheus_client.parser import _parse_sample
-
-    for lineno, raw in enumerate(text.split("\n"), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            _parse_sample(line)  # type: ignore[no-untyped-call]
-        except PARSE_ERRORS:
-            return lineno
-    return 0
-
-
 def decode(body: bytes, *, target: str = "") -> str:
     """Bytes of a page as text; invalid UTF-8 is an ExpositionError naming the line."""
     try:
@@ -433,4 +372,4 @@ def decode(body: bytes, *, target: str = "") -> str:
         raise ExpositionError("invalid UTF-8", line=line, target=target) from None
 
 
-__all__ = ["PARSE_ERRORS", "decode", "parse", "parse_with_client"]
+__all__ = ["check_eof", "decode", "parse"]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from alphagate.sources import exposition
+from alphagate_lab.testing import client_parse
 
 
 def parser_ratios(text: str, *, rounds: int, budget: float = 20.0) -> dict[str, float]:
@@ -22,15 +23,13 @@ def parser_ratios(text: str, *, rounds: int, budget: float = 20.0) -> dict[str, 
         return exposition.parse(text)
 
     contenders: dict[str, Callable[[], object]] = {
-        "prometheus_client": lambda: exposition.parse_with_client(text),
-        "prometheus_client, pre-filtered": lambda: exposition.parse_with_client(
-            text, prefilter=True
-        ),
+        "prometheus_client": lambda: client_parse.parse(text),
+        "prometheus_client, pre-filtered": lambda: client_parse.parse(text, prefilter=True),
         "alphagate, first page of its shape": cold,
         "alphagate": lambda: exposition.parse(text),
         "str.splitlines (ceiling)": text.splitlines,
     }
-    reference = exposition.parse_with_client(text)
+    reference = client_parse.parse(text)
     if exposition.parse(text) != reference or cold() != reference:
         raise SystemExit("the fast parser disagrees with prometheus_client on this page")
     samples: dict[str, list[float]] = {k: [] for k in contenders}

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from alphagate.sources import exposition
+from alphagate_lab.testing import client_parse
 
 QUICK_ARGS = ["--repeat", "2", "--pods", "20"]
 """What `python -m alphagate_lab.bench --quick` passes: two rounds, a 20-pod scrape."""
@@ -70,12 +71,12 @@ def _time(fn: Callable[[], object], number: int) -> float:
 def run(text: str, *, repeat: int = 7, budget_seconds: float = 20.0) -> dict[str, float]:
     """Median seconds per page for each parser, measured in interleaved rounds."""
     contenders: dict[str, Callable[[], object]] = {
-        "prometheus_client": lambda: exposition.parse_with_client(text),
-        "prometheus_client+prefilter": lambda: exposition.parse_with_client(text, prefilter=True),
+        "prometheus_client": lambda: client_parse.parse(text),
+        "prometheus_client+prefilter": lambda: client_parse.parse(text, prefilter=True),
         "alphagate fast path": lambda: exposition.parse(text),
     }
     # Same answer first: a fast wrong parser is worth nothing.
-    reference = exposition.parse_with_client(text)
+    reference = client_parse.parse(text)
     for name, fn in contenders.items():
         if fn() != reference:
             raise SystemExit(f"{name} disagrees with prometheus_client on this page")

@@ -17,21 +17,23 @@ from rich.table import Table
 
 from alphagate.core.speedup import (
     DEFAULT_RIDGE_TOKENS,
-    alpha_for,
-    alpha_for_at,
-    breakeven_alpha,
-    breakeven_alpha_at,
     breakeven_concurrency,
-    effective_alpha,
-    max_speedup,
-    overhead_at,
     speedup,
-    speedup_at,
     tokens_per_pass,
 )
 from alphagate_lab.commands import memory as memory_cli
 from alphagate_lab.planning import decode_sim
 from alphagate_lab.planning.slices import SliceSpec, mix_alpha, parse_mix
+from alphagate_lab.planning.speedup import (
+    alpha_for,
+    alpha_for_at,
+    breakeven_alpha,
+    breakeven_alpha_at,
+    effective_alpha,
+    max_speedup,
+    overhead_at,
+    speedup_at,
+)
 
 OVERHEADS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 

@@ -7,7 +7,7 @@ acceptance rate) until the first rejection, and the target's verify pass adds on
 own (the correction or bonus token), as vLLM does. So a request gains 1 + accepted tokens per
 step, and the alpha vLLM would report (accepted / proposed) is lower than `p`.
 
-Step time model (the same roofline as :func:`alphagate.core.speedup.overhead_at`, so the
+Step time model (the same roofline as :func:`alphagate_lab.planning.speedup.overhead_at`, so the
 simulation and the closed form can check each other)::
 
     plain step:        W * (1 + (c) / ridge)                      * jitter
@@ -35,12 +35,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from alphagate.core.speedup import (
-    DEFAULT_RIDGE_TOKENS,
-    alpha_from_position_rate,
-    breakeven_alpha_at,
-    speedup_at,
-)
+from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
+from alphagate_lab.planning.speedup import alpha_from_position_rate, breakeven_alpha_at, speedup_at
 
 DEFAULT_SWEEP: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024)
 

@@ -19,17 +19,12 @@ import yaml
 
 from alphagate import config, specconfig
 from alphagate import histogram_layout as bkt
-from alphagate.core.speedup import (
-    DEFAULT_RIDGE_TOKENS,
-    breakeven_alpha,
-    breakeven_alpha_at,
-    breakeven_concurrency,
-    speedup,
-    speedup_at,
-)
-from alphagate.core.suitability import Condition, Workload, assess
+from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS, breakeven_concurrency, speedup
+from alphagate.core.suitability import Condition
 from alphagate_lab.planning import memory as mem
 from alphagate_lab.planning.slices import SliceSpec, mix_alpha
+from alphagate_lab.planning.speedup import breakeven_alpha, breakeven_alpha_at, speedup_at
+from alphagate_lab.planning.workload import Workload, assess
 
 DEFAULT_PROMETHEUS_ENDPOINT: Final = "default"
 SHORT_OUTPUT_TOKENS: Final = 50

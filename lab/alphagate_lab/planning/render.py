@@ -7,10 +7,10 @@ import json
 
 from alphagate import config, vllm
 from alphagate import histogram_layout as bkt
-from alphagate.core.speedup import alpha_for_at, speedup_at
 from alphagate_lab.planning import memory as mem
 from alphagate_lab.planning.plan import Plan, slug
 from alphagate_lab.planning.queries import WINDOW, queries, selector
+from alphagate_lab.planning.speedup import alpha_for_at, speedup_at
 
 
 def _fmt(value: float | None, spec: str = ".2f", none: str = "unreachable") -> str:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from alphagate.core.speedup import combined_alpha
+from alphagate_lab.planning.speedup import combined_alpha
 
 _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$")
 
