@@ -297,6 +297,11 @@ def _probing(ctx: Ctx) -> Decision:
         return _rollback(
             ctx, f"probe failed: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
+    if reprobe.failed_early(m) and ctx.judged and ctx.verdict is Verdict.FAIL:
+        # An early re-probe is a bet on the shape's evidence, at most one per confirmation
+        # (`ShapeMemory.spent`): one judged failing window ends it, back to its cooldown.
+        why = f"early re-probe failed: one failing window (fail streak {m.fail_streak}/{to_fail})"
+        return _rollback(ctx, why, Cause.POLICY_FAIL, advance=True)
     if ctx.judged and ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
         return ctx.go(
             State.ON,
