@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from dataclasses import replace
 from statistics import NormalDist
 from typing import Any
 
@@ -359,13 +360,12 @@ def test_a_failed_early_reprobe_keeps_the_cooldown_and_is_not_repeated() -> None
     assert d.transition is not None and d.transition.cause is Cause.EARLY_REPROBE
     m, t = d.memory, t + 300
     probing = Rollout(completed_at=t + 60, speculation_on=True)
-    for i in range(2):  # the first judged windows after the warm-up fail: alpha did not return
-        t2 = t + 480 + 300 * i
-        d = machine.step(
-            machine.StepInput(m, Verdict.FAIL, now=t2, spec=SPEC, rollout=probing, fail_kinds=[ACC])
-        )
-        m = d.memory
-    assert m.state is State.ROLLED_BACK
+    t2 = t + 480  # the first judged window after the warm-up fails: alpha did not return
+    d = machine.step(
+        machine.StepInput(m, Verdict.FAIL, now=t2, spec=SPEC, rollout=probing, fail_kinds=[ACC])
+    )
+    m = d.memory
+    assert m.state is State.ROLLED_BACK  # one window ends an early re-probe
     assert m.cooldown_until == T0 + 40_000 and m.cooldown_index == 1  # kept, not doubled
     assert m.shape.spent and "interrupted stands" in d.reason
     off = Rollout(completed_at=t2 + 60, speculation_on=False)
@@ -386,6 +386,26 @@ def test_a_failed_early_reprobe_keeps_the_cooldown_and_is_not_repeated() -> None
         machine.StepInput(probing_m, Verdict.PASS, now=t2 + 300, spec=SPEC, rollout=probing)
     )
     assert on.memory.state is State.ON and not on.memory.shape.spent
+
+
+def test_an_early_reprobe_ends_on_its_first_failing_window_an_ordinary_probe_does_not() -> None:
+    """An early re-probe is a bet on the shape's evidence (one per confirmation): its first
+    judged failing window rolls it back, where a probe after a cooldown needs two."""
+    m = rolled_back(chat_then_code(1))
+    t = T0 + 900
+    m = cooling(m, 20, 0.0, t).memory
+    d = cooling(m, 21, 0.0, t + 300)
+    assert d.transition is not None and d.transition.cause is Cause.EARLY_REPROBE
+    probing = Rollout(completed_at=t + 360, speculation_on=True)
+    first = machine.StepInput(
+        d.memory, Verdict.FAIL, now=t + 780, spec=SPEC, rollout=probing, fail_kinds=[ACC]
+    )
+    early = machine.step(first)
+    assert early.memory.state is State.ROLLED_BACK and early.action is Action.DISABLE
+    assert early.memory.cooldown_until == T0 + 40_000  # the cooldown it interrupted
+    plain = d.memory.model_copy(update={"history": ()})  # the same probe, not an early one
+    ordinary = machine.step(replace(first, memory=plain))
+    assert ordinary.memory.state is State.PROBING and ordinary.memory.fail_streak == 1
 
 
 def test_memory_with_shapes_survives_the_record() -> None:

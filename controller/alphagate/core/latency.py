@@ -12,10 +12,10 @@ episode hits one pod for a while) the pooled means of canary and baseline give
   (1 + maxRegressionRatio)? Its reverse (the speed-up's lower bound at or above
   1 / (1 + margin)) is what confirms a canary;
 * the **quantile at the layout's resolution** (core/resolution.py): the canary's share above
-  the Fail edge (the first bound at or above the upper edge of the baseline quantile's bucket
-  x (1 + margin)) tested against 1 - quantile, and its share above the Pass edge (the last
-  bound at or below the lower edge x (1 + margin)) shown at most 1 - quantile where the layout
-  resolves the margin. No limit is built from an interpolated quantile;
+  the Fail edge (the first bound >= the upper edge of the baseline quantile's bucket x (1 +
+  margin); the median pod's with 3+ baseline pods, core/reference.py) tested against 1 -
+  quantile, and its share above the Pass edge (the last bound <= the lower edge x (1 + margin))
+  shown at most 1 - quantile where the layout resolves the margin. No interpolated limit;
 * the **tail tests**: a canary at most (1 + maxRegressionRatio) times slower than the
   baseline at every quantile has, at any bucket bound b, no larger share of requests above b
   than the baseline has above b / (1 + margin), hence above the largest bound b' <= that. So
@@ -23,7 +23,6 @@ episode hits one pod for a while) the pooled means of canary and baseline give
   above the baseline's share above b' (plus a slack of maxRegressionRatio of the (1 - q) tail
   budget, so a few stray requests cannot matter). Exact under that null with any bucket
   layout, no interpolation; finer buckets (vLLM's --custom-histogram-buckets) make it sharper.
-  One test per bound.
 
 The regression tests form one family at `significance`, corrected by weighted Holm: the mean
 test and the quantile's Fail test carry 45% of the weight each, the bounds share the last 10%
@@ -42,6 +41,8 @@ from typing import Final
 
 from alphagate.core import histogram
 from alphagate.core.batching import Ratio, blocks, ratio, welch_dof
+from alphagate.core.exceedance import binomial_cdf as binomial_cdf
+from alphagate.core.exceedance import within_test as within_test
 from alphagate.core.model import (
     BoundTest,
     Buckets,
@@ -50,12 +51,11 @@ from alphagate.core.model import (
     SpeedUp,
     TailGuard,
 )
+from alphagate.core.reference import baseline_reference
 from alphagate.core.resolution import Resolution, TailWithin
-from alphagate.core.stats import betainc, binomial_sf, t_cdf, t_quantile
+from alphagate.core.stats import t_cdf, t_quantile
 
 BATCH_SECONDS: Final = 60.0
-_MAX_NEEDED: Final = 1e9  # observations: beyond this "needed" reads as never
-_BISECT: Final = 60
 MAX_SECONDS_PER_TOKEN: Final = 1e6  # a mean time per token beyond this is a corrupt counter
 # increase() extrapolates counts to fractions; below a millionth of an observation is noise
 # (and its square underflows the batch statistics)
@@ -227,90 +227,6 @@ def common_bounds(
     return sorted(frozenset.intersection(*layouts))
 
 
-def binomial_cdf(k: float, n: float, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), continuous in k and n through the incomplete beta
-    (exact at integers): the test on effective counts, which are rarely whole."""
-    if math.isnan(k) or math.isnan(n) or math.isnan(p) or not 0.0 <= p <= 1.0 or n < 0:
-        return math.nan
-    if k < 0:
-        return 0.0
-    if k >= n or p == 0.0:
-        return 1.0
-    if p == 1.0:
-        return 0.0
-    return betainc(n - k, k + 1.0, 1.0 - p)
-
-
-def _bisect(f: Callable[[float], bool], lo: float, hi: float) -> float:
-    """The point in [lo, hi] where f turns from False to True (f(hi) True), in log space when
-    both are positive; a bounded number of steps."""
-    logs = lo > 0
-    a, b = (math.log(lo), math.log(hi)) if logs else (lo, hi)
-    for _ in range(_BISECT):
-        mid = (a + b) / 2.0
-        if f(math.exp(mid) if logs else mid):
-            b = mid
-        else:
-            a = mid
-    return math.exp(b) if logs else b
-
-
-def within_test(
-    edge: float,
-    above: float,
-    total: float,
-    *,
-    expected: float,
-    significance: float,
-    se: float = math.nan,
-) -> ExceedanceTest:
-    """Both one-sided tests of a share of observations above a bucket bound against
-    `expected` (1 - quantile): significantly above (a regression), and shown at or below
-    (non-inferiority, what a Pass needs). `se` is the share's clustered standard error over
-    independent batches: its ratio to the binomial one (the design effect, at least 1) turns
-    `total` into the effective number of independent observations; NaN means independent.
-    `needed` is how many observations, at the same share and design effect, would show it
-    within (inf: the share itself is above `expected`)."""
-    nan = math.nan
-    if not (total > 0 and math.isfinite(total) and math.isfinite(above)):
-        return ExceedanceTest(edge, above, nan, expected, nan, total, nan, nan, nan, nan)
-    share = min(1.0, max(0.0, above / total))
-    deff = 1.0
-    binomial_var = share * (1.0 - share) / total
-    if binomial_var > 0 and math.isfinite(se):
-        deff = max(1.0, se * se / binomial_var)
-    n = total / deff
-    k = share * n
-    p_value = 1.0 if k <= 0 else 1.0 - binomial_cdf(k - 1.0, n, expected)
-    if abs(k - round(k)) < 1e-9 and deff == 1.0:
-        p_value = binomial_sf(round(k), round(n), expected)  # exact at whole counts
-    p_within = binomial_cdf(k, n, expected)
-    upper = 1.0
-    if share < 1.0:
-        upper = _bisect(lambda x: binomial_cdf(k, n, x) <= significance, share, 1.0)
-    needed = math.inf
-    if share < expected:
-        if p_within <= significance:
-            needed = total
-        else:
-            n_min = _bisect(
-                lambda m: binomial_cdf(share * m, m, expected) <= significance, n, _MAX_NEEDED
-            )
-            needed = n_min * deff if n_min < 0.5 * _MAX_NEEDED else math.inf
-    return ExceedanceTest(
-        edge=edge,
-        above=above,
-        fraction=share,
-        expected_fraction=expected,
-        p_value=p_value,
-        total=total,
-        effective=n,
-        upper=upper,
-        p_within=p_within,
-        needed=needed,
-    )
-
-
 def pooled(samples: Sequence[LatencySample], layout: Sequence[float]) -> Buckets | None:
     """One cumulative histogram over the samples at the common finite bounds `layout`."""
     usable = [s.buckets for s in samples if s.buckets is not None and s.buckets.total > 0]
@@ -409,7 +325,8 @@ def compare(
         canary, baseline, layout, quantile=quantile, margin=margin, batch_seconds=batch_seconds
     )
     c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
-    res = histogram.resolution_at(quantile, b_hist, margin, layout)
+    ref = baseline_reference(baseline, quantile, lambda group: pooled(group, layout))
+    res = histogram.resolution_at(quantile, ref, margin, layout)
     tail = None
     if res is not None:
         tail = tail_guard(
@@ -485,7 +402,13 @@ def _exceeds(
     if edge is None or share is None:
         return None
     return within_test(
-        edge, share.num, share.den, expected=expected, significance=significance, se=share.se
+        edge,
+        share.num,
+        share.den,
+        expected=expected,
+        significance=significance,
+        se=share.se,
+        dof=share.dof,
     )
 
 

@@ -35,7 +35,8 @@ Rules:
   needs clears the gate: `checks.decisive`) rolls back on its own judged window: it carries
   the evidence of them all, and spends at most another N a^n / 4 a day. `pace.budget` states
   the rule's bound (0.22 a day at the gate for the shipped chat policy); every policy rollback
-  carries it in its evidence.
+  carries it in its evidence. A probe an early re-probe started ends on its first judged
+  failing window (one bet per confirmation: `ShapeMemory.spent`).
 * An enable while the running pod template already carries the config (a new canary created
   speculating) restarts nothing: it is not a flip (no flip budget, no warm-up from it).
 * Manual commands override the policy's verdicts but obey its guards: an enable waits for the
@@ -297,6 +298,11 @@ def _probing(ctx: Ctx) -> Decision:
         return _rollback(
             ctx, f"probe failed: {_fail_text(ctx, to_fail)}", Cause.POLICY_FAIL, advance=True
         )
+    if reprobe.failed_early(m) and ctx.judged and ctx.verdict is Verdict.FAIL:
+        # An early re-probe is a bet on the shape's evidence, at most one per confirmation
+        # (`ShapeMemory.spent`): one judged failing window ends it, back to its cooldown.
+        why = f"early re-probe failed: one failing window (fail streak {m.fail_streak}/{to_fail})"
+        return _rollback(ctx, why, Cause.POLICY_FAIL, advance=True)
     if ctx.judged and ctx.verdict is Verdict.PASS and m.pass_streak >= to_pass:
         return ctx.go(
             State.ON,

@@ -1,0 +1,59 @@
+"""The baseline quantile the latency guard's edges stand on, robust to one pod's episode.
+
+The quantile's Pass and Fail edges (core/resolution.py) sit around the bucket holding the
+baseline's quantile. Pooled over all baseline pods, one pod's stall or burst episode (a few
+percent of its requests several times slower) lifts the pooled P99 to that episode's latency,
+and with it the Fail edge: in such a window a canary whose whole tail is 1.5x slower stays far
+below the edge, the window passes on the mean, and the fail streak starts over. One pod's
+episode is one batch, not the baseline's quantile (the same rule as `checks.decisive`).
+
+With three or more baseline pods that each carry enough requests to place their own quantile
+(at least 1 / (1 - q)), the reference is the pod whose quantile is the median of the pods'
+(its own window histogram; of an even number, the upper median); otherwise the pooled
+histogram, as before. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from alphagate.core import histogram
+from alphagate.core.model import Buckets, LatencySample
+
+MIN_PODS: Final = 3  # below this a median is no more robust than the pool
+
+
+def _by_pod(samples: Sequence[LatencySample]) -> dict[str, list[LatencySample]]:
+    pods: dict[str, list[LatencySample]] = {}
+    for s in samples:
+        if s.buckets is not None and s.buckets.total > 0:
+            pods.setdefault(s.pod, []).append(s)
+    return pods
+
+
+def baseline_reference(
+    samples: Sequence[LatencySample],
+    quantile: float,
+    pool: Callable[[Sequence[LatencySample]], Buckets | None],
+) -> Buckets | None:
+    """The histogram whose `quantile` bucket the edges stand on: the median pod's (three or
+    more pods, each with >= 1 / (1 - quantile) requests), else all pooled. `pool` pools
+    samples into one histogram at the common layout."""
+    pooled = pool(samples)
+    pods = _by_pod(samples)
+    if len(pods) < MIN_PODS or "" in pods:
+        return pooled
+    need = 1.0 / max(1.0 - quantile, 1e-12)
+    hists = [pool(group) for group in pods.values()]
+    ranked: list[tuple[float, float, Buckets]] = []
+    for h in hists:
+        if h is None or h.total < need:
+            return pooled
+        lo, hi = histogram.bracket(quantile, h)
+        if math.isnan(lo) or math.isnan(hi):
+            return pooled
+        ranked.append((hi, lo, h))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return ranked[len(ranked) // 2][2]  # the upper median: one bad pod of four moves nothing
