@@ -181,7 +181,9 @@ def _bounds(
     return alpha - half, alpha + half
 
 
-def _blocks_of_one_pod(units: Sequence[tuple[float, float]], r: Ratio) -> tuple[float, float]:
+def _blocks_of_one_pod(
+    units: Sequence[tuple[float, float]], r: Ratio, scale: float
+) -> tuple[float, float]:
     """(se, dof) for the upper bound of one pod's time blocks: the larger of the sandwich
     variance (`r`, Kish's dof) and the quasi-likelihood one, whose dof is the blocks less one.
 
@@ -199,17 +201,16 @@ def _blocks_of_one_pod(units: Sequence[tuple[float, float]], r: Ratio) -> tuple[
     let the truth below it in 5.4-6.6% of one-pod code windows without a prior (Kish's:
     3.4-3.7%); above the upper one it stays at 0-1.7%. Only for one pod: pods differ by more
     than their traffic (a pod's own drift, its stalls), so across pods the heaviest one does
-    carry the spread, and Kish's dof stay."""
-    m = len(units)
-    if m < 2 or not r.den > 0:
-        return r.se, r.dof
+    carry the spread, and Kish's dof stay. `scale`: the square root of the blocks' inflation."""
+    if not r.den > 0:
+        return r.se * scale, r.dof
     terms = [(n - r.value * d) ** 2 / (d * (1.0 - d / r.den)) for n, d in units if d < r.den]
     if len(terms) < 2:
-        return r.se, r.dof
+        return r.se * scale, r.dof
     model = math.sqrt(math.fsum(terms) / len(terms) / r.den)
     if not math.isfinite(model):
-        return r.se, r.dof
-    return max(r.se, model), max(r.dof, float(m - 1))
+        return r.se * scale, r.dof
+    return max(r.se, model) * scale, max(r.dof, float(len(terms) - 1))
 
 
 def estimate(
@@ -274,9 +275,7 @@ def estimate(
     se, dof = r.se * scale, r.dof
     own = se
     # the upper bound of one pod's time blocks (see `_blocks_of_one_pod`); pods stay Kish's
-    fail_side = _blocks_of_one_pod(units, r) if len({s.pod for s in good}) == 1 else None
-    if fail_side is not None:
-        fail_side = (fail_side[0] * scale, fail_side[1])
+    fail_side = _blocks_of_one_pod(units, r, scale) if len({s.pod for s in good}) == 1 else None
     if prior is not None and (se > 0 or prior.variance > 0):
         se, dof = moderated(se, dof, prior)
         fail_side = moderated(*fail_side, prior) if fail_side is not None else None
