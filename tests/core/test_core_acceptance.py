@@ -3,6 +3,7 @@ seeded coverage simulation that shows the 95% interval is honest (and the naive 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -145,6 +146,22 @@ def test_unequal_pods_count_for_fewer_degrees_of_freedom() -> None:
     tokens = [5000, 500, 500, 500]
     kish = sum(tokens) ** 2 / sum(t * t for t in tokens)
     assert e.dof == pytest.approx(kish - 1) and e.dof < 3
+
+
+def test_one_pods_bursty_blocks_count_one_dof_each_for_the_upper_bound_only() -> None:
+    # One pod's 30 s blocks, two full (a burst) among six near-empty: Kish's dof over their
+    # drafts are about 1.6. The same blocks as eight pods keep them; as one pod's blocks each
+    # residual is standardised by its own weight (dof 7), which narrows the upper bound (what
+    # a Fail needs). The lower bound (a Pass), the se and the dof reported stay the sandwich's.
+    cells = ((1000, 12), (900, -10), (40, 3), (30, -2), (50, 2), (20, -1), (40, -2), (30, 1))
+    one = [sample(d, 0.5 * K * d + w, start=30.0 * i) for i, (d, w) in enumerate(cells)]
+    many = [dataclasses.replace(s, pod=f"p{i}") for i, s in enumerate(one)]
+    e1 = acceptance.estimate(one, confidence=0.95, batch_seconds=30.0)
+    e8 = acceptance.estimate(many, confidence=0.95, batch_seconds=30.0)
+    assert e1 is not None and e8 is not None and e1.batches == e8.batches == 8
+    assert e8.dof < 2 and (e1.std_error, e1.dof) == (e8.std_error, e8.dof)
+    assert e1.lower == e8.lower and e1.value == e8.value
+    assert e1.upper < e1.value + 0.6 * (e8.upper - e8.value)
 
 
 def test_interval_is_clamped_to_unit_range() -> None:

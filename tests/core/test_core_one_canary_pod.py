@@ -60,10 +60,11 @@ def _observation(w: tt.Window, at: float) -> Observation:
     )
 
 
-def _run(alpha: float, seed: int, windows: int) -> list[Evaluation]:
+def _run(alpha: float, seed: int, windows: int, trace: str = "conv") -> list[Evaluation]:
     memory = Memory(state=State.ON, since=OLD, last_flip_at=OLD)
     out = []
-    for i, w in enumerate(tt.run(seed, tt.Setup(mix=tt.mix_at(alpha)), windows=windows)):
+    setup = tt.Setup(trace=trace, mix=tt.mix_at(alpha))
+    for i, w in enumerate(tt.run(seed, setup, windows=windows)):
         at = T0 + (i + 1) * SPEC.timing.window_seconds
         e = evaluate(SPEC, _observation(w, at), memory, SETTLED, now=at)
         out.append(e)
@@ -88,6 +89,24 @@ def test_the_shipped_policy_rolls_back_one_canary_pod_at_045() -> None:
         assert first.estimate.block_seconds == 30.0 and first.estimate.upper < 0.50
         assert evs[-1].action is Action.DISABLE  # within 15 minutes
         assert len(evs) <= 2
+
+
+def test_one_canary_pod_on_the_bursty_code_trace_is_rolled_back_within_three_windows() -> None:
+    # The code trace (0.65 requests/s on the pod, outputs of 13 tokens, bursts and idle gaps)
+    # fills a few of a window's ten 30 s blocks: Kish's dof over their drafts were 1.3-4, so
+    # the upper bound stayed above 0.55 for windows on end (16 of these 24 seeds rolled back
+    # within 15 minutes). The upper bound now counts each block as one dof (the quasi-
+    # likelihood dispersion, core/acceptance.py `_blocks_of_one_pod`): 20 of 24. A window's
+    # alpha itself strays 0.034 (sd) from the truth here, so no honest interval gets all.
+    last = [_run(0.45, seed, 3, trace="code")[-1].action for seed in range(24)]
+    assert sum(a is Action.DISABLE for a in last) >= 19, last
+
+
+def test_a_healthy_canary_on_the_code_trace_is_never_failed() -> None:
+    for seed in range(4):
+        evs = _run(0.62, seed, 4, trace="code")
+        assert all(e.checks[0].verdict is not Verdict.FAIL for e in evs)
+        assert all(e.action is Action.HOLD for e in evs)
 
 
 def test_the_shipped_policy_confirms_one_canary_pod_at_070() -> None:
