@@ -13,8 +13,6 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Being split (issue 23); the number is today's size, a ceiling.
 MODULES_OVER = {
-    "core/evaluate.py": 545,
-    "core/evidence.py": 505,
     "sources/prometheus.py": 662,
     "sources/scrape.py": 664,
 }

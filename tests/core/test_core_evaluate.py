@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from alphagate.config import LatencyMetric, SpeculativeCanarySpec
 from alphagate.core import acceptance, resolution
-from alphagate.core.evaluate import evaluate, tokens_per_step
+from alphagate.core.checklist import tokens_per_step
+from alphagate.core.evaluate import evaluate
 from alphagate.core.model import (
     AcceptanceEvidence,
     AcceptanceSample,

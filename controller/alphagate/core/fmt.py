@@ -1,5 +1,6 @@
 """How numbers read in the reasons people see: three significant digits, NaN and infinities
-spelled out (a reason must never print `nan` where a person expects a value)."""
+spelled out (a reason must never print `nan` where a person expects a value), and evidence
+values that survive JSON."""
 
 from __future__ import annotations
 
@@ -13,3 +14,12 @@ def number(x: float, digits: int = 3) -> str:
     if math.isinf(x):
         return "+Inf" if x > 0 else "-Inf"
     return f"{x:.{digits}g}"
+
+
+def ev(value: float) -> float | str:
+    """Evidence value that survives JSON: NaN and infinities become strings."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value

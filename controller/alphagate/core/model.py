@@ -18,23 +18,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from alphagate.core.evidence import (
     AcceptanceEvidence,
-    BoundTest,
     CheckResult,
     Estimate,
     EstimateMethod,
-    ExceedanceTest,
     FloorEvidence,
     Judgeability,
-    LatencyEvidence,
-    LatencyUndecided,
-    PoolLatency,
     SourceEvidence,
-    SpeedUp,
-    TailGuard,
     Undecided,
     Unjudgeable,
     WindowEvidence,
-    ev,
+)
+from alphagate.core.fmt import ev
+from alphagate.core.latency_evidence import (
+    BoundTest,
+    ExceedanceTest,
+    LatencyEvidence,
+    LatencyUndecided,
+    PoolLatency,
+    SpeedUp,
+    TailGuard,
 )
 from alphagate.core.spread import Spread
 from alphagate.core.vocab import (

@@ -25,8 +25,8 @@ from alphagate import config
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core import tuning, window
 from alphagate.core.evaluate import evaluate
-from alphagate.core.evidence import LatencyEvidence
 from alphagate.core.insights import analyse
+from alphagate.core.latency_evidence import LatencyEvidence
 from alphagate.core.model import CheckKind, Memory, Observation, Rollout, Verdict
 from alphagate_lab.backtest.recorded import RecordingSource
 from alphagate_lab.bench.decisions import suite
