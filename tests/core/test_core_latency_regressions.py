@@ -12,6 +12,7 @@ at 2x). A run is six disjoint 300 s windows, judged as `alphagate_lab.bench.late
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from alphagate.core.model import Verdict
@@ -114,3 +115,11 @@ def test_the_benchmark_prints_its_table(capsys: pytest.CaptureFixture[str]) -> N
     assert {(r[0], r[1], r[2]) for r in rows} == {
         (layout, kind, f"{ratio:.2f}") for layout in bench.LAYOUTS for kind, ratio in bench.CASES
     }
+
+
+def test_a_pool_with_no_stall_episodes_has_none() -> None:
+    # "stall_every=1e12" is how these tests say "no stalls"; every pod stalled once anyway.
+    rng = np.random.default_rng(0)
+    quiet = lt.Pool(rate=3.0, stall_every=1e12)
+    assert sum(len(lt._stalls(rng, quiet, 3600.0)) for _ in range(50)) == 0
+    assert sum(len(lt._stalls(rng, lt.Pool(rate=3.0), 3600.0)) for _ in range(50)) > 50

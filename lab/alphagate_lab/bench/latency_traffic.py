@@ -77,7 +77,7 @@ def tail_factor_for(ratio: float, base: Pool, share: float = 0.03, q: float = 0.
 
 
 def _stalls(rng: np.random.Generator, p: Pool, horizon: float) -> np.ndarray:
-    n = rng.poisson(horizon / p.stall_every) + 1
+    n = rng.poisson(horizon / p.stall_every)
     start = rng.uniform(-60.0, horizon, n)
     return np.stack([start, start + rng.exponential(p.stall_seconds, n)], axis=1)
 
