@@ -40,6 +40,7 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.layout import metric_of
 from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource, pool_level
+from alphagate.sources.promhold import HOLDS
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
 from alphagate.sources.promwire import Point, QueryTimeout
 from alphagate.sources.scope import namespace_of, pool_labels
@@ -238,7 +239,10 @@ def observe_many(
     for spec, namespace in zip(specs, owners, strict=True):
         for ref in pools_of(spec):
             try:
-                units.append(pool_labels(spec, ref, source.endpoint, namespace))
+                matched = pool_labels(spec, ref, source.endpoint, namespace)
+                # a held pool (sources/promhold.py) joins no shared query
+                HOLDS.check(source.hold_key(matched), f"{ref.slice}/{ref.role}")
+                units.append(matched)
             except SourceError as err:
                 units.append(err)
     batches: dict[tuple[tuple[str, ...], str], list[_Batch]] = {}
