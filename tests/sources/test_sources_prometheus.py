@@ -575,3 +575,29 @@ def test_a_held_pool_joins_no_shared_query(fake: FakeProm) -> None:
     assert pool is not None and pool.budget is BudgetKind.SERVER_COST
     assert again.pool("chat", Role.BASELINE) == first.pool("chat", Role.BASELINE)
     assert canary_asked(fake) == asked
+
+
+def test_a_batchs_shared_queries_are_asked_side_by_side(fake: FakeProm) -> None:
+    """`observe_many` asks a batch's queries at once, not one after another as its pools come
+    to need them (a read of ~20 queries lasts about its slowest, not their sum). That the
+    answers are those of a read alone is tests/sources/test_sources_prombatch_it.py's, against
+    a real Prometheus."""
+    lock = threading.Lock()
+    flying = [0, 0]  # now, most at once
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        with lock:
+            flying[0] += 1
+            flying[1] = max(flying[1], flying[0])
+        try:
+            threading.Event().wait(0.02)
+            return fake(request)
+        finally:
+            with lock:
+                flying[0] -= 1
+
+    settings = PrometheusSettings(url="http://prom.test:9090")
+    src = PrometheusSource(settings, transport=httpx.MockTransport(slow), backoff_seconds=0.0)
+    (got,) = observe_many(src, [make_spec()], start=START, end=END, interval_seconds=STEP)
+    assert flying[1] > 1
+    assert got.source_error is None and len(got.pools) == 2
