@@ -322,3 +322,32 @@ def test_a_namespace_past_its_share_of_the_parse_workers_is_refused_before_parsi
     alone, refused, victims = asyncio.run(run())
     assert alone == 12 and victims == 12  # the victim was never refused
     assert refused >= 6  # hostile/a and hostile/b are one tenant: its share is half the time
+
+
+def test_a_namespaces_many_canaries_wait_behind_another_namespaces_page() -> None:
+    """Twenty canaries of one namespace are one tenant in the parse queue: once it has parsed,
+    another namespace's page goes next, not after a turn of each of its canaries."""
+    order: list[str] = []
+    gate = threading.Event()
+
+    def job(owner: str) -> str:
+        gate.wait(5)
+        time.sleep(0.01)
+        order.append(owner)
+        return owner
+
+    async def run() -> None:
+        pool = FairPool(ThreadPoolExecutor(1), 1)
+        hostile = [
+            asyncio.ensure_future(pool.run(f"hostile/c{n}", job, f"hostile/c{n}"))
+            for n in range(10)
+        ]
+        await asyncio.sleep(0)
+        victim = asyncio.ensure_future(pool.run("llm/v", job, "llm/v"))
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(*hostile, victim)
+        pool.executor.shutdown()
+
+    asyncio.run(run())
+    assert order.index("llm/v") == 1, order  # right after the page already being parsed

@@ -171,8 +171,8 @@ class FairPool:
         self._used[owner] = max(self._used.get(owner, 0.0), floor)
 
     def _next(self) -> tuple[str, _Job[Any]] | None:
-        """The next job: of the owner with the least worker time among those under their
-        share of the workers (or any, when no other owner waits)."""
+        """The next job: of the namespace, then the owner, with the least worker time among
+        owners under their share of the workers (or any, when no other owner waits)."""
         while self._queues:
             waiting = len(self._queues)
             ready = [
@@ -180,7 +180,12 @@ class FairPool:
             ]
             if not ready:
                 return None
-            owner = min(ready, key=lambda o: self._used.get(o, 0.0))
+            now = self.clock()
+            # the namespace that parsed least lately first (twenty canaries of one namespace
+            # are one tenant: their backlog waits behind another's page), then the canary
+            owner = min(
+                ready, key=lambda o: (self._decayed(tenant_of(o), now), self._used.get(o, 0.0))
+            )
             queue = self._queues[owner]
             job = queue.popleft()
             if not queue:
