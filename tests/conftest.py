@@ -12,6 +12,9 @@ shipped_rbac  what the shipped Roles grant the controller's ServiceAccount (depl
 share a worker (its fixtures are built once), XDIST_GROUPS below puts together what must share
 one more widely, and the longest groups start first.
 
+Every test starts with no Prometheus pool held (`sources/promhold.py` is process-wide: a
+pool one test's fake refused would otherwise be held in the next).
+
 Hypothesis runs the `fast` profile (100 examples a property) unless HYPOTHESIS_PROFILE names
 another: `HYPOTHESIS_PROFILE=thorough` runs 1,000 (before a change to the parser, the
 statistics or the state machine). Neither has a deadline: these 2 cores are shared.
@@ -30,6 +33,7 @@ import yaml
 from hypothesis import settings
 
 from alphagate.config import SpeculativeCanarySpec
+from alphagate.sources.promhold import HOLDS
 from alphagate.sources.promql import recorded_name
 from alphagate_lab.sandbox.apiserver import Rbac
 from alphagate_lab.sim.fleet import Fleet
@@ -37,6 +41,15 @@ from alphagate_lab.sim.server import SimServer
 from alphagate_lab.testing.prometheus import PrometheusServer
 from fleets import BATCH_FLEET, BATCH_INTERVAL
 from specs import BASE_SPEC, spec_from
+
+
+@pytest.fixture(autouse=True)
+def _no_held_pools() -> Iterator[None]:
+    """No pool held from another test (the holds are the process's)."""
+    HOLDS.clear()
+    yield
+    HOLDS.clear()
+
 
 settings.register_profile("fast", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)

@@ -115,6 +115,9 @@ class BudgetKind(StrEnum):
     SERIES = "series"
     # a Prometheus answer with more points or labels than the controller decodes
     ANSWER = "answer"
+    # Prometheus refused (or twice gave up on) the pool's own query for its cost: held back
+    # before it is asked again (sources/promhold.py)
+    SERVER_COST = "server_cost"
 
 
 class SourceError(AlphagateError):

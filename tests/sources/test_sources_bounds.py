@@ -23,9 +23,10 @@ from alphagate.errors import SourceError, SourceErrorKind, redact
 from alphagate.sources import http
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
+from alphagate.sources.pageread import read_page
 from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.promwire import WatchedFile
-from alphagate.sources.scrape import ScrapeSource, read_page
+from alphagate.sources.scrape import ScrapeSource
 from specs import SOURCE_SPEC, spec_from
 
 PAGE = b"""# TYPE vllm:spec_decode_num_drafts counter
@@ -272,12 +273,12 @@ def test_prometheus_huge_position_label_fails_the_query() -> None:
     body = f'{{"status":"success","data":{{"resultType":"matrix","result":[{points}]}}}}'
     answer = whole("200 OK", {"Content-Type": "application/json"}, body.encode())
     with serving(answer) as server, prom(server.base) as src:
-        from alphagate.sources.prometheus import _acceptance
+        from alphagate.sources.promanswers import acceptance
         from alphagate.sources.promql import pool_queries
 
         q = pool_queries({"a": "b"}, window_seconds=60, interval_seconds=20)
         with pytest.raises(SourceError) as caught:
-            _acceptance(src, q, 1000.0, 1060.0, 20.0)
+            acceptance(src, q, 1000.0, 1060.0, 20.0)
     assert caught.value.kind in (SourceErrorKind.QUERY_ERROR, SourceErrorKind.PARSE)
 
 

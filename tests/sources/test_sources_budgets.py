@@ -19,8 +19,8 @@ from scrape_pods import FakePod, static
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation, Role
-from alphagate.errors import BudgetKind, SourceErrorKind
-from alphagate.sources import budget, scrape
+from alphagate.errors import BudgetError, BudgetKind, SourceErrorKind
+from alphagate.sources import budget, pageread, parsepool
 from alphagate.sources.budget import IN_FLIGHT, MAX_BUCKETS, MiB, ScrapeBudgets
 from alphagate.sources.cycle import Read, observe_each
 from alphagate.sources.discovery import StaticDiscovery, Target
@@ -219,13 +219,13 @@ def test_pages_are_parsed_off_the_fetch_loop(
     pods: list[FakePod], opened: list[ScrapeSource], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[str] = []
-    parse = scrape.parse_page
+    parse = pageread.parse_page
 
     def recording(*args: Any, **kw: Any) -> Any:
         threads.append(threading.current_thread().name)
         return parse(*args, **kw)
 
-    monkeypatch.setattr(scrape, "parse_page", recording)
+    monkeypatch.setattr(pageread, "parse_page", recording)
     good, base = FakePod("good"), FakePod("base")
     pods += [good, base]
     src = ScrapeSource(static([good], [base]))
@@ -285,3 +285,69 @@ def test_a_parse_cancelled_before_its_turn_is_never_run() -> None:
 
     asyncio.run(run())
     assert ran == [0]
+
+
+def test_a_namespace_past_its_share_of_the_parse_workers_is_refused_before_parsing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One namespace's pages that need more parsing than its share (the workers' time over the
+    namespaces parsing) are refused before a worker takes them, typed PARSE_TIME; another
+    namespace's never are; a namespace alone may use every worker."""
+    monkeypatch.setattr(parsepool, "SPEND_WINDOW", 0.5)
+    parsed: list[str] = []
+
+    def job(owner: str) -> str:
+        time.sleep(0.005 if owner.startswith("llm/") else 0.05)  # a victim's page is light
+        parsed.append(owner)
+        return owner
+
+    async def run() -> tuple[int, int, int]:
+        pool = FairPool(ThreadPoolExecutor(1), 1)
+        alone = 0
+        for _ in range(12):  # alone: 0.6 s of parsing, more than half the window, never refused
+            await pool.run("hostile/a", job, "hostile/a")
+            alone += 1
+        refused = victims = 0
+        for _ in range(12):  # now beside a victim namespace: share 0.25 s each
+            for owner in ("hostile/a", "hostile/b", "llm/v"):
+                try:
+                    await pool.run(owner, job, owner)
+                    victims += owner.startswith("llm/")
+                except BudgetError as err:
+                    assert err.budget is BudgetKind.PARSE_TIME and "hostile" in str(err)
+                    refused += 1
+        pool.executor.shutdown()
+        return alone, refused, victims
+
+    alone, refused, victims = asyncio.run(run())
+    assert alone == 12 and victims == 12  # the victim was never refused
+    assert refused >= 6  # hostile/a and hostile/b are one tenant: its share is half the time
+
+
+def test_a_namespaces_many_canaries_wait_behind_another_namespaces_page() -> None:
+    """Twenty canaries of one namespace are one tenant in the parse queue: once it has parsed,
+    another namespace's page goes next, not after a turn of each of its canaries."""
+    order: list[str] = []
+    gate = threading.Event()
+
+    def job(owner: str) -> str:
+        gate.wait(5)
+        time.sleep(0.01)
+        order.append(owner)
+        return owner
+
+    async def run() -> None:
+        pool = FairPool(ThreadPoolExecutor(1), 1)
+        hostile = [
+            asyncio.ensure_future(pool.run(f"hostile/c{n}", job, f"hostile/c{n}"))
+            for n in range(10)
+        ]
+        await asyncio.sleep(0)
+        victim = asyncio.ensure_future(pool.run("llm/v", job, "llm/v"))
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(*hostile, victim)
+        pool.executor.shutdown()
+
+    asyncio.run(run())
+    assert order.index("llm/v") == 1, order  # right after the page already being parsed

@@ -18,10 +18,13 @@ import pytest
 
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Role
-from alphagate.errors import SourceErrorKind
+from alphagate.errors import BudgetError, BudgetKind, SourceErrorKind
 from alphagate.sources.endpoints import PrometheusEndpoint as PrometheusSettings
+from alphagate.sources.prombatch import observe_many
 from alphagate.sources.prometheus import PrometheusSource
+from alphagate.sources.promhold import Holds, key_of
 from alphagate.sources.promql import duration, matchers, pool_queries
+from alphagate.sources.promwire import QueryTimeout, StatusError
 from specs import SOURCE_SPEC, spec_from
 
 START, END, STEP = 1000.0, 1060.0, 20.0
@@ -482,3 +485,119 @@ def test_make_source_builds_the_policy_source() -> None:
     )
     scraper = make_source(scrape_spec, namespace="llm", core_api=object())
     assert isinstance(scraper, ScrapeSource) and isinstance(scraper, Source)
+
+
+# ------------------------------------------------------------------------- held pools
+
+TOO_MANY = {
+    "status": "error",
+    "errorType": "execution",
+    "error": "query processing would load too many samples into memory in query execution",
+}
+
+
+def canary_asked(fake: FakeProm) -> int:
+    return sum(1 for _, form, _ in fake.requests if "canary" in form["query"])
+
+
+def test_a_pool_the_server_refuses_for_its_cost_is_held_not_asked_again(fake: FakeProm) -> None:
+    """Prometheus refused the canary pool's query (too many samples): the next read answers
+    that pool's SERVER_COST error without a query (it loaded the shared server every interval),
+    and the baseline pool is read as ever."""
+    fake.override = lambda q, f: httpx.Response(422, json=TOO_MANY) if "canary" in q else None
+    src = source(fake)
+    once = observe(src)
+    first = once.pool("chat", Role.CANARY)
+    assert first is not None and first.error_kind is SourceErrorKind.QUERY_ERROR
+    asked = canary_asked(fake)
+    assert asked >= 1
+    again = observe(src)
+    pool = again.pool("chat", Role.CANARY)
+    assert pool is not None and pool.budget is BudgetKind.SERVER_COST
+    assert pool.error is not None and "too many samples" in pool.error
+    assert canary_asked(fake) == asked  # nothing sent for the held pool
+    assert again.pool("chat", Role.BASELINE) == once.pool("chat", Role.BASELINE)
+    assert again.source_error is None
+
+
+def test_a_held_pool_is_asked_again_when_its_hold_ends_and_a_good_read_clears_it(
+    fake: FakeProm,
+) -> None:
+    clock = [0.0]
+    holds = Holds(clock=lambda: clock[0])
+    key = key_of("http://p", {"role": "canary"})
+    refused = StatusError(422, "too many samples", target="q", kind=SourceErrorKind.QUERY_ERROR)
+    holds.failed(key, refused, interval=2.0)
+    with pytest.raises(BudgetError) as caught:
+        holds.check(key, "chat/canary")
+    assert caught.value.budget is BudgetKind.SERVER_COST
+    clock[0] = 4.0  # two intervals: the first hold is over
+    holds.check(key, "chat/canary")
+    holds.failed(key, refused, interval=2.0)  # refused again: held twice as long
+    clock[0] = 11.9
+    with pytest.raises(BudgetError):
+        holds.check(key, "chat/canary")
+    clock[0] = 12.1
+    holds.check(key, "chat/canary")
+    holds.succeeded(key)
+    holds.failed(key, refused, interval=2.0)  # after a good read: the first hold again
+    clock[0] = 16.2
+    holds.check(key, "chat/canary")
+
+
+def test_one_server_timeout_holds_nothing_two_in_a_row_do(fake: FakeProm) -> None:
+    """A server timeout may be the server's load (every canary's): one holds nothing, so a
+    victim is not held for a stall; its pool timing out again is held."""
+    clock = [0.0]
+    holds = Holds(clock=lambda: clock[0])
+    key = key_of("http://p", {"role": "canary"})
+    gave_up = QueryTimeout(503, "timeout", target="q", kind=SourceErrorKind.TIMEOUT)
+    holds.failed(key, gave_up, interval=2.0)
+    holds.check(key, "chat/canary")  # not held
+    holds.failed(key, gave_up, interval=2.0)
+    with pytest.raises(BudgetError):
+        holds.check(key, "chat/canary")
+    other = key_of("http://p", {"role": "baseline"})
+    holds.check(other, "chat/baseline")  # no other pool is touched
+
+
+def test_a_held_pool_joins_no_shared_query(fake: FakeProm) -> None:
+    """In a batch (`observe_many`), a held pool is left out of the shared queries: nothing
+    sent matches it, and the batch's other pools are answered."""
+    fake.override = lambda q, f: httpx.Response(422, json=TOO_MANY) if "canary" in q else None
+    src = source(fake)
+    (first,) = observe_many(src, [make_spec()], start=START, end=END, interval_seconds=STEP)
+    refused = first.pool("chat", Role.CANARY)
+    assert refused is not None and refused.error_kind is SourceErrorKind.QUERY_ERROR
+    asked = canary_asked(fake)
+    (again,) = observe_many(src, [make_spec()], start=START, end=END, interval_seconds=STEP)
+    pool = again.pool("chat", Role.CANARY)
+    assert pool is not None and pool.budget is BudgetKind.SERVER_COST
+    assert again.pool("chat", Role.BASELINE) == first.pool("chat", Role.BASELINE)
+    assert canary_asked(fake) == asked
+
+
+def test_a_batchs_shared_queries_are_asked_side_by_side(fake: FakeProm) -> None:
+    """`observe_many` asks a batch's queries at once, not one after another as its pools come
+    to need them (a read of ~20 queries lasts about its slowest, not their sum). That the
+    answers are those of a read alone is tests/sources/test_sources_prombatch_it.py's, against
+    a real Prometheus."""
+    lock = threading.Lock()
+    flying = [0, 0]  # now, most at once
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        with lock:
+            flying[0] += 1
+            flying[1] = max(flying[1], flying[0])
+        try:
+            threading.Event().wait(0.02)
+            return fake(request)
+        finally:
+            with lock:
+                flying[0] -= 1
+
+    settings = PrometheusSettings(url="http://prom.test:9090")
+    src = PrometheusSource(settings, transport=httpx.MockTransport(slow), backoff_seconds=0.0)
+    (got,) = observe_many(src, [make_spec()], start=START, end=END, interval_seconds=STEP)
+    assert flying[1] > 1
+    assert got.source_error is None and len(got.pools) == 2

@@ -39,8 +39,9 @@ from alphagate.core.model import (
 )
 from alphagate.errors import SourceErrorKind
 from alphagate.sources.endpoints import PrometheusEndpoint
+from alphagate.sources.promanswers import RECORDED_LAG_EVALUATIONS
 from alphagate.sources.prombatch import observe_many
-from alphagate.sources.prometheus import RECORDED_LAG_EVALUATIONS, PrometheusSource
+from alphagate.sources.prometheus import PrometheusSource
 from alphagate.sources.promql import recorded_name
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.server import SimServer

@@ -18,7 +18,8 @@ from alphagate.core.model import Role
 from alphagate.errors import SourceErrorKind
 from alphagate.sources.common import PoolRef
 from alphagate.sources.discovery import KubeDiscovery
-from alphagate.sources.scrape import ScrapeSource, read_page
+from alphagate.sources.pageread import read_page
+from alphagate.sources.scrape import ScrapeSource
 from alphagate_lab.sandbox.apiserver import Rbac
 from specs import SOURCE_SPEC, spec_from
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +24,7 @@ from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.sources.common import PoolRef
 from alphagate.sources.cycle import Read, observe_each
 from alphagate.sources.discovery import StaticDiscovery, Target
+from alphagate.sources.pageread import Scraped
 from alphagate.sources.scrape import Plan, ScrapeSource
 from specs import SOURCE_SPEC, spec_from
 
@@ -63,7 +64,7 @@ class BrokenDiscovery:
 class AssemblyBug(ScrapeSource):
     """A source whose assembly raises (after its pods were fetched in the wave)."""
 
-    def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
+    def finish(self, plan: Plan, scraped: Mapping[str, Scraped]) -> Observation:
         raise RuntimeError("assembly bug")
 
 

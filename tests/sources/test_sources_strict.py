@@ -13,7 +13,7 @@ from alphagate.sources import exposition
 from alphagate.sources.exposition import parse
 from alphagate.sources.increments import check_page
 from alphagate.sources.page import Counter, Hist
-from alphagate.sources.scrape import parse_page
+from alphagate.sources.pageread import parse_page
 
 ITL = "vllm:inter_token_latency_seconds"
 SPEC = (

@@ -24,7 +24,8 @@ from alphagate.errors import SourceErrorKind
 from alphagate.sources.discovery import StaticDiscovery, Target
 from alphagate.sources.layout import page_layout
 from alphagate.sources.page import Counter
-from alphagate.sources.scrape import ScrapeSource, parse_page
+from alphagate.sources.pageread import parse_page
+from alphagate.sources.scrape import ScrapeSource
 from specs import SOURCE_SPEC, spec_from
 
 ROWS = vllm_compat.releases()

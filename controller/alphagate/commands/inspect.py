@@ -35,7 +35,7 @@ from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
 from alphagate.sources.common import HistSum, redact_url
 from alphagate.sources.page import Counter, Hist, Page, Series
-from alphagate.sources.scrape import read_page_layout
+from alphagate.sources.pageread import read_page_layout
 
 QUANTILES = (0.5, 0.99)
 GUARD_QUANTILES = (0.99, 0.95)

@@ -51,6 +51,23 @@ def deadline(seconds: float, *, budget: str | None = None) -> Iterator[float]:
         _local.deadline, _local.budget = outer, outer_budget
 
 
+def current() -> tuple[float | None, str | None]:
+    """This thread's deadline (absolute, monotonic) and its budget's description, to carry to
+    a thread that works for the same read (`carry`)."""
+    return getattr(_local, "deadline", None), getattr(_local, "budget", None)
+
+
+@contextlib.contextmanager
+def carry(held: tuple[float | None, str | None]) -> Iterator[None]:
+    """Run under another thread's deadline (`current()`), as if it were this thread's."""
+    end, budget = held
+    if end is None:
+        yield
+        return
+    with deadline(end - time.monotonic(), budget=budget):
+        yield
+
+
 def budget_spent() -> str | None:
     """When this thread's binding deadline is a read's budget (`deadline(budget=...)`) and has
     (all but) passed: its description; else None (a request's own deadline, or time left)."""

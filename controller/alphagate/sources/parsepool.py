@@ -14,6 +14,14 @@ side with `python -m alphagate_lab.bench.parsing`. Threads keep the victims' GET
 cores (the loop thread takes the GIL back every switch interval, 5 ms) at no memory cost;
 processes cost a whole interpreter each (~45 MiB) and a pickled Page per job.
 
+Turns decide who goes first, not how much: a tenant whose pages need more parsing than the
+machine has would still take a worker every turn it is owed, and its parsing holds the GIL the
+victims' parsing and the fetch loop need. So each namespace (a tenant: twenty canaries of one
+namespace are one tenant) has a share of the workers' time over the last `SPEND_WINDOW` seconds
+(decaying): the workers' time over the namespaces parsing in that window. A page of a namespace
+past its share, while another namespace parses, is refused before it is parsed
+(BudgetError PARSE_TIME, that pod only), never after; alone, a namespace may use every worker.
+
 A job cancelled before a worker took it (its read's deadline passed) is dropped at once, its
 page let go; one already running finishes and its result is discarded.
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import threading
 import time
 from collections import deque
@@ -30,12 +39,22 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from alphagate.errors import BudgetError, BudgetKind
 from alphagate.sources.budget import budgets
 
 R = TypeVar("R")
 
 MAX_OWNERS = 4096
 """Owners whose worker time is remembered (about one per canary)."""
+SPEND_WINDOW = 10.0
+"""Seconds over which a namespace's parsing is weighed against its share (a decaying sum)."""
+IDLE_SPEND = 0.01
+"""Worker seconds (decayed) under which a namespace no longer counts as parsing."""
+
+
+def tenant_of(owner: str) -> str:
+    """The namespace of an owner ``namespace/name`` (an owner without one is its own)."""
+    return owner.split("/", 1)[0] if "/" in owner else owner
 
 
 @dataclass(slots=True)
@@ -52,6 +71,7 @@ class PoolStats:
     jobs: int = 0
     dropped: int = 0  # cancelled while queued: never parsed
     max_queued: int = 0
+    refused: int = 0  # refused before parsing: the namespace past its share
     by_owner: dict[str, int] = field(default_factory=dict)
 
 
@@ -72,13 +92,45 @@ class FairPool:
         self._queues: dict[str, deque[_Job[Any]]] = {}
         self._running: dict[str, int] = {}
         self._used: dict[str, float] = {}  # owner -> worker seconds (level when it comes back)
+        self._spent: dict[str, tuple[float, float]] = {}  # tenant -> (decayed seconds, at)
+        self.clock = time.monotonic
         self.stats = PoolStats()
+
+    def _decayed(self, tenant: str, now: float) -> float:
+        spent, at = self._spent.get(tenant, (0.0, now))
+        return spent * math.exp(-(now - at) / SPEND_WINDOW)
+
+    def share(self, now: float) -> tuple[float, int]:
+        """A tenant's share of the workers' time over the window, and the tenants parsing."""
+        parsing = {t for t, _ in self._spent.items() if self._decayed(t, now) > IDLE_SPEND}
+        parsing |= {tenant_of(o) for o in (*self._queues, *self._running)}
+        n = max(1, len(parsing))
+        return self.workers * SPEND_WINDOW / n, n
+
+    def check_share(self, owner: str) -> None:
+        """Refuse `owner`'s next page (PARSE_TIME) when its namespace is past its share of the
+        workers' time while another namespace parses too."""
+        now = self.clock()
+        tenant = tenant_of(owner)
+        spent = self._decayed(tenant, now)
+        share, n = self.share(now)
+        if n > 1 and spent > share:
+            self.stats.refused += 1
+            raise BudgetError(
+                BudgetKind.PARSE_TIME,
+                f"namespace {tenant}'s pages took {spent:.1f}s of the parse workers over the "
+                f"last ~{SPEND_WINDOW:g}s, over its share of {share:.1f}s ({self.workers} "
+                f"workers shared by {n} namespaces parsing): refused before parsing",
+            )
 
     def queued(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
     async def run(self, owner: str, fn: Callable[..., R], *args: Any) -> R:
-        """`fn(*args)` on a worker, once the owners that used less worker time have gone."""
+        """`fn(*args)` on a worker, once the owners that used less worker time have gone.
+        Raises BudgetError (PARSE_TIME) at once when the owner's namespace is past its share
+        (`check_share`)."""
+        self.check_share(owner)
         loop = asyncio.get_running_loop()
         job: _Job[R] = _Job(fn, args, loop.create_future())
         if owner not in self._queues and not self._running.get(owner):
@@ -119,8 +171,8 @@ class FairPool:
         self._used[owner] = max(self._used.get(owner, 0.0), floor)
 
     def _next(self) -> tuple[str, _Job[Any]] | None:
-        """The next job: of the owner with the least worker time among those under their
-        share of the workers (or any, when no other owner waits)."""
+        """The next job: of the namespace, then the owner, with the least worker time among
+        owners under their share of the workers (or any, when no other owner waits)."""
         while self._queues:
             waiting = len(self._queues)
             ready = [
@@ -128,7 +180,12 @@ class FairPool:
             ]
             if not ready:
                 return None
-            owner = min(ready, key=lambda o: self._used.get(o, 0.0))
+            now = self.clock()
+            # the namespace that parsed least lately first (twenty canaries of one namespace
+            # are one tenant: their backlog waits behind another's page), then the canary
+            owner = min(
+                ready, key=lambda o: (self._decayed(tenant_of(o), now), self._used.get(o, 0.0))
+            )
             queue = self._queues[owner]
             job = queue.popleft()
             if not queue:
@@ -161,7 +218,14 @@ class FairPool:
         self._running[owner] -= 1
         if not self._running[owner]:
             del self._running[owner]
-        self._used[owner] = self._used.get(owner, 0.0) + time.monotonic() - began
+        now = time.monotonic()
+        self._used[owner] = self._used.get(owner, 0.0) + now - began
+        tenant = tenant_of(owner)
+        self._spent[tenant] = (self._decayed(tenant, self.clock()) + now - began, self.clock())
+        if len(self._spent) > MAX_OWNERS:
+            self._spent = {
+                t: v for t, v in self._spent.items() if self._decayed(t, now) > IDLE_SPEND
+            }
         if not job.done.done():
             if result.cancelled():
                 job.done.cancel()
@@ -196,4 +260,4 @@ def use_pool(pool: FairPool | None) -> FairPool | None:
     return old
 
 
-__all__ = ["FairPool", "PoolStats", "parse_pool", "use_pool"]
+__all__ = ["SPEND_WINDOW", "FairPool", "PoolStats", "parse_pool", "tenant_of", "use_pool"]

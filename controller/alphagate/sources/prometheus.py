@@ -31,7 +31,6 @@ are retried, a bounded number of times.
 from __future__ import annotations
 
 import json
-import math
 import ssl
 import time
 from collections.abc import Mapping
@@ -43,45 +42,39 @@ import tenacity
 from alphagate import vllm
 from alphagate.config import LatencyMetric, PrometheusSettings, SpeculativeCanarySpec
 from alphagate.core.model import (
-    AcceptanceSample,
-    Buckets,
-    LatencySample,
-    NoData,
     Observation,
     PoolObservation,
-    RequestLives,
     Role,
 )
 from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
 from alphagate.sources import http
 from alphagate.sources.common import (
-    MAX_POSITIONS,
-    HistSum,
     PoolRef,
     budget_of,
     check_finite,
     failed_observation,
     failed_pool,
-    has_drafts,
-    per_position_tuple,
     pools_of,
     redact_url,
-    sorted_samples,
 )
 from alphagate.sources.endpoints import PrometheusEndpoint, SourcesConfig
-from alphagate.sources.layout import layout_error, metric_of
-from alphagate.sources.page_builder import parse_number
+from alphagate.sources.layout import metric_of
+from alphagate.sources.promanswers import (
+    acceptance,
+    buckets,
+    latency_samples,
+    layout_check,
+    lives,
+    recorded_reach,
+    running,
+)
+from alphagate.sources.promhold import HOLDS, Key, key_of
 from alphagate.sources.promql import (
-    LATENCY_FAMILIES,
-    RECORDED,
-    RULE_LABEL,
-    PoolQueries,
     duration,
     label_name,
     matchers,
     parse_duration,
     pool_queries,
-    recorded_name,
 )
 from alphagate.sources.promwire import (
     Asker,
@@ -95,7 +88,6 @@ from alphagate.sources.promwire import (
     ts,
 )
 from alphagate.sources.scope import check_scope, pool_labels
-from alphagate.vllm_compat import layout_of
 
 POOL_LEVEL: Final = frozenset(
     (
@@ -112,13 +104,8 @@ POOL_LEVEL: Final = frozenset(
 def pool_level(err: SourceError) -> bool:
     """The failure concerns one pool's query (its kind, or an answer too large to decode),
     not the server: the other pools are still read."""
-    return err.kind in POOL_LEVEL or budget_of(err) is BudgetKind.ANSWER
+    return err.kind in POOL_LEVEL or budget_of(err) in (BudgetKind.ANSWER, BudgetKind.SERVER_COST)
 
-
-RECORDED_LAG_EVALUATIONS: Final = 2
-"""Recorded rates whose newest point is older than this many rule intervals at the window's
-end are stale: one evaluation late is the rules' own pace (a point is written after its group
-ran), two missed mean the rules are behind (or stopped)."""
 
 SCRAPE_PROBE_SECONDS: Final = 600.0
 """The targets' scrape intervals are read again at most this often (one request)."""
@@ -430,6 +417,32 @@ class PrometheusSource:
         ask: Asker | None = None,
         metric: LatencyMetric | None = None,
     ) -> PoolObservation:
+        """`_read_pool`, unless the pool is held for what its own queries cost the server
+        (`sources/promhold.py`): then its SERVER_COST error, no query sent."""
+        key = self.hold_key(labels)
+        HOLDS.check(key, f"{ref.slice}/{ref.role}")
+        try:
+            got = self._read_pool(ref, labels, start, end, interval, ask, metric)
+        except SourceError as err:
+            HOLDS.failed(key, err, interval)
+            raise
+        HOLDS.succeeded(key)
+        return got
+
+    def hold_key(self, labels: Mapping[str, str]) -> Key:
+        """The pool's key among held pools: this endpoint and its matchers."""
+        return key_of(self.base_url, labels)
+
+    def _read_pool(
+        self,
+        ref: PoolRef,
+        labels: Mapping[str, str],
+        start: float,
+        end: float,
+        interval: float,
+        ask: Asker | None = None,
+        metric: LatencyMetric | None = None,
+    ) -> PoolObservation:
         """One pool's observation over its matchers `labels` (`labels_of`); `ask` answers its
         queries (default: this source, one query each; a batch answers them from queries
         shared by many pools). `metric`: the latency the policy judges; a pool without its
@@ -443,7 +456,7 @@ class PrometheusSource:
         )
         ask = ask or self
         if every is not None:
-            _recorded_reach(ask, q, end, every, f"{ref.slice}/{ref.role}")
+            recorded_reach(ask, q, end, every, f"{ref.slice}/{ref.role}")
         gen = ask.query(q.generation_tokens, at=end)
         if not gen:
             raise SourceError(
@@ -453,11 +466,11 @@ class PrometheusSource:
                 target=f"{ref.slice}/{ref.role}",
             )
         check_finite((p.value for p in gen), vllm.GENERATION_TOKENS, q.generation_tokens)
-        samples, spec_series, no_data = _acceptance(ask, q, start, end, interval)
-        itl = _buckets(ask, q.itl_buckets, q.itl_sum, end)
-        tpot = _buckets(ask, q.tpot_buckets, q.tpot_sum, end)
+        samples, spec_series, no_data = acceptance(ask, q, start, end, interval)
+        itl = buckets(ask, q.itl_buckets, q.itl_sum, end)
+        tpot = buckets(ask, q.tpot_buckets, q.tpot_sum, end)
         if metric is not None and (tpot if metric is LatencyMetric.PER_TOKEN else itl) is None:
-            _layout_check(ask, q.latency_present, metric, end, f"{ref.slice}/{ref.role}")
+            layout_check(ask, q.latency_present, metric, end, f"{ref.slice}/{ref.role}")
         return PoolObservation(
             slice=ref.slice,
             role=ref.role,
@@ -465,198 +478,14 @@ class PrometheusSource:
             generation_tokens=sum(p.value for p in gen),
             itl=itl,
             tpot=tpot,
-            tpot_samples=_latency_samples(ask, q, start, end, interval),
+            tpot_samples=latency_samples(ask, q, start, end, interval),
             pods=len({pod_of(p.labels) for p in gen}),
             spec_series=spec_series,
             no_data=no_data,
-            output_lengths=_buckets(ask, q.output_length_buckets, q.output_length_sum, end),
-            running=_running(ask, q.running, end),
-            lives=_lives(ask, q, end) if ref.role is Role.CANARY and samples else None,
+            output_lengths=buckets(ask, q.output_length_buckets, q.output_length_sum, end),
+            running=running(ask, q.running, end),
+            lives=lives(ask, q, end) if ref.role is Role.CANARY and samples else None,
         )
 
 
-def _layout_check(ask: Asker, expr: str, metric: LatencyMetric, at: float, where: str) -> None:
-    """Raise the pool's EMPTY error when its pods' latency families are a vLLM layout too old
-    for the guard's `metric` (vllm_compat); nothing for a layout it cannot place."""
-    names = {
-        vllm.unescaped(p.labels.get("__name__", "")).removesuffix(vllm.COUNT)
-        for p in ask.query(expr, at=at)
-    }
-    seen = layout_of(
-        {*names, vllm.base(vllm.GENERATION_TOKENS)},
-        examined={*LATENCY_FAMILIES, vllm.base(vllm.GENERATION_TOKENS)},
-    )
-    err = layout_error([seen], metric, where)
-    if err is not None:
-        raise err
-
-
-def _recorded_reach(ask: Asker, q: PoolQueries, end: float, every: float, where: str) -> None:
-    """Raise STALE unless every recorded rate the pool reads reaches the window's end.
-
-    The recorded points of a window are summed as its counts, whatever their number: with
-    the rules behind (a slow group skips evaluations and writes late), stopped or removed, a
-    window would be judged on its older part, or on none, as if that were all that happened;
-    with one rule missing or behind (a hand-edited rules file), its counter alone is short
-    (accepted tokens short of drafts read as a low alpha). So each rule's newest point (over
-    the pool's pods) must be at most RECORDED_LAG_EVALUATIONS rule intervals old at `end`,
-    and a rule with no series while the pool has its raw counters is missing. A counter the
-    pods do not export (no speculation, an older vLLM) has nothing to check."""
-    newest: dict[str, float] = {}
-    for p in ask.query(q.recorded_at, at=end):
-        rule = p.labels.get(RULE_LABEL, "")
-        newest[rule] = max(newest.get(rule, p.value), p.value)
-    allowed = RECORDED_LAG_EVALUATIONS * every
-    behind = {r: end - t for r, t in newest.items() if end - t > allowed + 1e-3}
-    missing: list[str] = []
-    if len(newest) < len(RECORDED):
-        raw = {
-            recorded_name(p.labels.get("__name__", ""))
-            for p in ask.query(q.traffic_present, at=end)
-            if p.value > 0
-        }
-        missing = sorted(raw - newest.keys())
-    if behind:
-        lag = max(behind.values())
-        why = (
-            f"the recorded rates end up to {lag:.1f}s before the window's end (at most "
-            f"{allowed:g}s, {RECORDED_LAG_EVALUATIONS} rule intervals) for "
-            f"{', '.join(sorted(behind))}: the recording rules are behind; see "
-            f"prometheus_rule_group_last_duration_seconds"
-        )
-    elif missing:
-        why = (
-            f"no recorded rates ({', '.join(missing)}) although the pods' counters exist: are "
-            f"the recording rules (alphagate-batches.yaml) installed, every rule of them?"
-        )
-    else:
-        return
-    raise SourceError(SourceErrorKind.STALE, why, target=where)
-
-
-def _lives(ask: Asker, q: PoolQueries, at: float) -> RequestLives | None:
-    """The pool's decode times over the window (what sizes alpha's blocks); None when the
-    pods export none or no request finished."""
-    h = _buckets(ask, q.decode_time_buckets, q.decode_time_sum, at)
-    return RequestLives(h) if h is not None and h.total > 0 else None
-
-
-def _running(ask: Asker, expr: str, at: float) -> float | None:
-    """Requests running per pod, averaged over the window; None when not exported."""
-    points = ask.query(expr, at=at)
-    if not points:
-        return None
-    check_finite((p.value for p in points), vllm.RUNNING, expr)
-    return points[0].value
-
-
-def _acceptance(
-    ask: Asker, q: PoolQueries, start: float, end: float, interval: float
-) -> tuple[tuple[AcceptanceSample, ...], bool, NoData | None]:
-    """The batches, whether spec-decode series exist, and why there are no batches."""
-    first = min(start + interval, end)
-    series: dict[str, dict[tuple[str, float], float]] = {}
-    for name, expr in (
-        ("drafts", q.drafts),
-        ("draft_tokens", q.draft_tokens),
-        ("accepted", q.accepted),
-    ):
-        points = ask.query_range(expr, start=first, end=end, step=interval)
-        check_finite((p.value for p in points), name, expr)
-        series[name] = {(pod_of(p.labels), p.at): p.value for p in points}
-    if not series["drafts"]:
-        # no series (speculation off: expected) or series with too few scrapes per interval
-        present = ask.query(q.spec_present, at=end) if q.spec_present else []
-        if any(p.value > 0 for p in present):
-            return (), True, NoData.SPARSE_SCRAPES
-        return (), False, None
-    per_pos: dict[tuple[str, float], dict[int, float]] = {}
-    for p in ask.query_range(q.per_position, start=first, end=end, step=interval):
-        check_finite((p.value,), "per_position", q.per_position)
-        pos = p.labels.get(vllm.POSITION, "")
-        if not (pos.isascii() and pos.isdigit()):
-            continue  # not a draft position: not a series we can use
-        if len(pos) > 4 or int(pos) >= MAX_POSITIONS:
-            raise SourceError(
-                SourceErrorKind.QUERY_ERROR,
-                f"draft position {pos[:12]!r} is beyond the {MAX_POSITIONS} alphagate accepts",
-                target=q.per_position,
-            )
-        per_pos.setdefault((pod_of(p.labels), p.at), {})[int(pos)] = p.value
-    out = []
-    for key, drafts in series["drafts"].items():
-        pod, at = key
-        if key not in series["draft_tokens"] or key not in series["accepted"]:
-            continue  # a point without all three counters cannot be a batch
-        sample = AcceptanceSample(
-            drafts=drafts,
-            draft_tokens=series["draft_tokens"][key],
-            accepted_tokens=series["accepted"][key],
-            per_position=per_position_tuple(per_pos.get(key, {})),
-            pod=pod,
-            start=at - interval,
-            end=at,
-        )
-        if has_drafts(sample):
-            out.append(sample)
-    return sorted_samples(out), True, (None if out else NoData.NO_TRAFFIC)
-
-
-def _latency_samples(
-    ask: Asker, q: PoolQueries, start: float, end: float, interval: float
-) -> tuple[LatencySample, ...]:
-    """Per pod per interval TPOT increments (exact _sum, bucket counts): guard batches."""
-    if not q.tpot_pod_buckets:
-        return ()
-    first = min(start + interval, end)
-    counts: dict[tuple[str, float], dict[float, float]] = {}
-    for p in ask.query_range(q.tpot_pod_buckets, start=first, end=end, step=interval):
-        check_finite((p.value,), "histogram buckets", q.tpot_pod_buckets)
-        try:
-            le = parse_number(p.labels.get(vllm.LE, "NaN"))
-        except ValueError:
-            continue
-        if not math.isnan(le):
-            counts.setdefault((pod_of(p.labels), p.at), {})[le] = p.value
-    if not counts:
-        return ()
-    sums = {}
-    for p in ask.query_range(q.tpot_pod_sum, start=first, end=end, step=interval):
-        check_finite((p.value,), "histogram sum", q.tpot_pod_sum)
-        sums[(pod_of(p.labels), p.at)] = p.value
-    out = []
-    for (pod, at), by_le in counts.items():
-        bounds = tuple(sorted(by_le))
-        total = by_le.get(math.inf, 0.0)
-        if (pod, at) not in sums or not total > 0 or bounds[-1] != math.inf:
-            continue
-        out.append(
-            LatencySample(
-                count=total,
-                sum=sums[(pod, at)],
-                buckets=Buckets(bounds=bounds, counts=tuple(by_le[b] for b in bounds)),
-                pod=pod,
-                start=at - interval,
-                end=at,
-            )
-        )
-    return tuple(sorted(out, key=lambda t: (t.pod, t.start)))
-
-
-def _buckets(ask: Asker, buckets_expr: str, sum_expr: str, at: float) -> Buckets | None:
-    points = ask.query(buckets_expr, at=at)
-    if not points:
-        return None
-    check_finite((p.value for p in points), "histogram buckets", buckets_expr)
-    acc = HistSum()
-    for p in points:
-        try:
-            le = parse_number(p.labels.get(vllm.LE, "NaN"))
-        except ValueError:
-            continue
-        if not math.isnan(le):
-            acc.add({le: p.value})
-    totals = ask.query(sum_expr, at=at)
-    check_finite((p.value for p in totals), "histogram sum", sum_expr)
-    acc.sum = sum(p.value for p in totals) if totals else math.nan
-    return acc.to_buckets()
+__all__ = ["POOL_LEVEL", "SCRAPE_PROBE_SECONDS", "PrometheusSource", "pool_level"]

@@ -31,28 +31,23 @@ A read is three steps: :meth:`ScrapeSource.plan` (discovery), the GETs, and
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from alphagate import files, vllm_compat
 from alphagate.config import LatencyMetric, ScrapeSettings, SpeculativeCanarySpec
 from alphagate.core.model import (
-    AcceptanceSample,
-    LatencySample,
-    NoData,
     Observation,
     PoolObservation,
-    RequestLives,
     Role,
 )
 from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
-from alphagate.sources import exposition, http
+from alphagate.sources import http
 from alphagate.sources import layout as pagelayout
+from alphagate.sources.assemble import assemble
 from alphagate.sources.budget import (
     CELL_BYTES,
     FIRST_PAGE_BYTES,
@@ -65,89 +60,17 @@ from alphagate.sources.budget import (
 )
 from alphagate.sources.common import (
     SERIES_LABELS,
-    HistSum,
     PoolRef,
     budget_of,
     failed_pool,
-    has_drafts,
-    per_position_tuple,
     pools_of,
-    sorted_samples,
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
-from alphagate.sources.increments import PodState, check_page, latency_sample
-from alphagate.sources.page import Hist, Page
+from alphagate.sources.increments import PodState
+from alphagate.sources.pageread import ACCEPT, Scraped, scraped
 from alphagate.sources.parsepool import parse_pool
-from alphagate.sources.podmemory import check_buckets, increment_cells, kept_cells, series_cells
-
-ACCEPT: Final = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
-"""Ask for the classic text format: no OpenMetrics name escaping (vllm-metrics.md §5)."""
-
-
-# --------------------------------------------------------------------------- fetching
-
-
-@dataclass(frozen=True, slots=True)
-class Scraped:
-    """One scrape: the page or the classified failure."""
-
-    target: Target
-    at: float
-    page: Page | None = None
-    error: SourceError | None = None
-    layout: vllm_compat.Layout | None = None  # only for a page lacking a latency histogram
-
-
-def scraped(target: Target, body: bytes, content_type: str, at: float) -> Scraped:
-    """A page's bytes -> Scraped: the page, or the classified reason it cannot be read.
-    Whatever is wrong with this page fails this pod only."""
-    where = where_of(target)
-    try:
-        page = parse_page(body, content_type=content_type, where=where)
-        check_buckets(page, where)  # each bucket is kept per pod per interval
-        if not pagelayout.needs_layout(page):
-            return Scraped(target, at, page=page)
-        text = exposition.decode(body, target=where)
-        return Scraped(target, at, page=page, layout=pagelayout.page_layout(page, text))
-    except SourceError as exc:
-        return Scraped(target, at, error=exc)
-    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
-        # The parser met something it did not expect (e.g. a non-ASCII digit in a label it
-        # converts): this page is bad, the other pods are not.
-        bad = SourceError(SourceErrorKind.PARSE, f"cannot read the page: {exc!r}", target=where)
-        return Scraped(target, at, error=bad)
-
-
-def parse_page(body: bytes, *, content_type: str = "", where: str, strict: bool = False) -> Page:
-    """A page's bytes -> Page, refusing what is not the text format and bad values."""
-    _not_json(body, content_type, where)
-    page = exposition.parse(exposition.decode(body, target=where), target=where, strict=strict)
-    check_page(page.series.values(), where)
-    return page
-
-
-def _not_json(body: bytes, content_type: str, where: str) -> None:
-    """A JSON body (an API endpoint, a Prometheus answer) parses as an empty page: refuse it."""
-    if "json" in content_type.lower():
-        raise SourceError(
-            SourceErrorKind.PARSE,
-            f"got {content_type.split(';')[0].strip()}, not the Prometheus text format "
-            "(is this the /metrics path?)",
-            target=where,
-        )
-    head = body[:64].lstrip()
-    if head[:1] in (b"{", b"[") and body.rstrip()[-1:] in (b"}", b"]"):
-        try:
-            json.loads(body)
-        except ValueError:
-            return
-        raise SourceError(
-            SourceErrorKind.PARSE,
-            "the body is JSON, not the Prometheus text format (is this the /metrics path?)",
-            target=where,
-        )
-
+from alphagate.sources.podmemory import increment_cells, kept_cells, series_cells
 
 # --------------------------------------------------------------------------- the source
 
@@ -291,7 +214,10 @@ class ScrapeSource:
         async def parse(target: Target, body: bytes, ctype: str) -> Scraped:
             largest[0] = max(largest[0], len(body))
             # off the fetch loop, the canaries taken in turn (sources.parsepool)
-            got = await pool.run(owner, scraped, target, body, ctype, clock())
+            try:
+                got = await pool.run(owner, scraped, target, body, ctype, clock())
+            except BudgetError as err:  # its namespace is past its share of the parse workers
+                return Scraped(target, clock(), error=err)
             if got.page is None:
                 return got
             try:  # the parsed page is held until `finish`: the canary's memory in flight
@@ -449,7 +375,7 @@ class ScrapeSource:
         old = pagelayout.layout_error(layouts, metric, where)
         if old is not None:  # a vLLM too old for the guard: say which release it needs
             return failed_pool(ref.slice, ref.role, old, pods=len(ok))
-        return self._assemble(ref, start, ok)
+        return assemble(self._states, ref, start, ok)
 
     def _update(
         self,
@@ -485,70 +411,6 @@ class ScrapeSource:
         self._cells += new_last - old_last + added
         return result
 
-    def _assemble(self, ref: PoolRef, start: float, ok: set[str]) -> PoolObservation:
-        samples: list[AcceptanceSample] = []
-        tpot_samples: list[LatencySample] = []
-        gen = 0.0
-        hists = {h: HistSum() for h in Hist}
-        running: dict[str, list[float]] = {}
-        pods = set(ok)
-        spec_series = False  # spec-decode series on a pod now, or in an increment of the window
-        spec_increments = 0
-        for (slice_name, role, pod), state in self._states.items():
-            if slice_name != ref.slice or role is not ref.role:
-                continue
-            if pod in ok and state.last is not None:
-                spec_series = spec_series or any(s.speculating for s in state.last.values())
-            for inc in state.ring:
-                if (inc.start + inc.end) / 2 <= start:
-                    continue
-                pods.add(pod)
-                gen += inc.generation_tokens
-                if inc.running is not None:
-                    running.setdefault(pod, []).append(inc.running)
-                for h, (buckets, total) in inc.histograms.items():
-                    hists[h].add(buckets, total)
-                tpot = latency_sample(inc, Hist.TPOT)
-                if tpot is not None:
-                    tpot_samples.append(tpot)
-                if not inc.speculating:
-                    continue
-                spec_series = True
-                spec_increments += 1
-                sample = AcceptanceSample(
-                    drafts=inc.drafts,
-                    draft_tokens=inc.draft_tokens,
-                    accepted_tokens=inc.accepted,
-                    per_position=per_position_tuple(inc.per_position),
-                    pod=pod,
-                    start=inc.start,
-                    end=inc.end,
-                )
-                if has_drafts(sample):
-                    samples.append(sample)
-        no_data: NoData | None = None
-        if spec_series and not samples:
-            no_data = NoData.NO_TRAFFIC if spec_increments else NoData.SPARSE_SCRAPES
-        return PoolObservation(
-            slice=ref.slice,
-            role=ref.role,
-            acceptance=sorted_samples(samples),
-            generation_tokens=gen,
-            itl=hists[Hist.ITL].to_buckets(),
-            tpot=hists[Hist.TPOT].to_buckets(),
-            tpot_samples=tuple(sorted(tpot_samples, key=lambda t: (t.pod, t.start))),
-            pods=len(pods),
-            spec_series=spec_series,
-            no_data=no_data,
-            output_lengths=hists[Hist.OUTPUT_LENGTH].to_buckets(),
-            lives=_lives(hists[Hist.DECODE_TIME]) if ref.role is Role.CANARY and samples else None,
-            running=(
-                math.fsum(math.fsum(v) / len(v) for v in running.values()) / len(running)
-                if running
-                else None
-            ),
-        )
-
     def _prune(self, now: float) -> None:
         before = now - self._retention
         for key in list(self._states):
@@ -556,13 +418,6 @@ class ScrapeSource:
             state.prune(before)
             if not state.ring and state.last_at < before:
                 del self._states[key]
-
-
-def _lives(decode: HistSum) -> RequestLives | None:
-    """The pool's decode times over the window (what sizes alpha's blocks); None when the
-    pods export none or no request finished."""
-    h = decode.to_buckets()
-    return RequestLives(h) if h is not None and h.total > 0 else None
 
 
 _STAGES: Final[Mapping[Stage, str]] = {
@@ -584,81 +439,3 @@ def _pods_failed(
     if budget is not None:
         return BudgetError(budget, message, target=where)
     return SourceError(kind or errors[0].kind, message, target=where)
-
-
-def read_page(
-    target: str,
-    *,
-    timeout_seconds: float = 10.0,
-    max_body_bytes: int = 64 << 20,
-    max_lines: int = 1_000_000,
-) -> Page:
-    """One page from a URL or a file path (for `inspect`). Raises SourceError."""
-    return read_page_layout(
-        target, timeout_seconds=timeout_seconds, max_body_bytes=max_body_bytes, max_lines=max_lines
-    )[0]
-
-
-def read_page_layout(
-    target: str,
-    *,
-    timeout_seconds: float = 10.0,
-    max_body_bytes: int = 64 << 20,
-    max_lines: int = 1_000_000,
-) -> tuple[Page, vllm_compat.Layout]:
-    """One page from a URL or a file path, and its vLLM layout (the text searched too, so an
-    old family the parser does not keep is seen). Raises SourceError."""
-    if not (math.isfinite(timeout_seconds) and timeout_seconds > 0):
-        raise SourceError(
-            SourceErrorKind.TIMEOUT,
-            f"timeout must be a positive number of seconds, got {timeout_seconds}",
-            target=target,
-        )
-    if target.startswith(("http://", "https://")):
-        fetcher = Fetcher(headers={"Accept": ACCEPT}, concurrency=1)
-        try:
-            (result,) = fetcher.get_all(
-                [Target(url=target)],
-                timeout=timeout_seconds,
-                max_bytes=max_body_bytes,
-                max_lines=max_lines,
-                on_body=lambda t, body, ctype: _with_layout(
-                    scraped(t, body, ctype, time.time()), body
-                ),
-                on_error=lambda t, err: Scraped(t, time.time(), error=err),
-            )
-        finally:
-            fetcher.close()
-        if result.error is not None:
-            raise result.error
-        assert result.page is not None and result.layout is not None
-        return result.page, result.layout
-    try:
-        body = files.read_regular(target, max_body_bytes)
-    except OSError as exc:
-        raise SourceError(
-            SourceErrorKind.UNREACHABLE, f"cannot read: {exc.strerror or exc}", target=target
-        ) from exc
-    if len(body) > max_body_bytes:
-        raise SourceError(
-            SourceErrorKind.TOO_LARGE, f"file exceeds {max_body_bytes} bytes", target=target
-        )
-    if body.count(b"\n") > max_lines:
-        raise SourceError(
-            SourceErrorKind.TOO_LARGE, f"file has more than {max_lines} lines", target=target
-        )
-    try:
-        page = parse_page(body, where=target, strict=True)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise SourceError(
-            SourceErrorKind.PARSE, f"cannot read the page: {exc!r}", target=target
-        ) from exc
-    return page, pagelayout.page_layout(page, exposition.decode(body, target=target))
-
-
-def _with_layout(result: Scraped, body: bytes) -> Scraped:
-    """`result` with its page's whole layout (the text searched even when nothing is missing)."""
-    if result.page is None:
-        return result
-    text = exposition.decode(body, target=result.target.url)
-    return replace(result, layout=pagelayout.page_layout(result.page, text))

@@ -31,7 +31,8 @@ from typing import Final, TypeGuard
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation
 from alphagate.sources.fetcher import submit
-from alphagate.sources.scrape import Plan, Scraped, ScrapeSource
+from alphagate.sources.pageread import Scraped
+from alphagate.sources.scrape import Plan, ScrapeSource
 
 Done = Callable[[int, "Observation | Exception"], None]
 """Told each read's result (its index in the call) as soon as it is known."""

@@ -27,7 +27,8 @@ from alphagate.errors import PolicyError
 from alphagate.sources.common import SERIES_LABELS, PoolRef, pools_of
 from alphagate.sources.discovery import Target
 from alphagate.sources.page import Counter, Gauge, Hist, Histogram, Page, Series
-from alphagate.sources.scrape import Scraped, ScrapeSource
+from alphagate.sources.pageread import Scraped
+from alphagate.sources.scrape import ScrapeSource
 from alphagate_lab.sim.pod import PodSnapshot
 
 URL_SCHEME = "recording://"

@@ -177,17 +177,23 @@ def _flips(r: RunResult) -> str:
     return "; ".join(out)
 
 
+def _load(r: RunResult) -> str:
+    """The machine's load average at the run's start and end ("3.1-9.8")."""
+    return f"{r.load[0]:.1f}-{r.load[1]:.1f}"
+
+
 def report(verdicts: list[Verdict], bases: dict[bool, RunResult], interval: float) -> None:
     print(f"\nvictims' interval {interval:g} s; memory limit {MEMORY_LIMIT_MIB:.0f} MiB")
     for prom, base in sorted(bases.items()):
         path = "Prometheus" if prom else "pod scrape"
         print(f"without an attacker ({path}): delay {worst_delay(base, interval):.1f} s, "
               f"peak RSS {base.peak_rss_mib:.0f} MiB, {base.api_per_second:.0f} API req/s, "
-              f"/healthz {'live' if base.healthz_failed == 0 else 'FAILED'}; "
+              f"/healthz {'live' if base.healthz_failed == 0 else 'FAILED'}, "
+              f"load {_load(base)}; "
               f"{_flips(base)}{' ERROR ' + base.error if base.error else ''}")  # fmt: skip
     head = (
         f"\n{'attack':<21} {'decisions':<9} {'delay s':>7} {'RSS MiB':>7} {'API/s':>6} "
-        f"{'healthz':<7}  attacker"
+        f"{'healthz':<7} {'load':<9}  attacker"
     )
     print(head)
     for v in verdicts:
@@ -195,7 +201,8 @@ def report(verdicts: list[Verdict], bases: dict[bool, RunResult], interval: floa
         live = "live" if g.healthz_failed == 0 and g.healthz_ok else f"{g.healthz_failed} fail"
         print(
             f"{v.attack.name:<21} {'same' if v.same_decisions else 'DIFFER':<9} "
-            f"{v.delay:>7.1f} {g.peak_rss_mib:>7.0f} {g.api_per_second:>6.0f} {live:<7}  "
+            f"{v.delay:>7.1f} {g.peak_rss_mib:>7.0f} {g.api_per_second:>6.0f} {live:<7} "
+            f"{_load(g):<9}  "
             f"{attacker_text(g.attacker, v.attack.named)}"
         )
         if not v.same_decisions:
@@ -262,8 +269,11 @@ def main(argv: list[str] | None = None) -> list[Verdict]:
         if attack is not None:
             tenants.append(attack.build(INTERVAL))
         log = logs / f"{attack.name if attack else 'base'}-{prom}.log" if logs else None
-        return run(tenants, attack, prometheus=prom, seconds=args.seconds, page=page, log=log,
-                   controller_args=NO_BUDGET if args.no_api_budget else ())  # fmt: skip
+        before = os.getloadavg()[0]
+        got = run(tenants, attack, prometheus=prom, seconds=args.seconds, page=page, log=log,
+                  controller_args=NO_BUDGET if args.no_api_budget else ())  # fmt: skip
+        got.load = (before, os.getloadavg()[0])
+        return got
 
     bases = {prom: one(None, prom) for prom in sorted({a.prometheus for a in attacks})}
     verdicts = [Verdict(a, bases[a.prometheus], one(a, a.prometheus), INTERVAL) for a in attacks]

@@ -57,6 +57,9 @@ class RunResult:
     healthz_ok: int = 0
     healthz_failed: int = 0
     error: str = ""
+    load: tuple[float, float] = (0.0, 0.0)
+    """The machine's 1-minute load average at the run's start and end (2 cores shared: a
+    victim's late read under load 12 is the machine's as much as the attacker's)."""
 
     @property
     def api_per_second(self) -> float:
