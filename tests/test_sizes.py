@@ -11,11 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "controller" / "alphagate"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
-# Being split (issue 23); the number is today's size, a ceiling.
-MODULES_OVER = {
-    "sources/prometheus.py": 662,
-    "sources/scrape.py": 664,
-}
+# Known exceptions, each with its size today as a ceiling (none left).
+MODULES_OVER: dict[str, int] = {}
 FUNCTIONS_OVER: dict[str, int] = {}
 
 
