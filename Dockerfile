@@ -58,10 +58,14 @@ LABEL org.opencontainers.image.title="alphagate" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.base.name="${PYTHON_IMAGE}"
+# MALLOC_ARENA_MAX=2: glibc's per-thread arenas kept freed page memory (fetch, parse pool,
+# server threads): 20 canaries on 4 heavy pods peaked at 517 MiB with 42 MiB live, past the
+# 512 Mi limit; with two arenas ~360 MiB (`python -m alphagate_lab.bench.memory --shared`).
 ENV PATH=/opt/alphagate/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    HOME=/tmp
+    HOME=/tmp \
+    MALLOC_ARENA_MAX=2
 COPY --from=builder /opt/alphagate /opt/alphagate
 # 65532: the conventional "nonroot" uid/gid; no passwd entry is needed.
 USER 65532:65532

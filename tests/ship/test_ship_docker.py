@@ -257,3 +257,15 @@ def test_dockerignore_keeps_what_copy_needs_and_drops_the_rest(
         "deploy/README.md",
     ):
         assert _ignored(path, patterns), f"{path} would be sent to the build context"
+
+
+def test_the_image_sets_the_memory_environment_the_benchmark_measures(
+    instructions: list[Instruction],
+) -> None:
+    # bench.memory --shared runs the controller's sources with IMAGE_ENV; the image must set
+    # the same, or the benchmark's peak is not the pod's.
+    from alphagate_lab.bench.memory import IMAGE_ENV
+
+    env = " ".join(x.args for x in stages(instructions)[-1] if x.keyword == "ENV")
+    for name, value in IMAGE_ENV.items():
+        assert re.search(rf"(^|\s){name}={value}(\s|$)", env), (name, env)

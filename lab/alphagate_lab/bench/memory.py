@@ -20,6 +20,7 @@ import contextlib
 import gc
 import gzip
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -30,6 +31,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+# The environment the image runs the controller in (Dockerfile ENV) that changes memory:
+# glibc arenas; the --shared case runs its children with it, as the pod would.
+IMAGE_ENV = {"MALLOC_ARENA_MAX": "2"}
 QUICK_ARGS = ["--concurrency", "8", "--case", "real", "--case", "series-at-byte-cap"]
 
 REAL = Path(__file__).resolve().parents[3] / "tests" / "sources" / "data" / "vllm-real-metrics.txt"
@@ -286,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
                 [sys.executable, "-m", "alphagate_lab.bench.memory", "--shared",
                  *map(str, args.shared), "--budgets", mode],
                 capture_output=True, text=True, timeout=900, check=False,
+                env={**os.environ, **IMAGE_ENV},
             )  # fmt: skip
             if proc.returncode != 0:
                 print(f"{mode:<9} failed: {proc.stderr.strip().splitlines()[-1:]}")
