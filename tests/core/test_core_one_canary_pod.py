@@ -132,3 +132,21 @@ def test_a_window_that_cannot_decide_says_what_would() -> None:
     assert ev.judgeable is not None and ev.judgeable.cause is Unjudgeable.DECODE_TIMES_UNKNOWN
     assert (ev.judgeable.window_seconds, ev.judgeable.pods) == (1800.0, 2)
     assert ev.flat()["unjudgeable"] == "decode-times-unknown"
+
+
+def test_alpha_zero_in_every_block_fails_even_with_a_prior_learned_at_another_alpha() -> None:
+    # The real-vLLM e2e: a varied prompt mix after an hour at alpha ~0.97 gave alpha 0 over
+    # 800 drafts the interval [0, 1] (the prior's variance made Korn-Graubard's effective size
+    # p (1 - p) / se^2 zero), so a canary that accepted nothing was never rolled back.
+    from alphagate.core import acceptance
+    from alphagate.core.model import AcceptanceSample
+    from alphagate.core.spread import Prior
+
+    blocks = [
+        AcceptanceSample(drafts=80.0, draft_tokens=240.0, accepted_tokens=0.0, pod="c0",
+                         start=30.0 * i, end=30.0 * (i + 1))
+        for i in range(10)
+    ]  # fmt: skip
+    e = acceptance.estimate(blocks, confidence=0.95, batch_seconds=30.0, prior=Prior(1e-3, 40.0))
+    assert e is not None and e.value == 0.0
+    assert e.upper < 0.05
