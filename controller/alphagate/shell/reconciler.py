@@ -20,8 +20,8 @@ patch keeps the previous Memory (the decision is recorded with `applied: false` 
 next interval), so an API error can neither lose nor half-apply a flip.
 
 The steps live beside it: claiming and resuming (`shell.claims`), manual commands
-(`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`), judging, K
-tuning and the diagnosis Event (`shell.insight`), applying (`shell.act`), the TimingFits
+(`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`: judging,
+K tuning, the diagnosis Event, applying), the TimingFits
 warning (`shell.timing_warnings`), the CanaryJudgeable one (`shell.judgeable_warnings`), the
 status (`shell.status_write`). A policy naming a Prometheus endpoint the admin did not
 configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
@@ -68,7 +68,6 @@ from alphagate.kube.units import units_of
 from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.claims import prepare
 from alphagate.shell.cycles import Cycle, Cycles
-from alphagate.shell.insight import Diagnoses
 from alphagate.shell.judgeable_warnings import JudgeableWarnings
 from alphagate.shell.manual import manual_command
 from alphagate.shell.outcome import Outcome, Pending, Prepared, observe_start
@@ -76,7 +75,7 @@ from alphagate.shell.reporting import METRIC_ERRORS, NullRecorder, Recorder
 from alphagate.shell.source_cache import SourceCache, SourceFactory
 from alphagate.shell.status_write import StatusOut, source_health
 from alphagate.shell.timing_warnings import TimingWarnings
-from alphagate.shell.unit import decide_unit
+from alphagate.shell.unit import Diagnoses, decide_unit
 from alphagate.shell.watch import Beat, WatchLoop
 from alphagate.sources import FailedSource, Source, make_source
 
