@@ -147,6 +147,29 @@ def test_alpha_zero_in_every_block_fails_even_with_a_prior_learned_at_another_al
                          start=30.0 * i, end=30.0 * (i + 1))
         for i in range(10)
     ]  # fmt: skip
-    e = acceptance.estimate(blocks, confidence=0.95, batch_seconds=30.0, prior=Prior(1e-3, 40.0))
+    prior = Prior(1e-3 / (0.97 * 0.03), 40.0)  # se 0.032 at alpha 0.97
+    e = acceptance.estimate(blocks, confidence=0.95, batch_seconds=30.0, prior=prior)
     assert e is not None and e.value == 0.0
     assert e.upper < 0.05
+
+
+def test_alpha_near_zero_fails_with_a_prior_learned_near_one() -> None:
+    # The same e2e, a later run: alpha 0.002-0.005 (a few drafts accepted) over 789 drafts
+    # read [0.000, 1.000]: the prior's variance, learned at 0.97, was carried unscaled to a
+    # window where a request's share can barely spread (core/spread.py).
+    from alphagate.core import acceptance
+    from alphagate.core.model import AcceptanceSample
+    from alphagate.core.spread import Prior
+
+    accepted = [0, 1, 0, 2, 0, 0, 1, 0, 0, 1]
+    blocks = [
+        AcceptanceSample(drafts=80.0, draft_tokens=240.0, accepted_tokens=float(a), pod="c0",
+                         start=30.0 * i, end=30.0 * (i + 1))
+        for i, a in enumerate(accepted)
+    ]  # fmt: skip
+    prior = Prior(1e-3 / (0.97 * 0.03), 40.0)  # se 0.032 at alpha 0.97
+    e = acceptance.estimate(blocks, confidence=0.95, batch_seconds=30.0, prior=prior)
+    assert e is not None and 0.0 < e.value < 0.01
+    # far under the 0.55 gate (0.78 unscaled); wider than the window's own (0.02): the prior
+    # keeps the design effect it learned, ~85 requests' worth of clustering per token
+    assert e.upper < 0.15

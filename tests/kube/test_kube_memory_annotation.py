@@ -11,6 +11,7 @@ import pytest
 
 from alphagate.config import DeploymentRef, WorkloadKind
 from alphagate.core.model import Memory, State, Transition
+from alphagate.core.spread import Spread
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.workload import (
@@ -48,7 +49,7 @@ def _deployment(annotations: dict[str, str]) -> dict[str, Any]:
 def test_the_written_annotation_names_its_schema_version_and_reads_back() -> None:
     text = memory_annotation(MEMORY)
     assert next(iter(json.loads(text))) == "schemaVersion"  # first, for a reader of the YAML
-    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 1
+    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 2
     assert read_memory(text) == MEMORY
 
 
@@ -57,6 +58,23 @@ def test_an_older_unversioned_annotation_still_resumes() -> None:
     assert "schemaVersion" not in unversioned
     state = workload_state(_deployment({ANN_MEMORY: unversioned}), "vllm", WorkloadKind.DEPLOYMENT)
     assert state.memory == MEMORY
+
+
+@pytest.mark.parametrize("version", [None, 1])
+def test_a_version_1_spread_is_dropped_and_the_rest_resumes(version: int | None) -> None:
+    # version 1 (and the unversioned annotation) learned the variance unscaled: read on the
+    # alpha (1 - alpha) scale it would be ~30x too small at alpha 0.97 (core/spread.py)
+    learned = MEMORY.model_copy(
+        update={"spread": {"chat": Spread(scaled_variance=0.02, windows=5.0, at=NOW)}}
+    )
+    body = json.loads(learned.model_dump_json())
+    body["spread"] = {"chat": {"variance": 0.02, "windows": 5.0, "at": NOW}}  # v1's shape
+    if version is not None:
+        body = {"schemaVersion": version, **body}
+    got = read_memory(json.dumps(body))
+    assert got == MEMORY and got.spread == {}
+    # this version's own spread is kept
+    assert read_memory(memory_annotation(learned)) == learned
 
 
 @pytest.mark.parametrize("version", [MEMORY_SCHEMA_VERSION + 1, "1", None])

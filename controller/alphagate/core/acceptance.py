@@ -277,11 +277,10 @@ def estimate(
     # the upper bound of one pod's time blocks (see `_blocks_of_one_pod`); pods stay Kish's
     fail_side = _blocks_of_one_pod(units, r, scale) if len({s.pod for s in good}) == 1 else None
     # A window whose batches all show the same ratio (alpha exactly 0 or 1 everywhere) keeps
-    # Wilson below: a prior learned at another alpha gave alpha 0 over 800 drafts an
-    # interval of [0, 1] (Korn-Graubard's effective size p(1 - p) / se^2 is 0 there).
+    # Wilson below; the prior is scaled to this window's alpha (core/spread.py).
     if prior is not None and se > 0:
-        se, dof = moderated(se, dof, prior)
-        fail_side = moderated(*fail_side, prior) if fail_side is not None else None
+        se, dof = moderated(se, dof, prior, alpha)
+        fail_side = moderated(*fail_side, prior, alpha) if fail_side is not None else None
     if se > 0:
         lower, upper = _bounds(alpha, se, dof, n, tokens, confidence)
         if fail_side is not None:

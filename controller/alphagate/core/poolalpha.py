@@ -54,6 +54,6 @@ def estimate(
         prior=prior,
         requests=plan.requests,
     )
-    own = e.own_std_error if e is not None else math.nan
-    after = spread.learn(learned, own, plan.requests, now=now, window_seconds=window_seconds)
+    own, alpha = (e.own_std_error, e.value) if e is not None else (math.nan, math.nan)
+    after = spread.learn(learned, own, plan.requests, alpha, now=now, window_seconds=window_seconds)
     return PoolAlpha(e, plan, after)

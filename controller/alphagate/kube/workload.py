@@ -38,7 +38,9 @@ ANN_SPECULATION: Final = "alphagate.io/speculation"  # what alphagate last wrote
 # controller's, then a downgrade) is not guessed at: it reads as no annotation, and the Memory
 # resumes from the status. Bump it, with a reader for the old shape, when a field changes
 # meaning; adding a field with a default needs no bump (unknown keys are ignored).
-MEMORY_SCHEMA_VERSION: Final = 1
+# 2: `spread` holds the variance learned per alpha (1 - alpha) (core/spread.py); version 1's
+# was unscaled, and is dropped on reading (the slice learns it again within three windows).
+MEMORY_SCHEMA_VERSION: Final = 2
 
 ROLLOUT_GROUP: Final = "argoproj.io"
 ROLLOUT_VERSION: Final = "v1alpha1"
@@ -144,7 +146,11 @@ def read_memory(raw: str | None) -> Memory | None:
     if not raw:
         return None
     try:
-        version = json.loads(raw).get("schemaVersion", 0)
+        body = json.loads(raw)
+        version = body.get("schemaVersion", 0)
+        if isinstance(version, int) and version < 2:
+            body.pop("spread", None)  # unscaled (see MEMORY_SCHEMA_VERSION)
+            raw = json.dumps(body)
         memory = Memory.model_validate_json(raw)  # "schemaVersion" itself is ignored
     except (ValueError, AttributeError):  # not JSON, not an object, not a Memory
         return None
