@@ -37,8 +37,10 @@ ANN_SPECULATION: Final = "alphagate.io/speculation"  # what alphagate last wrote
 # are version 1's. A controller reads every version up to its own; a newer one (a later
 # controller's, then a downgrade) is not guessed at: it reads as no annotation, and the Memory
 # resumes from the status. Bump it, with a reader for the old shape, when a field changes
-# meaning; adding a field with a default needs no bump (unknown keys are ignored).
-MEMORY_SCHEMA_VERSION: Final = 1
+# meaning or is added. 2: `Memory.run`, the fail run's pooled windows (core/streak.py); a
+# version 1 or unversioned annotation reads with an empty run (the field's default), so a
+# restarted controller starts the run over and judges the streak as before.
+MEMORY_SCHEMA_VERSION: Final = 2
 
 ROLLOUT_GROUP: Final = "argoproj.io"
 ROLLOUT_VERSION: Final = "v1alpha1"
