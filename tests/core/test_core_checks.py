@@ -110,24 +110,33 @@ def test_check_acceptance_names_the_slice() -> None:
 
 
 FLOOR = [
-    ("below-floor", est(0.3, 0.25, 0.33), None, F),
-    ("above-floor", est(0.5, 0.45, 0.55), None, P),
-    ("straddles-floor-no-veto", est(0.36, 0.30, 0.42), None, P),
-    ("too-few-drafts-cannot-veto", est(0.1, 0.0, 0.2, drafts=10), None, P),
-    ("no-drafts", None, None, P),
-    ("pool-error", None, "timeout", E),
+    ("below-floor", est(0.3, 0.25, 0.33), None, F, None),
+    ("above-floor", est(0.5, 0.45, 0.55), None, P, None),
+    ("straddles-floor-no-veto", est(0.36, 0.30, 0.42), None, P, None),
+    # missing data never passes: a floor that cannot judge says so, typed
+    ("too-few-drafts", est(0.1, 0.0, 0.2, drafts=10), None, INC, Undecided.FEW_DRAFTS),
+    ("no-drafts", None, None, INC, Undecided.NO_DRAFTS),
+    ("nan", est(math.nan, math.nan, math.nan), None, INC, Undecided.NOT_A_NUMBER),
+    ("one-batch", insufficient(0.5), None, INC, Undecided.FEW_BATCHES),
+    ("pool-error", None, "timeout", E, None),
 ]
 
 
 @pytest.mark.parametrize(
-    ("estimate", "error", "verdict"), [c[1:] for c in FLOOR], ids=[c[0] for c in FLOOR]
+    ("estimate", "error", "verdict", "undecided"),
+    [c[1:] for c in FLOOR],
+    ids=[c[0] for c in FLOOR],
 )
-def test_check_floor(estimate: Estimate | None, error: str | None, verdict: Verdict) -> None:
+def test_check_floor(
+    estimate: Estimate | None, error: str | None, verdict: Verdict, undecided: Undecided | None
+) -> None:
     r = checks.check_floor(estimate, min_alpha=0.35, gate=GATE, slice="code", error=error)
     assert r.verdict is verdict
     assert r.kind is CheckKind.FLOOR and r.slice == "code"
     assert isinstance(r.evidence, FloorEvidence) and r.evidence.min_alpha == 0.35
     assert r.evidence.estimate == (estimate if error is None else None)
+    assert r.evidence.undecided is undecided
+    assert r.flat_evidence().get("undecided") == (None if undecided is None else str(undecided))
     assert r.reason
 
 

@@ -10,6 +10,7 @@ decision benchmark's conversation runs show on one baseline pod at a time).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -17,8 +18,9 @@ import pytest
 
 from alphagate.core import histogram, latency
 from alphagate.core.design import design_effect
-from alphagate.core.model import LatencySample, Verdict
-from alphagate.core.reference import baseline_reference
+from alphagate.core.model import Buckets, LatencySample, Verdict
+from alphagate.core.reference import baseline_reference, pass_reference
+from alphagate.core.resolution import TailWithin
 from alphagate_lab.bench import latency_guard as bench
 from alphagate_lab.bench import latency_traffic as lt
 
@@ -91,3 +93,34 @@ def test_batches_spread_counts_only_when_it_shows_overdispersion() -> None:
     assert design_effect(0.02, 0.02, 1000.0, 4.0) == pytest.approx(0.02**2 / (0.02 * 0.98 / 1000))
     assert design_effect(0.006, 0.02, 1000.0, 4.0) == 1.0  # deff 1.8 on 4 dof: noise
     assert design_effect(0.006, 0.02, 1000.0, math.inf) > 1.0  # no dof given: as before
+
+
+def test_a_uniform_1_2x_canary_beside_stalling_baseline_pods_is_not_shown_within() -> None:
+    # one canary pod beside three baseline pods at 3 requests/s, stall episodes on every pod
+    # (the benchmark's defaults): two stalled baseline pods lift the median pod's P99, and a
+    # Pass edge standing on it showed a canary 1.2x slower on every request within in 15 of
+    # 180 windows; on the lowest pod's bucket, 2
+    base = lt.Pool(rate=3.0, pods=3, bounds=bench.PLAN, stall_every=900.0)
+    r = bench.runs("uniform", 1.2, base, range(30), canary_pods=1)
+    assert sum(r.within.values()) == 180
+    assert r.within[TailWithin.SHOWN] <= 3
+    assert r.verdicts[Verdict.PASS] == 0
+
+
+def _plan_pool(g: Sequence[LatencySample]) -> Buckets | None:
+    return latency.pooled(g, bench.PLAN[:-1])
+
+
+def test_the_pass_reference_is_the_lowest_pod_and_never_above_the_fail_reference() -> None:
+    pool = _plan_pool
+    for seed in range(10):
+        _, b = _window(seed, episode=True)
+        low, mid = pass_reference(b, 0.99, pool), baseline_reference(b, 0.99, pool)
+        assert low is not None and mid is not None
+        pods = [pool([s for s in b if s.pod == p]) for p in {s.pod for s in b}]
+        his = sorted(histogram.bracket(0.99, h)[1] for h in pods if h is not None)
+        assert histogram.bracket(0.99, low)[1] == his[0]
+        assert histogram.bracket(0.99, low)[1] <= histogram.bracket(0.99, mid)[1]
+    # one pod: the pool, as for the Fail side
+    one = [s for s in b if s.pod == b[0].pod]
+    assert pass_reference(one, 0.99, pool) == pool(one)

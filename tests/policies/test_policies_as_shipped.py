@@ -449,11 +449,11 @@ GONE_SECONDS = 2400.0
 
 def decided(evs: Sequence[Evaluation], kind: str) -> list[tuple[float, CheckKind, Verdict]]:
     """Checks that passed or failed without `kind`'s data: without a baseline only latency
-    (alpha is the canary's alone, and still judged), else alpha, latency and the window's
-    verdict. (A floor with no drafts passes, "nothing to veto with": a veto, not evidence.)"""
+    (alpha and the slices' floors are the canary's alone, and still judged), else alpha, the
+    floors, latency and the window's verdict (a floor without drafts is Inconclusive too)."""
     kinds = {CheckKind.LATENCY}
     if kind != "no baseline pool":
-        kinds.add(CheckKind.ACCEPTANCE)
+        kinds |= {CheckKind.ACCEPTANCE, CheckKind.FLOOR}
     out = [(e.at, c.kind, c.verdict) for e in evs for c in e.checks if c.kind in kinds]
     if kind != "no baseline pool":
         out += [(e.at, CheckKind.WINDOW, e.verdict) for e in evs]

@@ -189,11 +189,13 @@ def check_floor(
     slice: str,
     error: str | None = None,
 ) -> CheckResult:
-    """Per-slice floor in combined mode: a veto, so it needs evidence to object.
+    """Per-slice floor in combined mode: a veto, so it needs evidence to object, and evidence
+    to say it does not (missing data never passes).
 
     FAIL when the slice's upper bound is below `min_alpha` with at least minDrafts drafts;
-    otherwise PASS (no veto), with a reason saying whether there was enough data to veto.
-    ERROR when the slice's pool failed.
+    PASS when it is not; INCONCLUSIVE, typed (`FloorEvidence.undecided`), without drafts,
+    with too few, with fewer than two independent batches or a NaN estimate. ERROR when the
+    slice's pool failed.
     """
     evidence = FloorEvidence(
         min_alpha=min_alpha,
@@ -201,22 +203,37 @@ def check_floor(
         estimate=estimate if error is None else None,
     )
 
-    def result(verdict: Verdict, reason: str) -> CheckResult:
-        return CheckResult(CheckKind.FLOOR, verdict, reason, evidence, slice)
+    def result(verdict: Verdict, reason: str, undecided: Undecided | None = None) -> CheckResult:
+        typed = evidence if undecided is None else replace(evidence, undecided=undecided)
+        return CheckResult(CheckKind.FLOOR, verdict, reason, typed, slice)
 
     if error is not None:
         return result(Verdict.ERROR, f"cannot check the floor of {slice}: {error}")
     if estimate is None:
-        return result(Verdict.PASS, f"no drafts on slice {slice}: nothing to veto with")
-    if estimate.drafts < gate.min_drafts or math.isnan(estimate.upper):
         return result(
-            Verdict.PASS,
-            f"slice {slice} has too few drafts to veto ({estimate.drafts:.0f} < {gate.min_drafts})",
+            Verdict.INCONCLUSIVE,
+            f"no drafts on slice {slice}: its floor cannot be judged",
+            Undecided.NO_DRAFTS,
+        )
+    if any(math.isnan(x) for x in (estimate.value, estimate.lower, estimate.upper)):
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"slice {slice}: alpha is not a number (bad data)",
+            Undecided.NOT_A_NUMBER,
+        )
+    if estimate.drafts < gate.min_drafts:
+        return result(
+            Verdict.INCONCLUSIVE,
+            f"slice {slice} has too few drafts to judge its floor ({estimate.drafts:.0f} < "
+            f"{gate.min_drafts})",
+            Undecided.FEW_DRAFTS,
         )
     if not estimate.conclusive:
         return result(
-            Verdict.PASS,
-            f"slice {slice} has {estimate.batches} independent batch(es): too few to veto",
+            Verdict.INCONCLUSIVE,
+            f"slice {slice} has {estimate.batches} independent batch(es): too few to judge its "
+            "floor",
+            Undecided.FEW_BATCHES,
         )
     if estimate.upper < min_alpha:
         return result(

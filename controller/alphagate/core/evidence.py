@@ -186,13 +186,15 @@ class FloorEvidence:
     min_alpha: float
     min_drafts: int
     estimate: Estimate | None = None
+    # why the floor could not judge (None when it passed, failed or errored)
+    undecided: Undecided | None = None
 
     def flat(self) -> dict[str, float | str]:
         return {
             "min_alpha": self.min_alpha,
             "min_drafts": float(self.min_drafts),
             **_estimate_flat(self.estimate),
-        }
+        } | ({"undecided": self.undecided.value} if self.undecided is not None else {})
 
 
 @dataclass(frozen=True, slots=True)

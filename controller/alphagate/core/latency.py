@@ -51,7 +51,7 @@ from alphagate.core.model import (
     SpeedUp,
     TailGuard,
 )
-from alphagate.core.reference import baseline_reference
+from alphagate.core.reference import baseline_reference, pass_reference
 from alphagate.core.resolution import Resolution, TailWithin
 from alphagate.core.stats import t_cdf, t_quantile
 
@@ -325,8 +325,7 @@ def compare(
         canary, baseline, layout, quantile=quantile, margin=margin, batch_seconds=batch_seconds
     )
     c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
-    ref = baseline_reference(baseline, quantile, lambda group: pooled(group, layout))
-    res = histogram.resolution_at(quantile, ref, margin, layout)
+    res = _resolution(baseline, quantile, margin, layout)
     tail = None
     if res is not None:
         tail = tail_guard(
@@ -353,6 +352,26 @@ def compare(
         tail=tail,
         p_adjusted=adjusted([mean_p, decisive_p, *p_values[2:]], weights),
     )
+
+
+def _resolution(
+    baseline: Sequence[LatencySample], quantile: float, margin: float, layout: Sequence[float]
+) -> Resolution | None:
+    """The quantile's edges: the Fail edge around the median baseline pod's bucket, the Pass
+    edge (and whether the margin is resolvable) around the lowest pod's (core/reference.py)."""
+
+    def pool(group: Sequence[LatencySample]) -> Buckets | None:
+        return pooled(group, layout)
+
+    res = histogram.resolution_at(
+        quantile, baseline_reference(baseline, quantile, pool), margin, layout
+    )
+    low = histogram.resolution_at(
+        quantile, pass_reference(baseline, quantile, pool), margin, layout
+    )
+    if res is None or low is None or low.bucket_hi >= res.bucket_hi:
+        return res
+    return replace(res, pass_edge=low.pass_edge, resolvable=low.resolvable)
 
 
 def _valid(samples: Sequence[LatencySample]) -> list[LatencySample]:

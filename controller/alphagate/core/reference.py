@@ -10,7 +10,8 @@ episode is one batch, not the baseline's quantile (the same rule as `checks.deci
 With three or more baseline pods that each carry enough requests to place their own quantile
 (at least 1 / (1 - q)), the reference is the pod whose quantile is the median of the pods'
 (its own window histogram; of an even number, the upper median); otherwise the pooled
-histogram, as before. Pure.
+histogram, as before. A claim of "within" (the Pass edge) stands on the lowest such pod
+(`pass_reference`, two or more pods): a Pass must hold against the baseline at its best. Pure.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from alphagate.core import histogram
 from alphagate.core.model import Buckets, LatencySample
 
 MIN_PODS: Final = 3  # below this a median is no more robust than the pool
+PASS_MIN_PODS: Final = 2  # the lowest of two pods is already below either's episode
 
 
 def _by_pod(samples: Sequence[LatencySample]) -> dict[str, list[LatencySample]]:
@@ -33,6 +35,32 @@ def _by_pod(samples: Sequence[LatencySample]) -> dict[str, list[LatencySample]]:
     return pods
 
 
+def _ranked(
+    samples: Sequence[LatencySample],
+    quantile: float,
+    pool: Callable[[Sequence[LatencySample]], Buckets | None],
+    min_pods: int,
+) -> list[Buckets] | None:
+    """Each pod's histogram, by the bucket holding its quantile (lowest first); None with
+    fewer than `min_pods` pods, an unnamed one, or one with fewer than 1 / (1 - quantile)
+    requests or no quantile."""
+    pods = _by_pod(samples)
+    if len(pods) < min_pods or "" in pods:
+        return None
+    need = 1.0 / max(1.0 - quantile, 1e-12)
+    ranked: list[tuple[float, float, Buckets]] = []
+    for group in pods.values():
+        h = pool(group)
+        if h is None or h.total < need:
+            return None
+        lo, hi = histogram.bracket(quantile, h)
+        if math.isnan(lo) or math.isnan(hi):
+            return None
+        ranked.append((hi, lo, h))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [h for _, _, h in ranked]
+
+
 def baseline_reference(
     samples: Sequence[LatencySample],
     quantile: float,
@@ -41,19 +69,24 @@ def baseline_reference(
     """The histogram whose `quantile` bucket the edges stand on: the median pod's (three or
     more pods, each with >= 1 / (1 - quantile) requests), else all pooled. `pool` pools
     samples into one histogram at the common layout."""
-    pooled = pool(samples)
-    pods = _by_pod(samples)
-    if len(pods) < MIN_PODS or "" in pods:
-        return pooled
-    need = 1.0 / max(1.0 - quantile, 1e-12)
-    hists = [pool(group) for group in pods.values()]
-    ranked: list[tuple[float, float, Buckets]] = []
-    for h in hists:
-        if h is None or h.total < need:
-            return pooled
-        lo, hi = histogram.bracket(quantile, h)
-        if math.isnan(lo) or math.isnan(hi):
-            return pooled
-        ranked.append((hi, lo, h))
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    return ranked[len(ranked) // 2][2]  # the upper median: one bad pod of four moves nothing
+    ranked = _ranked(samples, quantile, pool, MIN_PODS)
+    if ranked is None:
+        return pool(samples)
+    return ranked[len(ranked) // 2]  # the upper median: one bad pod of four moves nothing
+
+
+def pass_reference(
+    samples: Sequence[LatencySample],
+    quantile: float,
+    pool: Callable[[Sequence[LatencySample]], Buckets | None],
+) -> Buckets | None:
+    """The histogram whose `quantile` bucket a claim of "within" stands on: the lowest pod's
+    (two or more pods, each with >= 1 / (1 - quantile) requests), else all pooled. Stall
+    episodes are short and hit pods apart: with three baseline pods at 3 requests/s, two
+    stalled in about a quarter of the windows, lifting the median pod's P99 and with it the
+    Pass edge, so a canary 1.2x slower on every request was shown within in 15 of 180
+    windows. A claim needs the baseline at its best; a Fail keeps the median."""
+    ranked = _ranked(samples, quantile, pool, PASS_MIN_PODS)
+    if ranked is None:
+        return pool(samples)
+    return ranked[0]

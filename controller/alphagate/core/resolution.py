@@ -9,8 +9,9 @@ A quantile read from buckets is only known to lie inside its bucket (lo, hi]; th
   (1 + margin) x the baseline's. When the baseline's bucket is wider than 1 + margin, even a
   canary identical to the baseline cannot be shown within: the layout cannot **resolve** the
   margin there, and the guard says so instead of passing.
-* a **Fail** may use the smallest bound at or above hi x (1 + margin): a canary share above it
-  significantly over 1 - q puts the canary's quantile above (1 + margin) x the baseline's.
+* a **Fail** may use the smallest bound at or above hi x (1 + margin) (less 1% for the
+  layout's printed digits, FAIL_ROUNDING): a canary share above it significantly over 1 - q
+  puts the canary's quantile above (1 + margin) x the baseline's (x 0.99).
   A regression smaller than that bound over lo may go unseen: the **effective margin**.
 
 vLLM's default per-token bounds (… 0.025, 0.05, 0.075, 0.1 …) are 1.33-2.5x wide where chat
@@ -31,6 +32,13 @@ from alphagate.core.fmt import number as _number
 
 # Relative float tolerance when comparing a bound with a product of bounds (0.1 * 1.1 ...).
 REL_TOL: Final = 1e-9
+# A Fail edge may sit this far below hi x (1 + margin): layouts print their bounds at 3-4
+# significant digits (the plan's rounded down), so two 10% steps are 1.2079-1.21x, rarely
+# exactly 1.1 x 1.1. Without it the edge skipped a whole step in about half of the windows on
+# a ~10% layout (+33% instead of +21%), and a tail-only 1.5x canary, whose slow requests sit
+# between the two, passed there and broke its fail streak. A Fail then shows at least
+# (1 + margin) x 0.99 (+8.9% at +10%): `least_margin` prints what it shows.
+FAIL_ROUNDING: Final = 0.01
 # Bounds of a generated layout keep this many significant digits (vLLM prints them as given).
 _DIGITS: Final = 3
 _MAX_BOUNDS: Final = 400  # a generated layout longer than this is a mistake in its inputs
@@ -78,10 +86,12 @@ class Resolution:
     @property
     def least_margin(self) -> float:
         """The smallest regression a Fail can show at all (the reference quantile at the top
-        of its bucket): fail edge / bucket_hi - 1; inf when there is no fail edge."""
+        of its bucket): fail edge / bucket_hi - 1, never below the policy's margin less the
+        layout's rounding (FAIL_ROUNDING); inf when there is no fail edge."""
         if self.fail_edge is None or not (self.bucket_hi > 0 and math.isfinite(self.bucket_hi)):
             return math.inf
-        return max(self.margin, self.fail_edge / self.bucket_hi - 1.0)
+        floor = (1.0 + self.margin) * (1.0 - FAIL_ROUNDING) - 1.0
+        return max(floor, self.fail_edge / self.bucket_hi - 1.0)
 
     @property
     def resolution(self) -> float:
@@ -113,7 +123,8 @@ def relative(layout: Sequence[float], lo: float, hi: float, margin: float) -> Re
     if lo > 0 and math.isfinite(lo) and not math.isnan(m):
         pass_edge = _at_or_below(bounds, lo * (1.0 + m))
     if hi > 0 and math.isfinite(hi) and not math.isnan(m):
-        fail_edge = _at_or_above(bounds, hi * (1.0 + m))
+        # never below hi itself: a Fail shows the canary above the whole bucket
+        fail_edge = _at_or_above(bounds, max(hi * (1.0 + m) * (1.0 - FAIL_ROUNDING), hi))
     # The reference is pinned to a bucket no wider than the margin, and the canary's layout
     # has a bound between its lower edge and that x (1 + margin). On one common layout that is
     # "the Pass edge reaches the bucket's upper edge": a canary like the baseline can pass.

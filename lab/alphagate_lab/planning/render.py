@@ -286,7 +286,7 @@ def render(plan: Plan) -> str:
         "line up. The guard confirms on the exact mean per token and fails on the P99 as "
         "finely as the buckets resolve it: on vLLM's default ones (…0.05, 0.075, 0.1 s) a P99 "
         "regression below 1.5-3x can go unseen (status prints the effective margin); with the "
-        "Stage 1 buckets it fails from about +21-33%. With those buckets, `latency.confirmOn: "
+        "Stage 1 buckets it fails from about +21%. With those buckets, `latency.confirmOn: "
         "meanAndQuantile` also makes a Pass show the P99 within +10% (several thousand "
         "requests per window). To see the tail before the rollout:",
         "",
