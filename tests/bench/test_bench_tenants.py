@@ -91,6 +91,8 @@ def test_a_class_that_exceeds_no_budget_is_judged_contained() -> None:
     assert "Inconclusive x1" in text and "Judgeable=ShortOutputs" in text
     for attacker in ({"h0": {"lastDecision": {"verdict": "Error"}}}, {"h0": {}}, {}):
         assert not tenants.Verdict(attack, base, _run(BASE, attacker=attacker), 2.0).passed
+    # where it did spend a budget (a loaded Prometheus refusing its pools), naming it passes
+    assert tenants.Verdict(attack, base, _run(BASE, attacker=TYPED), 2.0).passed
     victim_error = {"v0": [*BASE["v0"], (19.0, "hold", "Error")]}
     assert not tenants.Verdict(attack, _run(victim_error), _run(victim_error, attacker=own),
                                2.0).passed  # fmt: skip

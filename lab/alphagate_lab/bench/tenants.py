@@ -22,7 +22,8 @@ attacker's canaries show, and a PASS/FAIL line against the issue's "done when":
     printed). A class whose attacker spends nothing shared past a budget (`Attack.exceeds`
     False: concurrency-collapse, prometheus-pools, many-windows; docs/reliability.md has the
     numbers) is judged contained instead: its canaries judged on their own data (evaluated,
-    not Error: their verdicts and False conditions printed), no victim Error.
+    not Error: their verdicts and False conditions printed) or naming a budget they did
+    exceed (a loaded Prometheus refusing prometheus-pools' pools), no victim Error.
 
 Numbers only, no assertion on speed; every loop is bounded (`--seconds` per run); binds
 127.0.0.1 only. `--quick`: two victims, 45 s runs. `--attacks a,b` runs some classes only.
@@ -101,16 +102,17 @@ class Verdict:
 
     @property
     def contained(self) -> bool:
-        """For a class whose attacker exceeds no budget (`Attack.exceeds` False): each of its
-        canaries was judged on its own data (evaluated, not Error) and no victim is Error."""
-        verdicts = [
-            (st.get("lastDecision") or {}).get("verdict") for st in self.got.attacker.values()
+        """For a class whose attacker need exceed no budget (`Attack.exceeds` False): each of
+        its canaries was judged on its own data (evaluated, not Error) or, where it did spend
+        a budget (prometheus-pools on a loaded Prometheus: `server_cost`), names it; and no
+        victim is Error."""
+        ok = [
+            budget_named(st, self.attack.named) is not None
+            or (st.get("lastDecision") or {}).get("verdict") not in (None, "", "Error")
+            for st in self.got.attacker.values()
         ]
-        return (
-            bool(verdicts)
-            and all(v and v != "Error" for v in verdicts)
-            and not any(e.verdict == "Error" for evs in self.got.victims.values() for e in evs)
-        )
+        victims_error = any(e.verdict == "Error" for evs in self.got.victims.values() for e in evs)
+        return bool(ok) and all(ok) and not victims_error
 
     @property
     def attacker_ok(self) -> bool:

@@ -52,7 +52,8 @@ class Attack:
     named: str = "budget"
     # False: the class makes the attacker spend nothing shared past a budget (docs/reliability.md
     # says what each spends, measured), so "typed with the budget it exceeded" cannot apply: it
-    # is judged contained instead (its canaries judged on their own data, no victim Error)
+    # is judged contained instead (its canaries judged on their own data or naming a budget
+    # they did exceed, no victim Error)
     exceeds: bool = True
 
 
