@@ -179,14 +179,21 @@ class Fetcher:
             try:
                 async with asyncio.timeout_at(deadline):
                     async with slots:
+                        # its canary's memory first (its own), then its namespace's share of
+                        # the loop: a GET waiting for memory holds no share from its namespace
+                        held = await account.room(expected()) if account is not None else 0
                         stage[0] = "share"
-                        share = (
-                            None
-                            if owner is None
-                            else await GET_SHARE.enter(owner, expected(), target.url)
-                        )
                         try:
-                            held = await account.room(expected()) if account is not None else 0
+                            share = (
+                                None
+                                if owner is None
+                                else await GET_SHARE.enter(owner, expected(), target.url)
+                            )
+                        except BaseException:
+                            if account is not None:
+                                account.release(held)
+                            raise
+                        try:
                             stage[0] = "get"
                             return await self._read(
                                 session, target, timeout, max_bytes, max_lines,

@@ -6,7 +6,9 @@ four pods of 1.6 MB had 80 such GETs a cycle, up to one per canary at once, and 
 55 KB page, received a chunk a turn beside them, missed its read's deadline. The parse pool
 (`sources.parsepool`) shares the parse workers by namespace; this shares the receiving.
 
-Each GET, before it starts, holds against its namespace the bytes its page is expected to
+Each GET, before it starts (and once its canary's memory has room for its page: a GET waiting
+for its own canary's memory holds none of its namespace's share), holds against its namespace
+the bytes its page is expected to
 take (its canary's largest page last time), then what it has really received (decoded) if
 that is more, until its body is read. A namespace may hold its share of
 `ScrapeBudgets.receive_bytes`: that over the namespaces reading (holding, waiting, or done
