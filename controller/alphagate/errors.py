@@ -107,6 +107,9 @@ class BudgetKind(StrEnum):
     READ_TIME = "read_time"
     # the read deadline passed while the canary's own pages waited for or were in parsing
     PARSE_TIME = "parse_time"
+    # the read deadline passed while the canary's GETs waited for its namespace's share of the
+    # pages the fetch loop receives at once (sources/getshare.py)
+    RECEIVE = "receive"
     # the canary's share of the scrape memory budget (pages in flight, pages and increments kept)
     MEMORY = "memory"
     # a histogram with more `le` buckets than the controller keeps

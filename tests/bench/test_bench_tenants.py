@@ -74,3 +74,27 @@ def test_the_done_when_judge() -> None:
                                2.0).passed  # fmt: skip
     assert not tenants.Verdict(attack, base, _run(BASE, attacker=TYPED, healthz_failed=1),
                                2.0).passed  # fmt: skip
+
+
+def test_a_class_that_exceeds_no_budget_is_judged_contained() -> None:
+    """concurrency-collapse spends nothing shared past a budget: its attacker, judged on its
+    own data (Inconclusive, no budget named), passes as contained; Error (or never evaluated)
+    or a victim's Error does not. A class that exceeds a budget still needs it named."""
+    attack = tenants.BY_NAME["concurrency-collapse"]
+    assert not attack.exceeds and tenants.BY_NAME["shared-pods"].exceeds
+    base = _run(BASE)
+    own = {"h0": {"lastDecision": {"verdict": "Inconclusive"}, "conditions": [
+        {"type": "Judgeable", "status": "False", "reason": "ShortOutputs"}]}}  # fmt: skip
+    judged = tenants.Verdict(attack, base, _run(BASE, attacker=own), 2.0)
+    assert judged.contained and judged.passed and not judged.typed
+    text = tenants.attacker_text(own, exceeds=False)
+    assert "Inconclusive x1" in text and "Judgeable=ShortOutputs" in text
+    for attacker in ({"h0": {"lastDecision": {"verdict": "Error"}}}, {"h0": {}}, {}):
+        assert not tenants.Verdict(attack, base, _run(BASE, attacker=attacker), 2.0).passed
+    # where it did spend a budget (a loaded Prometheus refusing its pools), naming it passes
+    assert tenants.Verdict(attack, base, _run(BASE, attacker=TYPED), 2.0).passed
+    victim_error = {"v0": [*BASE["v0"], (19.0, "hold", "Error")]}
+    assert not tenants.Verdict(attack, _run(victim_error), _run(victim_error, attacker=own),
+                               2.0).passed  # fmt: skip
+    typed_class = tenants.Verdict(tenants.BY_NAME["slow-pod"], base, _run(BASE, attacker=own), 2.0)
+    assert not typed_class.passed  # judged on its own data is not enough where a budget applies

@@ -351,3 +351,40 @@ def test_a_namespaces_many_canaries_wait_behind_another_namespaces_page() -> Non
 
     asyncio.run(run())
     assert order.index("llm/v") == 1, order  # right after the page already being parsed
+
+
+def test_a_namespace_holds_its_part_of_the_workers_while_another_parses() -> None:
+    """Two workers, and `llm` parsed a moment ago: `hostile`'s twenty canaries hold one worker,
+    not both, even with the other idle, so `llm`'s next page is taken at once, not after a
+    1.6 MB page ends."""
+    release = threading.Event()
+    started: list[str] = []
+
+    def job(owner: str) -> str:
+        started.append(owner)
+        if owner.startswith("hostile/"):
+            release.wait(5)  # a heavy page, parsing
+        else:
+            time.sleep(0.05)  # a victim's page: light, but it counts as parsing
+        return owner
+
+    async def run() -> tuple[int, float]:
+        pool = FairPool(ThreadPoolExecutor(2), 2)
+        await pool.run("llm/v", job, "llm/v")  # `llm` parses too (its pages every interval)
+        hostile = [
+            asyncio.ensure_future(pool.run(f"hostile/c{n}", job, f"hostile/c{n}"))
+            for n in range(20)
+        ]
+        await asyncio.sleep(0.1)
+        busy = sum(o.startswith("hostile/") for o in started)
+        began = time.monotonic()
+        await asyncio.wait_for(pool.run("llm/v", job, "llm/v"), 2)
+        waited = time.monotonic() - began
+        release.set()
+        await asyncio.gather(*hostile)
+        pool.executor.shutdown()
+        return busy, waited
+
+    busy, waited = asyncio.run(run())
+    assert busy == 1  # one worker of two while `llm` parses
+    assert waited < 1.0  # taken at once (a worker was kept for it), not after `release`

@@ -19,6 +19,9 @@ spending one fails only that canary's pod, pool or read, typed (`BudgetError` wi
 * **memory kept** (`kept_share`): the last page and the increments kept per pod are counted in
   cells (one number each, `CELL_BYTES` apiece); a canary may keep ``keptBytes / scrape
   canaries`` at most: the page that would take it past is refused (MEMORY).
+* **receiving** (`sources.getshare`): the pages a namespace's GETs receive at once, at most
+  its share of ``receiveBytes`` (that over the namespaces reading); its next GETs wait, and a
+  read whose deadline passes while they wait fails those pods (RECEIVE).
 * **buckets** (`MAX_BUCKETS`): a histogram with more ``le`` buckets is refused (BUCKETS).
 
 The budgets are the admin's (`ScrapeBudgets`, ``podScrape.budgets`` in the controller's config);
@@ -73,6 +76,11 @@ class ScrapeBudgets(StrictModel):
         default=64 * MiB, ge=4 * MiB, le=4096 * MiB,
         description="Pages and increments kept between scrapes, all canaries together; each "
         "canary may keep this over the number of pod-scraping canaries.",
+    )  # fmt: skip
+    receive_bytes: int = Field(
+        default=8 * MiB, ge=1 * MiB, le=4096 * MiB,
+        description="Pages the fetch loop receives at once, all namespaces together; each "
+        "namespace reading may hold this over the namespaces reading (sources/getshare.py).",
     )  # fmt: skip
     parse_workers: int = Field(
         default=2, ge=1, le=32,

@@ -6,7 +6,9 @@ The reconciler hands every canary due in a cycle to :func:`observe_each` togethe
 * Prometheus reads that share an endpoint, a deadline and a window become one batch of queries
   (:func:`alphagate.sources.prombatch.observe_many`, never mixing namespaces); batches of
   different windows are read side by side, each within one read deadline
-  (`sources.budget.read_deadline`), so 24 distinct windows cost one deadline, not 24;
+  (`sources.budget.read_deadline`), so 24 distinct windows cost one deadline, not 24, and
+  the namespaces take the read threads in turn (`_in_turn`): another namespace's 24 batches
+  never hold a victim's one batch back;
 * pod-scrape reads discover their pods, then GET every canary's pages side by side, each
   canary within its own deadline (:func:`alphagate.sources.scrapebatch.observe_scrapes`);
 * any other read is its source's own ``observe``.
@@ -116,7 +118,7 @@ def observe_each(
             scrapes.append((i, scrape))
         else:
             alone.append(i)
-    groups = list(prometheus.values())
+    groups = _in_turn(reads, list(prometheus.values()))
     with ThreadPoolExecutor(
         max(1, min(PROMETHEUS_THREADS, len(groups))), thread_name_prefix="alphagate-prom"
     ) as pool:
@@ -134,6 +136,23 @@ def observe_each(
         raise results.raised[0]
     assert all(o is not None for o in results.out)
     return [o for o in results.out if o is not None]
+
+
+def _in_turn(reads: Sequence[Read], groups: list[list[int]]) -> list[list[int]]:
+    """The batches in the order the read threads take them: the namespaces in turn (every
+    namespace's first batch, then every namespace's second...), not in the order of the reads.
+    A namespace of 24 canaries with distinct windows has 24 batches (each one query set): in
+    the reads' order they took the 8 threads before another namespace's one batch, which
+    then waited for a thread with no deadline running yet. A batch of several namespaces
+    goes in the earliest turn any of them is owed."""
+    turns: dict[str | None, int] = {}
+    ranked: list[tuple[int, int, list[int]]] = []
+    for position, group in enumerate(groups):
+        spaces = {_namespace(reads[i]) for i in group}
+        ranked.append((min(turns.get(ns, 0) for ns in spaces), position, group))
+        for ns in spaces:
+            turns[ns] = turns.get(ns, 0) + 1
+    return [group for _, _, group in sorted(ranked, key=lambda r: r[:2])]
 
 
 def _scrapes(

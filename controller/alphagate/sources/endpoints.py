@@ -25,6 +25,7 @@ The file, YAML::
         inFlightBytes: 50331648     # pages read and parsed at once, all canaries
         perCanaryBytes: 16777216
         keptBytes: 67108864         # pages and increments kept, shared by canaries
+        receiveBytes: 8388608       # pages received at once, shared by namespaces
         parseWorkers: 2
 
 ``scrapeIntervalSeconds`` tells the controller how often this Prometheus scrapes the vLLM

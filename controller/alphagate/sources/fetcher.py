@@ -39,14 +39,16 @@ from alphagate.sources import http
 from alphagate.sources.budget import FIRST_PAGE_BYTES, Account
 from alphagate.sources.common import redact_url
 from alphagate.sources.discovery import Target
+from alphagate.sources.getshare import GET_SHARE, Hold
 
 KEEPALIVE_SECONDS: Final = 4.0
 """Idle connections are dropped after this; vLLM's uvicorn closes them after 5 s."""
 
 R = TypeVar("R")
 
-Stage = Literal["queued", "get", "parse"]
-"""Where a page was when its read's deadline passed: waiting for a slot, being read, parsed."""
+Stage = Literal["queued", "share", "get", "parse"]
+"""Where a page was when its read's deadline passed: waiting for a slot of its source, for its
+namespace's share of the fetch loop (`sources.getshare`), being read, parsed."""
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -156,6 +158,7 @@ class Fetcher:
         late: Callable[[Target, Stage], SourceError] | None = None,
         account: Account | None = None,
         expected: Callable[[], int] = lambda: FIRST_PAGE_BYTES,
+        owner: str | None = None,
     ) -> list[R]:
         """:meth:`get_all` as a coroutine on the fetch loop, so several Fetchers' GETs run
         beside one another (each Fetcher at most `concurrency` at a time: no other source's
@@ -164,8 +167,10 @@ class Fetcher:
         A read's budgets: `deadline` (the fetch loop's clock) ends every GET and parse of
         this call, each target then `on_error(target, late(target, stage))`; `account` is
         charged the bytes each body holds until `on_body` is done with it, and a GET starts
-        only once a page of `expected()` bytes fits in the account. A GET that raises anyway
-        (a bug) raises here once every GET has ended."""
+        only once a page of `expected()` bytes fits in the account; `owner` (``namespace/name``):
+        and once it fits the namespace's share of the loop's receiving (`sources.getshare`),
+        held until its body is read. A GET that raises anyway (a bug) raises here once every
+        GET has ended."""
         session = await self._open()
         slots = asyncio.Semaphore(self.concurrency)
 
@@ -174,12 +179,29 @@ class Fetcher:
             try:
                 async with asyncio.timeout_at(deadline):
                     async with slots:
+                        # its canary's memory first (its own), then its namespace's share of
+                        # the loop: a GET waiting for memory holds no share from its namespace
                         held = await account.room(expected()) if account is not None else 0
-                        stage[0] = "get"
-                        return await self._read(
-                            session, target, timeout, max_bytes, max_lines,
-                            on_body, on_error, account, stage, held,
-                        )  # fmt: skip
+                        stage[0] = "share"
+                        try:
+                            share = (
+                                None
+                                if owner is None
+                                else await GET_SHARE.enter(owner, expected(), target.url)
+                            )
+                        except BaseException:
+                            if account is not None:
+                                account.release(held)
+                            raise
+                        try:
+                            stage[0] = "get"
+                            return await self._read(
+                                session, target, timeout, max_bytes, max_lines,
+                                on_body, on_error, account, stage, held, share,
+                            )  # fmt: skip
+                        finally:
+                            if share is not None:
+                                GET_SHARE.leave(share)
             except TimeoutError:  # the read's deadline, not this GET's own timeout
                 assert late is not None and deadline is not None
                 return on_error(target, late(target, stage[0]))
@@ -203,12 +225,18 @@ class Fetcher:
         account: Account | None,
         stage: list[Stage],
         held: int = 0,
+        share: Hold | None = None,
     ) -> R:
         """One GET, then its body handed to `on_body` (awaited), the body's bytes charged to
-        `account` until then (`held` of them before it started)."""
+        `account` until then (`held` of them before it started); `share` let go once the body
+        is read, before parsing (the loop's receiving is done)."""
         charged = [held]
         try:
-            got = await self._one(session, target, timeout, max_bytes, max_lines, account, charged)
+            got = await self._one(
+                session, target, timeout, max_bytes, max_lines, account, charged, share
+            )
+            if share is not None:
+                GET_SHARE.leave(share)
             if isinstance(got, SourceError):
                 return on_error(target, got)
             stage[0] = "parse"
@@ -230,6 +258,7 @@ class Fetcher:
         max_lines: int | None,
         account: Account | None = None,
         charged: list[int] | None = None,
+        share: Hold | None = None,
     ) -> tuple[bytes, str] | SourceError:
         """One GET within its own timeout: the body and its content type, or the failure."""
         try:
@@ -241,6 +270,7 @@ class Fetcher:
                     max_lines=max_lines,
                     account=account,
                     charged=charged,
+                    share=share,
                 )
         except SourceError as exc:
             return exc
@@ -272,6 +302,7 @@ class Fetcher:
         max_lines: int | None,
         account: Account | None = None,
         charged: list[int] | None = None,
+        share: Hold | None = None,
     ) -> tuple[bytes, str]:
         where = where_of(target)
         async with session.get(target.url, allow_redirects=False) as resp:
@@ -291,6 +322,8 @@ class Fetcher:
             try:
                 async for chunk in resp.content.iter_any():
                     reader.feed(chunk)
+                    if share is not None:
+                        GET_SHARE.grow(share, reader.decoded)
                     if account is not None and charged is not None:
                         grown = reader.decoded - charged[0]
                         if grown > 0:  # past what was held for it

@@ -6,8 +6,11 @@ shape each scrape, from 32 pods) took seconds of its time a cycle and other cana
 pods timed out. Here a page's parse is a job for a bounded pool of workers; jobs wait in one
 queue per canary and the workers take the canaries in turn (round robin), so a canary with 32
 pages queued delays another's one page by at most one page per worker, never by its queue.
-Turns are shared by worker time (a heavy page costs its owner a hundred light ones), and an
-owner holds at most half the workers while another waits.
+Turns are shared by worker time (a heavy page costs its owner a hundred light ones), an
+owner holds at most half the workers while another waits, and a namespace holds at most its
+part of the workers (the workers over the namespaces parsing, at least one) while another
+namespace parses, even when a worker is idle: twenty canaries of one namespace held both
+workers with 1.6 MB pages and a victim's page, first in the queue, still waited for one.
 
 Threads or processes: `docs/reliability.md` ("Parsing off the fetch loop") measures both side by
 side with `python -m alphagate_lab.bench.parsing`. Threads keep the victims' GETs on time on two
@@ -107,6 +110,13 @@ class FairPool:
         n = max(1, len(parsing))
         return self.workers * SPEND_WINDOW / n, n
 
+    def _per_tenant(self, now: float) -> int:
+        """Workers one namespace may hold at once: all of them alone, else its part of them
+        (at least one) while other namespaces parse, so a victim's page finds a worker no
+        other namespace holds (it waits for its own namespace's pages only)."""
+        _, n = self.share(now)
+        return self.workers if n <= 1 else max(1, self.workers // n)
+
     def check_share(self, owner: str) -> None:
         """Refuse `owner`'s next page (PARSE_TIME) when its namespace is past its share of the
         workers' time while another namespace parses too."""
@@ -175,12 +185,19 @@ class FairPool:
         owners under their share of the workers (or any, when no other owner waits)."""
         while self._queues:
             waiting = len(self._queues)
+            now = self.clock()
+            per_tenant = self._per_tenant(now)
+            busy: dict[str, int] = {}
+            for o, n in self._running.items():
+                busy[tenant_of(o)] = busy.get(tenant_of(o), 0) + n
             ready = [
-                o for o in self._queues if waiting == 1 or self._running.get(o, 0) < self.per_owner
+                o
+                for o in self._queues
+                if (waiting == 1 or self._running.get(o, 0) < self.per_owner)
+                and busy.get(tenant_of(o), 0) < per_tenant
             ]
             if not ready:
                 return None
-            now = self.clock()
             # the namespace that parsed least lately first (twenty canaries of one namespace
             # are one tenant: their backlog waits behind another's page), then the canary
             owner = min(

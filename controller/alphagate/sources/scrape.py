@@ -67,9 +67,10 @@ from alphagate.sources.common import (
 )
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
+from alphagate.sources.getshare import GET_SHARE
 from alphagate.sources.increments import PodState
 from alphagate.sources.pageread import ACCEPT, Scraped, scraped
-from alphagate.sources.parsepool import parse_pool
+from alphagate.sources.parsepool import parse_pool, tenant_of
 from alphagate.sources.podmemory import increment_cells, kept_cells, series_cells
 
 # --------------------------------------------------------------------------- the source
@@ -229,10 +230,11 @@ class ScrapeSource:
             return got
 
         def late(target: Target, stage: Stage) -> SourceError:
-            budget = BudgetKind.PARSE_TIME if stage == "parse" else BudgetKind.READ_TIME
+            budget = _LATE[stage]
+            waited = f": {GET_SHARE.describe(tenant_of(owner))}" if stage == "share" else ""
             return BudgetError(
                 budget,
-                f"the read's deadline of {why} passed {_STAGES[stage]}",
+                f"the read's deadline of {why} passed {_STAGES[stage]}{waited}",
                 target=where_of(target),
             )
 
@@ -248,6 +250,7 @@ class ScrapeSource:
                 late=late,
                 account=account,
                 expected=lambda: self._page_bytes,
+                owner=owner,
             )
         finally:  # the account is let go in `finish`, once the pages are kept or dropped
             if largest[0]:
@@ -422,8 +425,15 @@ class ScrapeSource:
 
 _STAGES: Final[Mapping[Stage, str]] = {
     "queued": "before a slot to read this pod was free",
+    "share": "while this pod's GET waited for its namespace's share of the fetch loop",
     "get": "while this pod's page was being read",
     "parse": "while this page waited for or was in parsing",
+}
+_LATE: Final[Mapping[Stage, BudgetKind]] = {
+    "queued": BudgetKind.READ_TIME,
+    "share": BudgetKind.RECEIVE,
+    "get": BudgetKind.READ_TIME,
+    "parse": BudgetKind.PARSE_TIME,
 }
 
 

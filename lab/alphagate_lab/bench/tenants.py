@@ -19,7 +19,11 @@ attacker's canaries show, and a PASS/FAIL line against the issue's "done when":
     budget they exceeded (a reason containing "Budget": e.g. WithinApiBudget=False
     `CanaryApiBudgetExceeded`; for cross-namespace, whose policy is refused outright,
     SpecValid=False `CrossNamespace`); no victim is Error (the victims' Error reasons are
-    printed).
+    printed). A class whose attacker spends nothing shared past a budget (`Attack.exceeds`
+    False: concurrency-collapse, prometheus-pools, many-windows; docs/reliability.md has the
+    numbers) is judged contained instead: its canaries judged on their own data (evaluated,
+    not Error: their verdicts and False conditions printed) or naming a budget they did
+    exceed (a loaded Prometheus refusing prometheus-pools' pools), no victim Error.
 
 Numbers only, no assertion on speed; every loop is bounded (`--seconds` per run); binds
 127.0.0.1 only. `--quick`: two victims, 45 s runs. `--attacks a,b` runs some classes only.
@@ -97,13 +101,31 @@ class Verdict:
         return bool(named) and all(n is not None for n in named) and not victims_error
 
     @property
+    def contained(self) -> bool:
+        """For a class whose attacker need exceed no budget (`Attack.exceeds` False): each of
+        its canaries was judged on its own data (evaluated, not Error) or, where it did spend
+        a budget (prometheus-pools on a loaded Prometheus: `server_cost`), names it; and no
+        victim is Error."""
+        ok = [
+            budget_named(st, self.attack.named) is not None
+            or (st.get("lastDecision") or {}).get("verdict") not in (None, "", "Error")
+            for st in self.got.attacker.values()
+        ]
+        victims_error = any(e.verdict == "Error" for evs in self.got.victims.values() for e in evs)
+        return bool(ok) and all(ok) and not victims_error
+
+    @property
+    def attacker_ok(self) -> bool:
+        return self.typed if self.attack.exceeds else self.contained
+
+    @property
     def passed(self) -> bool:
         return (
             not self.got.error
             and self.same_decisions
             and self.delay_ok
             and self.healthy
-            and self.typed
+            and self.attacker_ok
         )
 
 
@@ -150,14 +172,21 @@ def victim_errors(r: RunResult) -> str:
     return " | ".join(f"{n}x {why}" for why, n in sorted(seen.items(), key=lambda kv: -kv[1])[:3])
 
 
-def attacker_text(status_by_name: dict[str, dict[str, Any]], word: str = "budget") -> str:
-    """What the attacker's canaries show: verdicts, and the budget named (or not)."""
+def attacker_text(
+    status_by_name: dict[str, dict[str, Any]], word: str = "budget", *, exceeds: bool = True
+) -> str:
+    """What the attacker's canaries show: verdicts, and the budget named (or not); for a class
+    that exceeds no budget, the reasons of its False conditions (its own data's, typed)."""
     verdicts: dict[str, int] = {}
     named: dict[str, int] = {}
     for st in status_by_name.values():
         v = (st.get("lastDecision") or {}).get("verdict") or "never evaluated"
         verdicts[v] = verdicts.get(v, 0) + 1
-        n = budget_named(st, word) or f"no {word} named"
+        if exceeds:
+            n = budget_named(st, word) or f"no {word} named"
+        else:
+            bad = [c for c in st.get("conditions") or [] if c.get("status") == "False"]
+            n = ", ".join(f"{c.get('type')}={c.get('reason')}" for c in bad) or "no condition False"
         named[n] = named.get(n, 0) + 1
     return (
         ", ".join(f"{k} x{c}" for k, c in sorted(verdicts.items()))
@@ -203,7 +232,7 @@ def report(verdicts: list[Verdict], bases: dict[bool, RunResult], interval: floa
             f"{v.attack.name:<21} {'same' if v.same_decisions else 'DIFFER':<9} "
             f"{v.delay:>7.1f} {g.peak_rss_mib:>7.0f} {g.api_per_second:>6.0f} {live:<7} "
             f"{_load(g):<9}  "
-            f"{attacker_text(g.attacker, v.attack.named)}"
+            f"{attacker_text(g.attacker, v.attack.named, exceeds=v.attack.exceeds)}"
         )
         if not v.same_decisions:
             print(f"{'':<21} victims: {_flips(g)}")
@@ -219,12 +248,18 @@ def report(verdicts: list[Verdict], bases: dict[bool, RunResult], interval: floa
                 ("decisions differ", v.same_decisions),
                 (f"delay {v.delay:.1f} s > one interval more", v.delay_ok),
                 ("memory or /healthz", v.healthy),
-                ("attacker not typed with its budget (or a victim Error)", v.typed),
+                (
+                    "attacker not typed with its budget (or a victim Error)"
+                    if v.attack.exceeds
+                    else "attacker not judged on its own data (or a victim Error)",
+                    v.attacker_ok,
+                ),
                 ("run error", not v.got.error),
             )
             if not ok
         ]
-        line = "PASS" if v.passed else "FAIL: " + "; ".join(why)
+        contained = "" if v.attack.exceeds else " (exceeds no budget: judged on its own data)"
+        line = f"PASS{contained}" if v.passed else "FAIL: " + "; ".join(why)
         print(f"{v.attack.name:<21} {line}")
 
 

@@ -1,7 +1,7 @@
 """One run of the noisy-neighbour benchmark: the real controller beside some tenants.
 
 The API double (this process) holds the tenants' canaries, Deployments and pods; the pods are
-served by `bench.tenants_pods` (a child process); a real Prometheus scrapes them for the
+served by `bench.tenants_pods` (a child process per tenant); a real Prometheus scrapes them for the
 Prometheus classes, read through a slow proxy; `alphagate run` (a child: its memory is its
 own) watches every namespace with the shipped budgets. This process watches the victims' status
 (what each evaluation decided, and when), polls the controller's `/healthz`, reads its peak
@@ -190,11 +190,18 @@ def run(
     result = RunResult()
     children = Children()
     prom: promtest.PrometheusServer | None = None
-    kinds = [p.kind for t in tenants for p in t.pods]
     api = ApiServer().start()
     try:
-        pods = _pod_server(children, kinds, page, [])
-        targets = _seed(api, tenants, pods["ports"])
+        # One pod server per tenant: a hostile pod's CPU (a 1.6 MB page built per scrape) is
+        # not the victims' pods' (they are other machines); in one process the victims' pods
+        # answered late behind the attacker's page building, which is the bench, not the
+        # controller. The machine's cores are still shared, as the controller's are.
+        ports = [
+            port
+            for t in tenants
+            for port in _pod_server(children, [p.kind for p in t.pods], page, [])["ports"]
+        ]
+        targets = _seed(api, tenants, ports)
         extra: list[str] = list(controller_args)
         if prometheus:
             prom = _prometheus(targets, attack.max_samples if attack else 0)
