@@ -149,8 +149,9 @@ def test_a_namespace_of_heavy_pods_cannot_hold_back_another_namespaces_small_pag
         assert all(p.error is None for p in cycle[0].pools), cycle[0].pools
     # once the pages' size is known: two heavy pages in flight (its share), never forty; the
     # server counts a little more (an answer whose read was cancelled at its deadline is still
-    # being sent until the server notices, while the namespace's next GET has started)
-    assert max(most[1:]) <= 5, most
+    # being sent until the server notices, while the namespace's next GET has started: 2-6
+    # measured, more under load; 40-41 without the share)
+    assert max(most[1:]) <= 10, most
     errors = [p for cycle in got[1:] for obs in cycle[1:] for p in obs.pools if p.error]
     assert errors, "the attacker's forty slow pages fit its deadline: nothing was held back"
     receive = [p for p in errors if p.budget is BudgetKind.RECEIVE]
