@@ -158,8 +158,11 @@ def test_one_canarys_trouble_never_touches_another(
             (spec(), ScrapeSource(static([good], [other]), clock=clock)),
             (spec(), ScrapeSource(static([bad], [other]), clock=clock)),
             (spec(), ScrapeSource(static([gone, good], [other]), clock=clock)),
-            # only the hanging pod under the short deadline: a busy machine slows the others
-            (spec(timeoutSeconds=0.3), ScrapeSource(static([hang], []), clock=clock)),
+            # only the hanging pod under the short deadline: a busy machine slows the others.
+            # 1 s, not less: its read deadline (twice that) must stay a whole timeout after the
+            # GET's own, or a GET started late beside the suite ends on the deadline (typed
+            # read_time) in one path and on its timeout in the other
+            (spec(timeoutSeconds=1.0), ScrapeSource(static([hang], []), clock=clock)),
             (spec(), ScrapeSource(BrokenDiscovery(), clock=clock)),
             (spec(), AssemblyBug(static([good], [other]), clock=clock)),
             (spec(), PlanBug(static([good], [other]), clock=clock)),
