@@ -231,7 +231,7 @@ def test_a_quantile_pass_never_has_the_canary_quantile_above_the_margin() -> Non
     # meanAndQuantile has its empirical P99 (from the raw values, no buckets) within +10% of
     # the baseline's, at a layout that resolves the margin; the default layout never passes.
     passed = {BOUNDS: 0, GEO: 0}
-    for seed in range(40):
+    for seed in range(80):  # 30 s blocks: 11 of 80 pass on GEO (60 s blocks: 12)
         for bounds in (BOUNDS, GEO):
             rng = np.random.default_rng(100 + seed)
             n = int(rng.choice([20, 60, 200]))
@@ -250,7 +250,7 @@ def test_a_quantile_pass_never_has_the_canary_quantile_above_the_margin() -> Non
             c_q = float(np.quantile(np.concatenate([x for v in c_raw for x in v]), 0.99))
             b_q = float(np.quantile(np.concatenate([x for v in b_raw for x in v]), 0.99))
             assert c_q <= 1.1 * b_q * (1 + 1e-9)
-    assert passed[BOUNDS] == 0 and passed[GEO] >= 5  # the property was exercised
+    assert passed[BOUNDS] == 0 and passed[GEO] >= 10  # the property was exercised
 
 
 def _mixed(rng: np.random.Generator, n: int, factor: float, share: float) -> list[np.ndarray]:

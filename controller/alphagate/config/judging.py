@@ -150,11 +150,13 @@ class LatencyGuard(StrictModel):
         description="Disjoint windows in a row with a regression before a rollback.",
     )
     batch_seconds: PositiveSeconds = Field(
-        default=60.0,
+        default=30.0,
         description=(
             "perToken on exact sums: shortest time block of one pod that counts as an "
-            "independent batch (a stall episode slows one pod for a while); pods are always "
-            "separate batches."
+            "independent batch; pods are always separate batches. A stall episode slows one "
+            "pod for a while, so it must land in one or two blocks rather than count as many "
+            "independent requests; 30 s gives ten blocks per pod in a 300 s window, enough for "
+            "one canary pod's mean test to catch a 1.5x regression in its first window."
         ),
     )
 

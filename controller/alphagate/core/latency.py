@@ -55,7 +55,7 @@ from alphagate.core.reference import baseline_reference, pass_reference
 from alphagate.core.resolution import Resolution, TailWithin
 from alphagate.core.stats import t_cdf, t_quantile
 
-BATCH_SECONDS: Final = 60.0
+BATCH_SECONDS: Final = 30.0  # for direct callers; the policy's is latency.batchSeconds (30 s)
 MAX_SECONDS_PER_TOKEN: Final = 1e6  # a mean time per token beyond this is a corrupt counter
 # increase() extrapolates counts to fractions; below a millionth of an observation is noise
 # (and its square underflows the batch statistics)
