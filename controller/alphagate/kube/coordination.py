@@ -131,11 +131,18 @@ def tell_refusal(
         )
     else:
         log.info("ownership_agreed", ours=str(ours))
-    if on_refusal is not None:
-        try:
-            on_refusal(refusal)
-        except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not stop owning or refusing
-            log.error("refusal_callback_failed", error=repr(exc), error_type=type(exc).__name__)
+    guarded(log, "refusal_callback_failed", on_refusal, refusal)
+
+
+def guarded(log: Any, event: str, callback: Callable[..., None] | None, *args: Any) -> None:
+    """Call `callback(*args)` if there is one; a bug in it is logged as `event`, never raised:
+    the election and the shard rounds outlive their callbacks."""
+    if callback is None:
+        return
+    try:
+        callback(*args)
+    except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not stop owning or refusing
+        log.error(event, error=repr(exc), error_type=type(exc).__name__)
 
 
 __all__ = [
@@ -147,5 +154,6 @@ __all__ = [
     "Coordination",
     "Mode",
     "Refusal",
+    "guarded",
     "tell_refusal",
 ]

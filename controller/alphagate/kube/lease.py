@@ -39,6 +39,7 @@ from alphagate.kube.coordination import (
     ROLE_LABEL,
     Coordination,
     Refusal,
+    guarded,
     tell_refusal,
 )
 from alphagate.logs import get as get_logger
@@ -257,21 +258,11 @@ class LeaderElector:
             self.transitions += 1
             self._log.info("leadership_acquired")
             self._leading.set()
-            self._callback(self.on_started_leading)
+            guarded(self._log, "leader_callback_failed", self.on_started_leading)
         else:
             self._leading.clear()
             self._log.info("leadership_stopped")
-            self._callback(self.on_stopped_leading)
-
-    def _callback(self, callback: Callable[[], None] | None) -> None:
-        if callback is None:
-            return
-        try:
-            callback()
-        except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not kill the election loop
-            self._log.error(
-                "leader_callback_failed", error=repr(exc), error_type=type(exc).__name__
-            )
+            guarded(self._log, "leader_callback_failed", self.on_stopped_leading)
 
     def start(self) -> LeaderElector:
         if self._thread is not None and self._thread.is_alive():

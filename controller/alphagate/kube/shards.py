@@ -49,6 +49,7 @@ from alphagate.kube.coordination import (
     ROLE_LABEL,
     Coordination,
     Refusal,
+    guarded,
     tell_refusal,
 )
 from alphagate.kube.lease import default_identity
@@ -383,13 +384,8 @@ class ShardLeases:
     def _report(self, before: frozenset[int]) -> None:
         after = self.held()
         gained, lost = after - before, before - after
-        if (gained or lost) and self.on_change is not None:
-            try:
-                self.on_change(gained, lost)
-            except Exception as exc:  # noqa: BLE001 - last resort: a callback bug must not stop the rounds
-                self._log.error(
-                    "shard_callback_failed", error=repr(exc), error_type=type(exc).__name__
-                )
+        if gained or lost:
+            guarded(self._log, "shard_callback_failed", self.on_change, gained, lost)
 
     # ------------------------------------------------------------ the loop
 
