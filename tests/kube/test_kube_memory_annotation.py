@@ -49,7 +49,7 @@ def _deployment(annotations: dict[str, str]) -> dict[str, Any]:
 def test_the_written_annotation_names_its_schema_version_and_reads_back() -> None:
     text = memory_annotation(MEMORY)
     assert next(iter(json.loads(text))) == "schemaVersion"  # first, for a reader of the YAML
-    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 1
+    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 2
     assert read_memory(text) == MEMORY
 
 
