@@ -466,6 +466,45 @@ def test_rolled_back_reprobes_early_when_mix_moves_to_good_slices() -> None:
     assert e.memory.last_alpha == {"chat": 0.72, "code": 0.35}  # kept while off
 
 
+def test_the_share_that_failed_is_read_for_one_window_after_the_rollback() -> None:
+    # Rolled back 100 s ago on a window that still held traffic from before the shift (good
+    # share 0.5); the traffic that failed (10% on the good slice) is read within one window
+    # after it and becomes the reference, so a return to 45% is a shift of 0.35, not -0.05.
+    m = Memory(
+        state=State.ROLLED_BACK,
+        since=T0 - 100,
+        last_flip_at=T0 - 100,
+        cooldown_until=T0 + 5000,
+        last_alpha={"chat": 0.72, "code": 0.35},
+        good_share_at_rollback=0.5,
+    )
+    e = run(TWO, obs(pools("chat", None, tokens=1000), pools("code", None, tokens=9000)), m)
+    assert e.action is Action.HOLD
+    assert e.memory.good_share_at_rollback == pytest.approx(0.1)
+    back = dataclasses.replace(
+        obs(pools("chat", None, tokens=4500), pools("code", None, tokens=5500)), at=T0 + 600
+    )
+    e = evaluate(TWO, back, e.memory, SETTLED, now=back.at)
+    assert e.action is Action.ENABLE
+    assert e.transition is not None and e.transition.cause is Cause.EARLY_REPROBE
+
+
+def test_the_share_at_rollback_is_not_lowered_past_one_window() -> None:
+    # 700 s after the rollback the traffic read is no longer the traffic that failed: a slow
+    # drift (a daily cycle) must not lower the reference the re-probe is measured from.
+    m = Memory(
+        state=State.ROLLED_BACK,
+        since=T0 - 700,
+        last_flip_at=T0 - 700,
+        cooldown_until=T0 + 5000,
+        last_alpha={"chat": 0.72, "code": 0.35},
+        good_share_at_rollback=0.3,
+    )
+    e = run(TWO, obs(pools("chat", None, tokens=1000), pools("code", None, tokens=9000)), m)
+    assert e.action is Action.HOLD
+    assert e.memory.good_share_at_rollback == pytest.approx(0.3)
+
+
 def test_manual_command_passes_through() -> None:
     e = run(SPEC, obs(pools("chat", 0.75)), ON, command=Command.PAUSE)
     assert e.memory.state is State.PAUSED

@@ -336,6 +336,7 @@ def decide(
     memory = reprobe.observe(
         found.memory, spec, results, window_shape, start=window_start, now=observation.at
     )
+    memory = reprobe.settle_share(memory, spec, found.good_share, now=now)
     band = gate.enable_above - gate.disable_below
     decision = machine.step(
         machine.StepInput(

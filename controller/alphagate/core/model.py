@@ -374,7 +374,9 @@ class Memory(BaseModel):
     # per slice, the between-request variance of alpha learned over the last hour: a prior
     # for each window's interval (core/spread.py)
     spread: dict[str, Spread] = Field(default_factory=dict)
-    good_share_at_rollback: float = 0.0  # share of traffic on good slices when rolled back
+    # share of traffic on good slices in the traffic that failed: read at the rollback, lowered
+    # to the lowest read within one window after it (core.reprobe.settle_share)
+    good_share_at_rollback: float = 0.0
     # the traffic's recent shapes (with the alpha measured on them) and what the last rollback
     # on alpha learned from them: a return toward the shape that paid re-probes early
     # (core.reprobe)

@@ -3,7 +3,8 @@
 Two kinds of evidence that the traffic which made speculation fail has gone:
 
 * SLICE_SHARE: the traffic share of slices whose last alpha cleared enableAbove grew by
-  `timing.reprobeMixShift` since the rollback (a policy with several slices sees its mix).
+  `timing.reprobeMixShift` since the rollback (a policy with several slices sees its mix);
+  "at the rollback" is the lowest share read within one window after it (`settle_share`).
 * SHAPE: the traffic's measured shape (output lengths) had moved, beyond its window-to-window
   noise, when alpha failed, alpha moved with it, and RETURNED_WINDOWS disjoint windows in a
   row have come back toward the shape on which speculation paid (`core.shape`). A policy with
@@ -146,6 +147,24 @@ def at_rollback(memory: Memory, fail_kinds: Collection[CheckKind]) -> ShapeMemor
     if not any(k in (CheckKind.ACCEPTANCE, CheckKind.FLOOR) for k in fail_kinds):
         return track
     return track.model_copy(update={"axis": shapes.learn(track).axis})
+
+
+def settle_share(
+    memory: Memory, spec: SpeculativeCanarySpec, good_share: float | None, *, now: float
+) -> Memory:
+    """Lower the share of good slices remembered at a rollback to the lowest read within one
+    window after it. The window read at a rollback still holds traffic from before the shift
+    that made alpha fail (in-flight long requests go on counting tokens), so it overstates
+    the good share of the traffic that failed; the windows ending within windowSeconds after
+    the rollback read that traffic itself. No later: a slow drift (a daily cycle) must not
+    lower the reference the SLICE_SHARE re-probe is measured from."""
+    if memory.state is not State.ROLLED_BACK or memory.last_flip_at is None:
+        return memory
+    if good_share is None or not good_share < memory.good_share_at_rollback:
+        return memory
+    if now > memory.last_flip_at + spec.timing.window_seconds + EPS:
+        return memory
+    return memory.model_copy(update={"good_share_at_rollback": good_share})
 
 
 def failed_early(memory: Memory) -> bool:
