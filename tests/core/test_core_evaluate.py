@@ -489,6 +489,28 @@ def test_the_share_that_failed_is_read_for_one_window_after_the_rollback() -> No
     assert e.transition is not None and e.transition.cause is Cause.EARLY_REPROBE
 
 
+def test_a_window_never_judged_teaches_no_alpha() -> None:
+    # After a rollback the old pod's last requests drain through the window; the ones that
+    # finish last accept worst. What it reads must not replace the alpha the slice was judged
+    # at, or the early re-probe on the mix loses the good slice it needs.
+    m = Memory(
+        state=State.ROLLED_BACK,
+        since=T0 - 100,
+        last_flip_at=T0 - 100,
+        cooldown_until=T0 + 5000,
+        last_alpha={"chat": 0.72, "code": 0.35},
+        good_share_at_rollback=0.1,
+    )
+    draining = obs(pools("chat", 0.40, tokens=1000), pools("code", 0.35, tokens=9000))
+    e = run(TWO, draining, m)
+    assert e.estimates["chat"].value == pytest.approx(0.40, abs=0.02)  # it is read and shown
+    assert e.memory.last_alpha == {"chat": 0.72, "code": 0.35}
+    assert e.memory.spread == m.spread
+    # the same window while speculating and past the warm-up is judged, and learned from
+    e = run(TWO, draining, ON)
+    assert e.memory.last_alpha["chat"] == pytest.approx(0.40, abs=0.02)
+
+
 def test_the_share_at_rollback_is_not_lowered_past_one_window() -> None:
     # 700 s after the rollback the traffic read is no longer the traffic that failed: a slow
     # drift (a daily cycle) must not lower the reference the re-probe is measured from.

@@ -192,7 +192,11 @@ def evaluate(
         if unknown:
             raise ValueError(f"unknown slices {unknown}; the policy has {known}")
     names = [n for n in known if slices is None or n in slices]
-    found = estimate(spec, observation, memory, names, now=now)
+    start = observation.at - observation.window_seconds
+    learn = (
+        window.speculation_on(memory) and window.not_judgeable(spec, rollout, memory, start) is None
+    )
+    found = estimate(spec, observation, memory, names, now=now, learn=learn)
     results = judge(spec, observation, found, rollout, names)
     return decide(
         spec, observation, found, rollout, names, results, now=now, command=command, force=force
@@ -206,9 +210,14 @@ def estimate(
     names: Sequence[str],
     *,
     now: float,
+    learn: bool = True,
 ) -> Estimated:
     """Alpha per slice, the traffic weights and the combined alpha; the memory learns the
-    alphas with enough drafts and the window's spread."""
+    alphas with enough drafts and the window's spread when `learn` (a window the machine may
+    judge: speculating, past the warm-up, no rollout). A window it never judges teaches it
+    nothing either: after a rollback the old pod's last requests drain through the window, and
+    the requests finishing last are those that accept worst, so chat's alpha read 0.40 there
+    and the early re-probe on the mix lost the slice it needed (a demo run)."""
     gate = spec.acceptance
     estimates, judgeable, learned = _estimates(spec, observation, names, memory, now)
     weights = acceptance.weights(observation, names)
@@ -220,9 +229,10 @@ def estimate(
 
     last_alpha = dict(memory.last_alpha)
     for name, e in estimates.items():
-        if e.drafts >= gate.min_drafts and math.isfinite(e.value):
+        if learn and e.drafts >= gate.min_drafts and math.isfinite(e.value):
             last_alpha[name] = e.value
-    memory = memory.model_copy(update={"last_alpha": last_alpha, "spread": learned})
+    if learn:
+        memory = memory.model_copy(update={"last_alpha": last_alpha, "spread": learned})
     good_share: float | None = None
     if math.fsum(weights.values()) > 0:
         good_share = math.fsum(
