@@ -433,15 +433,21 @@ def test_per_slice_evaluates_only_the_given_slice() -> None:
         run(PER_SLICE, o, ON, slices=["nope"])
 
 
-def test_rolled_back_small_mix_shift_keeps_cooling_down() -> None:
-    m = Memory(
+def rolled_back(*, ago: float, share: float) -> Memory:
+    """Rolled back on chat (0.72) and code (0.35) `ago` seconds before T0, cooling down, with
+    `share` of the traffic on the good slice at the rollback."""
+    return Memory(
         state=State.ROLLED_BACK,
-        since=T0 - 700,
-        last_flip_at=T0 - 700,
+        since=T0 - ago,
+        last_flip_at=T0 - ago,
         cooldown_until=T0 + 5000,
         last_alpha={"chat": 0.72, "code": 0.35},
-        good_share_at_rollback=0.3,
+        good_share_at_rollback=share,
     )
+
+
+def test_rolled_back_small_mix_shift_keeps_cooling_down() -> None:
+    m = rolled_back(ago=700, share=0.3)
     # speculation is off: no spec series; chat (the only slice whose last alpha cleared
     # enableAbove) grew from 30% to 40% of the traffic: less than reprobeMixShift 0.15
     e = run(TWO, obs(pools("chat", None, tokens=4000), pools("code", None, tokens=6000)), m)
@@ -452,14 +458,7 @@ def test_rolled_back_small_mix_shift_keeps_cooling_down() -> None:
 
 
 def test_rolled_back_reprobes_early_when_mix_moves_to_good_slices() -> None:
-    m = Memory(
-        state=State.ROLLED_BACK,
-        since=T0 - 700,
-        last_flip_at=T0 - 700,
-        cooldown_until=T0 + 5000,
-        last_alpha={"chat": 0.72, "code": 0.35},
-        good_share_at_rollback=0.3,
-    )
+    m = rolled_back(ago=700, share=0.3)
     e = run(TWO, obs(pools("chat", None, tokens=5000), pools("code", None, tokens=5000)), m)
     assert e.action is Action.ENABLE
     assert e.transition is not None and e.transition.cause is Cause.EARLY_REPROBE
@@ -470,14 +469,7 @@ def test_the_share_that_failed_is_read_for_one_window_after_the_rollback() -> No
     # Rolled back 100 s ago on a window that still held traffic from before the shift (good
     # share 0.5); the traffic that failed (10% on the good slice) is read within one window
     # after it and becomes the reference, so a return to 45% is a shift of 0.35, not -0.05.
-    m = Memory(
-        state=State.ROLLED_BACK,
-        since=T0 - 100,
-        last_flip_at=T0 - 100,
-        cooldown_until=T0 + 5000,
-        last_alpha={"chat": 0.72, "code": 0.35},
-        good_share_at_rollback=0.5,
-    )
+    m = rolled_back(ago=100, share=0.5)
     e = run(TWO, obs(pools("chat", None, tokens=1000), pools("code", None, tokens=9000)), m)
     assert e.action is Action.HOLD
     assert e.memory.good_share_at_rollback == pytest.approx(0.1)
@@ -493,14 +485,7 @@ def test_a_window_never_judged_teaches_no_alpha() -> None:
     # After a rollback the old pod's last requests drain through the window; the ones that
     # finish last accept worst. What it reads must not replace the alpha the slice was judged
     # at, or the early re-probe on the mix loses the good slice it needs.
-    m = Memory(
-        state=State.ROLLED_BACK,
-        since=T0 - 100,
-        last_flip_at=T0 - 100,
-        cooldown_until=T0 + 5000,
-        last_alpha={"chat": 0.72, "code": 0.35},
-        good_share_at_rollback=0.1,
-    )
+    m = rolled_back(ago=100, share=0.1)
     draining = obs(pools("chat", 0.40, tokens=1000), pools("code", 0.35, tokens=9000))
     e = run(TWO, draining, m)
     assert e.estimates["chat"].value == pytest.approx(0.40, abs=0.02)  # it is read and shown
@@ -514,14 +499,7 @@ def test_a_window_never_judged_teaches_no_alpha() -> None:
 def test_the_share_at_rollback_is_not_lowered_past_one_window() -> None:
     # 700 s after the rollback the traffic read is no longer the traffic that failed: a slow
     # drift (a daily cycle) must not lower the reference the re-probe is measured from.
-    m = Memory(
-        state=State.ROLLED_BACK,
-        since=T0 - 700,
-        last_flip_at=T0 - 700,
-        cooldown_until=T0 + 5000,
-        last_alpha={"chat": 0.72, "code": 0.35},
-        good_share_at_rollback=0.3,
-    )
+    m = rolled_back(ago=700, share=0.3)
     e = run(TWO, obs(pools("chat", None, tokens=1000), pools("code", None, tokens=9000)), m)
     assert e.action is Action.HOLD
     assert e.memory.good_share_at_rollback == pytest.approx(0.3)
