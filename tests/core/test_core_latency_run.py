@@ -179,3 +179,51 @@ def test_memory_round_trips_the_run() -> None:
     )
     m = Memory(latency_run=run)
     assert Memory.model_validate_json(m.model_dump_json()).latency_run == run
+
+
+def _pooled_fails(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Times of latency checks that failed on pooled counts, in benchmark runs after this."""
+    from alphagate.core.evaluate import evaluate as real
+    from alphagate_lab.bench.decisions import policies
+
+    seen: list[float] = []
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        ev = real(*args, **kw)
+        for c in ev.checks:
+            e = c.evidence
+            if isinstance(e, LatencyEvidence) and e.pooled is not None and e.pooled.rejected:
+                seen.append(ev.at)
+        return ev
+
+    monkeypatch.setattr(policies, "evaluate", spy)
+    return seen
+
+
+def test_end_to_end_a_tail_only_regression_undecided_window_by_window_rolls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The benchmark's tail-only 1.5x on the plan's buckets, the shipped policy as shipped:
+    # seeds whose windows alternated Fail and Inconclusive ("possible regression") and so
+    # took 31-36 minutes on the fail streak alone roll back within 30 on the pooled counts.
+    from alphagate_lab.bench.decisions import loop
+
+    pooled = _pooled_fails(monkeypatch)
+    for seed in (5, 13, 20):
+        r = loop.run("1c3b-conv-tail-1.5x-geo", seed, "alphagate", 1.0)
+        assert r.regression_at is not None
+        back = [t for t, kind in r.flips if kind == "disable" and t >= r.regression_at]
+        assert back and back[0] - r.regression_at <= 1800.0, (seed, back)
+    assert pooled  # at least one of them on the pooled test
+
+
+def test_end_to_end_a_healthy_canary_never_fails_on_pooled_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from alphagate_lab.bench.decisions import loop
+
+    pooled = _pooled_fails(monkeypatch)
+    for case in ("1c3b-conv-a0.7", "1c3b-conv-stalls"):
+        r = loop.run(case, 1, "alphagate", 1.0)
+        assert not [t for t, kind in r.flips if kind == "disable"], case
+    assert pooled == []
