@@ -179,6 +179,11 @@ def test_memory_round_trips_the_run() -> None:
     )
     m = Memory(latency_run=run)
     assert Memory.model_validate_json(m.model_dump_json()).latency_run == run
+    # what a real check leaves (its batch spread included) reads back too
+    _, real = _pool(LatencyRun(), [_check(9.6, 400)], 0.0)
+    assert Memory.model_validate_json(Memory(latency_run=real).model_dump_json()) == Memory(
+        latency_run=real
+    )
 
 
 def _pooled_fails(monkeypatch: pytest.MonkeyPatch) -> list[float]:

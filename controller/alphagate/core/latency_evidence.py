@@ -123,6 +123,10 @@ class TailGuard:
     # the Fail side's p for `checks.decisive` (one window as strong as several): the larger of
     # the test's and a t test's over the batches' spread (few batches: heavy tails)
     decisive_p: float = math.nan
+    # the Fail share's variance over its batches (never below independent requests') and its
+    # degrees of freedom (NaN: fewer than two batches): what a pooled run's t test adds up
+    fail_var: float = math.nan
+    fail_dof: float = math.nan
 
     @property
     def effective_margin(self) -> float:
@@ -143,9 +147,11 @@ class PooledTail:
     above: float
     total: float
     expected_fraction: float
-    p_value: float
+    p_value: float  # the larger of the binomial's and the t test's over the batches
     level: float
     rejected: bool
+    p_binomial: float = math.nan  # on the effective counts
+    p_batches: float = math.nan  # t test over all the windows' batches (NaN: not available)
 
     @property
     def fraction(self) -> float:

@@ -12,7 +12,10 @@ windows' counts (this one included).
   effective share of them above that window's own Fail edge. Every window's edge is one the
   canary's share above stays at most 1 - quantile under the null (a canary within the
   margin), so the sum of the counts is at most Binomial(sum of totals, 1 - quantile) under
-  the null whatever the edges: one exact binomial test on the pooled counts.
+  the null whatever the edges: one exact binomial test on the pooled counts. Where any
+  window's batches show overdispersion (core/design.py's dispersion test: a stall episode of
+  the canary pod is one batch, not hundreds of requests), also a t test over all the
+  windows' batches, as one decisive window must pass, and the larger p of the two.
 * **Which windows.** A fixed set by time, never by outcome: the last `windows` judged windows
   that follow each other (disjoint, at most a window of unjudged time between them), whatever
   their verdicts. Pooling only the windows that looked bad would select on the outcome and
@@ -40,11 +43,12 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
+from alphagate.core.design import design_effect
 from alphagate.core.evidence import CheckResult
 from alphagate.core.fmt import number as _fmt
 from alphagate.core.latency_evidence import LatencyEvidence, PooledTail
 from alphagate.core.resolution import quantile_name as _q
-from alphagate.core.stats import betainc
+from alphagate.core.stats import betainc, t_cdf
 from alphagate.core.vocab import CheckKind, Verdict
 
 EPS: Final = 1e-3  # seconds: the window module's tolerance on window edges
@@ -61,6 +65,13 @@ class TailCount(BaseModel):
     above: float  # effective observations above the window's Fail edge
     total: float  # effective observations
     expected: float  # 1 - quantile: the share the null allows above the edge
+    # the share over the window's batches: requests counted, its variance over the batches
+    # (never below independent requests') and degrees of freedom (0: fewer than two batches;
+    # never NaN, which JSON cannot carry back)
+    requests: float = 0.0
+    share: float = 0.0
+    var: float = 0.0
+    dof: float = 0.0
 
 
 class LatencyRun(BaseModel):
@@ -84,14 +95,23 @@ def count_of(result: CheckResult, *, start: float, end: float) -> TailCount | No
         return None
     if not 0.0 < f.expected_fraction < 1.0:
         return None
+    share = min(1.0, max(0.0, f.fraction))
     return TailCount(
         slice=result.slice or "",
         start=start,
         end=end,
-        above=min(1.0, max(0.0, f.fraction)) * n,
+        above=share * n,
         total=n,
         expected=f.expected_fraction,
+        requests=_finite(f.total),
+        share=share,
+        var=_finite(ev.tail.fail_var),
+        dof=_finite(ev.tail.fail_dof),
     )
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) and x > 0 else 0.0
 
 
 def p_above(above: float, total: float, expected: float) -> float:
@@ -105,6 +125,34 @@ def p_above(above: float, total: float, expected: float) -> float:
     return betainc(k, total - k + 1.0, expected)
 
 
+def p_batches(counts: Sequence[TailCount], expected: float) -> float:
+    """p of "the pooled share is above `expected`" on a t test over every window's batches
+    (each window's variance weighted by its share of the requests, Welch-Satterthwaite
+    degrees of freedom); NaN when a window has no batch spread (dof 0). As one decisive window must
+    pass it too: one pod's stall episode is one batch, not hundreds of requests."""
+    n = math.fsum(c.requests for c in counts)
+    ok = all(c.var > 0 and c.dof > 0 and c.requests > 0 for c in counts)
+    if not (ok and n > 0):
+        return math.nan
+    share = math.fsum(c.requests * c.share for c in counts) / n
+    terms = [((c.requests / n) ** 2 * c.var, c.dof) for c in counts]
+    var = math.fsum(v for v, _ in terms)
+    if not var > 0:
+        return 0.0 if share > expected else 1.0
+    denom = math.fsum(v * v / d for v, d in terms if math.isfinite(d))
+    dof = var * var / denom if denom > 0 else math.inf
+    return 1.0 - t_cdf((share - expected) / math.sqrt(var), dof)
+
+
+def _overdispersed(c: TailCount) -> bool:
+    """Does the window's spread over its batches show overdispersion (core/design.py's
+    dispersion test, as the Fail side counts it)? A stall episode does; independent
+    requests, whatever their share, rarely."""
+    if not (c.var > 0 and c.dof > 0 and c.requests > 0):
+        return False
+    return design_effect(math.sqrt(c.var), c.share, c.requests, c.dof) > 1.0
+
+
 def pooled_test(
     counts: Sequence[TailCount], *, significance: float, weight: float
 ) -> PooledTail | None:
@@ -115,7 +163,11 @@ def pooled_test(
     above = math.fsum(c.above for c in counts)
     total = math.fsum(c.total for c in counts)
     expected = max(c.expected for c in counts)
-    p = p_above(above, total, expected)
+    binomial = p_above(above, total, expected)
+    batches = p_batches(counts, expected)
+    p = binomial
+    if math.isfinite(batches) and any(_overdispersed(c) for c in counts):
+        p = max(binomial, batches)
     level = weight * significance ** len(counts)
     return PooledTail(
         windows=len(counts),
@@ -126,6 +178,8 @@ def pooled_test(
         p_value=p,
         level=level,
         rejected=math.isfinite(p) and p <= level,
+        p_binomial=binomial,
+        p_batches=batches,
     )
 
 
