@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import DeploymentRef, WorkloadKind
+from alphagate.core.latency_run import LatencyRun, TailCount
 from alphagate.core.model import Memory, State, Transition
 from alphagate.core.spread import Spread
 from alphagate.kube.actuator import Actuator
@@ -51,6 +52,21 @@ def test_the_written_annotation_names_its_schema_version_and_reads_back() -> Non
     assert next(iter(json.loads(text))) == "schemaVersion"  # first, for a reader of the YAML
     assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 2
     assert read_memory(text) == MEMORY
+
+
+def test_the_latency_run_reads_back_and_a_version_2_annotation_without_it_resumes() -> None:
+    # the latency guard's pooled tail counts (core/latency_run.py): a defaulted field, so no
+    # schema bump; an annotation written before it resumes with no windows to pool
+    run = LatencyRun(
+        windows=(TailCount(start=NOW - 300, end=NOW, above=9.6, total=400, expected=0.01),)
+    )
+    with_run = MEMORY.model_copy(update={"latency_run": run})
+    assert read_memory(memory_annotation(with_run)) == with_run
+    older = json.loads(memory_annotation(MEMORY))
+    del older["latency_run"]
+    assert older["schemaVersion"] == 2
+    resumed = read_memory(json.dumps(older))
+    assert resumed == MEMORY and resumed.latency_run == LatencyRun()
 
 
 def test_an_older_unversioned_annotation_still_resumes() -> None:

@@ -291,12 +291,13 @@ def _decisive_latency(result: CheckResult, windows: int) -> bool:
     """A failing latency check as strong as `windows` disjoint failing windows: its smallest
     p-value, corrected over the window's tests by their weights (`p_adjusted`), at or below
     significance ** windows (the joint false rate of that many independent windows failing at
-    `significance`)."""
+    `significance`), or the quantile's Fail test over that many adjacent windows pooled
+    (core/latency_run.py) rejected at that level."""
     ev = result.evidence
     if result.verdict is not Verdict.FAIL or not isinstance(ev, LatencyEvidence):
         return False
-    if windows <= 1:
-        return True
+    if windows <= 1 or (ev.pooled is not None and ev.pooled.rejected):
+        return True  # a pooled Fail was judged at the joint level of its windows
     return math.isfinite(ev.p_adjusted) and ev.p_adjusted <= ev.significance**windows
 
 

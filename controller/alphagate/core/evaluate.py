@@ -26,6 +26,8 @@ from alphagate.core import (
     checklist,
     checks,
     histogram,
+    latency,
+    latency_run,
     machine,
     moves,
     poolalpha,
@@ -339,12 +341,13 @@ def decide(
     step; a probe is withheld while outputs are too short to pay (spec.outputs)."""
     gate = spec.acceptance
     window_start = observation.at - observation.window_seconds
+    results, memory = _pool_latency(spec, found.memory, results, rollout, window_start, now)
     verdict = checks.overall(results)
     combined = found.combined
     alpha = combined.value if combined is not None else None
     window_shape = shape.of(observation, names, alpha)
     memory = reprobe.observe(
-        found.memory, spec, results, window_shape, start=window_start, now=observation.at
+        memory, spec, results, window_shape, start=window_start, now=observation.at
     )
     memory = reprobe.settle_share(memory, spec, found.good_share, now=now)
     band = gate.enable_above - gate.disable_below
@@ -398,6 +401,37 @@ def decide(
         verdict_age_seconds=window.verdict_age(decision.memory, now),
         withheld=withheld,
     )
+
+
+def _pool_latency(
+    spec: SpeculativeCanarySpec,
+    memory: Memory,
+    results: Sequence[CheckResult],
+    rollout: Rollout,
+    start: float,
+    now: float,
+) -> tuple[Sequence[CheckResult], Memory]:
+    """On a judged window, the latency guard's quantile Fail test pooled with the previous
+    adjacent judged windows' (core/latency_run.py); looks between judged windows, windows
+    not judged and windows while speculation is off change nothing."""
+    counts = (
+        window.speculation_on(memory)
+        and window.not_judgeable(spec, rollout, memory, start) is None
+        and window.judged(spec, memory, start, now)
+    )
+    if not counts:
+        return results, memory
+    pooled, run = latency_run.pool(
+        memory.latency_run,
+        results,
+        start=start,
+        end=now,
+        window_seconds=spec.timing.window_seconds,
+        windows=spec.latency.consecutive_windows,
+        significance=spec.latency.significance,
+        weight=latency.W_QUANTILE,
+    )
+    return pooled, memory.model_copy(update={"latency_run": run})
 
 
 def _withheld(

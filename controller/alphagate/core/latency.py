@@ -407,12 +407,22 @@ def tail_guard(
         within = TailWithin.SHOWN
     else:
         within = TailWithin.NOT_SHOWN
-    decisive_p = math.nan
+    decisive_p = fail_var = fail_dof = math.nan
     if fail_test is not None and fail_share is not None:
         decisive_p = fail_test.p_value
         if fail_share.conclusive:
             decisive_p = max(decisive_p, _t_above(fail_share, expected))
-    return TailGuard(quantile, res, within, pass_test, fail_test, decisive_p=decisive_p)
+            fail_var, fail_dof = _var(fail_share), fail_share.dof
+    return TailGuard(
+        quantile,
+        res,
+        within,
+        pass_test,
+        fail_test,
+        decisive_p=decisive_p,
+        fail_var=fail_var,
+        fail_dof=fail_dof,
+    )
 
 
 def _exceeds(

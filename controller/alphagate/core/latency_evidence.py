@@ -123,12 +123,39 @@ class TailGuard:
     # the Fail side's p for `checks.decisive` (one window as strong as several): the larger of
     # the test's and a t test's over the batches' spread (few batches: heavy tails)
     decisive_p: float = math.nan
+    # the Fail share's variance over its batches (never below independent requests') and its
+    # degrees of freedom (NaN: fewer than two batches): what a pooled run's t test adds up
+    fail_var: float = math.nan
+    fail_dof: float = math.nan
 
     @property
     def effective_margin(self) -> float:
         """The smallest quantile regression this window's Fail side is sure to be able to show
         (the policy's margin or the layout's, whichever is wider)."""
         return self.resolution.effective_margin
+
+
+@dataclass(frozen=True, slots=True)
+class PooledTail:
+    """The quantile's Fail test on the canary counts of the last `windows` adjacent disjoint
+    judged windows added up (core/latency_run.py): effective observations above each window's
+    own Fail edge against 1 - quantile, an exact binomial test rejected at `level` (the
+    quantile's weight x significance ** windows: as strong as that many failing windows)."""
+
+    windows: int
+    since: float  # start of the first window pooled
+    above: float
+    total: float
+    expected_fraction: float
+    p_value: float  # the larger of the binomial's and the t test's over the batches
+    level: float
+    rejected: bool
+    p_binomial: float = math.nan  # on the effective counts
+    p_batches: float = math.nan  # t test over all the windows' batches (NaN: not available)
+
+    @property
+    def fraction(self) -> float:
+        return self.above / self.total if self.total > 0 else math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +192,9 @@ class LatencyEvidence:
     # in the family (weighted Bonferroni, the quantile's at its `decisive_p`; NaN: nothing
     # tested). `checks.decisive` compares it with significance ** windows.
     p_adjusted: float = math.nan
+    # the quantile's Fail test pooled over this and the previous adjacent judged windows
+    # (core/latency_run.py); rejected: this check FAILs on it, as a decisive window
+    pooled: PooledTail | None = None
 
     @property
     def worst_bound(self) -> BoundTest | None:
@@ -233,6 +263,16 @@ class LatencyEvidence:
             }
         if self.tail is not None:
             out |= _tail_flat(self.tail)
+        if self.pooled is not None:
+            pt = self.pooled
+            out |= {
+                "pooled_windows": float(pt.windows),
+                "pooled_fraction_above": ev(pt.fraction),
+                "pooled_total": ev(pt.total),
+                "pooled_p_value": ev(pt.p_value),
+                "pooled_level": pt.level,
+                "pooled_rejected": "true" if pt.rejected else "false",
+            }
         return out
 
 

@@ -38,6 +38,7 @@ from alphagate.core.latency_evidence import (
     SpeedUp,
     TailGuard,
 )
+from alphagate.core.latency_run import LatencyRun
 from alphagate.core.spread import Spread
 from alphagate.core.vocab import (
     Action,
@@ -388,6 +389,9 @@ class Memory(BaseModel):
     # guard counts from the later of it and entering the state (0: none yet)
     last_conclusive_at: float = 0.0
     draft: DraftMemory = Field(default_factory=DraftMemory)  # draft-length tuning (opt-in)
+    # the latency guard's tail counts of the last judged windows, pooled with the next one's
+    # (core/latency_run.py; tail4)
+    latency_run: LatencyRun = Field(default_factory=LatencyRun)
     # Which write of the canary Deployment's record (`alphagate.io/record`) this memory
     # continues. Set by the shell when it writes the record; the core carries it unchanged.
     record: int = 0

@@ -11,8 +11,9 @@ uniform regression slows every request; a tail-only one slows 3% of the requests
 that moves the P99 by the ratio (the mean moves by +2.6% at 1.2x, +4.2% at 1.5x, +6.6% at 2x).
 A run is six disjoint 300 s windows; it is caught at the end of the window where the state
 machine would roll back: a second failing window since the last Pass, or a failing window
-decisive alone (`checks.decisive`). False rollbacks per day are counted the same way over
-`--days` of equal latency. Bounded: runs x 6 windows per row, days x 288 windows.
+decisive alone (`checks.decisive`), each window's quantile Fail test pooled with the window
+before it as `evaluate` pools it (core/latency_run.py). False rollbacks per day are counted
+the same way over `--days` of equal latency. Bounded: runs x 6 windows per row, days x 288 windows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import numpy as np
 
 from alphagate import histogram_layout as buckets
 from alphagate.config import LatencyGuard
-from alphagate.core import checks, latency_check
+from alphagate.core import checks, latency_check, latency_run
+from alphagate.core.latency import W_QUANTILE
+from alphagate.core.latency_run import LatencyRun
 from alphagate.core.model import (
     CheckResult,
     LatencyEvidence,
@@ -98,6 +101,22 @@ def judge(
     )
 
 
+def pooled(run: LatencyRun, r: CheckResult, w: int) -> tuple[CheckResult, LatencyRun]:
+    """Window `w`'s check with the quantile Fail test pooled over it and the window before,
+    as `evaluate` does on every judged window (core/latency_run.py)."""
+    out, run = latency_run.pool(
+        run,
+        [r],
+        start=w * WINDOW,
+        end=(w + 1) * WINDOW,
+        window_seconds=WINDOW,
+        windows=2,
+        significance=GUARD.significance,
+        weight=W_QUANTILE,
+    )
+    return out[0], run
+
+
 def runs(
     kind: str,
     ratio: float,
@@ -115,9 +134,9 @@ def runs(
         rng = np.random.default_rng(seed)
         c = lt.pool_samples(rng, canary, intervals=per * windows, prefix="c")
         b = lt.pool_samples(rng, base, intervals=per * windows, prefix="b")
-        streak, caught = 0, None
+        streak, caught, run = 0, None, LatencyRun()
         for w in range(windows):
-            r = judge(c, b, w)
+            r, run = pooled(run, judge(c, b, w), w)
             out.verdicts[r.verdict] += 1
             if isinstance(r.evidence, LatencyEvidence) and r.evidence.tail is not None:
                 out.within[r.evidence.tail.within] += 1
@@ -141,9 +160,9 @@ def false_rollbacks_per_day(base: lt.Pool, days: int, *, canary_pods: int | None
         rng = np.random.default_rng(10_000 + day)
         c = lt.pool_samples(rng, canary, intervals=per * windows, prefix="c")
         b = lt.pool_samples(rng, base, intervals=per * windows, prefix="b")
-        streak = 0
+        streak, run = 0, LatencyRun()
         for w in range(windows):
-            r = judge(c, b, w)
+            r, run = pooled(run, judge(c, b, w), w)
             if r.verdict is Verdict.FAIL:
                 streak += 1
                 if streak >= 2 or checks.decisive(r, 2):
