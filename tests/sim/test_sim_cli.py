@@ -109,9 +109,31 @@ def test_bad_options_are_usage_errors(
     assert result.exit_code == 2 and hint in result.output
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_stops_cleanly(scenarios_dir: Path, sig: signal.Signals) -> None:
+# The child is started as a shell's background job or a test runner's worker may start it:
+# the stop signals ignored (a disposition that survives exec, and that Python keeps) and
+# blocked (a mask that survives exec too). It must stop all the same.
+HOSTILE_START = (
+    "import os, signal, sys\n"
+    "for sig in (signal.SIGINT, signal.SIGTERM):\n"
+    "    signal.signal(sig, signal.SIG_IGN)\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("sig", "inherited"),
+    [
+        (signal.SIGINT, "default"),
+        (signal.SIGINT, "ignored and blocked"),
+        (signal.SIGTERM, "ignored and blocked"),
+    ],
+    ids=["SIGINT", "SIGINT-inherited-ignored-and-blocked", "SIGTERM-inherited-ignored-and-blocked"],
+)
+def test_interrupt_stops_cleanly(scenarios_dir: Path, sig: signal.Signals, inherited: str) -> None:
     cmd = [sys.executable, "-m", "alphagate", "sim", "-s", str(scenarios_dir / "steady-chat.yaml")]
+    if inherited != "default":
+        cmd = [sys.executable, "-c", HOSTILE_START, *cmd[1:]]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import typer
 
@@ -44,6 +45,29 @@ def _duration(value: str | None, name: str) -> float | None:
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
+
+
+#: What stops the real-time loop: Ctrl-C, and a supervisor's SIGTERM.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _catch_stop_signals() -> tuple[dict[signal.Signals, Any], set[int | signal.Signals]]:
+    """Make STOP_SIGNALS raise KeyboardInterrupt, explicitly, and unblock them; return the
+    handlers and the signal mask they replaced (`_restore` puts them back).
+
+    Python's default KeyboardInterrupt is not enough: a process started with SIGINT ignored
+    keeps it ignored (an ignored disposition survives exec: a shell's background job, a test
+    runner's worker), and one started with it blocked never receives it.
+    """
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in STOP_SIGNALS}
+    return previous, signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _restore(previous: dict[signal.Signals, Any], mask: set[int | signal.Signals]) -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for sig, handler in previous.items():
+        if handler is not None:  # None: set outside Python, nothing to put back
+            signal.signal(sig, handler)
 
 
 def _fmt_t(t: float) -> str:
@@ -151,10 +175,9 @@ def run_real_time(
     """Serve the fleet until ``duration`` simulated seconds have passed or Ctrl-C."""
     server = SimServer(fleet, speed=speed, port_base=port_base, file_sd=file_sd)
     writer: RecordingWriter | None = None
-    previous = None
+    caught = None
     if threading.current_thread() is threading.main_thread():
-        # A supervisor's SIGTERM stops as cleanly as Ctrl-C.
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        caught = _catch_stop_signals()
     try:
         server.start()
         for ev in server.sync():
@@ -190,8 +213,8 @@ def run_real_time(
         server.close()
         if writer:
             writer.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if caught is not None:
+            _restore(*caught)
 
 
 def sim(
