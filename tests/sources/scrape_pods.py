@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
+from loopback import Handler, Loopback
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from alphagate import vllm
@@ -15,7 +14,7 @@ from alphagate.core.model import Role
 from alphagate.sources.discovery import StaticDiscovery, Target
 
 
-class FakePod:
+class FakePod(Loopback):
     """A vLLM-like pod: real prometheus_client metrics, served over HTTP on 127.0.0.1.
 
     `mode` switches the answer: "ok", "hang" (never answers within the test bound),
@@ -30,7 +29,7 @@ class FakePod:
         self.restart()
         pod = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class PodHandler(Handler):
             def do_GET(self) -> None:
                 if pod.mode == "hang":
                     pod.release.wait(10)
@@ -39,24 +38,11 @@ class FakePod:
                     self.send_response(500)
                     self.end_headers()
                     return
-                body = pod.body()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
                 with contextlib.suppress(OSError):
-                    self.wfile.write(body)
+                    self.answer(pod.body())
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        super().__init__(PodHandler)
+        self.url = f"{self.url}/metrics"
 
     def restart(self) -> None:
         """A new process: fresh registry, counters from zero, new _created stamps."""
@@ -94,8 +80,7 @@ class FakePod:
 
     def stop(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().stop()
 
 
 class Clock:

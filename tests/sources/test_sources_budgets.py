@@ -11,10 +11,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from loopback import Handler, Loopback
 from scrape_pods import FakePod, static
 
 from alphagate.config import SpeculativeCanarySpec
@@ -23,7 +23,7 @@ from alphagate.errors import BudgetError, BudgetKind, SourceErrorKind
 from alphagate.sources import budget, pageread, parsepool
 from alphagate.sources.budget import IN_FLIGHT, MAX_BUCKETS, MiB, ScrapeBudgets
 from alphagate.sources.cycle import Read, observe_each
-from alphagate.sources.discovery import StaticDiscovery, Target
+from alphagate.sources.discovery import StaticDiscovery
 from alphagate.sources.parsepool import FairPool
 from alphagate.sources.scrape import ScrapeSource
 from specs import SOURCE_SPEC, spec_from
@@ -32,38 +32,20 @@ WINDOW = 100.0
 INTERVAL = 10.0
 
 
-class Pages:
+class Pages(Loopback):
     """A 127.0.0.1 server answering `/<name>/metrics` with `page(name)`."""
 
     def __init__(self, page: Callable[[str], bytes]) -> None:
         self.served = 0
+        outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(inner) -> None:
-                body = page(inner.path.strip("/").split("/")[0])
-                self.served += 1
-                inner.send_response(200)
-                inner.send_header("Content-Type", "text/plain; version=0.0.4")
-                inner.send_header("Content-Length", str(len(body)))
-                inner.end_headers()
-                inner.wfile.write(body)
+        class PageHandler(Handler):
+            def do_GET(self) -> None:
+                body = page(self.path.strip("/").split("/")[0])
+                outer.served += 1
+                self.answer(body)
 
-            def log_message(inner, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def targets(self, *names: str) -> list[Target]:
-        return [Target(f"{self.base}/{n}/metrics", pod=n) for n in names]
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(PageHandler)
 
 
 def histogram_page(buckets: int, *, series: int = 1, tag: str = "") -> bytes:

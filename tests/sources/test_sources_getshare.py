@@ -8,17 +8,17 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from loopback import Handler, Loopback
 
 from alphagate.core.model import Observation, Role
 from alphagate.errors import BudgetKind
 from alphagate.sources import budget, getshare
 from alphagate.sources.budget import MiB, ScrapeBudgets
 from alphagate.sources.cycle import Read, observe_each
-from alphagate.sources.discovery import StaticDiscovery, Target
+from alphagate.sources.discovery import StaticDiscovery
 from alphagate.sources.getshare import GET_SHARE, GetShare
 from alphagate.sources.scrape import ScrapeSource
 from specs import SOURCE_SPEC, spec_from
@@ -33,7 +33,7 @@ PIECES = 8
 PIECE_SECONDS = 0.03  # a heavy page takes ~0.25 s to send
 
 
-class Pods:
+class Pods(Loopback):
     """127.0.0.1 pods: `/h<i>/metrics` sends HEAVY slowly, any other name SMALL at once; counts
     the heavy answers being sent at once."""
 
@@ -43,27 +43,23 @@ class Pods:
         self.most = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class PodHandler(Handler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
                 heavy = self.path.startswith("/h")
-                body = HEAVY if heavy else SMALL
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
                 if not heavy:
-                    self.wfile.write(body)
+                    self.answer(SMALL)
                     return
+                self.head(len(HEAVY))
                 with outer.lock:
                     outer.sending += 1
                     outer.most = max(outer.most, outer.sending)
                 try:
-                    step = len(body) // PIECES + 1
-                    for i in range(0, len(body), step):
+                    step = len(HEAVY) // PIECES + 1
+                    for i in range(0, len(HEAVY), step):
                         time.sleep(PIECE_SECONDS)
-                        self.wfile.write(body[i : i + step])
+                        self.wfile.write(HEAVY[i : i + step])
                         self.wfile.flush()
                 except OSError:
                     pass  # the controller gave up on it (its deadline)
@@ -71,22 +67,7 @@ class Pods:
                     with outer.lock:
                         outer.sending -= 1
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def targets(self, *names: str) -> list[Target]:
-        return [Target(f"{self.base}/{n}/metrics", pod=n) for n in names]
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(PodHandler)
 
 
 @pytest.fixture

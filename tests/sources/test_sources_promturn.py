@@ -11,10 +11,10 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from loopback import Handler, Loopback
 
 from alphagate.sources.cycle import PROMETHEUS_THREADS, Read, observe_each
 from alphagate.sources.endpoints import PrometheusEndpoint
@@ -25,7 +25,7 @@ LATE = 0.3
 """Seconds the double takes to answer each query (a loaded Prometheus)."""
 
 
-class SlowProm:
+class SlowProm(Loopback):
     """Answers every query with an empty result after LATE seconds; notes when each
     namespace's first query came."""
 
@@ -34,7 +34,7 @@ class SlowProm:
         self.first: dict[str, float] = {}
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class PromHandler(Handler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
@@ -45,32 +45,16 @@ class SlowProm:
                         outer.first.setdefault(found.group(1), time.monotonic())
                 time.sleep(LATE)
                 kind = "matrix" if self.path.endswith("query_range") else "vector"
-                self.answer(200, {"status": "success", "data": {"resultType": kind, "result": []}})
+                self.json(200, {"status": "success", "data": {"resultType": kind, "result": []}})
 
             def do_GET(self) -> None:  # the targets API: not here
-                self.answer(404, {"status": "error", "error": "not here"})
+                self.json(404, {"status": "error", "error": "not here"})
 
-            def answer(self, status: int, body: dict[str, Any]) -> None:
+            def json(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(data, status=status, content_type="application/json")
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(PromHandler)
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from loopback import Handler, Loopback
 from scrape_pods import Clock, FakePod, static
 
 from alphagate.config import SpeculativeCanarySpec
@@ -226,7 +226,7 @@ def test_a_read_that_raises_without_on_raise_raises_after_the_wave(
 # --------------------------------------------------------------------------- the bound
 
 
-class Gate:
+class Gate(Loopback):
     """A 127.0.0.1 server whose GETs wait until `want` are in flight (at most `wait` s), then
     hold `hold` s: the most GETs seen in flight at once is `peak`."""
 
@@ -236,7 +236,7 @@ class Gate:
         cond = threading.Condition()
         gate = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class GateHandler(Handler):
             def do_GET(self) -> None:
                 with cond:
                     gate.now += 1
@@ -244,28 +244,13 @@ class Gate:
                     cond.notify_all()
                     cond.wait_for(lambda: gate.now >= want, timeout=wait)
                 time.sleep(hold)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(page)))
-                self.end_headers()
-                self.wfile.write(page)
+                self.answer(page)
                 with cond:
                     gate.now -= 1
                     gate.served += 1
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(GateHandler)
+        self.base = f"{self.url}/metrics"
 
 
 @pytest.fixture
