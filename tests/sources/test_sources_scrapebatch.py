@@ -227,11 +227,15 @@ def test_a_read_that_raises_without_on_raise_raises_after_the_wave(
 
 
 class Gate(Loopback):
-    """A 127.0.0.1 server whose GETs wait until `want` are in flight (at most `wait` s), then
-    hold `hold` s: the most GETs seen in flight at once is `peak`."""
+    """A 127.0.0.1 server whose GETs wait until `want` have come (at most `wait` s), then
+    hold `hold` s: the most GETs seen in flight at once is `peak`.
+
+    A GET leaves the count before its answer is written: the client's next GET can only follow
+    the whole answer, and counted after the write it could arrive first (a peak of 2 seen at
+    maxConcurrency 1)."""
 
     def __init__(self, page: bytes, *, want: int, wait: float, hold: float) -> None:
-        self.peak = self.now = 0
+        self.peak = self.now = self.came = 0
         self.served = 0
         cond = threading.Condition()
         gate = self
@@ -240,14 +244,15 @@ class Gate(Loopback):
             def do_GET(self) -> None:
                 with cond:
                     gate.now += 1
+                    gate.came += 1
                     gate.peak = max(gate.peak, gate.now)
                     cond.notify_all()
-                    cond.wait_for(lambda: gate.now >= want, timeout=wait)
+                    cond.wait_for(lambda: gate.came >= want, timeout=wait)
                 time.sleep(hold)
-                self.answer(page)
                 with cond:
                     gate.now -= 1
                     gate.served += 1
+                self.answer(page)
 
         super().__init__(GateHandler)
         self.base = f"{self.url}/metrics"
