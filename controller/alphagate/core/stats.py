@@ -23,6 +23,9 @@ _MAX_ITER: Final = 20_000
 _HALF_PI: Final = math.pi / 2.0
 _REFINE_ITER: Final = 30
 _T_TOL: Final = 1e-13
+_NORMAL_DOF: Final = 1e12
+"""Past it the t is the normal to ~1e-12, and dof / (dof + t^2) rounds to 1 (a Welch dof from
+hostile spreads reached 6.6e307: lgamma overflowed)."""
 _T_NOISE: Final = 1e-8
 
 
@@ -61,9 +64,16 @@ def betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
+    try:
+        log_front = (
+            math.lgamma(a + b)
+            - math.lgamma(a)
+            - math.lgamma(b)
+            + a * math.log(x)
+            + b * math.log1p(-x)
+        )
+    except OverflowError:  # a or b near the float limit: no answer, not an exception
+        return math.nan
     front = math.exp(log_front)
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _beta_cf(a, b, x) / a
@@ -86,7 +96,7 @@ def t_cdf(t: float, dof: float) -> float:
     """Student-t CDF with `dof` degrees of freedom (inf -> normal)."""
     if math.isnan(t) or not dof > 0:
         return math.nan
-    if math.isinf(dof):
+    if dof > _NORMAL_DOF:
         return _STD_NORMAL.cdf(t)
     tail = 0.5 * betainc(dof / 2.0, 0.5, dof / (dof + t * t))
     return 1.0 - tail if t >= 0 else tail
@@ -94,6 +104,8 @@ def t_cdf(t: float, dof: float) -> float:
 
 def _t_tail(t: float, dof: float) -> float:
     """P(T > t) for t >= 0: the same incomplete beta `t_cdf` uses, so both agree exactly."""
+    if dof > _NORMAL_DOF:
+        return _STD_NORMAL.cdf(-t)
     return 0.5 * betainc(dof / 2.0, 0.5, dof / (dof + t * t))
 
 
@@ -196,7 +208,7 @@ def t_quantile(p: float, dof: float) -> float:
     the Welch dof of a combined estimate does not, so a miss must be cheap too."""
     if math.isnan(p) or not dof > 0 or p < 0 or p > 1:
         return math.nan
-    if math.isinf(dof):
+    if dof > _NORMAL_DOF:
         return normal_quantile(p)
     if p == 0.5:
         return 0.0
