@@ -9,8 +9,8 @@ Three token buckets (`Rate`: requests a second and a burst): one per canary, one
 Every request the kubernetes client sends takes a token from the overall bucket, and, while it is
 charged to a canary (`ApiBudget.charging`, set by the reconciler around one evaluation and by
 the canary's pod discovery), from that canary's and its namespace's. An evaluation is never cut
-in half by the rate: a canary is *admitted* to an evaluation (`admit`) only while its buckets
-none of its buckets is in debt (an evaluation may overdraw: it is paid back before the next
+in half by the rate: a canary is *admitted* to an evaluation (`admit`) only while none of its
+buckets is in debt (an evaluation may overdraw: it is paid back before the next
 one); one that is waits, alone, until they refill (the schedule defers it, typed: `Deferral`
 names the budget, the rate and when it refills) while the other canaries are evaluated on
 time, so a canary's rate is its budget whatever its interval. Its requests may run a bucket
@@ -54,8 +54,6 @@ class BudgetScope(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Rate:
-    """A token bucket's refill rate (requests a second) and capacity (burst)."""
-
     per_second: float
     burst: int
 
@@ -97,7 +95,7 @@ class BudgetConfig:
 
 
 class TokenBucket:
-    """Tokens refill at `rate.per_second` up to `rate.burst`; taking may run into debt."""
+    """Taking may run into debt."""
 
     def __init__(self, rate: Rate, now: float) -> None:
         self.rate = rate
@@ -132,8 +130,6 @@ class TokenBucket:
 
 @dataclass(frozen=True, slots=True)
 class Deferral:
-    """A canary's evaluation put off because a budget lacks what it costs."""
-
     scope: BudgetScope
     owner: str  # the canary "ns/name", the namespace, or "controller"
     rate: Rate
@@ -144,7 +140,7 @@ class Deferral:
 
     @property
     def reason(self) -> str:
-        """The condition's and the Event's reason: one per budget."""
+
         return f"{self.scope.value.capitalize()}ApiBudgetExceeded"
 
     def message(self) -> str:
@@ -171,7 +167,7 @@ class _Tally:
 
 
 class ApiBudget:
-    """The three budgets and who is charged. Thread-safe."""
+    """Thread-safe."""
 
     def __init__(
         self, config: BudgetConfig | None = None, *, clock: Callable[[], float] = time.monotonic
@@ -187,8 +183,6 @@ class ApiBudget:
         self._spent: dict[Key, int] = {}  # requests since the last admission, by canary
         self._deferred: dict[Key, Deferral] = {}
         self.tally = _Tally()
-
-    # ------------------------------------------------------------ charging
 
     @contextlib.contextmanager
     def charging(self, namespace: str, name: str) -> Iterator[None]:
@@ -228,8 +222,6 @@ class ApiBudget:
             self.tally.charged += 1
             self.tally.by_canary[key] = self.tally.by_canary.get(key, 0) + 1
             self._spent[key] = self._spent.get(key, 0) + 1
-
-    # ------------------------------------------------------------ admission
 
     def admit(self, keys: Sequence[Key]) -> tuple[list[Key], dict[Key, Deferral]]:
         """Which canaries may start an evaluation now, in order: each whose buckets are not in
@@ -285,15 +277,13 @@ class ApiBudget:
             return self._cost.get((namespace, name), DEFAULT_COST)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The canary is gone: its bucket, cost and deferral go with it."""
+
         key = (namespace, name)
         with self._lock:
             self._canaries.pop(key, None)
             self._cost.pop(key, None)
             self._spent.pop(key, None)
             self._deferred.pop(key, None)
-
-    # ------------------------------------------------------------ buckets
 
     def _canary(self, key: Key, now: float) -> TokenBucket | None:
         rate = self.config.canary

@@ -48,8 +48,6 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Coordination:
-    """One replica's way of splitting the work (or the one a Lease records)."""
-
     mode: Mode
     shards: int = 0
 
@@ -94,8 +92,6 @@ class Coordination:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a replica owns nothing: the live record on `lease` disagrees with `ours`."""
-
     lease: str  # namespace/name of the coordination Lease
     ours: Coordination
     recorded: Coordination | None  # None: the annotations are unreadable
@@ -119,8 +115,7 @@ def tell_refusal(
     ours: Coordination,
     on_refusal: Callable[[Refusal | None], None] | None,
 ) -> None:
-    """Log a change of `refusal` (started, changed or ended) and tell `on_refusal`: the same
-    words from the leader elector and the shard rounds."""
+    """The same words from the leader elector and the shard rounds."""
     if refusal is not None:
         log.warning(
             "ownership_refused",
@@ -135,8 +130,7 @@ def tell_refusal(
 
 
 def guarded(log: Any, event: str, callback: Callable[..., None] | None, *args: Any) -> None:
-    """Call `callback(*args)` if there is one; a bug in it is logged as `event`, never raised:
-    the election and the shard rounds outlive their callbacks."""
+    """The election and the shard rounds outlive their callbacks' bugs (logged as `event`)."""
     if callback is None:
         return
     try:

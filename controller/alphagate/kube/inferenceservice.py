@@ -70,7 +70,7 @@ HF_FORMAT: Final = "huggingface"
 
 
 def predictor_selector(name: str) -> str:
-    """KServe's own labels on the predictor's Deployment and pods."""
+
     return f"{LABEL_ISVC}={name},{LABEL_COMPONENT}={PREDICTOR}"
 
 
@@ -107,8 +107,6 @@ def _check_mode(body: Mapping[str, Any], what: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Predictor:
-    """Where the vLLM container of an InferenceService is, and what it runs."""
-
     pointer: str  # JSON pointer of the container object
     anchor: tuple[str, str]  # what a patch tests: the model's format, or the container's name
     rendered_as: str  # the container's name in the predictor Deployment
@@ -187,7 +185,7 @@ def _true(cond: Mapping[str, Any] | None) -> bool:
 
 
 def _rendered(deployment: Mapping[str, Any], p: Predictor) -> bool:
-    """The Deployment's container runs the InferenceService's --speculative-config."""
+
     template = (deployment.get("spec") or {}).get("template") or {}
     for c in (template.get("spec") or {}).get("containers") or []:
         if c.get("name") == p.rendered_as:
@@ -242,9 +240,8 @@ def read(
     namespace: str,
     ref: WorkloadRef,
 ) -> WorkloadState:
-    """The InferenceService through `custom` (CustomObjectsApi) and, in raw mode, the
-    predictor Deployment KServe renders from it, listed by KServe's labels through `apps`
-    (AppsV1Api). Raises KubeError (ArgsError for what the module text refuses)."""
+    """The InferenceService and, in raw mode, the predictor Deployment KServe renders from it.
+    Raises KubeError (ArgsError for what the module text refuses)."""
     what = f"read {KIND} {namespace}/{ref.name}"
     obj = call(
         what,

@@ -43,7 +43,7 @@ _LABELS: Final = (
 
 
 def declared_owner(dep: WorkloadState) -> str | None:
-    """Who else manages this Deployment, by the markers those tools leave; None if nobody."""
+
     explicit = dep.annotations.get(ANN_GITOPS_OWNER)
     if explicit:
         return explicit
@@ -70,7 +70,7 @@ def reverted(dep: WorkloadState) -> bool:
 
 
 def yields_to(dep: WorkloadState) -> str | None:
-    """The owner alphagate must not fight on this Deployment now, or None to go ahead."""
+
     if dep.annotations.get(ANN_ON_OWNER_CONFLICT, YIELD).strip().lower() == CORRECT:
         return None
     if not reverted(dep):

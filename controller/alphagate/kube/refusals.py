@@ -24,7 +24,7 @@ from alphagate.kube.workload import ANN_OWNER, WorkloadState
 
 
 class RejectedConfigError(argsmod.ArgsError):
-    """The speculative config is one vLLM would refuse (specconfig): never sent to a pod."""
+    """Never sent to a pod."""
 
 
 def refuse_rejected(dep: WorkloadState, config: Mapping[str, Any] | None) -> None:
@@ -56,12 +56,12 @@ _WARNING_REASONS: tuple[tuple[type[KubeError], Reason], ...] = (
 
 
 def warning_reason(err: KubeError) -> Reason:
-    """The Event reason for a write that failed with `err`."""
+
     return next((r for kind, r in _WARNING_REASONS if isinstance(err, kind)), Reason.PATCH_FAILED)
 
 
 def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
-    """Why `wanted_by` may not flip `dep`: one canary per Deployment."""
+
     return (
         f"{dep.what} belongs to SpeculativeCanary {dep.owner} (annotation {ANN_OWNER}); "
         f"{wanted_by} will not flip it: two canaries on one Deployment would flip it back and "

@@ -1,10 +1,5 @@
 """A decision unit (slices flipped together, with their Deployments) and what one evaluation
-did to it.
-
-Combined aggregation makes one unit of every slice and every canary Deployment; perSlice makes
-one unit per slice. The reconciler fills a `UnitOutcome` per unit; the status builder
-(`kube.status_builder`), Events and logs read it. `failure_reason` names why a unit's decision
-was not applied, from the typed error (the Ready condition's reason and the Event's).
+did to it: combined aggregation makes one unit of every slice, perSlice one per slice.
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ class Unit:
 
 
 def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
-    """The policy's decision units: one per slice for perSlice, else one for all."""
+
     if spec.aggregation is Aggregation.PER_SLICE:
         return [
             Unit(s.name, (s.name,), tuple(spec.canary_deployments(s.name))) for s in spec.slices
@@ -71,8 +66,6 @@ def combined_rollout(actuator: Actuator, deps: Sequence[WorkloadState], now: flo
 
 @dataclass(slots=True)
 class UnitOutcome:
-    """What one evaluation did to one unit: the decision, what was persisted and applied."""
-
     unit: Unit
     evaluation: Evaluation | None = None
     insights: Insights | None = None  # draft length, diagnosis, short outputs (core.insights)
@@ -128,7 +121,7 @@ _EVENT_REASONS: Final[dict[FailureReason, Reason]] = {
 
 
 def failure_reason(exc: AlphagateError) -> FailureReason:
-    """Why a unit's decision was not applied: the Ready condition's reason."""
+
     for kind, reason in _REASONS:
         if isinstance(exc, kind):
             return reason
@@ -139,5 +132,5 @@ def failure_reason(exc: AlphagateError) -> FailureReason:
 
 
 def event_reason(exc: AlphagateError) -> Reason:
-    """The Warning Event reason for the same failure."""
+
     return _EVENT_REASONS.get(failure_reason(exc), Reason.PATCH_FAILED)

@@ -50,8 +50,6 @@ ROLLOUT_HEALTHY: Final = "Healthy"
 
 @dataclass(frozen=True, slots=True)
 class WorkloadState:
-    """What the actuator read from one Deployment, Rollout or InferenceService."""
-
     namespace: str
     name: str
     container: str
@@ -130,7 +128,7 @@ class WorkloadState:
 
     @property
     def what(self) -> str:
-        """`Deployment ns/name` or `Rollout ns/name`, for messages."""
+
         return f"{self.kind} {self.ref}"
 
 
@@ -189,11 +187,7 @@ def _container(template: Mapping[str, Any], name: str, what: str) -> tuple[int, 
 
 
 def workload_state(obj: Any, container: str, kind: str | WorkloadKind) -> WorkloadState:
-    """A Deployment (typed or a dict) or a Rollout (a dict) -> WorkloadState.
-
-    Raises ArgsError when the container is missing or its args cannot be edited safely, and for
-    a Rollout that takes its pod template from a Deployment (`spec.workloadRef`).
-    """
+    """Raises ArgsError also for a Rollout that takes its pod template from a Deployment."""
     body = to_dict(obj)
     kind = str(WorkloadKind(kind).value)
     meta = body.get("metadata") or {}
@@ -272,7 +266,7 @@ def container_flag(c: Mapping[str, Any], what: str, *, checked: bool = True) -> 
 
 
 def identity(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The WorkloadState fields read from an object's metadata."""
+
     return {
         "namespace": str(meta.get("namespace")),
         "name": str(meta.get("name")),
@@ -310,8 +304,7 @@ def _pointer(key: str) -> str:
 def merge_body(
     work: WorkloadState, annotations: Mapping[str, str], new_args: list[str] | None
 ) -> dict[str, Any]:
-    """The strategic merge patch for a Deployment: the record, and the container's args when
-    they change, with the resourceVersion precondition."""
+
     body: dict[str, Any] = {
         "metadata": {"resourceVersion": work.resource_version, "annotations": dict(annotations)}
     }

@@ -21,10 +21,7 @@ COMMANDS: Final = ("pause", "resume", "enable", "disable", "promote")
 
 
 def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, str] | None:
-    """(command, id) from the resource's annotations when not yet handled, else None.
-
-    An unknown command text is returned too, so the caller can refuse it visibly.
-    """
+    """(command, id) not yet handled, else None; an unknown command too, to refuse it visibly."""
     annotations = ((obj.get("metadata") or {}).get("annotations")) or {}
     command = str(annotations.get(ANN_COMMAND, "")).strip().lower()
     if not command:
@@ -36,6 +33,6 @@ def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, 
 
 
 def command_forced(obj: Mapping[str, Any]) -> bool:
-    """Whether the pending command asks to go past its guards (`--force`)."""
+
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return str(annotations.get(ANN_COMMAND_FORCE, "")).strip().lower() == "true"
