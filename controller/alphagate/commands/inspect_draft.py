@@ -79,7 +79,6 @@ def options_text(d: DraftLengthReport) -> str:
 
 
 def as_json(d: DraftLengthReport) -> dict[str, Any]:
-    """The recommendation's typed fields, JSON-ready."""
     return {
         "configured_k": d.configured_k,
         "advice": d.advice.value,
