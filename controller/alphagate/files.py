@@ -26,8 +26,6 @@ _KINDS: Final = (
 
 
 class NotRegularFileError(OSError):
-    """The path names a FIFO, a device, a socket or a directory, not a file."""
-
     def __init__(self, path: str, kind: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file: {kind}", path)
 
