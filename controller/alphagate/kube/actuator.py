@@ -88,7 +88,6 @@ class _Conflict(Exception):
 
 
 def deployment_state(dep: Any, container: str) -> WorkloadState:
-
     return workload_state(dep, container, WorkloadKind.DEPLOYMENT)
 
 
@@ -138,7 +137,6 @@ class Actuator:
         return out if isinstance(out, dict) else {}
 
     def rollout(self, dep: WorkloadState, *, now: float) -> Rollout:
-
         if not dep.rollout_complete:
             return Rollout(in_progress=True, completed_at=None, speculation_on=dep.speculation_on)
         completed = dep.completed_at
@@ -322,7 +320,6 @@ class Actuator:
         annotations: Mapping[str, str],
         new_args: list[str] | None,
     ) -> dict[str, Any]:
-
         custom = {
             WorkloadKind.ROLLOUT: (ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL),
             WorkloadKind.INFERENCE_SERVICE: (isvc.GROUP, isvc.VERSION, isvc.PLURAL),

@@ -140,7 +140,6 @@ class Deferral:
 
     @property
     def reason(self) -> str:
-
         return f"{self.scope.value.capitalize()}ApiBudgetExceeded"
 
     def message(self) -> str:
@@ -277,7 +276,6 @@ class ApiBudget:
             return self._cost.get((namespace, name), DEFAULT_COST)
 
     def forget(self, namespace: str, name: str) -> None:
-
         key = (namespace, name)
         with self._lock:
             self._canaries.pop(key, None)
@@ -286,22 +284,10 @@ class ApiBudget:
             self._deferred.pop(key, None)
 
     def _canary(self, key: Key, now: float) -> TokenBucket | None:
-        rate = self.config.canary
-        if rate is None:
-            return None
-        bucket = self._canaries.get(key)
-        if bucket is None:
-            bucket = self._canaries[key] = TokenBucket(rate, now)
-        return bucket
+        return _bucket(self._canaries, key, self.config.canary, now)
 
     def _namespace(self, namespace: str, now: float) -> TokenBucket | None:
-        rate = self.config.namespace
-        if rate is None:
-            return None
-        bucket = self._namespaces.get(namespace)
-        if bucket is None:
-            bucket = self._namespaces[namespace] = TokenBucket(rate, now)
-        return bucket
+        return _bucket(self._namespaces, namespace, self.config.namespace, now)
 
     def _prune(self, now: float) -> None:
         """Bound the tables: a full bucket is the same as a new one."""
@@ -309,6 +295,17 @@ class ApiBudget:
             self._canaries = {k: b for k, b in self._canaries.items() if not b.full(now)}
         if len(self._namespaces) > MAX_BUCKETS:
             self._namespaces = {k: b for k, b in self._namespaces.items() if not b.full(now)}
+
+
+def _bucket(
+    table: dict[Any, TokenBucket], key: Any, rate: Rate | None, now: float
+) -> TokenBucket | None:
+    """The key's bucket, made full on first use; None when that budget is not enforced."""
+    if rate is None:
+        return None
+    if key not in table:
+        table[key] = TokenBucket(rate, now)
+    return table[key]
 
 
 _WHOSE: Final[dict[BudgetScope, Callable[[str], str]]] = {

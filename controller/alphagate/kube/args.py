@@ -58,7 +58,6 @@ def render(config: Mapping[str, Any]) -> str:
 
 
 def _classify(token: str) -> tuple[str, str | None, str | None] | None:
-
     flag, eq, inline = token.partition("=")
     value = inline if eq else None
     for base in JSON_FLAGS:

@@ -241,7 +241,6 @@ def status_message(exc: client.ApiException) -> tuple[str, str]:
 
 
 def translate(exc: BaseException, what: str) -> KubeError:
-
     if isinstance(exc, KubeError):
         return exc
     if isinstance(exc, client.ApiException):
@@ -271,7 +270,6 @@ API_ERRORS: Final = (
 
 
 def call(what: str, fn: Callable[[], T]) -> T:
-
     try:
         return fn()
     except KubeError:
@@ -281,7 +279,6 @@ def call(what: str, fn: Callable[[], T]) -> T:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-
     if isinstance(obj, dict):
         return obj
     sanitized = client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]

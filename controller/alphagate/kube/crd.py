@@ -189,7 +189,6 @@ def _resolve(node: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> Any
 
 
 def _structural(node: Any, path: str) -> Any:
-
     if not isinstance(node, dict):
         return node
     node = {k: v for k, v in node.items() if k not in _DROP_KEYS}
@@ -239,7 +238,6 @@ def _structural(node: Any, path: str) -> Any:
 
 
 def model_schema(model: type[Any], path: str) -> dict[str, Any]:
-
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, defs)
@@ -256,7 +254,6 @@ def node_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def with_validations(schema: dict[str, Any]) -> dict[str, Any]:
-
     out = copy.deepcopy(schema)
     for path, rules in VALIDATIONS.items():
         node_at(out, path)["x-kubernetes-validations"] = copy.deepcopy(rules)
@@ -280,7 +277,6 @@ def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
 
 
 def openapi_schema() -> dict[str, Any]:
-
     return with_validations(_plain_schema())
 
 
@@ -303,7 +299,6 @@ def _plain_schema() -> dict[str, Any]:
 
 
 def build_crd() -> dict[str, Any]:
-
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

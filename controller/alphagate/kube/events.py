@@ -161,7 +161,6 @@ class EventRecorder:
         return self.emit(ref, EventType.WARNING, reason, message)
 
     def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
-
         message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
         key = (ref.namespace, ref.kind, ref.name, str(type_), str(reason), message)
         now = datetime.fromtimestamp(self._clock(), UTC).replace(microsecond=0)

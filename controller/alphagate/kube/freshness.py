@@ -67,7 +67,6 @@ def timing_fits(
     now: float,
     generation: int,
 ) -> list[Any]:
-
     if warnings:
         return set_condition(
             conditions,

@@ -70,7 +70,6 @@ HF_FORMAT: Final = "huggingface"
 
 
 def predictor_selector(name: str) -> str:
-
     return f"{LABEL_ISVC}={name},{LABEL_COMPONENT}={PREDICTOR}"
 
 
@@ -185,7 +184,6 @@ def _true(cond: Mapping[str, Any] | None) -> bool:
 
 
 def _rendered(deployment: Mapping[str, Any], p: Predictor) -> bool:
-
     template = (deployment.get("spec") or {}).get("template") or {}
     for c in (template.get("spec") or {}).get("containers") or []:
         if c.get("name") == p.rendered_as:

@@ -275,7 +275,6 @@ def _is_program(token: str) -> bool:
 
 
 def check(command: Sequence[str], args: Sequence[str], image: str) -> None:
-
     if not command and (not args or not _is_program(args[0])):
         if image_runs_vllm(image):
             return

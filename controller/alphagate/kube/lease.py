@@ -134,7 +134,6 @@ class LeaderElector:
         return meta
 
     def try_acquire_or_renew(self) -> bool:
-
         now = self.clock()
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace)
@@ -198,7 +197,6 @@ class LeaderElector:
         return True
 
     def _refused(self, refusal: Refusal | None) -> None:
-
         if refusal == self.refusal:
             return
         self.refusal = refusal
@@ -219,7 +217,6 @@ class LeaderElector:
             self._log.info("lease_release_failed", error=str(exc), error_type=type(exc).__name__)
 
     def run_round(self) -> None:
-
         started = self.clock()  # a renewal counts from before its request: conservative
         if self.try_acquire_or_renew():
             self._last_renew = started
@@ -230,7 +227,6 @@ class LeaderElector:
             self._set_leading(False)
 
     def run(self, stop: threading.Event | None = None) -> None:
-
         stop = stop or self._stop
         while not stop.is_set():
             self.run_round()

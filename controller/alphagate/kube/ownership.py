@@ -43,7 +43,6 @@ _LABELS: Final = (
 
 
 def declared_owner(dep: WorkloadState) -> str | None:
-
     explicit = dep.annotations.get(ANN_GITOPS_OWNER)
     if explicit:
         return explicit
@@ -70,7 +69,6 @@ def reverted(dep: WorkloadState) -> bool:
 
 
 def yields_to(dep: WorkloadState) -> str | None:
-
     if dep.annotations.get(ANN_ON_OWNER_CONFLICT, YIELD).strip().lower() == CORRECT:
         return None
     if not reverted(dep):

@@ -39,7 +39,6 @@ class Resumed:
 
     @property
     def text(self) -> str:
-
         return f"record on {self.deployment}" if self.deployment else self.origin.value
 
 

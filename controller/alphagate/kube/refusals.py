@@ -56,12 +56,10 @@ _WARNING_REASONS: tuple[tuple[type[KubeError], Reason], ...] = (
 
 
 def warning_reason(err: KubeError) -> Reason:
-
     return next((r for kind, r in _WARNING_REASONS if isinstance(err, kind)), Reason.PATCH_FAILED)
 
 
 def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
-
     return (
         f"{dep.what} belongs to SpeculativeCanary {dep.owner} (annotation {ANN_OWNER}); "
         f"{wanted_by} will not flip it: two canaries on one Deployment would flip it back and "

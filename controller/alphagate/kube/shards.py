@@ -52,7 +52,6 @@ DEFAULT_GROUP: Final = "alphagate"
 
 
 def shard_of(namespace: str, name: str, shards: int) -> int:
-
     if shards < 1:
         raise ValueError(f"shards must be at least 1, got {shards}")
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
@@ -60,7 +59,6 @@ def shard_of(namespace: str, name: str, shards: int) -> int:
 
 
 def assignment(members: list[str], shards: int) -> dict[int, str]:
-
     ordered = sorted(set(members))
     return {i: ordered[i % len(ordered)] for i in range(shards)} if ordered else {}
 
@@ -119,7 +117,6 @@ class ShardLeases:
 
     @property
     def record_lease(self) -> str:
-
         return self.group
 
     @property
@@ -142,7 +139,6 @@ class ShardLeases:
         return frozenset(s for s in range(self.shards) if self.holds(s))
 
     def owns(self, namespace: str, name: str) -> bool:
-
         return self.holds(shard_of(namespace, name, self.shards))
 
     def _spec(self, holder: str | None, *, acquire: Any, transitions: int) -> client.V1LeaseSpec:
@@ -168,7 +164,6 @@ class ShardLeases:
         return now - previous[1]
 
     def _write(self, lease: Any, name: str, role: str) -> bool:
-
         labels = {GROUP_LABEL: self.group, ROLE_LABEL: role}
         annotations = self.coordination.annotations()
         try:
@@ -209,7 +204,6 @@ class ShardLeases:
         return leases
 
     def _read(self, name: str) -> Any:
-
         try:
             return self._api.read_namespaced_lease(name, self.namespace)
         except client.ApiException as exc:
@@ -306,7 +300,6 @@ class ShardLeases:
         return self._confirm(again, now, retry=False)
 
     def _refuse(self, refusal: Refusal | None) -> None:
-
         if refusal == self.refusal:
             return
         self.refusal = refusal

@@ -153,7 +153,7 @@ def build_status(
                 generation=generation,
             )
 
-    # evidence (combined: one evaluation; perSlice: merged across units)
+    # combined: one evaluation; perSlice: merged across units
     slices = [s for e in evs for s in slice_evidence(e)]
     latency = [c for e in evs for c in latency_evidence(e.checks)]
     combined = evs[0].combined if len(evs) == 1 else None
@@ -206,7 +206,6 @@ def build_status(
 
 
 def _tuning(spec: SpeculativeCanarySpec, u: UnitOutcome) -> DraftTuningStatus | None:
-
     if not spec.draft_length.tuning.enabled or u.memory is None:
         return None
     return tuning_status(u.memory.draft, tuning.current_k(spec, u.memory), spec.k)

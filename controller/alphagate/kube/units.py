@@ -42,7 +42,6 @@ class Unit:
 
 
 def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
-
     if spec.aggregation is Aggregation.PER_SLICE:
         return [
             Unit(s.name, (s.name,), tuple(spec.canary_deployments(s.name))) for s in spec.slices
@@ -121,7 +120,6 @@ _EVENT_REASONS: Final[dict[FailureReason, Reason]] = {
 
 
 def failure_reason(exc: AlphagateError) -> FailureReason:
-
     for kind, reason in _REASONS:
         if isinstance(exc, kind):
             return reason
@@ -132,5 +130,4 @@ def failure_reason(exc: AlphagateError) -> FailureReason:
 
 
 def event_reason(exc: AlphagateError) -> Reason:
-
     return _EVENT_REASONS.get(failure_reason(exc), Reason.PATCH_FAILED)

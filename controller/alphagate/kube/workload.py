@@ -128,7 +128,6 @@ class WorkloadState:
 
     @property
     def what(self) -> str:
-
         return f"{self.kind} {self.ref}"
 
 
@@ -266,7 +265,6 @@ def container_flag(c: Mapping[str, Any], what: str, *, checked: bool = True) -> 
 
 
 def identity(meta: Mapping[str, Any]) -> dict[str, Any]:
-
     return {
         "namespace": str(meta.get("namespace")),
         "name": str(meta.get("name")),
@@ -304,7 +302,6 @@ def _pointer(key: str) -> str:
 def merge_body(
     work: WorkloadState, annotations: Mapping[str, str], new_args: list[str] | None
 ) -> dict[str, Any]:
-
     body: dict[str, Any] = {
         "metadata": {"resourceVersion": work.resource_version, "annotations": dict(annotations)}
     }

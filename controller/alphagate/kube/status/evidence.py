@@ -297,6 +297,3 @@ def p99_ratio(latency: Sequence[LatencyEvidence]) -> float | None:
     """The worst (largest) canary/baseline ratio over the latency checks."""
     ratios = [e.ratio for e in latency if e.ratio is not None]
     return max(ratios) if ratios else None
-
-
-# ---------------------------------------------------------------- writing

@@ -129,6 +129,3 @@ def set_condition(
     order = [t.value for t in ConditionType]
     out.sort(key=lambda c: (order.index(c.type) if c.type in order else len(order), c.type))
     return out
-
-
-# ---------------------------------------------------------------- evidence from an Evaluation

@@ -18,7 +18,6 @@ class StatusWriter:
         self._custom = client.CustomObjectsApi(api_client)
 
     def read(self, namespace: str, name: str) -> dict[str, Any]:
-
         from alphagate.kube.client import call
 
         result = call(
