@@ -277,7 +277,6 @@ class Actuator:
         return ApplyResult(after, args_changed, True, False, attempts, first, record)
 
     def _retrying(self) -> Retrying:
-        """Retries a 409 (`_Conflict`) with jittered exponential backoff; other errors raise."""
         return Retrying(
             stop=stop_after_attempt(self.max_attempts),
             wait=wait_exponential(multiplier=self.wait_initial, max=self.wait_max)

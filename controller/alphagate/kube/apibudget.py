@@ -111,7 +111,7 @@ class TokenBucket:
         return self.tokens
 
     def take(self, now: float, n: float = 1.0, *, floor: float | None = None) -> bool:
-        """Take `n` tokens; False (nothing taken) when that would go below `floor`."""
+        """False (nothing taken) when that would go below `floor`."""
         self.refill(now)
         if floor is not None and self.tokens - n < floor:
             return False
@@ -157,8 +157,6 @@ _CHARGED: contextvars.ContextVar[Key | None] = contextvars.ContextVar(
 
 @dataclass(slots=True)
 class _Tally:
-    """Requests sent, by whom they were charged to (for the benchmark, tests, metrics)."""
-
     total: int = 0
     charged: int = 0
     refused: int = 0
@@ -185,7 +183,7 @@ class ApiBudget:
 
     @contextlib.contextmanager
     def charging(self, namespace: str, name: str) -> Iterator[None]:
-        """Charge the requests sent inside the block (this thread, this task) to a canary."""
+        """This thread's (this task's) requests inside the block."""
         token = _CHARGED.set((namespace, name))
         try:
             yield
@@ -271,7 +269,6 @@ class ApiBudget:
             return self._deferred.pop((namespace, name), None)
 
     def cost(self, namespace: str, name: str) -> int:
-        """Requests the canary's last counted evaluation made (DEFAULT_COST before one)."""
         with self._lock:
             return self._cost.get((namespace, name), DEFAULT_COST)
 

@@ -73,7 +73,6 @@ def api_client(
     timeout: float = REQUEST_TIMEOUT_SECONDS,
     budget: ApiBudget | None = None,
 ) -> client.ApiClient:
-    """`budget` None: not budgeted."""
     api = client.ApiClient(cfg)
     api.rest_client.close()
     api.rest_client = _TimedRest(cfg, timeout, budget)
@@ -170,8 +169,6 @@ def default_namespace(
 
 @dataclass(frozen=True, slots=True)
 class Kube:
-    """The API groups the controller uses, all on one private ApiClient."""
-
     api_client: client.ApiClient
     apps: client.AppsV1Api
     core: client.CoreV1Api
@@ -223,7 +220,6 @@ class Kube:
 
 
 def status_message(exc: client.ApiException) -> tuple[str, str]:
-    """(reason, message) from an ApiException's Status body, falling back to its text."""
     reason, message = str(exc.reason or ""), ""
     body = exc.body
     if isinstance(body, bytes):

@@ -1,12 +1,11 @@
 """How the replicas split the canaries, recorded where every replica reads it: one owner per
 canary, always.
 
-A replica runs either leader election (one replica acts on every canary) or sharding
-(`--shards N`: each canary belongs to one of N shards by a hash of its name). Two replicas that
-disagree would each own canaries by their own rule: `--shards 3` beside `--shards 4` (what a
-rolling change of the flag looks like) makes the same canary shard 1 for one and shard 2 for
-the other, so both act on it; a leader beside a sharded replica acts on the sharded replica's
-canaries too. So the way the work is split is recorded on the coordination Lease (the leader
+A replica runs either leader election or sharding (`--shards N`). Two replicas that disagree
+would each own canaries by their own rule: `--shards 3` beside `--shards 4` (a rolling change of
+the flag) makes the same canary shard 1 for one and shard 2 for the other, so both act on it;
+a leader beside a sharded replica acts on its canaries too. So the way the work is split is
+recorded on the coordination Lease (the leader
 Lease, named by `--lease-name`, is also the sharded replicas' record) in two annotations, and a
 replica acts only while that Lease records its own configuration and it has renewed it itself
 within its renew deadline. A replica whose configuration disagrees with a live record refuses

@@ -246,7 +246,6 @@ def model_schema(model: type[Any], path: str) -> dict[str, Any]:
 
 
 def node_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
-    """The schema node at a dotted path of property names (`spec.timing.cooldown`)."""
     node = schema
     for part in path.split("."):
         node = node["properties"][part]
@@ -342,6 +341,5 @@ HEADER: Final = (
 
 
 def render_crd() -> str:
-    """The CRD as YAML text, exactly what `deploy/crd/speculativecanaries.yaml` holds."""
     body = yaml.safe_dump(build_crd(), sort_keys=False, default_flow_style=False, width=100)
     return HEADER + "---\n" + body

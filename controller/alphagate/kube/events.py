@@ -121,7 +121,7 @@ class _Seen:
 
 
 class EventRecorder:
-    """Creates core/v1 Events. Thread-safe; never raises."""
+    """Thread-safe; never raises."""
 
     def __init__(
         self,
@@ -389,7 +389,6 @@ UNJUDGEABLE_WORDS: Final = {
 def list_events(
     api_client: Any, namespace: str, name: str, kind: str = KIND
 ) -> list[dict[str, Any]]:
-    """Oldest first."""
     core = client.CoreV1Api(api_client)
     result = call(
         f"list events for {namespace}/{name}",

@@ -94,7 +94,6 @@ def timing_fits(
 
 
 def unjudgeable(evaluations: Sequence[tuple[str, Evaluation]]) -> list[tuple[str, Judgeability]]:
-    """(unit, why) for every unit whose last window could not be judged for want of batches."""
     out = []
     for unit, e in evaluations:
         for c in e.checks:
@@ -106,7 +105,6 @@ def unjudgeable(evaluations: Sequence[tuple[str, Evaluation]]) -> list[tuple[str
 
 
 def _judged(evaluations: Sequence[tuple[str, Evaluation]]) -> int:
-    """How many acceptance checks judged an interval (at least two batches)."""
     return sum(
         1
         for _, e in evaluations

@@ -1,11 +1,9 @@
 """A KServe InferenceService (serving.kserve.io/v1beta1) as the canary: where its vLLM flag
 lives, whether KServe has rolled an edit out, and what alphagate refuses there.
 
-KServe owns the objects an InferenceService renders: in raw deployment mode (`RawDeployment`,
-`Standard` from KServe 0.16) a Deployment `<name>-predictor` labelled
-`serving.kserve.io/inferenceservice=<name>, component=predictor`, which KServe re-renders from
-the InferenceService on every reconcile (an edit of the Deployment itself is reverted at once).
-So alphagate edits the InferenceService:
+In raw deployment mode (`RawDeployment`, `Standard` from KServe 0.16) KServe renders a
+Deployment `<name>-predictor` from the InferenceService on every reconcile (an edit of the
+Deployment itself is reverted at once). So alphagate edits the InferenceService:
 
 - `spec.predictor.model.args` for a model served by a runtime. Only the Hugging Face runtime
   (`modelFormat.name: huggingface`) on its vLLM backend (`--backend=vllm`) is accepted without a
@@ -23,14 +21,11 @@ InferenceService still reads Ready from the old ReplicaSet. Warm-up counts from 
 Deployment's completion and `PredictorReady`'s last transition. Revisions
 (`status.components.predictor.latestReadyRevision`) exist only in serverless mode.
 
-Refused with a reason (ArgsError, so an `ArgsUneditable` Event and SpecValid=False):
-
-- serverless mode (`Serverless`, `Knative`): every edit is a new Knative revision; KServe's
-  `canaryTrafficPercent` then splits traffic between the previous rolled-out revision (old
-  flag) and the new one, and Knative scales revisions with load, to zero included, so a pool's
-  pods come, go and mix configs inside a window: neither the canary's data nor its rollout can
-  be judged safely;
-- ModelMesh, a mode KServe has not reported yet, and a predictor alphagate cannot place.
+Refused (ArgsError): ModelMesh, a mode KServe has not reported yet, a predictor alphagate
+cannot place, and serverless mode (`Serverless`, `Knative`): there every edit is a new Knative
+revision, traffic is split between the old and new revisions, and Knative scales them with
+load, so a pool's pods come, go and mix configs inside a window: neither the canary's data nor
+its rollout can be judged safely.
 
 KServe copies the InferenceService's annotations into the predictor's pod template, so writing
 alphagate's record alone would restart every predictor pod: the record rides on flips only

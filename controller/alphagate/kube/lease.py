@@ -47,7 +47,7 @@ DEFAULT_LEASE_NAME = "alphagate-controller"
 
 
 def default_identity() -> str:
-    """Pod name (HOSTNAME) plus a random suffix: unique even for two processes on one host."""
+    """Unique even for two processes on one host."""
     host = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
     return f"{host}_{uuid.uuid4().hex[:8]}"
 

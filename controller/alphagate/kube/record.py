@@ -66,7 +66,6 @@ def resume(
 
 
 def written(memory: Memory, records: Sequence[int]) -> Memory:
-    """`memory` after the unit's Deployments were written at generations `records`."""
     top = max(records, default=memory.record)
     return memory if top <= memory.record else memory.model_copy(update={"record": top})
 

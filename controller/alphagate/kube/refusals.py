@@ -68,5 +68,4 @@ def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
 
 
 def config_text(config: Mapping[str, Any] | None) -> str:
-    """How a config is shown in messages: the exact JSON vLLM receives, or `off`."""
     return "off" if config is None else argsmod.render(config)

@@ -212,7 +212,6 @@ class ShardLeases:
             raise
 
     def _live_members(self, leases: dict[str, Any], now: float) -> list[str]:
-        """Members of our configuration renewed within `lease_duration` as we saw them."""
         live = []
         for name, lease in leases.items():
             labels = lease.metadata.labels or {}

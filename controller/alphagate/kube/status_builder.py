@@ -212,7 +212,6 @@ def _tuning(spec: SpeculativeCanarySpec, u: UnitOutcome) -> DraftTuningStatus | 
 
 
 def decision_record(u: UnitOutcome, now: float, dry_run: bool) -> Decision:
-    """The status's record of a unit's decision (marked when it was not applied)."""
     e = u.evaluation
     assert e is not None
     reason = e.reason

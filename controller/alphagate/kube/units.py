@@ -50,7 +50,7 @@ def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
 
 
 def combined_rollout(actuator: Actuator, deps: Sequence[WorkloadState], now: float) -> Rollout:
-    """One Rollout for Deployments flipped together: in progress if any is, done when all are."""
+    """In progress if any is, done when all are."""
     rollouts = [actuator.rollout(d, now=now) for d in deps]
     if not rollouts:
         return Rollout()

@@ -100,7 +100,6 @@ class WorkloadState:
 
     @property
     def memory(self) -> Memory | None:
-        """The Memory recorded with the last flip, if any (and readable)."""
         return read_memory(self.annotations.get(ANN_MEMORY))
 
     @property
@@ -115,7 +114,6 @@ class WorkloadState:
 
     @property
     def owner(self) -> str:
-        """The SpeculativeCanary (`namespace/name`) that claimed this object, or ""."""
         return self.annotations.get(ANN_OWNER, "")
 
     @property
@@ -132,7 +130,6 @@ class WorkloadState:
 
 
 def memory_annotation(memory: Memory) -> str:
-    """The `alphagate.io/memory` text: the Memory's JSON, its schema version first."""
     body = json.loads(memory.model_dump_json())  # pydantic's JSON, values as it writes them
     return json.dumps({"schemaVersion": MEMORY_SCHEMA_VERSION, **body}, separators=(",", ":"))
 
@@ -240,8 +237,6 @@ def _not_rendered(meta: Mapping[str, Any], what: str) -> None:
 
 
 def container_flag(c: Mapping[str, Any], what: str, *, checked: bool = True) -> dict[str, Any]:
-    """A container's argv as the WorkloadState fields that carry the flag (`args`, `args_field`,
-    `speculative_config`, `image`), after the invocation check (ArgsError naming `what`)."""
     args = tuple(str(a) for a in c.get("args") or ())
     command = tuple(str(a) for a in c.get("command") or ())
     image = str(c.get("image") or "")
@@ -276,8 +271,6 @@ def identity(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def rollout_counts(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The WorkloadState rollout fields of an object with a Deployment-like status (a
-    Deployment, a Rollout): its generation, desired replicas and status counts."""
     meta, spec = body.get("metadata") or {}, body.get("spec") or {}
     status = body.get("status") or {}
     return {
@@ -295,7 +288,7 @@ def rollout_counts(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pointer(key: str) -> str:
-    """One JSON-pointer segment (RFC 6901): `alphagate.io/state` -> `alphagate.io~1state`."""
+    """RFC 6901: `alphagate.io/state` -> `alphagate.io~1state`."""
     return key.replace("~", "~0").replace("/", "~1")
 
 
