@@ -116,7 +116,7 @@ def _family(name: str, raw: Mapping[str, Any]) -> Family:
 
 
 def parse(text: str) -> tuple[Release, ...]:
-    """The table's JSON -> its rows, oldest first. ValueError names a malformed row."""
+    """Oldest first; ValueError names a malformed row."""
     data = json.loads(text)
     rows = []
     for i, raw in enumerate(data["releases"]):
@@ -130,7 +130,7 @@ def parse(text: str) -> tuple[Release, ...]:
 
 @functools.cache
 def releases() -> tuple[Release, ...]:
-    """Every row of the table, oldest first (read once from the package's data)."""
+    """Oldest first, read once from the package's data."""
     text = resources.files("alphagate").joinpath("data", DATA).read_text(encoding="utf-8")
     return parse(text)
 

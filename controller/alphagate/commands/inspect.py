@@ -308,8 +308,7 @@ def layout_json(layout: vllm_compat.Layout) -> dict[str, Any]:
 
 
 def draft_lines(page: Page, method: str | None) -> tuple[list[str], dict[str, Any]]:
-    """Per speculating model: the draft length the core's tuner recommends, with its evidence
-    (text lines, and the JSON by model name)."""
+    """Per speculating model: text lines, and the JSON by model name."""
     lines: list[str] = []
     out: dict[str, Any] = {}
     by_model: dict[str, list[Series]] = defaultdict(list)

@@ -133,7 +133,7 @@ def load_file(path: Path) -> list[Document]:
 
 
 def cross_check(docs: list[Document]) -> None:
-    """Problems that only show across resources; appended to the later document."""
+    """Appended to the later document."""
     names: dict[tuple[str, str], Document] = {}
     flips: dict[tuple[str, str, str], Document] = {}
     for doc in docs:

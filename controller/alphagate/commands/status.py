@@ -230,7 +230,7 @@ def _onoff(on: bool | None) -> str:
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
-    """A titled evidence table whose long cells fold instead of being cut."""
+    """Long cells fold instead of being cut."""
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for col in columns:
         table.add_column(col, overflow="fold")
