@@ -29,7 +29,7 @@ COMMAND_MODULES: Final = (
     "alphagate.commands.crd",
 )
 
-# Modules that register commands from another distribution: `register(app)` in each.
+
 ENTRY_POINT_GROUP: Final = "alphagate.commands"
 
 # The lab's commands, named so that asking for one without the lab says what to install.
@@ -88,8 +88,8 @@ def _registered() -> set[str]:
 
 
 def _register_plugins() -> None:
-    """Every installed distribution's commands (the lab's), each entry point on its own: one
-    that fails to import names itself under its own command instead of taking the CLI down."""
+    """One entry point that fails to import names itself under its own command instead of
+    taking the CLI down."""
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             module = ep.load()

@@ -26,8 +26,6 @@ _KINDS: Final = (
 
 
 class NotRegularFileError(OSError):
-    """The path names a FIFO, a device, a socket or a directory, not a file."""
-
     def __init__(self, path: str, kind: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file: {kind}", path)
 
@@ -37,8 +35,7 @@ def _kind(mode: int) -> str:
 
 
 def _open(path: str | Path) -> int:
-    """A descriptor of the regular file at `path`, opened without blocking (then made
-    blocking for reads). Raises OSError (NotRegularFileError for what is not a file)."""
+    """Opened without blocking, then made blocking for reads."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     try:
         mode = os.fstat(fd).st_mode
@@ -52,14 +49,12 @@ def _open(path: str | Path) -> int:
 
 
 def open_regular(path: str | Path) -> BinaryIO:
-    """The regular file at `path` opened for reading in binary (for files read as a stream,
-    such as a recording). Raises OSError (NotRegularFileError for what is not a file)."""
+    """For files read as a stream, such as a recording."""
     return os.fdopen(_open(path), "rb")
 
 
 def read_regular(path: str | Path, limit: int) -> bytes:
-    """At most `limit + 1` bytes of the regular file at `path` (so a caller can tell a file
-    over its bound). Raises OSError (NotRegularFileError for what is not a regular file)."""
+    """At most `limit + 1` bytes, so a caller can tell a file over its bound."""
     fd = _open(path)
     try:
         chunks = []

@@ -39,12 +39,10 @@ class Layout:
 
     @property
     def value(self) -> str:
-        """The flag's JSON value."""
         return json.dumps({FAMILY: list(self.bounds)}, separators=(",", ":"))
 
     @property
     def args(self) -> tuple[str, str]:
-        """The container arguments (flag, value)."""
         return (FLAG, self.value)
 
     @property

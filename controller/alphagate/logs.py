@@ -16,7 +16,6 @@ Format = Literal["json", "console", "auto"]
 
 
 def configure(*, fmt: Format = "auto", level: str = "INFO", stream: Any = None) -> None:
-    """Route structlog (and stdlib logging) to `stream` (stderr by default)."""
     out = stream if stream is not None else sys.stderr
     if fmt == "auto":
         fmt = "console" if getattr(out, "isatty", lambda: False)() else "json"
@@ -44,5 +43,4 @@ def configure(*, fmt: Format = "auto", level: str = "INFO", stream: Any = None) 
 
 
 def get(name: str) -> Any:
-    """A bound structlog logger carrying `logger=name`."""
     return structlog.get_logger().bind(logger=name)

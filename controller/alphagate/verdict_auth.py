@@ -36,8 +36,6 @@ REVIEWS: Final = Rate(10.0, 50)
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """An authenticated caller, as the API server named it."""
-
     user: str
     groups: tuple[str, ...] = ()
 
@@ -69,8 +67,6 @@ class OpenAuth:
 
 
 class _Ttl:
-    """A small bounded cache whose entries expire."""
-
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._items: OrderedDict[object, tuple[float, object]] = OrderedDict()
@@ -92,8 +88,6 @@ class _Ttl:
 
 
 class TokenReviewAuth:
-    """Callers authenticated by TokenReview, authorized by SubjectAccessReview (cached)."""
-
     def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._authn = client.AuthenticationV1Api(kube.api_client)
         self._authz = client.AuthorizationV1Api(kube.api_client)

@@ -170,7 +170,6 @@ class VerdictApi:
         return _json(start_response, 200 if doc["pass"] else 412, doc)
 
     def _readable(self, caller: Caller) -> list[dict[str, Any]]:
-        """The cached canaries in namespaces the caller may list."""
         items = self.canaries.cached_objects()
         spaces = {str((o.get("metadata") or {}).get("namespace", "")) for o in items}
         allowed = {ns for ns in spaces if self.auth.may(caller, "list", ns)}

@@ -52,8 +52,6 @@ WHY: Final[dict[str, str]] = {
 
 
 class Registered(StrEnum):
-    """When a release registers a family."""
-
     ALWAYS = "always"
     SPECULATIVE = "speculative-config"  # only with --speculative-config
     HIDDEN = "hidden"  # only with --show-hidden-metrics-for-version
@@ -75,8 +73,6 @@ class Family:
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """One row: a vLLM release and the families it registers."""
-
     version: str
     families: Mapping[str, Family]
     custom_histogram_buckets: bool  # has --custom-histogram-buckets
@@ -120,7 +116,7 @@ def _family(name: str, raw: Mapping[str, Any]) -> Family:
 
 
 def parse(text: str) -> tuple[Release, ...]:
-    """The table's JSON -> its rows, oldest first. ValueError names a malformed row."""
+    """Oldest first; ValueError names a malformed row."""
     data = json.loads(text)
     rows = []
     for i, raw in enumerate(data["releases"]):
@@ -134,7 +130,7 @@ def parse(text: str) -> tuple[Release, ...]:
 
 @functools.cache
 def releases() -> tuple[Release, ...]:
-    """Every row of the table, oldest first (read once from the package's data)."""
+    """Oldest first, read once from the package's data."""
     text = resources.files("alphagate").joinpath("data", DATA).read_text(encoding="utf-8")
     return parse(text)
 
@@ -148,7 +144,6 @@ def release(version: str) -> Release:
 
 
 def families() -> frozenset[str]:
-    """Every family the table knows (the layout's alphabet)."""
     return frozenset(n for r in releases() for n in r.families)
 
 
@@ -159,8 +154,6 @@ def first_with(name: str) -> Release | None:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The families a page shows, and the releases whose pages look like that."""
-
     present: frozenset[str]
     examined: frozenset[str]
     versions: tuple[str, ...]  # the matching releases read, oldest first; () for none
@@ -215,10 +208,8 @@ def layout_of(
     examined: Collection[str] | None = None,
     buckets: Mapping[str, tuple[float, ...]] | None = None,
 ) -> Layout:
-    """The layout of a page showing the families `present` (code names, counters without
-    `_total`), judged on `examined` (default: every family the table knows; a caller that
-    looked only for some passes those). `buckets`: the finite bounds a page's histograms
-    carry, to tell custom buckets from the defaults."""
+    """`present`: code names (counters without `_total`); `examined` defaults to every family
+    the table knows; `buckets` tells custom buckets from the defaults."""
     known = families()
     seen = frozenset(present) & known
     looked = frozenset(examined) & known if examined is not None else known

@@ -147,8 +147,6 @@ def _json_model(value: Any, path: str = "") -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One YAML document: its data (JSON model) and its node tree (for line numbers)."""
-
     data: Any
     node: yaml.Node | None
 
@@ -157,20 +155,18 @@ def load_all(
     text: str,
     *,
     max_bytes: int = MAX_BYTES,
-    max_depth: int = MAX_DEPTH,
-    max_nodes: int = MAX_EXPANDED_NODES,
 ) -> list[Document]:
     """Every document of `text`, within the limits. Raises yaml.YAMLError (YamlLimitError for
     a limit) with a mark or line; never RecursionError, TypeError or MemoryError."""
     if len(text.encode("utf-8", errors="replace")) > max_bytes:
         raise YamlLimitError(f"larger than {max_bytes} bytes")
-    composer = _Composer(text, max_depth)
+    composer = _Composer(text, MAX_DEPTH)
     nodes: list[yaml.Node | None] = []
     try:
         while composer.check_node():
             nodes.append(composer.get_node())
     except RecursionError:  # pragma: no cover - the depth limit comes first
-        raise YamlLimitError(f"nested deeper than {max_depth} levels") from None
+        raise YamlLimitError(f"nested deeper than {MAX_DEPTH} levels") from None
     finally:
         composer.dispose()
     out: list[Document] = []
@@ -178,7 +174,7 @@ def load_all(
         if node is None:
             out.append(Document(None, None))
             continue
-        _expanded_size(node, max_nodes)
+        _expanded_size(node, MAX_EXPANDED_NODES)
         constructor = _Constructor("")
         try:
             data = constructor.construct_document(node)

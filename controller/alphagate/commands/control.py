@@ -3,17 +3,13 @@
 Manual control goes through annotations on the SpeculativeCanary (`alphagate.io/command` and
 a fresh `alphagate.io/command-id`), never around the controller: the controller applies the
 command on its next evaluation, records it in status (`lastCommand`) and as a transition with
-reason "manual: ...", and the same path works with plain `kubectl annotate`. `--wait` polls
-(bounded) until the controller has handled it.
+reason "manual: ...", and the same path works with plain `kubectl annotate`.
 
 A manual enable obeys the policy's guards (the rollback cooldown, the minimum dwell, room in
 the flip budget) and a promote needs `promotion.enabled`: the controller refuses otherwise and
-says which guard. `--force` (annotation `alphagate.io/command-force: "true"`) is the escape
-hatch; the transition then records `forced` and the guards it overrode, and the Event says so.
-
-kubectl habits: the namespace defaults to the kubeconfig context's (as kubectl), `KUBECONFIG`
-lists are merged, and installed as `kubectl-alphagate` the same commands run as
-`kubectl alphagate ...`. `alphagate status` (commands/status.py) shows what came of them.
+says which guard. `--force` is the escape hatch; the transition then records `forced` and the
+guards it overrode, and the Event says so. Installed as `kubectl-alphagate`, the same commands
+run as `kubectl alphagate ...`.
 """
 
 from __future__ import annotations
@@ -55,7 +51,6 @@ FORCIBLE = ("enable", "promote")
 def send_command(
     kube: Kube, namespace: str, name: str, command: str, *, by: str = "", force: bool = False
 ) -> str:
-    """Annotate the resource with `command`, a fresh id and the force flag; return the id."""
     if command not in COMMANDS:
         raise KubeError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
     ident = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
@@ -155,7 +150,6 @@ _VERBS = {
 
 
 def register(app: typer.Typer) -> None:
-    """Add pause/resume/enable/disable/promote to the CLI."""
     for command in COMMANDS:
         app.command(
             command, help=f"{_VERBS[command]} (through an annotation the controller acts on)."

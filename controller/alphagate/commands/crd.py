@@ -1,9 +1,5 @@
-"""`alphagate crd`: print (or write) the SpeculativeCanary CRD generated from the models.
-
-`deploy/crd/speculativecanaries.yaml` is this command's output; `--check FILE` says whether a
-file still matches the models (exit 1 and the first differing line when it drifted), which is
-what CI wants when someone edits a model and forgets to regenerate.
-"""
+"""`alphagate crd`: print (or write) the SpeculativeCanary CRD generated from the models;
+`--check FILE` is for CI, when someone edits a model and forgets to regenerate."""
 
 from __future__ import annotations
 
@@ -52,5 +48,4 @@ def crd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `crd` to the CLI."""
     app.command("crd")(crd)

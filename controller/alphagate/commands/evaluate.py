@@ -70,11 +70,7 @@ class AssumedState(StrEnum):
     ON = "On"
 
 
-# --------------------------------------------------------------------------- inputs
-
-
 def load_policy(path: Path, name: str | None) -> SpeculativeCanary:
-    """The one resource to evaluate from a policy file; PolicyError naming what is wrong."""
     from alphagate.commands.policy import load_file
 
     docs = load_file(path)
@@ -106,7 +102,6 @@ def load_policy(path: Path, name: str | None) -> SpeculativeCanary:
 
 
 def parse_scrape_targets(values: list[str]) -> dict[tuple[str, Role], list[Target]]:
-    """`slice:role=URL` options -> static targets. Raises typer.BadParameter naming the bad one."""
     out: dict[tuple[str, Role], list[Target]] = {}
     for raw in values:
         key, sep, url = raw.partition("=")
@@ -165,9 +160,6 @@ def _assumed(state: AssumedState, obs: Observation) -> State:
     return State.ON if speculating else State.OFF
 
 
-# --------------------------------------------------------------------------- output
-
-
 def _clean(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None if math.isnan(obj) else ("+Inf" if obj > 0 else "-Inf")
@@ -208,9 +200,7 @@ def _pool_json(pool: PoolObservation) -> dict[str, Any]:
 def _insights_json(ins: Insights | None) -> dict[str, Any] | None:
     if ins is None:
         return None
-    block = insights_status(ins).model_dump(mode="json", by_alias=True, exclude_none=True)
-    out: dict[str, Any] = block
-    return out
+    return insights_status(ins).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def draft_text(d: DraftLengthReport) -> list[str]:
@@ -367,9 +357,6 @@ def render_text(
         out.extend(_insights_text(insights))
     out.append("(evaluate never acts: nothing was patched)")
     return "\n".join(out)
-
-
-# --------------------------------------------------------------------------- command
 
 
 def evaluate_command(

@@ -9,11 +9,8 @@ this is the pod's lifetime view; the controller itself uses windowed increments.
 It also says what the page's buckets let a latency guard decide (core/resolution.py): for a
 P99 and a P95 guard at the default +10% margin, the smallest regression a Fail could show there
 (at best, and surely), whether "within +10%" can be shown at all, and the
-``--custom-histogram-buckets`` layout that would resolve it (the one ``alphagate plan`` writes,
-from the page's P50 and P99 per token).
-Then the draft length the core's tuner recommends on those counters (`inspect_draft`), and
-the page's vLLM layout: the releases whose pages look like it, and for one alphagate cannot
-judge, the release it needs (`alphagate.vllm_compat`).
+``--custom-histogram-buckets`` layout that would resolve it. Then the draft length the core's
+tuner recommends (`inspect_draft`), and the page's vLLM layout (`alphagate.vllm_compat`).
 """
 
 from __future__ import annotations
@@ -135,7 +132,7 @@ def _layout(summary: dict[str, Any]) -> bkt.Layout | None:
 
 
 def report(page: Page) -> list[dict[str, Any]]:
-    """One entry per model: its engines and the aggregate (JSON-ready, NaN as None)."""
+    """NaN as None."""
     by_model: dict[str, list[Series]] = defaultdict(list)
     for s in page.series.values():
         by_model[s.model_name].append(s)
@@ -311,8 +308,7 @@ def layout_json(layout: vllm_compat.Layout) -> dict[str, Any]:
 
 
 def draft_lines(page: Page, method: str | None) -> tuple[list[str], dict[str, Any]]:
-    """Per speculating model: the draft length the core's tuner recommends, with its evidence
-    (text lines, and the JSON by model name)."""
+    """Per speculating model: text lines, and the JSON by model name."""
     lines: list[str] = []
     out: dict[str, Any] = {}
     by_model: dict[str, list[Series]] = defaultdict(list)

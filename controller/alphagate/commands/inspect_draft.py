@@ -1,14 +1,11 @@
 """The draft length (K) one /metrics page recommends, for `alphagate inspect`.
 
-The same tuner `alphagate evaluate` and the controller run (`core.draft_length.recommend`), on
-the page's counters since the pod started: each engine of a model is one batch (its drafts, draft
-tokens, accepted tokens and per-position counts), K is the number of positions vLLM created
-(`range(num_speculative_tokens)`), and the cost of a draft position is the method's default
-(`--method`; `specconfig`) adjusted for the running requests on the page, as the controller does
-when it has no baseline to measure the cost against. Confidence and the drafts needed are the
-shipped policy defaults. One engine is one batch: the tuner then keeps K and says why (its
-requests share their acceptance, so no interval is honest), and the per-K options it computed
-are printed as the point estimates they are.
+The controller's tuner (`core.draft_length.recommend`) on the page's counters since the pod
+started: each engine of a model is one batch, and the cost of a draft position is the method's
+default adjusted for the running requests on the page, as the controller does when it has no
+baseline to measure the cost against. With one engine the tuner keeps K and says why (its
+requests share their acceptance, so no interval is honest), and the per-K options are printed
+as the point estimates they are.
 """
 
 from __future__ import annotations
@@ -79,7 +76,6 @@ def options_text(d: DraftLengthReport) -> str:
 
 
 def as_json(d: DraftLengthReport) -> dict[str, Any]:
-    """The recommendation's typed fields, JSON-ready."""
     return {
         "configured_k": d.configured_k,
         "advice": d.advice.value,

@@ -7,12 +7,9 @@ refuses what only shows across resources: the same name twice in a namespace, or
 canaries that would flip the same Deployment.
 
 It also warns (exit status unchanged) where vLLM's default latency buckets cannot resolve the
-latency guard's margin (naming the smallest regression it could show), and where the timing
-cannot work (alphagate.core.timing, the
-same advice the controller gives): an interval or window spanning fewer than two scrape
-intervals, so `increase()` is empty at times, and a staleness.afterSeconds below window +
-warm-up. The scrape interval is `--scrape-interval` for Prometheus sources (default 15 s, the
-shipped PodMonitor's) and the policy's own intervalSeconds for podScrape.
+latency guard's margin, and where the timing cannot work (the controller's advice,
+`core.timing`). The scrape interval is `--scrape-interval` for Prometheus sources (default
+15 s, the shipped PodMonitor's) and the policy's own intervalSeconds for podScrape.
 """
 
 from __future__ import annotations
@@ -42,8 +39,6 @@ policy_app = typer.Typer(
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One thing wrong with one document: field path as in YAML, its line, the reason."""
-
     path: str
     message: str
     line: int | None = None
@@ -57,8 +52,6 @@ class Problem:
 
 @dataclass(slots=True)
 class Document:
-    """One YAML document of a file and what became of it."""
-
     file: str
     index: int  # 1-based; 0 for file-level problems (unreadable, malformed YAML)
     line: int | None = None
@@ -98,10 +91,7 @@ def _problems(exc: PolicyError, node: yaml.Node | None) -> list[Problem]:
 
 
 def load_file(path: Path) -> list[Document]:
-    """Read and validate every resource in one file; never raises for bad content.
-
-    YAML is read with limits (size, depth, alias expansion) into the JSON the API would store
-    (alphagate.yamlload), then validated by the same `config.parse` the controller uses."""
+    """Never raises for bad content: validated by the same `config.parse` the controller uses."""
     name = str(path)
     try:
         raw = files.read_regular(path, yamlload.MAX_BYTES)
@@ -143,7 +133,7 @@ def load_file(path: Path) -> list[Document]:
 
 
 def cross_check(docs: list[Document]) -> None:
-    """Problems that only show across resources; appended to the later document."""
+    """Appended to the later document."""
     names: dict[tuple[str, str], Document] = {}
     flips: dict[tuple[str, str, str], Document] = {}
     for doc in docs:
@@ -176,7 +166,6 @@ def cross_check(docs: list[Document]) -> None:
 
 
 def summary(res: config.SpeculativeCanary) -> str:
-    """One line that says what a valid resource will do."""
     s = res.spec
     method = s.speculative_config.get("method", "?")
     slices = ", ".join(
@@ -431,5 +420,4 @@ def show(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `policy` group to the CLI."""
     app.add_typer(policy_app, name="policy")

@@ -1,8 +1,5 @@
-"""`alphagate run`: the long-running controller (what the Deployment in deploy/ starts).
-
-The command line of `alphagate.shell.controller.Controller`: flags to `RunOptions`, JSON
-logs, and SIGTERM/SIGINT to a clean stop that releases the Lease.
-"""
+"""`alphagate run`: the long-running controller; SIGTERM/SIGINT stop it cleanly, releasing the
+Lease."""
 
 from __future__ import annotations
 
@@ -186,10 +183,9 @@ def run(
 
 
 def _rate(qps: float, burst: int) -> Rate | None:
-    """A budget from its flags; 0 requests a second: not enforced."""
+    """0 requests a second: not enforced."""
     return Rate(qps, burst) if qps > 0 else None
 
 
 def register(app: typer.Typer) -> None:
-    """Add `run` to the CLI."""
     app.command("run")(run)

@@ -1,10 +1,4 @@
-"""`alphagate status [NAME]`: what the controller wrote, as kubectl users read it.
-
-Without NAME a one-line-per-canary table, with NAME the evidence: per-slice alpha with its
-interval and sample size, latency P99s with their bucket bracket and exceedance test,
-conditions, the last decision, history and recent Events. `-o json|yaml|wide` and `--watch`
-work as in kubectl.
-"""
+"""`alphagate status [NAME]`: what the controller wrote, as kubectl users read it."""
 
 from __future__ import annotations
 
@@ -206,7 +200,7 @@ def _list(items: list[dict[str, Any]], output: Output | None, as_json: bool) -> 
             item["metadata"]["name"],
             str(spec.get("mode", "")),
             st.state or "-",
-            "-" if st.speculation_on is None else ("on" if st.speculation_on else "off"),
+            _onoff(st.speculation_on),
             _num(st.combined_alpha),
             _interval(st.combined_lower, st.combined_upper),
             _num(st.p99_ratio, 2),
@@ -231,8 +225,12 @@ def _list(items: list[dict[str, Any]], output: Output | None, as_json: bool) -> 
     _console().print(table)
 
 
+def _onoff(on: bool | None) -> str:
+    return "-" if on is None else ("on" if on else "off")
+
+
 def _table(title: str, columns: tuple[str, ...]) -> Table:
-    """A titled evidence table whose long cells fold instead of being cut."""
+    """Long cells fold instead of being cut."""
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for col in columns:
         table.add_column(col, overflow="fold")
@@ -257,10 +255,9 @@ def _detail(
     target = (spec.get("target") or {}).get("name", "?")
     mode = spec.get("mode", "enforce")
     con.print(f"{namespace}/{name}  target Deployment {target}  mode {mode}")
-    spec_text = "-" if st.speculation_on is None else ("on" if st.speculation_on else "off")
     interval = _interval(st.combined_lower, st.combined_upper)
     con.print(
-        f"state {st.state or 'unknown'}  speculation {spec_text}  "
+        f"state {st.state or 'unknown'}  speculation {_onoff(st.speculation_on)}  "
         f"combined alpha {_num(st.combined_alpha)} {interval}  "
         f"P99 ratio {_num(st.p99_ratio, 2)}  generation {meta.get('generation', '?')} "
         f"(observed {st.observed_generation if st.observed_generation is not None else '-'})  "
@@ -282,9 +279,7 @@ def _detail(
             con.print("events: not allowed to list Events")
             evs = []
         if evs:
-            table = Table(title="Events", box=box.SIMPLE_HEAD, title_justify="left")
-            for col in ("TIME", "TYPE", "REASON", "COUNT", "MESSAGE"):
-                table.add_column(col, overflow="fold")
+            table = _table("Events", ("TIME", "TYPE", "REASON", "COUNT", "MESSAGE"))
             for e in evs[-n_events:]:
                 table.add_row(
                     str(e["time"])[:19], e["type"], e["reason"], str(e["count"]), e["message"]
@@ -298,12 +293,11 @@ def _units_table(con: Console, st: CanaryStatus) -> None:
         return
     table = _table("Canaries by slice", ("SLICE", "DEPLOYMENTS", "STATE", "SPEC", "LAST DECISION"))
     for u in st.units:
-        spec = "-" if u.speculation_on is None else ("on" if u.speculation_on else "off")
         table.add_row(
             u.name,
             ", ".join(u.deployments),
             u.state,
-            spec,
+            _onoff(u.speculation_on),
             u.last_decision.summary if u.last_decision else "-",
         )
     con.print(table)
@@ -398,5 +392,4 @@ def _history_table(con: Console, st: CanaryStatus) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add status to the CLI."""
     app.command("status")(status)

@@ -3,12 +3,7 @@
 These pydantic models define what a user may write (spec); the controller's status models are
 in `kube/status/`. The CRD's OpenAPI schema is generated from them; YAML keys are camelCase as
 in Kubernetes, Python attributes snake_case. This package validates and parses only: it reads
-no files and talks to no API (the shell does). The decision core reads these models.
-
-One module a part of the spec: `base` (API names, number types, `StrictModel`), `enums`,
-`targets` (workloads, pools, promotion), `judging` (gate, guard, timing, errors, staleness),
-`source`, `draft` (output length, draft length), `spec` (the resource and `parse`). Callers
-import the schema from here, as one vocabulary.
+no files and talks to no API (the shell does). Callers import the schema from here.
 """
 
 from alphagate.config.base import (

@@ -235,7 +235,6 @@ class Timing(StrictModel):
             " it is stopped."
         ),
     )
-    # At least 2: an enable is allowed only with room for itself and its possible rollback.
     max_flips_per_hour: int = Field(
         default=4,
         ge=2,
@@ -248,8 +247,6 @@ class Timing(StrictModel):
     cooldown: Backoff = Field(
         default=Backoff(), description="Backoff between a rollback and the next probe."
     )
-    # Re-probe before the cooldown ends when the traffic share of slices whose last known alpha
-    # cleared the gate grew by at least this much since the rollback.
     reprobe_mix_shift: Ratio = Field(
         default=0.15,
         description=(

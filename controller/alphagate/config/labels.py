@@ -58,7 +58,6 @@ def value_problem(key: str, value: str) -> str | None:
 
 
 def problems(labels: Mapping[str, str]) -> list[str]:
-    """Every bad key and value of one matchLabels."""
     out = []
     for key, value in labels.items():
         problem = key_problem(key) or value_problem(key, value)

@@ -19,8 +19,7 @@ class PrometheusSettings(StrictModel):
     """Which Prometheus endpoint to query, by the name the controller's admin gave it: a
     policy holds no URL and no credential (the trust boundary in docs/security.md)."""
 
-    # The CRD's schema keeps the title it shipped with (the class is named for what it is).
-    model_config = ConfigDict(title="PrometheusSource")
+    model_config = ConfigDict(title="PrometheusSource")  # the CRD's title, as shipped
 
     endpoint: str = Field(
         default="default",
@@ -36,7 +35,6 @@ class PrometheusSettings(StrictModel):
         default=None,
         description="Deadline of one query, in seconds; at most the endpoint's (its default).",
     )
-    # Extra label matchers added to every query, e.g. {namespace: "llm"}.
     match_labels: dict[str, str] = Field(
         default={}, description="Extra label matchers added to every query, e.g. {namespace: llm}."
     )
@@ -67,9 +65,8 @@ def scrape_page_cost(max_body_bytes: int, max_lines: int) -> int:
 
 
 class ScrapeSettings(StrictModel):
-    # (no docstring: it would become the CRD's description of the field)
-    # The CRD's schema keeps the title it shipped with (the class is named for what it is).
-    model_config = ConfigDict(title="ScrapeSource")
+    # no docstring: it would become the CRD's description of the field
+    model_config = ConfigDict(title="ScrapeSource")  # the CRD's title, as shipped
 
     port: int | None = Field(
         default=None,
@@ -80,7 +77,6 @@ class ScrapeSettings(StrictModel):
             "port named http."
         ),
     )
-    # Pod annotation that overrides the port (as prometheus.io/port does).
     port_annotation: str = Field(
         default="prometheus.io/port",
         min_length=1,

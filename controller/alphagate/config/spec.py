@@ -38,7 +38,6 @@ class SpeculativeCanarySpec(StrictModel):
     baseline: WorkloadRef = Field(
         description="The baseline Deployment (speculation off), the latency reference."
     )
-    # The JSON object given to vLLM's --speculative-config when speculation is on.
     speculative_config: dict[str, Any] = Field(
         description=(
             "The JSON object given to vLLM's --speculative-config when speculation is on; needs "
@@ -203,7 +202,6 @@ class SpeculativeCanarySpec(StrictModel):
 
     @property
     def k(self) -> int:
-        """Draft length K from the speculative config."""
         return int(self.speculative_config["num_speculative_tokens"])
 
 
@@ -269,11 +267,8 @@ def message(error: Any) -> str:
 
 
 def parse(obj: Any, *, where: str = "") -> SpeculativeCanary:
-    """Validate one resource (a dict from YAML or the API) or raise PolicyError.
-
-    The error names `where` (file, document index) and the first offending field path; all
-    problems are listed in the message so one run shows everything that is wrong.
-    """
+    """Validate one resource or raise PolicyError naming `where` and the first offending field;
+    the message lists every problem so one run shows everything that is wrong."""
     if not isinstance(obj, dict):
         raise PolicyError(f"expected a mapping, got {type(obj).__name__}", where=where)
     try:
@@ -286,5 +281,5 @@ def parse(obj: Any, *, where: str = "") -> SpeculativeCanary:
 
 
 def dump(canary: SpeculativeCanary) -> dict[str, Any]:
-    """The resource as the YAML/JSON a user writes (camelCase, no Nones)."""
+    """camelCase, no Nones."""
     return canary.model_dump(mode="json", by_alias=True, exclude_none=True)

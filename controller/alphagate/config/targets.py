@@ -92,8 +92,6 @@ class Slice(StrictModel):
     baseline: PodSelector = Field(
         description="Selects this slice's baseline pods (speculation off), the latency reference."
     )
-    # The canary Deployment serving this slice. perSlice: required, flipped alone. combined:
-    # optional; every distinct slice Deployment (or spec.target when none) flips together.
     deployment: WorkloadRef | None = Field(
         default=None,
         description=(
@@ -102,7 +100,6 @@ class Slice(StrictModel):
             " or spec.target when none, flips together)."
         ),
     )
-    # combined aggregation: a slice below this alpha (upper bound) vetoes enabling.
     min_alpha: Ratio | None = Field(
         default=None,
         description=(

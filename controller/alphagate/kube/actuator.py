@@ -12,12 +12,9 @@ another canary owns (ClaimedError). It is idempotent (no request when nothing wo
 uses optimistic concurrency (the patch carries the resourceVersion it was computed from; a 409
 re-reads and retries a bounded number of times, then ConflictError), and reports the
 Deployment's rollout as the core's `Rollout` so data from a rollout and its warm-up is never
-judged. Every failure is one of our KubeErrors, with a Warning Event when a recorder is given;
-nothing here crashes the controller. Dry-run never writes. An Argo Rollout target gets the same
-edit, record and safeguards; only how it is read and sent differs (`kube.workload`); so does a
-KServe InferenceService (`kube.inferenceservice`), except that its record is written only with a
-flip (and its claim with the first, or when taken over): KServe copies its annotations into the
-predictor's pod template, so a record written alone would restart the pods.
+judged. Every failure is one of our KubeErrors, with a Warning Event when a recorder is given.
+Dry-run never writes. Argo Rollouts and KServe InferenceServices get the same edit, record and
+safeguards; how they are read and sent differs (`kube.workload`, `kube.inferenceservice`).
 """
 
 from __future__ import annotations
@@ -75,8 +72,6 @@ ANNOTATION_HISTORY: Final = 5  # transitions kept in the annotation copy of Memo
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
-    """The outcome of one `apply`: the Deployment after it, and what was (or would be) done."""
-
     deployment: WorkloadState
     args_changed: bool  # the container args differ (or would, in dry-run) from before
     patched: bool  # a PATCH was accepted
@@ -93,14 +88,11 @@ class _Conflict(Exception):
 
 
 def deployment_state(dep: Any, container: str) -> WorkloadState:
-    """A typed V1Deployment (or its dict) -> WorkloadState (raises ArgsError on uneditable
-    args)."""
     return workload_state(dep, container, WorkloadKind.DEPLOYMENT)
 
 
 class Actuator:
-    """Reads and patches canary Deployments and Argo Rollouts. Thread-safe; holds no decision
-    state."""
+    """Thread-safe; holds no decision state."""
 
     def __init__(
         self,
@@ -125,8 +117,6 @@ class Actuator:
         self._first_complete: dict[tuple[str, str, int], float] = {}
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------ reading
-
     def read(self, namespace: str, ref: WorkloadRef) -> WorkloadState:
         what = f"read {ref.kind.value} {namespace}/{ref.name}"
         if ref.kind is WorkloadKind.INFERENCE_SERVICE:
@@ -147,7 +137,6 @@ class Actuator:
         return out if isinstance(out, dict) else {}
 
     def rollout(self, dep: WorkloadState, *, now: float) -> Rollout:
-        """The core's view of this object's rollout."""
         if not dep.rollout_complete:
             return Rollout(in_progress=True, completed_at=None, speculation_on=dep.speculation_on)
         completed = dep.completed_at
@@ -156,8 +145,6 @@ class Actuator:
             with self._lock:
                 completed = self._first_complete.setdefault(key, now)
         return Rollout(in_progress=False, completed_at=completed, speculation_on=dep.speculation_on)
-
-    # ------------------------------------------------------------ writing
 
     def apply(
         self,
@@ -176,25 +163,16 @@ class Actuator:
     ) -> ApplyResult:
         """Make the container run `speculative_config` (None: off) and record `state`/`memory`.
 
-        No request is sent when the args already match and the recorded state is current (or
-        `record_state` is False). With `expect_record` (the record generation the decision was
-        made from), an object whose record is newer is not touched: RecordChangedError.
-        Raises ConflictError after `max_attempts` 409s, ClaimedError, ForbiddenError,
-        NotFoundError, ArgsError or KubeError; each with a Warning Event on `involved` when a
-        recorder was given (RecordChangedError is not a failure to warn about).
+        With `expect_record` (the record generation the decision was made from), an object
+        whose record is newer is not touched: RecordChangedError. Raises ConflictError after
+        `max_attempts` 409s, or another KubeError; each but RecordChangedError with a Warning
+        Event on `involved` when a recorder was given.
         """
         what = f"{ref.kind.value} {namespace}/{ref.name}"
         attempts = 0
         first: WorkloadState | None = None
         try:
-            retrying = Retrying(
-                stop=stop_after_attempt(self.max_attempts),
-                wait=wait_exponential(multiplier=self.wait_initial, max=self.wait_max)
-                + wait_random(0, self.wait_initial),
-                retry=retry_if_exception_type(_Conflict),
-                reraise=True,
-            )
-            for attempt in retrying:
+            for attempt in self._retrying():
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
                     dep = self.read(namespace, ref)
@@ -292,17 +270,39 @@ class Actuator:
                     ownership.conflict_message(dep, owner_name, self.field_manager),
                     reason="OwnerReverted",
                 )
+        patched = self._send_once(
+            "patch", dep, ref, annotations, new_args if args_changed else None
+        )
+        after = self._after(patched, ref)
+        return ApplyResult(after, args_changed, True, False, attempts, first, record)
+
+    def _retrying(self) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.max_attempts),
+            wait=wait_exponential(multiplier=self.wait_initial, max=self.wait_max)
+            + wait_random(0, self.wait_initial),
+            retry=retry_if_exception_type(_Conflict),
+            reraise=True,
+        )
+
+    def _send_once(
+        self,
+        verb: str,
+        dep: WorkloadState,
+        ref: WorkloadRef,
+        annotations: Mapping[str, str],
+        args: list[str] | None,
+    ) -> dict[str, Any]:
+        """`_send`, its failures as KubeErrors; a 409 as `_Conflict`, to retry."""
         try:
-            patched = self._send(dep, ref, annotations, new_args if args_changed else None)
+            return self._send(dep, ref, annotations, args)
         except client.ApiException as exc:
-            err = translate(exc, f"patch {dep.what}")
+            err = translate(exc, f"{verb} {dep.what}")
             if isinstance(err, ConflictError):
                 raise _Conflict(err) from exc
             raise err from exc
         except API_ERRORS as exc:
-            raise translate(exc, f"patch {dep.what}") from exc
-        after = self._after(patched, ref)
-        return ApplyResult(after, args_changed, True, False, attempts, first, record)
+            raise translate(exc, f"{verb} {dep.what}") from exc
 
     @staticmethod
     def _after(patched: dict[str, Any], ref: WorkloadRef) -> WorkloadState:
@@ -319,7 +319,6 @@ class Actuator:
         annotations: Mapping[str, str],
         new_args: list[str] | None,
     ) -> dict[str, Any]:
-        """One PATCH, with the resourceVersion `dep` was read at as its precondition."""
         custom = {
             WorkloadKind.ROLLOUT: (ROLLOUT_GROUP, ROLLOUT_VERSION, ROLLOUT_PLURAL),
             WorkloadKind.INFERENCE_SERVICE: (isvc.GROUP, isvc.VERSION, isvc.PLURAL),
@@ -372,8 +371,6 @@ class Actuator:
         trimmed = memory.model_copy(update={"history": memory.history[-ANNOTATION_HISTORY:]})
         return memory_annotation(trimmed)
 
-    # ------------------------------------------------------------ claiming
-
     def claim(
         self,
         namespace: str,
@@ -383,23 +380,16 @@ class Actuator:
         owner_exists: Callable[[str], bool],
         involved: ObjectRef | None = None,
     ) -> tuple[WorkloadState, str]:
-        """Make `owner` (`namespace/name` of a SpeculativeCanary) the object's one canary.
+        """Make `owner` (`namespace/name`) the object's one canary; returns the object and the
+        stale owner it took over from ("" if none).
 
-        Returns the object and the stale owner it took over from ("" if none). A claim by
-        another canary that still exists (`owner_exists`) is refused with ClaimedError and a
-        Warning Event; a claim by one that is gone is taken over. The claim is written with
-        the resourceVersion it was read at, so of two canaries claiming at once one wins and
-        the other re-reads and is refused. Raises KubeError subclasses like `apply`.
+        A claim by another canary that still exists (`owner_exists`) is refused with
+        ClaimedError; one by a canary that is gone is taken over. Written with the
+        resourceVersion it was read at, so of two canaries claiming at once one wins.
         """
         what = f"{ref.kind.value} {namespace}/{ref.name}"
         try:
-            for attempt in Retrying(
-                stop=stop_after_attempt(self.max_attempts),
-                wait=wait_exponential(multiplier=self.wait_initial, max=self.wait_max)
-                + wait_random(0, self.wait_initial),
-                retry=retry_if_exception_type(_Conflict),
-                reraise=True,
-            ):
+            for attempt in self._retrying():
                 with attempt:
                     dep = self.read(namespace, ref)
                     if dep.owner == owner:
@@ -409,15 +399,7 @@ class Actuator:
                         raise ClaimedError(claimed_message(dep, owner), reason="TargetClaimed")
                     if dep.record_restarts and not stale:
                         return dep, ""  # the claim rides on the first flip (module text)
-                    try:
-                        patched = self._send(dep, ref, {ANN_OWNER: owner}, None)
-                    except client.ApiException as exc:
-                        err = translate(exc, f"claim {dep.what}")
-                        if isinstance(err, ConflictError):
-                            raise _Conflict(err) from exc
-                        raise err from exc
-                    except API_ERRORS as exc:
-                        raise translate(exc, f"claim {dep.what}") from exc
+                    patched = self._send_once("claim", dep, ref, {ANN_OWNER: owner}, None)
                     return self._after(patched, ref), stale
         except _Conflict as exc:
             err = ConflictError(

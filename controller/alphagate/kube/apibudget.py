@@ -9,8 +9,8 @@ Three token buckets (`Rate`: requests a second and a burst): one per canary, one
 Every request the kubernetes client sends takes a token from the overall bucket, and, while it is
 charged to a canary (`ApiBudget.charging`, set by the reconciler around one evaluation and by
 the canary's pod discovery), from that canary's and its namespace's. An evaluation is never cut
-in half by the rate: a canary is *admitted* to an evaluation (`admit`) only while its buckets
-none of its buckets is in debt (an evaluation may overdraw: it is paid back before the next
+in half by the rate: a canary is *admitted* to an evaluation (`admit`) only while none of its
+buckets is in debt (an evaluation may overdraw: it is paid back before the next
 one); one that is waits, alone, until they refill (the schedule defers it, typed: `Deferral`
 names the budget, the rate and when it refills) while the other canaries are evaluated on
 time, so a canary's rate is its budget whatever its interval. Its requests may run a bucket
@@ -54,8 +54,6 @@ class BudgetScope(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Rate:
-    """A token bucket's refill rate (requests a second) and capacity (burst)."""
-
     per_second: float
     burst: int
 
@@ -97,7 +95,7 @@ class BudgetConfig:
 
 
 class TokenBucket:
-    """Tokens refill at `rate.per_second` up to `rate.burst`; taking may run into debt."""
+    """Taking may run into debt."""
 
     def __init__(self, rate: Rate, now: float) -> None:
         self.rate = rate
@@ -113,7 +111,7 @@ class TokenBucket:
         return self.tokens
 
     def take(self, now: float, n: float = 1.0, *, floor: float | None = None) -> bool:
-        """Take `n` tokens; False (nothing taken) when that would go below `floor`."""
+        """False (nothing taken) when that would go below `floor`."""
         self.refill(now)
         if floor is not None and self.tokens - n < floor:
             return False
@@ -132,8 +130,6 @@ class TokenBucket:
 
 @dataclass(frozen=True, slots=True)
 class Deferral:
-    """A canary's evaluation put off because a budget lacks what it costs."""
-
     scope: BudgetScope
     owner: str  # the canary "ns/name", the namespace, or "controller"
     rate: Rate
@@ -144,7 +140,6 @@ class Deferral:
 
     @property
     def reason(self) -> str:
-        """The condition's and the Event's reason: one per budget."""
         return f"{self.scope.value.capitalize()}ApiBudgetExceeded"
 
     def message(self) -> str:
@@ -162,8 +157,6 @@ _CHARGED: contextvars.ContextVar[Key | None] = contextvars.ContextVar(
 
 @dataclass(slots=True)
 class _Tally:
-    """Requests sent, by whom they were charged to (for the benchmark, tests, metrics)."""
-
     total: int = 0
     charged: int = 0
     refused: int = 0
@@ -171,7 +164,7 @@ class _Tally:
 
 
 class ApiBudget:
-    """The three budgets and who is charged. Thread-safe."""
+    """Thread-safe."""
 
     def __init__(
         self, config: BudgetConfig | None = None, *, clock: Callable[[], float] = time.monotonic
@@ -188,11 +181,9 @@ class ApiBudget:
         self._deferred: dict[Key, Deferral] = {}
         self.tally = _Tally()
 
-    # ------------------------------------------------------------ charging
-
     @contextlib.contextmanager
     def charging(self, namespace: str, name: str) -> Iterator[None]:
-        """Charge the requests sent inside the block (this thread, this task) to a canary."""
+        """This thread's (this task's) requests inside the block."""
         token = _CHARGED.set((namespace, name))
         try:
             yield
@@ -228,8 +219,6 @@ class ApiBudget:
             self.tally.charged += 1
             self.tally.by_canary[key] = self.tally.by_canary.get(key, 0) + 1
             self._spent[key] = self._spent.get(key, 0) + 1
-
-    # ------------------------------------------------------------ admission
 
     def admit(self, keys: Sequence[Key]) -> tuple[list[Key], dict[Key, Deferral]]:
         """Which canaries may start an evaluation now, in order: each whose buckets are not in
@@ -280,12 +269,10 @@ class ApiBudget:
             return self._deferred.pop((namespace, name), None)
 
     def cost(self, namespace: str, name: str) -> int:
-        """Requests the canary's last counted evaluation made (DEFAULT_COST before one)."""
         with self._lock:
             return self._cost.get((namespace, name), DEFAULT_COST)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The canary is gone: its bucket, cost and deferral go with it."""
         key = (namespace, name)
         with self._lock:
             self._canaries.pop(key, None)
@@ -293,25 +280,11 @@ class ApiBudget:
             self._spent.pop(key, None)
             self._deferred.pop(key, None)
 
-    # ------------------------------------------------------------ buckets
-
     def _canary(self, key: Key, now: float) -> TokenBucket | None:
-        rate = self.config.canary
-        if rate is None:
-            return None
-        bucket = self._canaries.get(key)
-        if bucket is None:
-            bucket = self._canaries[key] = TokenBucket(rate, now)
-        return bucket
+        return _bucket(self._canaries, key, self.config.canary, now)
 
     def _namespace(self, namespace: str, now: float) -> TokenBucket | None:
-        rate = self.config.namespace
-        if rate is None:
-            return None
-        bucket = self._namespaces.get(namespace)
-        if bucket is None:
-            bucket = self._namespaces[namespace] = TokenBucket(rate, now)
-        return bucket
+        return _bucket(self._namespaces, namespace, self.config.namespace, now)
 
     def _prune(self, now: float) -> None:
         """Bound the tables: a full bucket is the same as a new one."""
@@ -319,6 +292,17 @@ class ApiBudget:
             self._canaries = {k: b for k, b in self._canaries.items() if not b.full(now)}
         if len(self._namespaces) > MAX_BUCKETS:
             self._namespaces = {k: b for k, b in self._namespaces.items() if not b.full(now)}
+
+
+def _bucket(
+    table: dict[Any, TokenBucket], key: Any, rate: Rate | None, now: float
+) -> TokenBucket | None:
+    """The key's bucket, made full on first use; None when that budget is not enforced."""
+    if rate is None:
+        return None
+    if key not in table:
+        table[key] = TokenBucket(rate, now)
+    return table[key]
 
 
 _WHOSE: Final[dict[BudgetScope, Callable[[str], str]]] = {

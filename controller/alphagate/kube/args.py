@@ -53,12 +53,11 @@ class _Occurrence:
 
 
 def render(config: Mapping[str, Any]) -> str:
-    """Canonical JSON for the flag: compact, keys sorted, so equal configs render equal."""
+    """Keys sorted, so equal configs render equal."""
     return json.dumps(dict(config), separators=(",", ":"), sort_keys=True)
 
 
 def _classify(token: str) -> tuple[str, str | None, str | None] | None:
-    """token -> (flag, key, inline value) if it is one of ours, else None."""
     flag, eq, inline = token.partition("=")
     value = inline if eq else None
     for base in JSON_FLAGS:
@@ -111,10 +110,7 @@ def _scalar(text: str) -> Any:
 
 
 def read(args: Sequence[str]) -> dict[str, Any] | None:
-    """The speculative config the args set, merged from every spelling; None when absent.
-
-    Raises ArgsError when the JSON is broken or the flag is buried in a larger string.
-    """
+    """Merged from every spelling; None when absent."""
     spans = _occurrences(args)
     where = _buried(args, spans)
     if where is not None:
@@ -145,10 +141,7 @@ def read(args: Sequence[str]) -> dict[str, Any] | None:
 
 
 def check_invocation(command: Sequence[str], args: Sequence[str], image: str = "") -> None:
-    """Refuse a container whose argv does not visibly run vLLM, so that the flag alphagate adds
-    would never reach it (a shell, a launcher option that rewrites the argv, a script, another
-    program such as postgres): `alphagate.kube.invocation` says what counts. Raises ArgsError
-    naming what was found."""
+    """Refuse a container whose argv does not visibly run vLLM (`kube.invocation`)."""
     try:
         invocation.check(command, args, image)
     except invocation.InvocationError as exc:
@@ -160,12 +153,8 @@ def has_speculation(args: Sequence[str]) -> bool:
 
 
 def edit(args: Sequence[str], config: Mapping[str, Any] | None) -> list[str]:
-    """Args with the speculative config set to `config` (None: removed).
-
-    Idempotent: when the args already say `config` (in any spelling), the list is returned
-    unchanged. A replacement keeps the position and spelling of the first occurrence; an
-    addition appends `--speculative-config JSON`. Everything else stays put.
-    """
+    """Args with the speculative config set to `config` (None: removed). A replacement keeps
+    the position and spelling of the first occurrence; an addition appends."""
     current = read(args)
     wanted = dict(config) if config is not None else None
     if current == wanted:

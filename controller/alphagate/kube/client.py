@@ -5,11 +5,9 @@ account) and builds a private `ApiClient` — never the library's global default
 several controllers against several API servers in one process. Every request it sends has a
 deadline (`REQUEST_TIMEOUT_SECONDS` unless the caller gives one, as the watch does): an API
 server that accepts a connection and never answers costs one failed request, never a stuck
-control loop. Every request is also counted against the controller's API budget
-(`kube.apibudget`: per canary, per namespace and overall) when the client was given one.
-`call()` wraps every request:
-403 -> ForbiddenError, 404 -> NotFoundError, 409 -> ConflictError, anything else (422, 500,
-connection refused) -> KubeError, each naming what was being done and the server's message.
+control loop. Every request is also paid from the controller's API budget (`kube.apibudget`)
+when the client was given one. `call()` wraps every request, its failures as our KubeErrors
+naming what was being done and the server's message.
 """
 
 from __future__ import annotations
@@ -75,8 +73,6 @@ def api_client(
     timeout: float = REQUEST_TIMEOUT_SECONDS,
     budget: ApiBudget | None = None,
 ) -> client.ApiClient:
-    """A private ApiClient whose requests time out after `timeout` seconds by default and
-    are paid from `budget` (None: not budgeted)."""
     api = client.ApiClient(cfg)
     api.rest_client.close()
     api.rest_client = _TimedRest(cfg, timeout, budget)
@@ -173,9 +169,6 @@ def default_namespace(
 
 @dataclass(frozen=True, slots=True)
 class Kube:
-    """The API groups the controller uses, all on one private ApiClient; `budget` is what
-    its requests are paid from (`alphagate run` gives one; None: not budgeted)."""
-
     api_client: client.ApiClient
     apps: client.AppsV1Api
     core: client.CoreV1Api
@@ -227,7 +220,6 @@ class Kube:
 
 
 def status_message(exc: client.ApiException) -> tuple[str, str]:
-    """(reason, message) from an ApiException's Status body, falling back to its text."""
     reason, message = str(exc.reason or ""), ""
     body = exc.body
     if isinstance(body, bytes):
@@ -245,7 +237,6 @@ def status_message(exc: client.ApiException) -> tuple[str, str]:
 
 
 def translate(exc: BaseException, what: str) -> KubeError:
-    """An exception from the client -> our KubeError subclass, naming `what` failed."""
     if isinstance(exc, KubeError):
         return exc
     if isinstance(exc, client.ApiException):
@@ -275,7 +266,6 @@ API_ERRORS: Final = (
 
 
 def call(what: str, fn: Callable[[], T]) -> T:
-    """Run one API request; every failure comes out as a KubeError naming `what`."""
     try:
         return fn()
     except KubeError:
@@ -285,7 +275,6 @@ def call(what: str, fn: Callable[[], T]) -> T:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """A typed client model (or a dict) -> the API's camelCase JSON dict."""
     if isinstance(obj, dict):
         return obj
     sanitized = client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]

@@ -1,12 +1,11 @@
 """How the replicas split the canaries, recorded where every replica reads it: one owner per
 canary, always.
 
-A replica runs either leader election (one replica acts on every canary) or sharding
-(`--shards N`: each canary belongs to one of N shards by a hash of its name). Two replicas that
-disagree would each own canaries by their own rule: `--shards 3` beside `--shards 4` (what a
-rolling change of the flag looks like) makes the same canary shard 1 for one and shard 2 for
-the other, so both act on it; a leader beside a sharded replica acts on the sharded replica's
-canaries too. So the way the work is split is recorded on the coordination Lease (the leader
+A replica runs either leader election or sharding (`--shards N`). Two replicas that disagree
+would each own canaries by their own rule: `--shards 3` beside `--shards 4` (a rolling change of
+the flag) makes the same canary shard 1 for one and shard 2 for the other, so both act on it;
+a leader beside a sharded replica acts on its canaries too. So the way the work is split is
+recorded on the coordination Lease (the leader
 Lease, named by `--lease-name`, is also the sharded replicas' record) in two annotations, and a
 replica acts only while that Lease records its own configuration and it has renewed it itself
 within its renew deadline. A replica whose configuration disagrees with a live record refuses
@@ -48,8 +47,6 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Coordination:
-    """One replica's way of splitting the work (or the one a Lease records)."""
-
     mode: Mode
     shards: int = 0
 
@@ -94,8 +91,6 @@ class Coordination:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a replica owns nothing: the live record on `lease` disagrees with `ours`."""
-
     lease: str  # namespace/name of the coordination Lease
     ours: Coordination
     recorded: Coordination | None  # None: the annotations are unreadable
@@ -119,8 +114,7 @@ def tell_refusal(
     ours: Coordination,
     on_refusal: Callable[[Refusal | None], None] | None,
 ) -> None:
-    """Log a change of `refusal` (started, changed or ended) and tell `on_refusal`: the same
-    words from the leader elector and the shard rounds."""
+    """The same words from the leader elector and the shard rounds."""
     if refusal is not None:
         log.warning(
             "ownership_refused",
@@ -135,8 +129,7 @@ def tell_refusal(
 
 
 def guarded(log: Any, event: str, callback: Callable[..., None] | None, *args: Any) -> None:
-    """Call `callback(*args)` if there is one; a bug in it is logged as `event`, never raised:
-    the election and the shard rounds outlive their callbacks."""
+    """The election and the shard rounds outlive their callbacks' bugs (logged as `event`)."""
     if callback is None:
         return
     try:

@@ -7,10 +7,9 @@ in the OpenAPI 3.0 boolean form, no `additionalProperties: false` (the API serve
 unknown fields instead), only scalar defaults. `deploy/crd/speculativecanaries.yaml` is this
 module's output; a test fails when the two drift.
 
-Every field carries its pydantic `description` (what `kubectl explain` shows). The models'
-cross-field validators are repeated as CEL `x-kubernetes-validations` (`VALIDATIONS`), so
-`kubectl apply` refuses a spec that can never work instead of the controller finding out later;
-tests evaluate each rule with a CEL library on the documents `policy check` is tested with.
+The models' cross-field validators are repeated as CEL `x-kubernetes-validations`
+(`VALIDATIONS`), so `kubectl apply` refuses a spec that can never work instead of the controller
+finding out later.
 """
 
 from __future__ import annotations
@@ -190,7 +189,6 @@ def _resolve(node: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> Any
 
 
 def _structural(node: Any, path: str) -> Any:
-    """One JSON Schema node -> structural OpenAPI v3 node (recursively)."""
     if not isinstance(node, dict):
         return node
     node = {k: v for k, v in node.items() if k not in _DROP_KEYS}
@@ -240,7 +238,6 @@ def _structural(node: Any, path: str) -> Any:
 
 
 def model_schema(model: type[Any], path: str) -> dict[str, Any]:
-    """A pydantic model -> a structural OpenAPI v3 schema (camelCase property names)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     resolved = _resolve({k: v for k, v in raw.items() if k != "$defs"}, defs)
@@ -249,7 +246,6 @@ def model_schema(model: type[Any], path: str) -> dict[str, Any]:
 
 
 def node_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
-    """The schema node at a dotted path of property names (`spec.timing.cooldown`)."""
     node = schema
     for part in path.split("."):
         node = node["properties"][part]
@@ -257,7 +253,6 @@ def node_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def with_validations(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` (the openAPIV3Schema) with the CEL rules of `VALIDATIONS` attached."""
     out = copy.deepcopy(schema)
     for path, rules in VALIDATIONS.items():
         node_at(out, path)["x-kubernetes-validations"] = copy.deepcopy(rules)
@@ -281,7 +276,6 @@ def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
 
 
 def openapi_schema() -> dict[str, Any]:
-    """The CRD's openAPIV3Schema: apiVersion/kind/metadata, spec (required) and status."""
     return with_validations(_plain_schema())
 
 
@@ -304,7 +298,6 @@ def _plain_schema() -> dict[str, Any]:
 
 
 def build_crd() -> dict[str, Any]:
-    """The apiextensions.k8s.io/v1 CustomResourceDefinition object."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -348,6 +341,5 @@ HEADER: Final = (
 
 
 def render_crd() -> str:
-    """The CRD as YAML text, exactly what `deploy/crd/speculativecanaries.yaml` holds."""
     body = yaml.safe_dump(build_crd(), sort_keys=False, default_flow_style=False, width=100)
     return HEADER + "---\n" + body

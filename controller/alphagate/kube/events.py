@@ -1,8 +1,7 @@
 """Kubernetes Events for every transition and every refusal, on the SpeculativeCanary.
 
-`kubectl describe speculativecanary X` then tells the story: SpeculationEnabled,
-SpeculationDisabled, FlipRefused, SourceErrors, ConflictRetriesExhausted, Forbidden, ... each
-with the numbers in the message. Events are best effort: a failure to record one is logged and
+`kubectl describe speculativecanary X` then tells the story, with the numbers in each
+message. Events are best effort: a failure to record one is logged and
 counted, never raised, so it cannot turn a good decision into a crash. Repeats of the same
 (object, type, reason, message) within `dedupe_seconds` bump the existing Event's count
 instead of creating a new one, as kubelet's recorder does.
@@ -48,7 +47,7 @@ MAX_MESSAGE: Final = 1024
 
 
 class Reason(StrEnum):
-    """Event reasons (CamelCase, stable: people filter on them)."""
+    """Stable: people filter on them."""
 
     SPECULATION_ENABLED = "SpeculationEnabled"
     SPECULATION_DISABLED = "SpeculationDisabled"
@@ -80,12 +79,9 @@ class Reason(StrEnum):
     FORCED = "CommandForced"  # a manual command carried past its guards with --force
     VERDICT_STALE = "VerdictStale"  # Probing/On without a conclusive verdict for too long
     TIMING_TOO_SHORT = "TimingTooShort"  # interval/window too short for the scrape interval
-    # On the coordination Lease: this replica's --shards/--leader-elect disagrees with the
-    # record, so it owns no canary (kube.coordination); and when it agrees again.
-    OWNERSHIP_REFUSED = "OwnershipRefused"
+    OWNERSHIP_REFUSED = "OwnershipRefused"  # on the coordination Lease (kube.coordination)
     OWNERSHIP_RESUMED = "OwnershipResumed"
     API_BUDGET_EXCEEDED = "ApiBudgetExceeded"  # an evaluation deferred or a request refused
-    # the canary's windows hold fewer than two independent batches: alpha cannot be judged
     CANARY_UNJUDGEABLE = "CanaryUnjudgeable"
 
 
@@ -96,8 +92,6 @@ class EventType(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """The object an Event is about (usually the SpeculativeCanary)."""
-
     namespace: str
     name: str
     kind: str = KIND
@@ -127,7 +121,7 @@ class _Seen:
 
 
 class EventRecorder:
-    """Creates core/v1 Events. Thread-safe; never raises."""
+    """Thread-safe; never raises."""
 
     def __init__(
         self,
@@ -149,7 +143,7 @@ class EventRecorder:
         self._seen: dict[tuple[str, str, str, str, str, str], _Seen] = {}
         self._lock = threading.Lock()
         self.failures = 0
-        # (object, type, reason, message) of the latest emits, for logs and tests.
+
         self.emitted: deque[tuple[str, str, str, str]] = deque(maxlen=1000)
         self._log = get_logger("events")
 
@@ -167,7 +161,6 @@ class EventRecorder:
         return self.emit(ref, EventType.WARNING, reason, message)
 
     def emit(self, ref: ObjectRef, type_: str, reason: str, message: str) -> bool:
-        """Record one Event; True if the API took it."""
         message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
         key = (ref.namespace, ref.kind, ref.name, str(type_), str(reason), message)
         now = datetime.fromtimestamp(self._clock(), UTC).replace(microsecond=0)
@@ -270,11 +263,8 @@ def decision_events(
     errors: Sequence[str],
     speculative_config: Mapping[str, Any] | None = None,
 ) -> None:
-    """The Events one applied decision tells `kubectl describe`: a flip, promotion or other
-    transition (its reason chosen by the transition's typed cause), and the alerts it raised.
-
-    `unit` is the perSlice unit's name ("" for combined); `errors` the source's failures, for
-    the SourceErrors message. Wording lives here; what happened comes from typed fields."""
+    """The Events one applied decision tells `kubectl describe`: the transition (its reason from
+    the typed cause) and the alerts. `unit`: the perSlice unit ("" for combined)."""
     where = f" [slice {unit}]" if unit else ""
     alpha = ""
     if e.combined is not None and math.isfinite(e.combined.value):
@@ -364,16 +354,13 @@ def decision_events(
 
 
 def timing_events(events: EventRecorder, ref: ObjectRef, warnings: Sequence[TimingWarning]) -> None:
-    """One Warning Event per timing problem (core/timing): the caller sends them once per
-    policy generation and scrape interval, not every evaluation."""
+    """The caller sends these once per policy generation and scrape interval."""
     for w in warnings:
         events.warning(ref, Reason.TIMING_TOO_SHORT, w.message)
 
 
 def unjudgeable_event(events: EventRecorder, ref: ObjectRef, unit: str, why: Judgeability) -> None:
-    """One Warning Event for a canary whose windows cannot be judged (core/blocksize), with the
-    window or pod count that would be: the caller sends it once per change, not every
-    evaluation."""
+    """The caller sends it once per change, not every evaluation."""
     events.warning(ref, Reason.CANARY_UNJUDGEABLE, judgeable_message(why, unit))
 
 
@@ -402,7 +389,6 @@ UNJUDGEABLE_WORDS: Final = {
 def list_events(
     api_client: Any, namespace: str, name: str, kind: str = KIND
 ) -> list[dict[str, Any]]:
-    """Events about one object, oldest first (for `alphagate status`)."""
     core = client.CoreV1Api(api_client)
     result = call(
         f"list events for {namespace}/{name}",
@@ -429,9 +415,7 @@ def list_events(
 def draft_length_event(
     events: EventRecorder, ref: ObjectRef, change: DraftChange, *, dry_run: bool, unit: str
 ) -> None:
-    """One Event per K decision of the tuner (core/tuning.py), its reason from the typed cause:
-    DraftLengthChanged (shorten, lengthen, a new spec K), DraftLengthReverted (a Warning: the new
-    K regressed), DraftLengthConfirmed."""
+    """One Event per K decision of the tuner (core/tuning.py), its reason from the typed cause."""
     where = f" [slice {unit}]" if unit else ""
     move = f"num_speculative_tokens {change.from_k} -> {change.to_k}{where}"
     if change.cause is DraftCause.CONFIRMED:
@@ -457,9 +441,7 @@ def diagnosis_event(
     *,
     unit: str,
 ) -> bool:
-    """A Warning naming the typed causes the diagnosis found (core.insights.findings), once per
-    change of the set: not again while the previous status already reported the same causes.
-    Returns whether an Event was emitted."""
+    """A Warning naming the diagnosis's typed causes, once per change of the set; True if sent."""
     if not findings or set(findings) == set(previous):
         return False
     where = f" [slice {unit}]" if unit else ""

@@ -1,13 +1,10 @@
-"""Three conditions that say whether the canary is judged at all: VerdictFresh, TimingFits and
-CanaryJudgeable.
+"""Three conditions that say whether the canary is judged at all.
 
 VerdictFresh is False while some unit is Probing or On without a conclusive verdict for
-staleness.afterSeconds (the core raises `Alert.VERDICT_STALE`): speculation runs unchecked.
-TimingFits is False when the policy's interval or window spans fewer than two scrape intervals
-of its source (`core.timing.advise`), so `increase()` is empty at times. CanaryJudgeable is
-False while a window of the canary holds fewer than two independent batches of alpha, with the
-cause and the window or pod count that would do (`Judgeability`, core/blocksize.py). All read
-typed fields only; the words are made here (and in `kube.events`).
+staleness.afterSeconds: speculation runs unchecked. TimingFits is False when the interval or
+window spans fewer than two scrape intervals (`core.timing.advise`), so `increase()` is empty at
+times. CanaryJudgeable is False while a window holds fewer than two independent batches of
+alpha (core/blocksize.py). All read typed fields only; the words are made here.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ def verdict_fresh(
     now: float,
     generation: int,
 ) -> list[Any]:
-    """VerdictFresh from the units' evaluations (the oldest verdict age speaks)."""
+    """The oldest verdict age speaks."""
     ages = [e.verdict_age_seconds for e in evaluations if e.verdict_age_seconds is not None]
     stale = any(Alert.VERDICT_STALE in e.alerts for e in evaluations)
     after = spec.staleness.after_seconds
@@ -70,7 +67,6 @@ def timing_fits(
     now: float,
     generation: int,
 ) -> list[Any]:
-    """TimingFits from the timing advice (core/timing)."""
     if warnings:
         return set_condition(
             conditions,
@@ -98,7 +94,6 @@ def timing_fits(
 
 
 def unjudgeable(evaluations: Sequence[tuple[str, Evaluation]]) -> list[tuple[str, Judgeability]]:
-    """(unit, why) for every unit whose last window could not be judged for want of batches."""
     out = []
     for unit, e in evaluations:
         for c in e.checks:
@@ -110,7 +105,6 @@ def unjudgeable(evaluations: Sequence[tuple[str, Evaluation]]) -> list[tuple[str
 
 
 def _judged(evaluations: Sequence[tuple[str, Evaluation]]) -> int:
-    """How many acceptance checks judged an interval (at least two batches)."""
     return sum(
         1
         for _, e in evaluations
@@ -129,9 +123,7 @@ def canary_judgeable(
     now: float,
     generation: int,
 ) -> list[Any]:
-    """CanaryJudgeable from the units' acceptance checks: False (reason: the cause) while a
-    window has drafts but fewer than two batches, True once one has an interval; unchanged
-    while nothing is judged (speculation off, no drafts, warm-up)."""
+    """Unchanged while nothing is judged (speculation off, no drafts, warm-up)."""
     found = unjudgeable(evaluations)
     if found:
         why = found[0][1]

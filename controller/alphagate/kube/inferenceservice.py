@@ -1,11 +1,9 @@
 """A KServe InferenceService (serving.kserve.io/v1beta1) as the canary: where its vLLM flag
 lives, whether KServe has rolled an edit out, and what alphagate refuses there.
 
-KServe owns the objects an InferenceService renders: in raw deployment mode (`RawDeployment`,
-`Standard` from KServe 0.16) a Deployment `<name>-predictor` labelled
-`serving.kserve.io/inferenceservice=<name>, component=predictor`, which KServe re-renders from
-the InferenceService on every reconcile (an edit of the Deployment itself is reverted at once).
-So alphagate edits the InferenceService:
+In raw deployment mode (`RawDeployment`, `Standard` from KServe 0.16) KServe renders a
+Deployment `<name>-predictor` from the InferenceService on every reconcile (an edit of the
+Deployment itself is reverted at once). So alphagate edits the InferenceService:
 
 - `spec.predictor.model.args` for a model served by a runtime. Only the Hugging Face runtime
   (`modelFormat.name: huggingface`) on its vLLM backend (`--backend=vllm`) is accepted without a
@@ -23,14 +21,11 @@ InferenceService still reads Ready from the old ReplicaSet. Warm-up counts from 
 Deployment's completion and `PredictorReady`'s last transition. Revisions
 (`status.components.predictor.latestReadyRevision`) exist only in serverless mode.
 
-Refused with a reason (ArgsError, so an `ArgsUneditable` Event and SpecValid=False):
-
-- serverless mode (`Serverless`, `Knative`): every edit is a new Knative revision; KServe's
-  `canaryTrafficPercent` then splits traffic between the previous rolled-out revision (old
-  flag) and the new one, and Knative scales revisions with load, to zero included, so a pool's
-  pods come, go and mix configs inside a window: neither the canary's data nor its rollout can
-  be judged safely;
-- ModelMesh, a mode KServe has not reported yet, and a predictor alphagate cannot place.
+Refused (ArgsError): ModelMesh, a mode KServe has not reported yet, a predictor alphagate
+cannot place, and serverless mode (`Serverless`, `Knative`): there every edit is a new Knative
+revision, traffic is split between the old and new revisions, and Knative scales them with
+load, so a pool's pods come, go and mix configs inside a window: neither the canary's data nor
+its rollout can be judged safely.
 
 KServe copies the InferenceService's annotations into the predictor's pod template, so writing
 alphagate's record alone would restart every predictor pod: the record rides on flips only
@@ -70,7 +65,6 @@ HF_FORMAT: Final = "huggingface"
 
 
 def predictor_selector(name: str) -> str:
-    """KServe's own labels on the predictor's Deployment and pods."""
     return f"{LABEL_ISVC}={name},{LABEL_COMPONENT}={PREDICTOR}"
 
 
@@ -107,8 +101,6 @@ def _check_mode(body: Mapping[str, Any], what: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Predictor:
-    """Where the vLLM container of an InferenceService is, and what it runs."""
-
     pointer: str  # JSON pointer of the container object
     anchor: tuple[str, str]  # what a patch tests: the model's format, or the container's name
     rendered_as: str  # the container's name in the predictor Deployment
@@ -187,7 +179,6 @@ def _true(cond: Mapping[str, Any] | None) -> bool:
 
 
 def _rendered(deployment: Mapping[str, Any], p: Predictor) -> bool:
-    """The Deployment's container runs the InferenceService's --speculative-config."""
     template = (deployment.get("spec") or {}).get("template") or {}
     for c in (template.get("spec") or {}).get("containers") or []:
         if c.get("name") == p.rendered_as:
@@ -242,9 +233,8 @@ def read(
     namespace: str,
     ref: WorkloadRef,
 ) -> WorkloadState:
-    """The InferenceService through `custom` (CustomObjectsApi) and, in raw mode, the
-    predictor Deployment KServe renders from it, listed by KServe's labels through `apps`
-    (AppsV1Api). Raises KubeError (ArgsError for what the module text refuses)."""
+    """The InferenceService and, in raw mode, the predictor Deployment KServe renders from it.
+    Raises KubeError (ArgsError for what the module text refuses)."""
     what = f"read {KIND} {namespace}/{ref.name}"
     obj = call(
         what,

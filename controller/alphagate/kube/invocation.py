@@ -37,8 +37,6 @@ from typing import Final
 
 @dataclass(frozen=True, slots=True)
 class Launcher:
-    """How one launcher reads its argv before the program it starts."""
-
     flags: frozenset[str] = frozenset()  # options without a value
     valued: frozenset[str] = frozenset()  # options that take the next token (or `=value`)
     hiding: frozenset[str] = frozenset()  # options that make the rest not an argv
@@ -179,9 +177,7 @@ def _options(tokens: Sequence[str], i: int, name: str, launcher: Launcher) -> in
 
 
 def program(tokens: Sequence[str]) -> tuple[int, tuple[str, ...]]:
-    """(index of the program the launchers start, the launchers' names). Raises
-    InvocationError for a shell, a launcher option that hides or may change the argv, or a
-    chain with no program at its end."""
+    """(index of the program the launchers start, the launchers' names)."""
     i = 0
     chain: list[str] = []
     while i < len(tokens):
@@ -279,8 +275,6 @@ def _is_program(token: str) -> bool:
 
 
 def check(command: Sequence[str], args: Sequence[str], image: str) -> None:
-    """Refuse a container whose argv does not visibly run vLLM (see the module's text).
-    Raises InvocationError naming what was found."""
     if not command and (not args or not _is_program(args[0])):
         if image_runs_vllm(image):
             return

@@ -12,9 +12,8 @@ The Lease also records how the replicas split the work (`kube.coordination`): a 
 replicas renew it too) refuses to lead and says why (`on_refusal`).
 
 The kubernetes package ships a LeaderElection, but it uses the global default client, cannot
-be stopped, and exits the process on bad arguments; this one is stoppable and testable: its
-monotonic clock and its waits go through the clock seam (`alphagate.clock`), so tests run
-elections on virtual time.
+be stopped, and exits the process on bad arguments; this one is stoppable, and its clock and
+waits go through the clock seam (`alphagate.clock`).
 """
 
 from __future__ import annotations
@@ -48,14 +47,12 @@ DEFAULT_LEASE_NAME = "alphagate-controller"
 
 
 def default_identity() -> str:
-    """Pod name (HOSTNAME) plus a random suffix: unique even for two processes on one host."""
+    """Unique even for two processes on one host."""
     host = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
     return f"{host}_{uuid.uuid4().hex[:8]}"
 
 
 class LeaderElector:
-    """Campaign for one Lease; call `start()` (a thread) or `run(stop_event)` yourself."""
-
     def __init__(
         self,
         api_client: Any,
@@ -90,17 +87,15 @@ class LeaderElector:
         self.clock = clock  # monotonic seconds: expiry and renew deadlines are on this clock
         self.wait = wait
         self.coordination = Coordination.leader()
-        self.refusal: Refusal | None = None  # the Lease records another way of splitting work
+        self.refusal: Refusal | None = None
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0  # monotonic time the observed record last changed
         self._last_renew = 0.0
-        self.transitions = 0  # how many times this elector became leader
+        self.transitions = 0  # times this elector became leader
         self._log = get_logger("lease").bind(lease=f"{namespace}/{name}", identity=self.identity)
-
-    # ------------------------------------------------------------ state
 
     @property
     def is_leader(self) -> bool:
@@ -112,7 +107,7 @@ class LeaderElector:
         return self._leading.wait(timeout)
 
     def holder(self) -> str | None:
-        """Who holds the Lease now according to the API (None: nobody / no Lease)."""
+        """None: nobody, or no Lease."""
         try:
             lease = call(
                 f"read Lease {self.namespace}/{self.name}",
@@ -121,8 +116,6 @@ class LeaderElector:
         except NotFoundError:
             return None
         return (lease.spec.holder_identity if lease.spec else None) or None
-
-    # ------------------------------------------------------------ one round
 
     def _spec(self, *, acquire: datetime | None, transitions: int) -> client.V1LeaseSpec:
         now = datetime.now(UTC)
@@ -135,14 +128,12 @@ class LeaderElector:
         )
 
     def _record(self, meta: client.V1ObjectMeta) -> client.V1ObjectMeta:
-        """The Lease's metadata with this replica's way of splitting the work recorded (and the
-        labels sharded replicas list their Leases by)."""
+        """With the labels sharded replicas list their Leases by."""
         meta.annotations = {**(meta.annotations or {}), **self.coordination.annotations()}
         meta.labels = {**(meta.labels or {}), GROUP_LABEL: self.name, ROLE_LABEL: RECORD_ROLE}
         return meta
 
     def try_acquire_or_renew(self) -> bool:
-        """One attempt; True when this elector holds the Lease afterwards."""
         now = self.clock()
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace)
@@ -206,14 +197,13 @@ class LeaderElector:
         return True
 
     def _refused(self, refusal: Refusal | None) -> None:
-        """Keep `refusal` and tell `on_refusal` when it changes (started, changed or ended)."""
         if refusal == self.refusal:
             return
         self.refusal = refusal
         tell_refusal(self._log, refusal, self.coordination, self.on_refusal)
 
     def release(self) -> None:
-        """Give the Lease up (empty holder) if we hold it, so a standby need not wait."""
+        """Empty holder, so a standby need not wait."""
         try:
             lease = self._api.read_namespaced_lease(self.name, self.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:
@@ -226,11 +216,7 @@ class LeaderElector:
         except API_ERRORS as exc:  # best effort: the lease expires anyway
             self._log.info("lease_release_failed", error=str(exc), error_type=type(exc).__name__)
 
-    # ------------------------------------------------------------ the loop
-
     def run_round(self) -> None:
-        """One attempt to acquire or renew, then lead or stop leading (tests call it with a
-        virtual clock; `run` calls it every `retry_period`)."""
         started = self.clock()  # a renewal counts from before its request: conservative
         if self.try_acquire_or_renew():
             self._last_renew = started
@@ -241,7 +227,6 @@ class LeaderElector:
             self._set_leading(False)
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Campaign and lead until `stop` is set. Leadership lost -> campaign again."""
         stop = stop or self._stop
         while not stop.is_set():
             self.run_round()

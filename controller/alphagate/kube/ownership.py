@@ -7,10 +7,8 @@ exactly that (Argo CD: `ignoreDifferences.managedFieldsManagers: [alphagate]`; s
 deploy/README.md). When an owner reverts the flag anyway, the two must not fight: each round
 would restart GPU pods. So on a Deployment with a declared owner, alphagate *yields*: if the
 running config differs from the one alphagate last wrote (its `alphagate.io/speculation`
-annotation), someone else changed it, and the actuator raises OwnerConflictError instead of
-patching it back (a Warning Event `OwnerReverted`, the `alphagate_warnings_total` counter and
-the AlphagatePatchFailing alert say so). The decision stands and is retried; the canary keeps
-what its owner says. Without a declared owner, or with the annotation
+annotation), the actuator raises OwnerConflictError instead of patching it back; the decision
+stands and is retried. Without a declared owner, or with the annotation
 `alphagate.io/on-owner-conflict: correct`, the flag is patched back (DriftCorrected).
 
 A declared owner is: the annotation `alphagate.io/gitops-owner: <name>`; Argo CD's tracking
@@ -43,7 +41,6 @@ _LABELS: Final = (
 
 
 def declared_owner(dep: WorkloadState) -> str | None:
-    """Who else manages this Deployment, by the markers those tools leave; None if nobody."""
     explicit = dep.annotations.get(ANN_GITOPS_OWNER)
     if explicit:
         return explicit
@@ -70,7 +67,6 @@ def reverted(dep: WorkloadState) -> bool:
 
 
 def yields_to(dep: WorkloadState) -> str | None:
-    """The owner alphagate must not fight on this Deployment now, or None to go ahead."""
     if dep.annotations.get(ANN_ON_OWNER_CONFLICT, YIELD).strip().lower() == CORRECT:
         return None
     if not reverted(dep):

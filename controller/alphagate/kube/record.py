@@ -21,8 +21,6 @@ from alphagate.kube.workload import WorkloadState
 
 
 class Origin(StrEnum):
-    """Where a resumed Memory came from."""
-
     PROCESS = "process"  # this process's last evaluation
     STATUS = "status"  # the resource's status
     RECORD = "record"  # a Deployment's record (newer than both)
@@ -41,19 +39,15 @@ class Resumed:
 
     @property
     def text(self) -> str:
-        """For logs and status: `record on chat-canary`, `status`, ..."""
         return f"record on {self.deployment}" if self.deployment else self.origin.value
 
 
 def resume(
     cached: Memory | None, stored: Memory | None, deployments: Sequence[WorkloadState]
 ) -> Resumed:
-    """The Memory a unit continues from (see the module docstring).
-
-    This process's Memory, else the status's; but a Deployment record newer than its
-    generation wins (the newest record when several Deployments are flipped together). A
-    newer record whose Memory cannot be read (edited by hand) keeps the base Memory, moved to
-    that generation so the next write is not refused forever; `unreadable` says so.
+    """This process's Memory, else the status's; a newer Deployment record wins (the newest of
+    several). A newer record whose Memory cannot be read (edited by hand) keeps the base
+    Memory, moved to that generation so the next write is not refused forever.
     """
     base, origin = (cached, Origin.PROCESS) if cached is not None else (stored, Origin.STATUS)
     newest = max(deployments, key=lambda d: d.record, default=None)
@@ -72,7 +66,6 @@ def resume(
 
 
 def written(memory: Memory, records: Sequence[int]) -> Memory:
-    """`memory` after the unit's Deployments were written at generations `records`."""
     top = max(records, default=memory.record)
     return memory if top <= memory.record else memory.model_copy(update={"record": top})
 

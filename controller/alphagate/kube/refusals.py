@@ -24,7 +24,7 @@ from alphagate.kube.workload import ANN_OWNER, WorkloadState
 
 
 class RejectedConfigError(argsmod.ArgsError):
-    """The speculative config is one vLLM would refuse (specconfig): never sent to a pod."""
+    """Never sent to a pod."""
 
 
 def refuse_rejected(dep: WorkloadState, config: Mapping[str, Any] | None) -> None:
@@ -56,12 +56,10 @@ _WARNING_REASONS: tuple[tuple[type[KubeError], Reason], ...] = (
 
 
 def warning_reason(err: KubeError) -> Reason:
-    """The Event reason for a write that failed with `err`."""
     return next((r for kind, r in _WARNING_REASONS if isinstance(err, kind)), Reason.PATCH_FAILED)
 
 
 def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
-    """Why `wanted_by` may not flip `dep`: one canary per Deployment."""
     return (
         f"{dep.what} belongs to SpeculativeCanary {dep.owner} (annotation {ANN_OWNER}); "
         f"{wanted_by} will not flip it: two canaries on one Deployment would flip it back and "
@@ -70,5 +68,4 @@ def claimed_message(dep: WorkloadState, wanted_by: str) -> str:
 
 
 def config_text(config: Mapping[str, Any] | None) -> str:
-    """How a config is shown in messages: the exact JSON vLLM receives, or `off`."""
     return "off" if config is None else argsmod.render(config)

@@ -5,10 +5,8 @@ the same in every process, Python version and replica). Each shard has a Lease
 (``<group>-shard-<i>``). A replica evaluates and acts on a canary only while it holds the
 canary's shard Lease and renewed it within `renew_deadline` on its own monotonic clock; another
 replica may take an un-renewed Lease only once it has seen it unchanged for `lease_duration`
-on *its* clock, which is later than the moment the holder stopped acting. So at most one
-replica acts on a canary at any time, whatever the clock skew between nodes (client-go's rule,
-as in :mod:`alphagate.kube.lease`); writes carry the Lease's resourceVersion, so two replicas
-racing for one Lease get one 200 and one 409.
+on *its* clock (client-go's rule, as in :mod:`alphagate.kube.lease`), so at most one replica
+acts on a canary at any time, whatever the clock skew between nodes.
 
 Who should hold what: every replica renews a member Lease (``<group>-member-<identity>``). The
 live members (renewed within `lease_duration` as this replica observed it), sorted, share the
@@ -19,15 +17,10 @@ whoever sees it (members may disagree for a round while one joins), so none wait
 about `lease_duration` plus a round. A replica that dies stops renewing its member and shard
 Leases together; the others take its shards within `lease_duration` plus one `retry_period`.
 
-Every replica of the group must hash with the same shard count, or two of them own one canary
-(shard 1 of 3 and shard 2 of 4 share canaries). So the count is recorded on the group's
-coordination Lease (named like the group, also the leader-election Lease: see
-:mod:`alphagate.kube.coordination`). Each round a replica writes that record (with the
-resourceVersion it listed); it holds shards only while its own write of the record is within
-`renew_deadline`, and a replica that finds the record live with another count, or held by a
-leader, releases what it holds and owns nothing (`refusal`, `on_refusal`) until that record's
-replicas are gone. Members count each other for the round-robin only when they record the same
-configuration.
+Every replica of the group must hash with the same shard count, so the count is recorded on
+the group's coordination Lease (:mod:`alphagate.kube.coordination` says why and how); a replica
+holds shards only while its own write of that record is within `renew_deadline`. Members count
+each other for the round-robin only when they record the same configuration.
 """
 
 from __future__ import annotations
@@ -59,7 +52,6 @@ DEFAULT_GROUP: Final = "alphagate"
 
 
 def shard_of(namespace: str, name: str, shards: int) -> int:
-    """The shard of a canary: stable across processes, versions and replicas."""
     if shards < 1:
         raise ValueError(f"shards must be at least 1, got {shards}")
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
@@ -67,17 +59,13 @@ def shard_of(namespace: str, name: str, shards: int) -> int:
 
 
 def assignment(members: list[str], shards: int) -> dict[int, str]:
-    """Who should hold each shard: the sorted live members, round-robin."""
     ordered = sorted(set(members))
     return {i: ordered[i % len(ordered)] for i in range(shards)} if ordered else {}
 
 
 class ShardLeases:
-    """This replica's share of the shard Leases; `start()` runs the rounds in a thread.
-
-    `on_change(gained, lost)` runs after a round that changed what this replica holds (lost
-    shards are already not held when it runs, so work for them has stopped). `on_refusal`
-    runs when this replica starts or stops refusing to own anything (see the module's text)."""
+    """`on_change(gained, lost)` runs after a round that changed what this replica holds (lost
+    shards are already not held when it runs, so work for them has stopped)."""
 
     def __init__(
         self,
@@ -124,14 +112,11 @@ class ShardLeases:
         self._rounds = 0
         self._log = get_logger("shards").bind(group=group, identity=self.identity)
 
-    # ------------------------------------------------------------ ownership
-
     def shard_lease(self, shard: int) -> str:
         return f"{self.group}-shard-{shard}"
 
     @property
     def record_lease(self) -> str:
-        """The coordination Lease: the group's name (the leader-election Lease's)."""
         return self.group
 
     @property
@@ -154,10 +139,7 @@ class ShardLeases:
         return frozenset(s for s in range(self.shards) if self.holds(s))
 
     def owns(self, namespace: str, name: str) -> bool:
-        """May this replica evaluate and act on this canary now?"""
         return self.holds(shard_of(namespace, name, self.shards))
-
-    # ------------------------------------------------------------ one round
 
     def _spec(self, holder: str | None, *, acquire: Any, transitions: int) -> client.V1LeaseSpec:
         now = datetime.now(UTC)
@@ -182,8 +164,6 @@ class ShardLeases:
         return now - previous[1]
 
     def _write(self, lease: Any, name: str, role: str) -> bool:
-        """Create or replace (with the resourceVersion read) one Lease of the group, labelled
-        and carrying this replica's configuration."""
         labels = {GROUP_LABEL: self.group, ROLE_LABEL: role}
         annotations = self.coordination.annotations()
         try:
@@ -224,7 +204,6 @@ class ShardLeases:
         return leases
 
     def _read(self, name: str) -> Any:
-        """One Lease by name, None when there is none (other API errors raise)."""
         try:
             return self._api.read_namespaced_lease(name, self.namespace)
         except client.ApiException as exc:
@@ -233,7 +212,6 @@ class ShardLeases:
             raise
 
     def _live_members(self, leases: dict[str, Any], now: float) -> list[str]:
-        """Members of our configuration renewed within `lease_duration` as we saw them."""
         live = []
         for name, lease in leases.items():
             labels = lease.metadata.labels or {}
@@ -321,7 +299,6 @@ class ShardLeases:
         return self._confirm(again, now, retry=False)
 
     def _refuse(self, refusal: Refusal | None) -> None:
-        """Keep `refusal`; on a change, stop acting (when refusing), log and tell."""
         if refusal == self.refusal:
             return
         self.refusal = refusal
@@ -386,8 +363,6 @@ class ShardLeases:
         gained, lost = after - before, before - after
         if gained or lost:
             guarded(self._log, "shard_callback_failed", self.on_change, gained, lost)
-
-    # ------------------------------------------------------------ the loop
 
     def run(self, stop: threading.Event | None = None) -> None:
         stop = stop or self._stop

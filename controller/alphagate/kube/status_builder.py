@@ -1,8 +1,5 @@
-"""A SpeculativeCanary's status built from one evaluation (the models are in `kube.status`).
-
-The reconciler hands over every unit's `UnitOutcome`; this module words the conditions, puts
-the evidence, the decision and the history in place, and keeps what an evaluation that did not
-run leaves alone (the previous status's values). It writes nothing: `StatusWriter` does.
+"""A SpeculativeCanary's status built from one evaluation's `UnitOutcome`s: the conditions
+worded, and what an evaluation that did not run leaves alone kept. It writes nothing.
 """
 
 from __future__ import annotations
@@ -88,7 +85,7 @@ def build_status(
     controller runs with --dry-run, whatever the policy's mode says."""
     first = units[0] if units else None
     evs = [u.evaluation for u in units if u.evaluation is not None]
-    # conditions: Ready (decision applied), RolloutComplete
+
     failed = [u for u in units if u.error is not None]
     if failed:
         u = failed[0]
@@ -156,7 +153,7 @@ def build_status(
                 generation=generation,
             )
 
-    # evidence (combined: one evaluation; perSlice: merged across units)
+    # combined: one evaluation; perSlice: merged across units
     slices = [s for e in evs for s in slice_evidence(e)]
     latency = [c for e in evs for c in latency_evidence(e.checks)]
     combined = evs[0].combined if len(evs) == 1 else None
@@ -209,14 +206,12 @@ def build_status(
 
 
 def _tuning(spec: SpeculativeCanarySpec, u: UnitOutcome) -> DraftTuningStatus | None:
-    """The tuner's block (spec.draftLength.tuning on and a memory persisted)."""
     if not spec.draft_length.tuning.enabled or u.memory is None:
         return None
     return tuning_status(u.memory.draft, tuning.current_k(spec, u.memory), spec.k)
 
 
 def decision_record(u: UnitOutcome, now: float, dry_run: bool) -> Decision:
-    """The status's record of a unit's decision (marked when it was not applied)."""
     e = u.evaluation
     assert e is not None
     reason = e.reason

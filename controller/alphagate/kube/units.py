@@ -1,10 +1,5 @@
 """A decision unit (slices flipped together, with their Deployments) and what one evaluation
-did to it.
-
-Combined aggregation makes one unit of every slice and every canary Deployment; perSlice makes
-one unit per slice. The reconciler fills a `UnitOutcome` per unit; the status builder
-(`kube.status_builder`), Events and logs read it. `failure_reason` names why a unit's decision
-was not applied, from the typed error (the Ready condition's reason and the Event's).
+did to it: combined aggregation makes one unit of every slice, perSlice one per slice.
 """
 
 from __future__ import annotations
@@ -47,7 +42,6 @@ class Unit:
 
 
 def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
-    """The policy's decision units: one per slice for perSlice, else one for all."""
     if spec.aggregation is Aggregation.PER_SLICE:
         return [
             Unit(s.name, (s.name,), tuple(spec.canary_deployments(s.name))) for s in spec.slices
@@ -56,7 +50,7 @@ def units_of(spec: SpeculativeCanarySpec) -> list[Unit]:
 
 
 def combined_rollout(actuator: Actuator, deps: Sequence[WorkloadState], now: float) -> Rollout:
-    """One Rollout for Deployments flipped together: in progress if any is, done when all are."""
+    """In progress if any is, done when all are."""
     rollouts = [actuator.rollout(d, now=now) for d in deps]
     if not rollouts:
         return Rollout()
@@ -71,8 +65,6 @@ def combined_rollout(actuator: Actuator, deps: Sequence[WorkloadState], now: flo
 
 @dataclass(slots=True)
 class UnitOutcome:
-    """What one evaluation did to one unit: the decision, what was persisted and applied."""
-
     unit: Unit
     evaluation: Evaluation | None = None
     insights: Insights | None = None  # draft length, diagnosis, short outputs (core.insights)
@@ -128,7 +120,6 @@ _EVENT_REASONS: Final[dict[FailureReason, Reason]] = {
 
 
 def failure_reason(exc: AlphagateError) -> FailureReason:
-    """Why a unit's decision was not applied: the Ready condition's reason."""
     for kind, reason in _REASONS:
         if isinstance(exc, kind):
             return reason
@@ -139,5 +130,4 @@ def failure_reason(exc: AlphagateError) -> FailureReason:
 
 
 def event_reason(exc: AlphagateError) -> Reason:
-    """The Warning Event reason for the same failure."""
     return _EVENT_REASONS.get(failure_reason(exc), Reason.PATCH_FAILED)

@@ -50,8 +50,6 @@ ROLLOUT_HEALTHY: Final = "Healthy"
 
 @dataclass(frozen=True, slots=True)
 class WorkloadState:
-    """What the actuator read from one Deployment, Rollout or InferenceService."""
-
     namespace: str
     name: str
     container: str
@@ -102,7 +100,6 @@ class WorkloadState:
 
     @property
     def memory(self) -> Memory | None:
-        """The Memory recorded with the last flip, if any (and readable)."""
         return read_memory(self.annotations.get(ANN_MEMORY))
 
     @property
@@ -117,7 +114,6 @@ class WorkloadState:
 
     @property
     def owner(self) -> str:
-        """The SpeculativeCanary (`namespace/name`) that claimed this object, or ""."""
         return self.annotations.get(ANN_OWNER, "")
 
     @property
@@ -130,12 +126,10 @@ class WorkloadState:
 
     @property
     def what(self) -> str:
-        """`Deployment ns/name` or `Rollout ns/name`, for messages."""
         return f"{self.kind} {self.ref}"
 
 
 def memory_annotation(memory: Memory) -> str:
-    """The `alphagate.io/memory` text: the Memory's JSON, its schema version first."""
     body = json.loads(memory.model_dump_json())  # pydantic's JSON, values as it writes them
     return json.dumps({"schemaVersion": MEMORY_SCHEMA_VERSION, **body}, separators=(",", ":"))
 
@@ -189,11 +183,7 @@ def _container(template: Mapping[str, Any], name: str, what: str) -> tuple[int, 
 
 
 def workload_state(obj: Any, container: str, kind: str | WorkloadKind) -> WorkloadState:
-    """A Deployment (typed or a dict) or a Rollout (a dict) -> WorkloadState.
-
-    Raises ArgsError when the container is missing or its args cannot be edited safely, and for
-    a Rollout that takes its pod template from a Deployment (`spec.workloadRef`).
-    """
+    """Raises ArgsError also for a Rollout that takes its pod template from a Deployment."""
     body = to_dict(obj)
     kind = str(WorkloadKind(kind).value)
     meta = body.get("metadata") or {}
@@ -247,8 +237,6 @@ def _not_rendered(meta: Mapping[str, Any], what: str) -> None:
 
 
 def container_flag(c: Mapping[str, Any], what: str, *, checked: bool = True) -> dict[str, Any]:
-    """A container's argv as the WorkloadState fields that carry the flag (`args`, `args_field`,
-    `speculative_config`, `image`), after the invocation check (ArgsError naming `what`)."""
     args = tuple(str(a) for a in c.get("args") or ())
     command = tuple(str(a) for a in c.get("command") or ())
     image = str(c.get("image") or "")
@@ -272,7 +260,6 @@ def container_flag(c: Mapping[str, Any], what: str, *, checked: bool = True) -> 
 
 
 def identity(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The WorkloadState fields read from an object's metadata."""
     return {
         "namespace": str(meta.get("namespace")),
         "name": str(meta.get("name")),
@@ -284,8 +271,6 @@ def identity(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def rollout_counts(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The WorkloadState rollout fields of an object with a Deployment-like status (a
-    Deployment, a Rollout): its generation, desired replicas and status counts."""
     meta, spec = body.get("metadata") or {}, body.get("spec") or {}
     status = body.get("status") or {}
     return {
@@ -303,15 +288,13 @@ def rollout_counts(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pointer(key: str) -> str:
-    """One JSON-pointer segment (RFC 6901): `alphagate.io/state` -> `alphagate.io~1state`."""
+    """RFC 6901: `alphagate.io/state` -> `alphagate.io~1state`."""
     return key.replace("~", "~0").replace("/", "~1")
 
 
 def merge_body(
     work: WorkloadState, annotations: Mapping[str, str], new_args: list[str] | None
 ) -> dict[str, Any]:
-    """The strategic merge patch for a Deployment: the record, and the container's args when
-    they change, with the resourceVersion precondition."""
     body: dict[str, Any] = {
         "metadata": {"resourceVersion": work.resource_version, "annotations": dict(annotations)}
     }

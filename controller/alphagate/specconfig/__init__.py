@@ -19,10 +19,8 @@ raise statements. Older versions differ, and the version rules below name their 
 
 vLLM puts no upper bound on `num_speculative_tokens`; alphagate refuses K above `MAX_K` (each
 position costs a verified token; nothing is accepted that deep) and warns above `WARN_K` for
-trained drafts. Those two are alphagate's rules and say so. Pure: no I/O.
-
-One module a part: `table` (what vLLM accepts), `checks` (the checker), `schema` (the CRD's
-schema and CEL rules from the table). Callers use it as one: `from alphagate import specconfig`.
+trained drafts. Those two are alphagate's rules and say so. Pure: no I/O. Callers use it as
+one: `from alphagate import specconfig`.
 """
 
 from alphagate.specconfig.checks import (

@@ -70,6 +70,12 @@ class Problem:
         return f"{where}{self.vllm_says}; {self.fix}"
 
 
+def _add(
+    out: list[Problem], code: Code, severity: Severity, field: str, says: str, fix: str
+) -> None:
+    out.append(Problem(code, severity, field, says, fix))
+
+
 def parse_version(text: str | None) -> tuple[int, int, int] | None:
     """`v0.10.1.post1`, `0.11.0rc2`, `vllm/vllm-openai:v0.9.2` -> (0, 10, 1); None if none."""
     if not text:
@@ -125,15 +131,14 @@ def _fields(cfg: Mapping[str, Any], out: list[Problem]) -> None:
         if key not in FIELDS:
             close = [f for f in FIELDS if f.replace("_", "") == str(key).replace("_", "").lower()]
             hint = f"did you mean {close[0]}?" if close else "remove it"
-            out.append(
-                Problem(
-                    Code.UNKNOWN_FIELD,
-                    Severity.ERROR,
-                    str(key),
-                    f"Unexpected keyword argument (vLLM {VLLM_VERSION_READ}'s SpeculativeConfig "
-                    f"forbids extra fields)",
-                    hint,
-                )
+            _add(
+                out,
+                Code.UNKNOWN_FIELD,
+                Severity.ERROR,
+                str(key),
+                f"Unexpected keyword argument (vLLM {VLLM_VERSION_READ}'s SpeculativeConfig "
+                f"forbids extra fields)",
+                hint,
             )
             continue
         kind, low = FIELDS[key]
@@ -142,11 +147,9 @@ def _fields(cfg: Mapping[str, Any], out: list[Problem]) -> None:
         got = _json_type(value)
         ok = got == kind or (kind == NUMBER and got == INTEGER)
         if not ok:
-            out.append(
-                Problem(
-                    Code.WRONG_TYPE, Severity.ERROR, key, f"must be a {kind}, got {got}",
-                    f"give {key} as a JSON {kind}",
-                )
+            _add(
+                out, Code.WRONG_TYPE, Severity.ERROR, key, f"must be a {kind}, got {got}",
+                f"give {key} as a JSON {kind}",
             )  # fmt: skip
             continue
         if (
@@ -159,45 +162,39 @@ def _fields(cfg: Mapping[str, Any], out: list[Problem]) -> None:
                 if key == "num_speculative_tokens"
                 else f"Input should be greater than or equal to {low:g}"
             )
-            out.append(
-                Problem(
-                    Code.OUT_OF_RANGE, Severity.ERROR, key, f"{says} (got {value})",
-                    f"set {key} to at least {low:g}",
-                )
+            _add(
+                out, Code.OUT_OF_RANGE, Severity.ERROR, key, f"{says} (got {value})",
+                f"set {key} to at least {low:g}",
             )  # fmt: skip
         if key in CHOICES and value not in CHOICES[key]:
-            out.append(
-                Problem(
-                    Code.BAD_CHOICE,
-                    Severity.ERROR,
-                    key,
-                    f"Input should be {' or '.join(repr(c) for c in CHOICES[key])}",
-                    f"use one of {', '.join(CHOICES[key])}",
-                )
+            _add(
+                out,
+                Code.BAD_CHOICE,
+                Severity.ERROR,
+                key,
+                f"Input should be {' or '.join(repr(c) for c in CHOICES[key])}",
+                f"use one of {', '.join(CHOICES[key])}",
             )
 
 
 def _method(cfg: Mapping[str, Any], method: str, k: Any, out: list[Problem]) -> None:
     raw = cfg.get("method")
     if isinstance(raw, str) and raw in MTP_ALIASES:
-        out.append(
-            Problem(
-                Code.DEPRECATED_METHOD, Severity.WARNING, "method",
-                f"method `{raw}` is deprecated and replaced with mtp", 'write "method": "mtp"',
-            )
+        _add(
+            out, Code.DEPRECATED_METHOD, Severity.WARNING, "method",
+            f"method `{raw}` is deprecated and replaced with mtp", 'write "method": "mtp"',
         )  # fmt: skip
     info = METHODS.get(method)
     if info is None:
-        out.append(
-            Problem(
-                Code.UNKNOWN_METHOD,
-                Severity.ERROR,
-                "method",
-                "Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
-                "'custom_class', 'eagle', 'eagle3', ... (vLLM "
-                f"{VLLM_VERSION_READ} knows no speculative method {method!r})",
-                "pick a method vLLM knows (eagle3 with a head, ngram without one)",
-            )
+        _add(
+            out,
+            Code.UNKNOWN_METHOD,
+            Severity.ERROR,
+            "method",
+            "Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
+            "'custom_class', 'eagle', 'eagle3', ... (vLLM "
+            f"{VLLM_VERSION_READ} knows no speculative method {method!r})",
+            "pick a method vLLM knows (eagle3 with a head, ngram without one)",
         )
         return
     if info.needs_model and not cfg.get("model"):
@@ -212,14 +209,12 @@ def _method(cfg: Mapping[str, Any], method: str, k: Any, out: list[Problem]) -> 
             f"checkpoint trained for it)",
             Family.DRAFT_MODEL: "set model to a smaller model with the target's tokenizer",
         }.get(info.family, "set model")
-        out.append(Problem(Code.MISSING_MODEL, Severity.ERROR, "model", says, fix))
+        _add(out, Code.MISSING_MODEL, Severity.ERROR, "model", says, fix)
     if method == "suffix":
-        out.append(
-            Problem(
-                Code.NEEDS_PACKAGE, Severity.WARNING, "method",
-                "Arctic Inference is required for suffix decoding. Install via `pip install "
-                "arctic-inference==0.1.1`.", "make sure the vLLM image carries arctic-inference",
-            )
+        _add(
+            out, Code.NEEDS_PACKAGE, Severity.WARNING, "method",
+            "Arctic Inference is required for suffix decoding. Install via `pip install "
+            "arctic-inference==0.1.1`.", "make sure the vLLM image carries arctic-inference",
         )  # fmt: skip
     lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
     if (
@@ -229,12 +224,10 @@ def _method(cfg: Mapping[str, Any], method: str, k: Any, out: list[Problem]) -> 
         and not isinstance(lo, bool)
         and lo > hi
     ):
-        out.append(
-            Problem(
-                Code.LOOKUP_ORDER, Severity.ERROR, "prompt_lookup_min",
-                f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}",
-                "swap them or lower prompt_lookup_min",
-            )
+        _add(
+            out, Code.LOOKUP_ORDER, Severity.ERROR, "prompt_lookup_min",
+            f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}",
+            "swap them or lower prompt_lookup_min",
         )  # fmt: skip
     only = {
         "use_heterogeneous_vocab": ({"draft_model"}, "use_heterogeneous_vocab only works with "
@@ -250,53 +243,46 @@ def _method(cfg: Mapping[str, Any], method: str, k: Any, out: list[Problem]) -> 
             # ignored, which is worth a warning, not a refusal.
             ignored = key == "dspark_draft_topk" and info.family is not Family.HEAD
             sev = Severity.WARNING if ignored else Severity.ERROR
-            out.append(Problem(Code.METHOD_ONLY, sev, key, says, f"remove {key}"))
+            _add(out, Code.METHOD_ONLY, sev, key, says, f"remove {key}")
     if cfg.get("use_heterogeneous_vocab") is True and cfg.get("draft_sample_method") not in (
         None,
         "greedy",
     ):
-        out.append(
-            Problem(
-                Code.METHOD_ONLY, Severity.ERROR, "draft_sample_method",
-                "use_heterogeneous_vocab currently only supports greedy draft sampling. Set "
-                "draft_sample_method='greedy' (the default) or omit it.",
-                "drop draft_sample_method or set it to greedy",
-            )
+        _add(
+            out, Code.METHOD_ONLY, Severity.ERROR, "draft_sample_method",
+            "use_heterogeneous_vocab currently only supports greedy draft sampling. Set "
+            "draft_sample_method='greedy' (the default) or omit it.",
+            "drop draft_sample_method or set it to greedy",
         )  # fmt: skip
     if (
         method != "dspark"
         and cfg.get("enable_adaptive_verification") is True
         and cfg.get("use_local_argmax_reduction") is True
     ):
-        out.append(
-            Problem(
-                Code.METHOD_ONLY, Severity.ERROR, "enable_adaptive_verification",
-                "Adaptive verification estimates per-position acceptance from the draft "
-                "logits, which use_local_argmax_reduction never materializes. Disable one of "
-                "them.",
-                "set one of enable_adaptive_verification / use_local_argmax_reduction to false",
-            )
+        _add(
+            out, Code.METHOD_ONLY, Severity.ERROR, "enable_adaptive_verification",
+            "Adaptive verification estimates per-position acceptance from the draft "
+            "logits, which use_local_argmax_reduction never materializes. Disable one of "
+            "them.",
+            "set one of enable_adaptive_verification / use_local_argmax_reduction to false",
         )  # fmt: skip
     if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
         if k > MAX_K:
-            out.append(
-                Problem(
-                    Code.ABSURD_K,
-                    Severity.ERROR,
-                    "num_speculative_tokens",
-                    f"alphagate refuses K={k} above {MAX_K} (vLLM {VLLM_VERSION_READ} sets no "
-                    f"upper bound, but every position costs a verified token and nothing is "
-                    f"accepted that deep)",
-                    "use 2-6 for a trained head or draft model, up to 8 for n-gram",
-                )
+            _add(
+                out,
+                Code.ABSURD_K,
+                Severity.ERROR,
+                "num_speculative_tokens",
+                f"alphagate refuses K={k} above {MAX_K} (vLLM {VLLM_VERSION_READ} sets no "
+                f"upper bound, but every position costs a verified token and nothing is "
+                f"accepted that deep)",
+                "use 2-6 for a trained head or draft model, up to 8 for n-gram",
             )
         elif k > WARN_K and info.family in (Family.HEAD, Family.DRAFT_MODEL):
-            out.append(
-                Problem(
-                    Code.LONG_K, Severity.WARNING, "num_speculative_tokens",
-                    f"K={k} is long for a trained draft: positions past ~6 are rarely accepted",
-                    "start at 3-5 and let the draft-length report show what pays",
-                )
+            _add(
+                out, Code.LONG_K, Severity.WARNING, "num_speculative_tokens",
+                f"K={k} is long for a trained draft: positions past ~6 are rarely accepted",
+                "start at 3-5 and let the draft-length report show what pays",
             )  # fmt: skip
 
 
@@ -306,23 +292,19 @@ def _synthetic(cfg: Mapping[str, Any], k: Any, out: list[Problem]) -> None:
     field = "rejection_sample_method"
     if sm != "synthetic":
         if rates is not None or length is not None:
-            out.append(
-                Problem(
-                    Code.SYNTHETIC, Severity.ERROR, "synthetic_acceptance_rates",
-                    "synthetic_acceptance_rates / synthetic_acceptance_length are only valid "
-                    "with rejection_sample_method='synthetic'.",
-                    "set rejection_sample_method synthetic or drop them",
-                )
+            _add(
+                out, Code.SYNTHETIC, Severity.ERROR, "synthetic_acceptance_rates",
+                "synthetic_acceptance_rates / synthetic_acceptance_length are only valid "
+                "with rejection_sample_method='synthetic'.",
+                "set rejection_sample_method synthetic or drop them",
             )  # fmt: skip
         return
     if (rates is None) == (length is None):
-        out.append(
-            Problem(
-                Code.SYNTHETIC, Severity.ERROR, field,
-                "rejection_sample_method='synthetic' requires exactly one of "
-                "synthetic_acceptance_rates or synthetic_acceptance_length.",
-                "give one of the two",
-            )
+        _add(
+            out, Code.SYNTHETIC, Severity.ERROR, field,
+            "rejection_sample_method='synthetic' requires exactly one of "
+            "synthetic_acceptance_rates or synthetic_acceptance_length.",
+            "give one of the two",
         )  # fmt: skip
         return
     if not isinstance(k, int) or isinstance(k, bool):
@@ -337,19 +319,15 @@ def _synthetic(cfg: Mapping[str, Any], k: Any, out: list[Problem]) -> None:
         elif any(nums[i] > nums[i - 1] for i in range(1, len(nums))):
             says = f"synthetic_acceptance_rates must be non-increasing, got {rates}."
         if says:
-            out.append(
-                Problem(
-                    Code.SYNTHETIC, Severity.ERROR, "synthetic_acceptance_rates", says,
-                    f"give {k} non-increasing rates in [0, 1]",
-                )
+            _add(
+                out, Code.SYNTHETIC, Severity.ERROR, "synthetic_acceptance_rates", says,
+                f"give {k} non-increasing rates in [0, 1]",
             )  # fmt: skip
     elif isinstance(length, int | float) and not 1.0 <= length <= k + 1:
-        out.append(
-            Problem(
-                Code.SYNTHETIC, Severity.ERROR, "synthetic_acceptance_length",
-                f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}.",
-                f"use a length in [1, {k + 1}]",
-            )
+        _add(
+            out, Code.SYNTHETIC, Severity.ERROR, "synthetic_acceptance_length",
+            f"synthetic_acceptance_length must be in [1, {k + 1}], got {length}.",
+            f"use a length in [1, {k + 1}]",
         )  # fmt: skip
 
 
@@ -365,13 +343,11 @@ def _versioned(
     vtext = ".".join(map(str, version))
     cp = chunked_prefill
     if version < (0, 6, 4) and cp:
-        out.append(
-            Problem(
-                Code.CHUNKED_PREFILL, Severity.ERROR, "",
-                f"vLLM {vtext} cannot combine speculative decoding with chunked prefill (they "
-                f"were combined in 0.6.4, PR #9291)",
-                "run without --enable-chunked-prefill or upgrade vLLM to 0.6.4 or later",
-            )
+        _add(
+            out, Code.CHUNKED_PREFILL, Severity.ERROR, "",
+            f"vLLM {vtext} cannot combine speculative decoding with chunked prefill (they "
+            f"were combined in 0.6.4, PR #9291)",
+            "run without --enable-chunked-prefill or upgrade vLLM to 0.6.4 or later",
         )  # fmt: skip
     dtp = cfg.get("draft_tensor_parallel_size")
     if (
@@ -381,34 +357,28 @@ def _versioned(
         and isinstance(dtp, int)
         and dtp > 1
     ):
-        out.append(
-            Problem(
-                Code.CHUNKED_PREFILL, Severity.ERROR, "draft_tensor_parallel_size",
-                f"vLLM {vtext} refuses chunked prefill with a draft model at tensor parallel "
-                f"size {dtp} (PR #10136)",
-                "set draft_tensor_parallel_size 1 or disable chunked prefill",
-            )
+        _add(
+            out, Code.CHUNKED_PREFILL, Severity.ERROR, "draft_tensor_parallel_size",
+            f"vLLM {vtext} refuses chunked prefill with a draft model at tensor parallel "
+            f"size {dtp} (PR #10136)",
+            "set draft_tensor_parallel_size 1 or disable chunked prefill",
         )  # fmt: skip
     if method == "draft_model" and (0, 8, 0) <= version < (0, 14, 0):
-        out.append(
-            Problem(
-                Code.NOT_IN_VERSION, Severity.ERROR, "method",
-                "NotImplementedError: Speculative decoding with draft model is not supported "
-                "yet. Please consider using other speculative decoding methods such as ngram, "
-                "medusa, eagle, or mtp.",
-                f"vLLM {vtext} (V1) has no draft-model speculation: use eagle3 with a head or "
-                f"ngram, or upgrade past 0.13",
-            )
+        _add(
+            out, Code.NOT_IN_VERSION, Severity.ERROR, "method",
+            "NotImplementedError: Speculative decoding with draft model is not supported "
+            "yet. Please consider using other speculative decoding methods such as ngram, "
+            "medusa, eagle, or mtp.",
+            f"vLLM {vtext} (V1) has no draft-model speculation: use eagle3 with a head or "
+            f"ngram, or upgrade past 0.13",
         )  # fmt: skip
     if method == "draft_model" and (0, 14, 0) <= version < (0, 32, 0) and cp:
-        out.append(
-            Problem(
-                Code.CHUNKED_PREFILL, Severity.WARNING, "method",
-                f"draft model with --enable-chunked-prefill is reported to fail on vLLM 0.18.0 "
-                f"(the lesson); vLLM {VLLM_VERSION_READ}'s code has no such rule and {vtext} "
-                f"was not read",
-                "try it on one canary pod first, or use EAGLE-3 / n-gram",
-            )
+        _add(
+            out, Code.CHUNKED_PREFILL, Severity.WARNING, "method",
+            f"draft model with --enable-chunked-prefill is reported to fail on vLLM 0.18.0 "
+            f"(the lesson); vLLM {VLLM_VERSION_READ}'s code has no such rule and {vtext} "
+            f"was not read",
+            "try it on one canary pod first, or use EAGLE-3 / n-gram",
         )  # fmt: skip
 
 
@@ -419,10 +389,8 @@ def check(
     chunked_prefill: bool | None = None,
     target_tp: int | None = None,
 ) -> tuple[Problem, ...]:
-    """Every problem vLLM (or alphagate's K bound) would raise for `config`, errors first.
-
-    `vllm_version` (e.g. from the image tag) enables the version rules; `chunked_prefill` is
-    whether the container runs with it (None: unknown; V1 turns it on by default)."""
+    """Errors first. `vllm_version` enables the version rules; `chunked_prefill` None: unknown
+    (V1 turns it on by default)."""
     if not isinstance(config, Mapping):
         return (
             Problem(
@@ -434,36 +402,30 @@ def check(
     out: list[Problem] = []
     _fields(cfg, out)
     if "tensor_parallel_size" in cfg:
-        out.append(
-            Problem(
-                Code.WRONG_TP_FIELD, Severity.ERROR, "tensor_parallel_size",
-                "'tensor_parallel_size' is not a valid argument in the speculative_config. "
-                "Please pass 'draft_tensor_parallel_size' instead.",
-                "rename it draft_tensor_parallel_size",
-            )
+        _add(
+            out, Code.WRONG_TP_FIELD, Severity.ERROR, "tensor_parallel_size",
+            "'tensor_parallel_size' is not a valid argument in the speculative_config. "
+            "Please pass 'draft_tensor_parallel_size' instead.",
+            "rename it draft_tensor_parallel_size",
         )  # fmt: skip
     k = cfg.get("num_speculative_tokens")
     method = resolved_method(cfg)
     if k is None and METHODS.get(method, METHODS["ngram"]).family is not Family.HEAD:
-        out.append(
-            Problem(
-                Code.MISSING_K, Severity.ERROR, "num_speculative_tokens",
-                "num_speculative_tokens must be provided with speculative model unless the "
-                "draft model config contains an n_predict parameter.",
-                "set num_speculative_tokens (3-5 is a good start)",
-            )
+        _add(
+            out, Code.MISSING_K, Severity.ERROR, "num_speculative_tokens",
+            "num_speculative_tokens must be provided with speculative model unless the "
+            "draft model config contains an n_predict parameter.",
+            "set num_speculative_tokens (3-5 is a good start)",
         )  # fmt: skip
     _method(cfg, method, k, out)
     _synthetic(cfg, k, out)
     dtp = cfg.get("draft_tensor_parallel_size")
     if target_tp is not None and isinstance(dtp, int) and dtp not in (1, target_tp):
-        out.append(
-            Problem(
-                Code.DRAFT_TP, Severity.ERROR, "draft_tensor_parallel_size",
-                f"speculative_draft_tensor_parallel_size={dtp} cannot be other value than 1 or "
-                f"target model tensor_parallel_size",
-                f"set it to 1 or {target_tp}",
-            )
+        _add(
+            out, Code.DRAFT_TP, Severity.ERROR, "draft_tensor_parallel_size",
+            f"speculative_draft_tensor_parallel_size={dtp} cannot be other value than 1 or "
+            f"target model tensor_parallel_size",
+            f"set it to 1 or {target_tp}",
         )  # fmt: skip
     _versioned(cfg, method, parse_version(vllm_version), chunked_prefill, out)
     out.sort(key=lambda p: p.severity is not Severity.ERROR)

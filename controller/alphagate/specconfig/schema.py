@@ -19,9 +19,8 @@ from alphagate.specconfig.table import (
 
 
 def crd_schema() -> dict[str, Any]:
-    """An OpenAPI fragment for `spec.speculativeConfig` in the CRD: the typed fields with their
-    bounds, and CEL rules for what needs a model; unknown keys stay (the controller refuses
-    them with a message), so a typo is reported, not silently pruned."""
+    """Unknown keys stay (the controller refuses them with a message), so a typo is reported,
+    not silently pruned."""
     props: dict[str, Any] = {}
     for key, (kind, low) in FIELDS.items():
         node: dict[str, Any] = {"type": kind}
@@ -61,8 +60,7 @@ def crd_schema() -> dict[str, Any]:
 
 
 def cel_rules() -> list[dict[str, str]]:
-    """CEL `x-kubernetes-validations` for `spec` (the CRD's way, next to kube.crd's own rules):
-    what admission can refuse of this table without iterating the free-form map."""
+    """What admission can refuse of this table without iterating the free-form map."""
     sc = "self.speculativeConfig"
     needs = sorted(m.name for m in METHODS.values() if m.needs_model)
     known = sorted({*METHODS, *MTP_ALIASES, "[ngram]"})

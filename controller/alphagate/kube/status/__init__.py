@@ -5,12 +5,7 @@ the controller did what it did: the state, per-slice alpha with its interval and
 canary and baseline P99 with the bucket bracket, the last decision and its reason, the
 conditions (Ready, SourceHealthy, SpecValid, RolloutComplete, ...), a short transition history, and
 the serialised core Memory so a restarted controller resumes where it was. Times are RFC 3339
-strings as Kubernetes writes them. Writes go through the status subresource only.
-
-One module a part: `fields` (times, rounding, the base model, conditions), `evidence` (what one
-Evaluation shows: per-slice alpha, latency numbers, the short `why` and `summary`), `resource`
-(CanaryStatus itself and the Memory it keeps), `commands` (manual-command annotations), `writer`
-(StatusWriter). Callers import them from here, as one vocabulary.
+strings as Kubernetes writes them. Callers import from here, as one vocabulary.
 """
 
 from alphagate.kube.status.commands import (

@@ -8,23 +8,17 @@ from typing import Any, Final
 
 from alphagate.kube.status.resource import CanaryStatus
 
-# Manual commands reach the controller as annotations on the SpeculativeCanary (what
-# `alphagate pause NAME` writes, and what `kubectl annotate` can write too). The id makes a
-# repeated command a new request; without one, the command text is its id.
+# The id makes a repeated command a new request; without one, the command text is its id.
 ANN_COMMAND: Final = "alphagate.io/command"
 ANN_COMMAND_ID: Final = "alphagate.io/command-id"
 ANN_COMMAND_BY: Final = "alphagate.io/command-by"
-# "true": carry the command past the guards it would obey (cooldown, minimum dwell, flip
-# budget for enable; promotion not configured for promote): `alphagate enable --force`
+# "true": past the guards the command would obey (`alphagate enable --force`)
 ANN_COMMAND_FORCE: Final = "alphagate.io/command-force"
 COMMANDS: Final = ("pause", "resume", "enable", "disable", "promote")
 
 
 def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, str] | None:
-    """(command, id) from the resource's annotations when not yet handled, else None.
-
-    An unknown command text is returned too, so the caller can refuse it visibly.
-    """
+    """(command, id) not yet handled, else None; an unknown command too, to refuse it visibly."""
     annotations = ((obj.get("metadata") or {}).get("annotations")) or {}
     command = str(annotations.get(ANN_COMMAND, "")).strip().lower()
     if not command:
@@ -36,6 +30,5 @@ def pending_command(obj: Mapping[str, Any], status: CanaryStatus) -> tuple[str, 
 
 
 def command_forced(obj: Mapping[str, Any]) -> bool:
-    """Whether the pending command asks to go past its guards (`--force`)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return str(annotations.get(ANN_COMMAND_FORCE, "")).strip().lower() == "true"

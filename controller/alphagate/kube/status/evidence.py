@@ -182,7 +182,6 @@ def _slice_check(evaluation: Evaluation, name: str, only: bool) -> CheckResult |
 
 
 def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
-    """Per-slice acceptance evidence: estimates, weights, and the slice's acceptance verdict."""
     names = list(dict.fromkeys([*evaluation.weights, *evaluation.estimates]))
     out = []
     for name in names:
@@ -210,7 +209,6 @@ def slice_evidence(evaluation: Evaluation) -> list[SliceEvidence]:
 
 
 def latency_evidence(checks: Iterable[CheckResult]) -> list[LatencyEvidence]:
-    """The latency checks' typed evidence as status entries (numbers rounded for people)."""
     out = []
     for c in checks:
         ev = c.evidence
@@ -272,7 +270,7 @@ def decisive(evaluation: Evaluation) -> list[CheckResult]:
 
 
 def why(evaluation: Evaluation) -> str:
-    """The deciding checks with their numbers: `acceptance: alpha 0.400 [0.362, 0.440] ...`."""
+    """`acceptance: alpha 0.400 [0.362, 0.440] ...`."""
     return "; ".join(f"{c.name}: {c.reason}" for c in decisive(evaluation))
 
 
@@ -294,9 +292,5 @@ def summary(evaluation: Evaluation, *, dry_run: bool = False) -> str:
 
 
 def p99_ratio(latency: Sequence[LatencyEvidence]) -> float | None:
-    """The worst (largest) canary/baseline ratio over the latency checks."""
     ratios = [e.ratio for e in latency if e.ratio is not None]
     return max(ratios) if ratios else None
-
-
-# ---------------------------------------------------------------- writing

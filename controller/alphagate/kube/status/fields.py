@@ -59,22 +59,13 @@ class ConditionType(StrEnum):
     SOURCE_HEALTHY = "SourceHealthy"
     SPEC_VALID = "SpecValid"
     ROLLOUT_COMPLETE = "RolloutComplete"
-    # False (reason VerdictStale) while Probing or On without a conclusive verdict for
-    # staleness.afterSeconds; True otherwise
-    VERDICT_FRESH = "VerdictFresh"
-    # False when the interval or window spans fewer than two scrape intervals (core/timing)
+    VERDICT_FRESH = "VerdictFresh"  # these three: kube.freshness
     TIMING_FITS = "TimingFits"
-    # False (reason: the cause, e.g. RequestsOutliveWindow) while the canary's windows hold
-    # fewer than two independent batches, so alpha has no interval (core/blocksize.py); True
-    # once a window is judged; unchanged while nothing is judged
     CANARY_JUDGEABLE = "CanaryJudgeable"
-    # False (reason ShortOutputs) while outputs are too short for speculation to pay
-    # (vllm:request_generation_tokens, core/suitability): no probe starts; True once measured
-    # long enough; absent while not measured
+    # False (ShortOutputs) while outputs are too short to pay: no probe; absent until measured
     OUTPUTS_LONG_ENOUGH = "OutputsLongEnough"
-    # False (reason CanaryApiBudgetExceeded, NamespaceApiBudgetExceeded or
-    # OverallApiBudgetExceeded) when the last evaluation was deferred because a Kubernetes API
-    # budget was spent (kube/apibudget); True once evaluated on time again; absent until then
+    # False (reason: the budget's scope) while evaluations are deferred (kube.apibudget);
+    # absent until the first deferral
     WITHIN_API_BUDGET = "WithinApiBudget"
 
 
@@ -127,7 +118,6 @@ def set_condition(
             observed_generation=generation,
         )
 
-    # lastTransitionTime moves only when the status flips
     out = [
         condition(c.last_transition_time if c.status == text else rfc3339(now))
         if c.type == str(kind)
@@ -139,6 +129,3 @@ def set_condition(
     order = [t.value for t in ConditionType]
     out.sort(key=lambda c: (order.index(c.type) if c.type in order else len(order), c.type))
     return out
-
-
-# ---------------------------------------------------------------- evidence from an Evaluation

@@ -228,7 +228,7 @@ def encode_memories(memories: Mapping[str, Memory]) -> str:
 
 
 def parse_status(obj: Mapping[str, Any] | None) -> CanaryStatus:
-    """The status block of a resource (dict) -> CanaryStatus; an unreadable one is empty."""
+    """An unreadable status block is empty."""
     raw = (obj or {}).get("status") if obj is not None else None
     if not isinstance(raw, dict):
         return CanaryStatus()

@@ -12,15 +12,12 @@ FIELD_MANAGER: Final = "alphagate"
 
 
 class StatusWriter:
-    """Reads SpeculativeCanary objects and writes their status through `/status` only."""
-
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
 
         self._custom = client.CustomObjectsApi(api_client)
 
     def read(self, namespace: str, name: str) -> dict[str, Any]:
-        """The whole resource as a dict."""
         from alphagate.kube.client import call
 
         result = call(
