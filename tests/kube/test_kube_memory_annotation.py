@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from alphagate.config import DeploymentRef, WorkloadKind
-from alphagate.core.model import Memory, State, Transition
+from alphagate.core.model import AlphaWindow, Memory, State, Transition
 from alphagate.core.spread import Spread
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
@@ -49,8 +49,23 @@ def _deployment(annotations: dict[str, str]) -> dict[str, Any]:
 def test_the_written_annotation_names_its_schema_version_and_reads_back() -> None:
     text = memory_annotation(MEMORY)
     assert next(iter(json.loads(text))) == "schemaVersion"  # first, for a reader of the YAML
-    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 2
+    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 3
     assert read_memory(text) == MEMORY
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_fail_run_is_kept_and_an_older_annotation_reads_with_an_empty_run(
+    version: int,
+) -> None:
+    # version 3 added Memory.run (core/streak.py): the judged windows a fail streak pools
+    run = (AlphaWindow(end=NOW - 300, value=0.48, tokens=7_800, se=0.033, dof=5.0),)
+    probing = MEMORY.model_copy(update={"state": State.PROBING, "run": run})
+    assert read_memory(memory_annotation(probing)) == probing
+    # what a version 1 or 2 controller wrote: no "run" key
+    old = {**json.loads(memory_annotation(MEMORY)), "schemaVersion": version}
+    old.pop("run")
+    resumed = read_memory(json.dumps(old))
+    assert resumed is not None and resumed.run == () and resumed == MEMORY
 
 
 def test_an_older_unversioned_annotation_still_resumes() -> None:
