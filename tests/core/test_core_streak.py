@@ -118,11 +118,55 @@ def test_a_window_without_evidence_neither_adds_nor_breaks_the_run() -> None:
 
 
 def test_a_run_keeps_only_the_windows_the_rule_needs() -> None:
+    # consecutiveWindows (2) and one more: the window an undecided one could not carry
     m = on()
-    for i in range(4):
+    for i in range(5):
         w = window(0.58, 0.03, 5.0, 5_000.0, T0 + (i + 1) * W)
         m = step(m, Verdict.INCONCLUSIVE, w, T0 + (i + 1) * W).memory
-    assert [w.end for w in m.run] == [T0 + 3 * W, T0 + 4 * W]
+    assert [w.end for w in m.run] == [T0 + 3 * W, T0 + 4 * W, T0 + 5 * W]
+
+
+def blocks(value: float, se: float, dof: float, tokens: float, end: float) -> AlphaWindow:
+    return AlphaWindow(end=end, value=value, tokens=tokens, se=se, dof=dof, blocks=True)
+
+
+# One canary pod at a true 0.45 on the code trace (tests/core/tracetraffic.py, seed 0): three
+# windows of 5, 1 (210 drafts: under minDrafts, not in the run) and 2 block dof.
+BURSTY = (
+    blocks(0.474, 0.031, 5.0, 5_961.0, T0 + W),
+    blocks(0.467, 0.019, 2.0, 2_901.0, T0 + 3 * W),
+)
+
+
+def test_one_pods_block_windows_share_one_dispersion_and_add_their_dof() -> None:
+    p = streak.pool(BURSTY, level=0.025**2, gate=0.55)
+    assert p is not None and p.dof == pytest.approx(7.0)  # 5 + 2 blocks' dof
+    # each window's dispersion se^2 T, weighed by its dof, over the run's tokens
+    dispersion = (5 * 0.031**2 * 5_961 + 2 * 0.019**2 * 2_901) / 7
+    welch = math.fsum((t / 8_862 * se) ** 2 for t, se in ((5_961, 0.031), (2_901, 0.019)))
+    assert p.std_error == pytest.approx(math.sqrt(max(welch, dispersion / 8_862)))
+    # the same windows across pods (no common dispersion) stay on Welch's dof, under 7
+    pods = tuple(w.model_copy(update={"blocks": False}) for w in BURSTY)
+    q = streak.pool(pods, level=0.025**2, gate=0.55)
+    assert q is not None and q.dof < 6.0
+    # a learned prior inside each window's dof counts once
+    prior = tuple(w.model_copy(update={"dof": w.dof + 6.0, "prior_dof": 6.0}) for w in BURSTY)
+    r = streak.pool(prior, level=0.025**2, gate=0.55)
+    assert r is not None and r.dof == pytest.approx(13.0)
+
+
+def test_a_run_pools_one_window_more_than_the_streak_needs() -> None:
+    # a failing window, an undecided one and a failing one: the last two pooled do not clear
+    # the gate at a^2, the three do (at the same level: the evidence of two failing windows)
+    first = blocks(0.455, 0.035, 6.0, 6_000.0, T0 + W)
+    second = blocks(0.488, 0.031, 2.0, 4_000.0, T0 + 2 * W)
+    third = blocks(0.440, 0.030, 6.0, 6_000.0, T0 + 3 * W)
+    assert [j for j, _ in pace.pooled_levels(0.95, 2)] == [2, 3]
+    assert [level for _, level in pace.pooled_levels(0.95, 2)] == pytest.approx([0.025**2] * 2)
+    two = streak.pool((second, third), level=0.025**2, gate=0.55)
+    assert two is not None and not two.fails
+    got = streak.test((first, second, third), confidence=0.95, windows=2, gate=0.55)
+    assert got is not None and got.fails and got.windows == 3
 
 
 def _estimate(value: float, se: float, dof: float, drafts: float) -> Estimate:
@@ -139,7 +183,9 @@ def test_a_window_keeps_the_variance_its_upper_bound_used() -> None:
                           "fail_dof": 8.0})  # fmt: skip
     got = streak.window_of(one_pod, end=T0, min_drafts=500)
     assert got is not None and (got.se, got.dof, got.tokens) == (0.03, 8.0, 6_000)
-    assert streak.window_of(e, end=T0, min_drafts=500) is not None
+    assert got.blocks  # one pod's time blocks: its windows share one dispersion
+    across = streak.window_of(e, end=T0, min_drafts=500)
+    assert across is not None and not across.blocks
     assert streak.window_of(e, end=T0, min_drafts=5_000) is None  # under minDrafts: none
     bad = Estimate(**{**{f: getattr(e, f) for f in e.__slots__},
                       "method": EstimateMethod.INSUFFICIENT})  # fmt: skip

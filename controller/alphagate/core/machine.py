@@ -28,9 +28,9 @@ Rules:
   alpha far below the gate is probed rarely, one just below it sooner.
 * A decisive FAIL (its bound at a quarter of the joint level a^n of the windows the rule needs
   clears the gate: `checks.decisive`) rolls back on its own judged window, and so does a fail
-  run whose last j = 2..n judged windows, pooled, clear it at their joint level a^j
+  run whose last j = 2..n + 1 judged windows, pooled, clear it at the joint level a^min(j, n)
   (`core.streak`, `Memory.run`), whatever the last window shows alone. `pace.budget` states
-  the bound (0.40 a day at the gate, shipped chat policy); every policy rollback carries it.
+  the bound (0.58 a day at the gate, shipped chat policy); every policy rollback carries it.
   An early re-probe's probe ends on its first judged failing window (`ShapeMemory.spent`).
 * An enable while the running pod template already carries the config restarts nothing: it
   is not a flip (no flip budget, no warm-up from it).

@@ -359,6 +359,8 @@ class AlphaWindow(BaseModel):
     tokens: float
     se: float
     dof: float
+    prior_dof: float = 0.0  # the learned prior's dof inside `dof` (core/spread.py)
+    blocks: bool = False  # one pod's time blocks (one dispersion), not pods
 
 
 class Memory(BaseModel):
