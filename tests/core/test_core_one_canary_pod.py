@@ -96,10 +96,12 @@ def test_one_canary_pod_on_the_bursty_code_trace_is_rolled_back_within_three_win
     # fills a few of a window's ten 30 s blocks: Kish's dof over their drafts were 1.3-4, so
     # the upper bound stayed above 0.55 for windows on end (16 of these 24 seeds rolled back
     # within 15 minutes). The upper bound now counts each block as one dof (the quasi-
-    # likelihood dispersion, core/acceptance.py `_blocks_of_one_pod`): 20 of 24. A window's
-    # alpha itself strays 0.034 (sd) from the truth here, so no honest interval gets all.
+    # likelihood dispersion, core/acceptance.py `_blocks_of_one_pod`): 20 of 24; and a run of
+    # windows pooled (core/streak.py) rolls back where an Inconclusive window broke the
+    # streak: 22 of 24. A window's alpha itself strays 0.034 (sd) from the truth here, so no
+    # honest interval gets all.
     last = [_run(0.45, seed, 3, trace="code")[-1].action for seed in range(24)]
-    assert sum(a is Action.DISABLE for a in last) >= 19, last
+    assert sum(a is Action.DISABLE for a in last) >= 21, last
 
 
 def test_a_healthy_canary_on_the_code_trace_is_never_failed() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from alphagate.config import DeploymentRef, WorkloadKind
 from alphagate.core.latency_run import LatencyRun, TailCount
-from alphagate.core.model import Memory, State, Transition
+from alphagate.core.model import AlphaWindow, Memory, State, Transition
 from alphagate.core.spread import Spread
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
@@ -50,7 +50,7 @@ def _deployment(annotations: dict[str, str]) -> dict[str, Any]:
 def test_the_written_annotation_names_its_schema_version_and_reads_back() -> None:
     text = memory_annotation(MEMORY)
     assert next(iter(json.loads(text))) == "schemaVersion"  # first, for a reader of the YAML
-    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 2
+    assert json.loads(text)["schemaVersion"] == MEMORY_SCHEMA_VERSION == 3
     assert read_memory(text) == MEMORY
 
 
@@ -62,11 +62,26 @@ def test_the_latency_run_reads_back_and_a_version_2_annotation_without_it_resume
     )
     with_run = MEMORY.model_copy(update={"latency_run": run})
     assert read_memory(memory_annotation(with_run)) == with_run
-    older = json.loads(memory_annotation(MEMORY))
+    older = {**json.loads(memory_annotation(MEMORY)), "schemaVersion": 2}
     del older["latency_run"]
-    assert older["schemaVersion"] == 2
+    older.pop("run", None)
     resumed = read_memory(json.dumps(older))
-    assert resumed == MEMORY and resumed.latency_run == LatencyRun()
+    assert resumed.latency_run == LatencyRun()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_fail_run_is_kept_and_an_older_annotation_reads_with_an_empty_run(
+    version: int,
+) -> None:
+    # version 3 added Memory.run (core/streak.py): the judged windows a fail streak pools
+    run = (AlphaWindow(end=NOW - 300, value=0.48, tokens=7_800, se=0.033, dof=5.0),)
+    probing = MEMORY.model_copy(update={"state": State.PROBING, "run": run})
+    assert read_memory(memory_annotation(probing)) == probing
+    # what a version 1 or 2 controller wrote: no "run" key
+    old = {**json.loads(memory_annotation(MEMORY)), "schemaVersion": version}
+    old.pop("run")
+    resumed = read_memory(json.dumps(old))
+    assert resumed is not None and resumed.run == () and resumed == MEMORY
 
 
 def test_an_older_unversioned_annotation_still_resumes() -> None:

@@ -351,8 +351,8 @@ def _judged(evs: Sequence[Evaluation], after: float) -> list[Evaluation]:
 @pytest.mark.parametrize("name", POLICIES)
 def test_a_healthy_canary_is_confirmed_and_never_rolled_back(name: str) -> None:
     # alpha ~0.70 and the baseline's latency, three simulated hours from a new canary's first
-    # probe. Every policy bounds its false rollbacks a day at a truth ON the gate (0.22 for
-    # the chat policy, 1.6 for the mixed fleet's three checks); at 0.70-0.72, three bands
+    # probe. Every policy bounds its false rollbacks a day at a truth ON the gate (0.40 for
+    # the chat policy, 1.8 for the mixed fleet's three checks); at 0.70-0.72, three bands
     # above it, one in three hours would be a broken rule, not noise.
     spec = shipped(name)
     seconds = HEALTHY_HOURS * 3600

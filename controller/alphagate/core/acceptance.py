@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 from alphagate.core.batching import Ratio, blocks, ratio
@@ -268,8 +269,7 @@ def estimate(
     # batches on the jackknife (HC3) is kept: batch sums of few, long, lognormal requests are
     # skewed, and HC2 covered only 92-93% on four to eight such pods (docs/decisions.md).
     r = ratio(units, jackknife=_jackknife(len(units), requests))
-    # One batch (or one holding numerically all the tokens) leaves no spread to learn from.
-    if r is None or not r.conclusive:
+    if r is None or not r.conclusive:  # one batch (or one with all the tokens): no spread
         return make(0.0, 1.0, INSUFFICIENT, math.nan, 0.0)
     scale = math.sqrt(max(1.0, inflation))
     se, dof = r.se * scale, r.dof
@@ -283,12 +283,13 @@ def estimate(
         fail_side = moderated(*fail_side, prior, alpha) if fail_side is not None else None
     if se > 0:
         lower, upper = _bounds(alpha, se, dof, n, tokens, confidence)
-        if fail_side is not None:
+        if fail_side is not None:  # kept: a fail run pools what its upper bound used
             upper = _bounds(alpha, *fail_side, n, tokens, confidence)[1]
+            made = make(lower, upper, EstimateMethod.BATCH_MEANS, se, dof)
+            return replace(made, fail_std_error=fail_side[0], fail_dof=fail_side[1])
         return make(lower, upper, EstimateMethod.BATCH_MEANS, se, dof)
-    # Every batch shows the same ratio, in practice alpha exactly 0 or 1 in every pod: no
-    # request accepted (or rejected) anything, so drafts are alike and Wilson over them bounds
-    # it (a draft's accepted share lies in [0, 1]); a zero-width interval would claim more.
+    # Every batch shows the same ratio (alpha exactly 0 or 1 in every pod): drafts are alike
+    # and Wilson over them bounds it; a zero-width interval would claim more.
     lower, upper = wilson(alpha, drafts, confidence)
     z = normal_quantile(0.5 + confidence / 2.0)
     return make(lower, upper, EstimateMethod.WILSON_DRAFTS, (upper - lower) / (2.0 * z), dof)

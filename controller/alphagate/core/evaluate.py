@@ -34,6 +34,7 @@ from alphagate.core import (
     reprobe,
     shape,
     speedup,
+    streak,
     timing,
     window,
 )
@@ -375,6 +376,7 @@ def decide(
             ),
             shortfall=max((checks.shortfall(c, band) for c in results), default=0.0),
             shape=window_shape,
+            alpha=streak.window_of(combined, end=observation.at, min_drafts=gate.min_drafts),
         )
     )
     withheld = _withheld(spec, observation, names, decision, command=command)

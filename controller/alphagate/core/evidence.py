@@ -54,6 +54,18 @@ class Estimate:
     inflation: float = 1.0
     own_std_error: float = math.nan
     prior_dof: float = 0.0
+    # The (se, dof) the upper bound was computed on, when it differs from (std_error, dof):
+    # one pod's time blocks (`acceptance._blocks_of_one_pod`). NaN: the same as std_error.
+    # What a streak pools to test a Fail across windows (`core.streak`).
+    fail_std_error: float = math.nan
+    fail_dof: float = math.nan
+
+    @property
+    def fail_side(self) -> tuple[float, float]:
+        """(se, dof) behind the upper bound: the fail side's when set, else the estimate's."""
+        if math.isfinite(self.fail_std_error):
+            return self.fail_std_error, self.fail_dof
+        return self.std_error, self.dof
 
     @property
     def mean_acceptance_length(self) -> float:

@@ -7,47 +7,40 @@
      └── (start) ─ RolledBack <──────┴───┘          Paused: holds any state
 
 Rules:
-* Only FAIL flips, and only after `consecutiveWindows` CONSECUTIVE failing JUDGED windows. A
-  judged window is whole and shares no data with the last one judged (`window.judged`): one
-  verdict per windowSeconds, whatever the evaluation interval, so no failing window is picked
-  among overlapping ones. A judged INCONCLUSIVE or PASS window breaks a fail streak, and so
-  does a gap of more than a window since the last judged one; looks between judged windows and
-  ERROR windows count nothing. Confirming (Probing -> On) needs `consecutiveWindows` judged
-  PASS windows with no judged FAIL between them. With a one-sided level a = (1 - confidence)
-  / 2 per window, n windows in a row fail on noise about N a^n times a day (N = 86,400 /
-  windowSeconds) at a truth on the gate, fewer inside the band (`core.pace`). The one
-  exception is the configured fail-safe: `errors.failSafeAfter` consecutive ERROR windows with
-  `failSafe: disable`.
+* Only FAIL flips: `consecutiveWindows` CONSECUTIVE failing JUDGED windows (or the decisive
+  rules below). A judged window is whole and shares no data with the last one judged
+  (`window.judged`): one verdict per windowSeconds, so no failing window is picked among
+  overlapping ones. A judged INCONCLUSIVE or PASS window, or a gap of more than a window,
+  breaks a fail streak; looks and ERROR windows count nothing. Confirming needs
+  `consecutiveWindows` judged PASS windows with no judged FAIL between them. At a one-sided
+  level a = (1 - confidence) / 2 a window, n in a row fail on noise about N a^n times a day
+  (N = 86,400 / windowSeconds) at a truth on the gate (`core.pace`). The one exception is the
+  fail-safe: `errors.failSafeAfter` consecutive ERROR windows with `failSafe: disable`.
 * Data from a rollout in progress, or from before the warm-up after the last rollout or flip
   ended, is never judged: PASS/FAIL there count as INCONCLUSIVE("warm-up").
 * Off/RolledBack -> Probing (ENABLE) once the cooldown has passed (or early, on evidence that
-  the traffic it failed on is gone: `core.reprobe`), the minimum dwell since the last flip has
-  passed, no source error is pending, and the flip budget has room for the enable AND its
-  possible rollback. Disables are always allowed, so no sliding hour ever holds more than
-  maxFlipsPerHour automatic flips.
+  the traffic it failed on is gone: `core.reprobe`), after the minimum dwell, with no source
+  error pending and room in the flip budget for the enable AND its possible rollback.
+  Disables are always allowed, so no sliding hour holds more than maxFlipsPerHour flips.
 * Rollback cooldown = initial * factor**(index + depth) (capped): index counts rollbacks in a
-  row and steps down by one per cooldown.decayAfterSeconds spent On (sustained stability), not
-  on a mere confirmation; depth is how decisive this rejection was: one step per full band
-  (enableAbove - disableBelow) the failing alpha lies below its threshold (`shortfall`). An
-  alpha far below the gate needs a large change of traffic to come back, so it is probed
-  rarely; one just below it, sooner.
-* A decisive FAIL (its bound at a quarter of the joint level a^n of all the windows the rule
-  needs clears the gate: `checks.decisive`) rolls back on its own judged window: it carries
-  the evidence of them all, and spends at most another N a^n / 4 a day. `pace.budget` states
-  the rule's bound (0.22 a day at the gate for the shipped chat policy); every policy rollback
-  carries it in its evidence. A probe an early re-probe started ends on its first judged
-  failing window (one bet per confirmation: `ShapeMemory.spent`).
-* An enable while the running pod template already carries the config (a new canary created
-  speculating) restarts nothing: it is not a flip (no flip budget, no warm-up from it).
-* Manual commands override the policy's verdicts but obey its guards: an enable waits for the
-  cooldown, the minimum dwell and room in the flip budget, and a promote needs promotion
-  enabled, unless forced (`--force`: the transition records `forced` and the `Guard`s it
-  overrode). They are recorded as transitions with cause MANUAL (REFUSED, with the guards,
-  when the machine refuses them). A disable is always allowed.
-* Staleness: Probing or On with no conclusive verdict (PASS or FAIL) for staleness.afterSeconds
-  raises VERDICT_STALE; with staleness.failSafe disable it rolls back (cause STALE_FAIL_SAFE).
-* Every transition carries its `Cause` and every decision its `Alert`s: the shell branches on
-  those, never on the reason text.
+  row, one step down per cooldown.decayAfterSeconds spent On; depth is one step per full band
+  (enableAbove - disableBelow) the failing alpha lies below its threshold (`shortfall`): an
+  alpha far below the gate is probed rarely, one just below it sooner.
+* A decisive FAIL (its bound at a quarter of the joint level a^n of the windows the rule needs
+  clears the gate: `checks.decisive`) rolls back on its own judged window, and so does a fail
+  run whose last j = 2..n + 1 judged windows, pooled, clear it at the joint level a^min(j, n)
+  (`core.streak`, `Memory.run`), whatever the last window shows alone. `pace.budget` states
+  the bound (0.58 a day at the gate, shipped chat policy); every policy rollback carries it.
+  An early re-probe's probe ends on its first judged failing window (`ShapeMemory.spent`).
+* An enable while the running pod template already carries the config restarts nothing: it
+  is not a flip (no flip budget, no warm-up from it).
+* Manual commands override the policy's verdicts but obey its guards (cooldown, minimum
+  dwell, flip budget; a promote needs promotion enabled) unless forced (`--force`: recorded
+  with the `Guard`s it overrode); cause MANUAL, or REFUSED with the guards. A disable is
+  always allowed.
+* Staleness: no conclusive verdict while Probing or On for staleness.afterSeconds raises
+  VERDICT_STALE; with staleness.failSafe disable it rolls back (cause STALE_FAIL_SAFE).
+* Transitions carry a `Cause`, decisions their `Alert`s: the shell branches on those.
 
 `step` is a pure function: memory, verdict and `now` in; new memory, action and reason out.
 """
@@ -60,11 +53,12 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
-from alphagate.core import pace, reprobe
+from alphagate.core import pace, reprobe, streak
 from alphagate.core.manual import manual
 from alphagate.core.model import (
     Action,
     Alert,
+    AlphaWindow,
     Cause,
     CheckKind,
     Command,
@@ -221,9 +215,14 @@ def _stale_safe(ctx: Ctx) -> Decision | None:
 
 
 def _fail_text(ctx: Ctx, to_fail: int) -> str:
-    m = ctx.memory
+    m, p = ctx.memory, ctx.pooled
     if m.fail_streak >= to_fail:
         return f"{m.fail_streak} consecutive failing windows"
+    if p is not None:
+        return (
+            f"the last {p.windows} windows pooled: alpha {p.value:.3f}, its bound at the joint "
+            f"level of {to_fail} windows {p.upper:.3f} clears the gate"
+        )
     return (
         f"one decisive failing window (its bound at the joint level of {to_fail} windows clears "
         f"the gate; fail streak {m.fail_streak}/{to_fail})"
@@ -232,7 +231,11 @@ def _fail_text(ctx: Ctx, to_fail: int) -> str:
 
 def _fails(ctx: Ctx, to_fail: int) -> bool:
     """A judged failing window that completes the streak, or carries its evidence alone."""
-    if not ctx.judged or ctx.verdict is not Verdict.FAIL:
+    if not ctx.judged:
+        return False
+    if ctx.pooled is not None:  # the run's pooled windows fail, whatever this one alone shows
+        return True
+    if ctx.verdict is not Verdict.FAIL:
         return False
     return ctx.memory.fail_streak >= to_fail or ctx.decisive
 
@@ -406,6 +409,7 @@ class StepInput:
     decisive: bool = False
     shortfall: float = 0.0
     shape: TrafficShape | None = None
+    alpha: AlphaWindow | None = None
 
 
 def step(given: StepInput) -> Decision:
@@ -449,10 +453,11 @@ def step(given: StepInput) -> Decision:
             paused_by="spec",
         )
 
-    memory = _streaks(
-        memory, effective, counts=counts, adjacent=adjacent(spec, memory, start), now=now
-    )
+    follows = adjacent(spec, memory, start)
+    memory = _streaks(memory, effective, counts=counts, adjacent=follows, now=now)
     ctx = replace(ctx, memory=memory, alerts=_alerts(memory, spec, now), judged=counts)
+    if counts:
+        ctx = _pooled(ctx, given.alpha, follows)
     if memory.state is State.PAUSED:
         if spec.paused:
             return ctx.hold(f"paused by spec ({_judged_text(ctx)})")
@@ -460,6 +465,17 @@ def step(given: StepInput) -> Decision:
     if rollout.in_progress:
         return _rolling(ctx)
     return HANDLERS[memory.state](ctx)
+
+
+def _pooled(ctx: Ctx, alpha: AlphaWindow | None, follows: bool) -> Ctx:
+    """The fail run after this judged window (`core.streak`): its pooled windows may fail."""
+    run, pooled = streak.after(ctx.memory.run, ctx.verdict, alpha, follows, ctx.spec.acceptance)
+    ctx = replace(ctx, memory=ctx.memory.model_copy(update={"run": run}))
+    if pooled is None:
+        return ctx
+    evidence = {**ctx.evidence, **pooled.fields()}
+    deeper = max(ctx.shortfall, pooled.shortfall)
+    return replace(ctx, pooled=pooled, shortfall=deeper, evidence=evidence)
 
 
 def _alerts(memory: Memory, spec: SpeculativeCanarySpec, now: float) -> tuple[Alert, ...]:

@@ -349,6 +349,21 @@ class ShapeMemory(BaseModel):
     spent: bool = False  # an early re-probe failed since speculation was last confirmed
 
 
+class AlphaWindow(BaseModel):
+    """One judged window's alpha as a fail run pools it (`core.streak`): its value, its draft
+    tokens (the weight) and the standard error and degrees of freedom its upper bound used."""
+
+    model_config = ConfigDict(frozen=True)
+
+    end: float  # the window's end
+    value: float
+    tokens: float
+    se: float
+    dof: float
+    prior_dof: float = 0.0  # the learned prior's dof inside `dof` (core/spread.py)
+    blocks: bool = False  # one pod's time blocks (one dispersion), not pods
+
+
 class Memory(BaseModel):
     """Everything the state machine must remember between evaluations.
 
@@ -363,6 +378,9 @@ class Memory(BaseModel):
     state_before_pause: State | None = None
     pass_streak: int = 0  # consecutive windows whose acceptance+latency verdict was PASS
     fail_streak: int = 0  # consecutive windows with a FAIL
+    # the judged windows of the current fail run, pooled to test a Fail across them
+    # (core/streak.py; at most consecutiveWindows, oldest first; () in an older annotation)
+    run: tuple[AlphaWindow, ...] = ()
     error_streak: int = 0  # consecutive windows with an ERROR
     # end of the last window counted into the pass or fail streak: a window that overlaps it is
     # not new evidence (0: the next decisive window counts)

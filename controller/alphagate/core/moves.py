@@ -25,6 +25,7 @@ from alphagate.core.model import (
     Transition,
     Verdict,
 )
+from alphagate.core.streak import Pooled
 
 HISTORY_LIMIT: Final = 20
 
@@ -56,6 +57,7 @@ class Ctx:
     judged: bool = False  # a whole window disjoint from the last judged one: it counts
     shortfall: float = 0.0  # the failing alpha's distance below its threshold, in bands
     shape: TrafficShape | None = None  # the window's traffic shape (early re-probe evidence)
+    pooled: Pooled | None = None  # the fail run's pooled test, when it failed (core.streak)
 
     def hold(self, reason: str, *extra_alerts: Alert, memory: Memory | None = None) -> Decision:
         return Decision(
@@ -115,6 +117,7 @@ def move(
         "since": now if to is not memory.state else memory.since,
         "pass_streak": 0,
         "fail_streak": 0,
+        "run": (),
         "history": (*memory.history, transition)[-HISTORY_LIMIT:],
     }
     fields.update(update)

@@ -37,10 +37,12 @@ ANN_SPECULATION: Final = "alphagate.io/speculation"  # what alphagate last wrote
 # are version 1's. A controller reads every version up to its own; a newer one (a later
 # controller's, then a downgrade) is not guessed at: it reads as no annotation, and the Memory
 # resumes from the status. Bump it, with a reader for the old shape, when a field changes
-# meaning; adding a field with a default needs no bump (unknown keys are ignored).
-# 2: `spread` holds the variance learned per alpha (1 - alpha) (core/spread.py); version 1's
-# was unscaled, and is dropped on reading (the slice learns it again within three windows).
-MEMORY_SCHEMA_VERSION: Final = 2
+# meaning or is added. 2: `spread` holds the variance learned per alpha (1 - alpha)
+# (core/spread.py); version 1's was unscaled, and is dropped on reading (the slice learns it
+# again within three windows). 3: `Memory.run`, the fail run's pooled windows
+# (core/streak.py); an older annotation reads with an empty run (the field's default), so a
+# restarted controller starts the run over and judges the streak as before.
+MEMORY_SCHEMA_VERSION: Final = 3
 
 ROLLOUT_GROUP: Final = "argoproj.io"
 ROLLOUT_VERSION: Final = "v1alpha1"
