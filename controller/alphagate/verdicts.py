@@ -30,7 +30,8 @@ from typing import Any, Final, Protocol
 
 from alphagate.config import API_VERSION, GROUP, PLURAL
 from alphagate.errors import KubeError
-from alphagate.kube.status import parse_status, parse_time
+from alphagate.kube.status.fields import parse_time
+from alphagate.kube.status.resource import parse_status
 from alphagate.verdict_auth import Auth, Caller, TooManyReviews
 
 PREFIX: Final = "/api/v1/"

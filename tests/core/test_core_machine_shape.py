@@ -37,7 +37,7 @@ from alphagate.core.model import (
     TrafficShape,
     Verdict,
 )
-from alphagate.kube.status import decode_memories, encode_memories
+from alphagate.kube.status.resource import decode_memories, encode_memories
 from specs import MACHINE_SPEC, spec_from
 
 BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)

@@ -22,7 +22,7 @@ from alphagate.errors import ApiBudgetError
 from alphagate.kube.apibudget import ApiBudget, BudgetConfig, BudgetScope, Charged, Rate
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef
-from alphagate.kube.status import CanaryStatus, parse_status
+from alphagate.kube.status.resource import CanaryStatus, parse_status
 from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.shell.outcome import Outcome

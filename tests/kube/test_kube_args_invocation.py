@@ -13,7 +13,7 @@ from alphagate.kube import args as argsmod
 from alphagate.kube.args import ArgsError
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.kube.workload import workload_state
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate

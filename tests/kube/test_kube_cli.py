@@ -11,18 +11,10 @@ from typer.testing import CliRunner
 from alphagate.cli import app
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.crd import render_crd
-from alphagate.kube.status import (
-    ANN_COMMAND,
-    ANN_COMMAND_ID,
-    CanaryStatus,
-    ConditionType,
-    Decision,
-    LatencyEvidence,
-    SliceEvidence,
-    pending_command,
-    rfc3339,
-    set_condition,
-)
+from alphagate.kube.status.commands import ANN_COMMAND, ANN_COMMAND_ID, pending_command
+from alphagate.kube.status.evidence import LatencyEvidence, SliceEvidence
+from alphagate.kube.status.fields import ConditionType, rfc3339, set_condition
+from alphagate.kube.status.resource import CanaryStatus, Decision
 from alphagate_lab.sandbox.apiserver import ApiServer
 
 runner = CliRunner()

@@ -20,7 +20,7 @@ from alphagate.errors import KubeError, RecordChangedError
 from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import CanaryStatus, parse_status
+from alphagate.kube.status.resource import CanaryStatus, parse_status
 from alphagate.kube.workload import ANN_OWNER
 from alphagate.shell.reconciler import Reconciler
 from alphagate.sources import factory

@@ -21,7 +21,7 @@ from alphagate.core.model import Evaluation, Observation, Role, Verdict
 from alphagate.errors import SourceErrorKind
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.shell.reconciler import Reconciler
 from alphagate.shell.reporting import NullRecorder
 from alphagate.sources import Source, make_source

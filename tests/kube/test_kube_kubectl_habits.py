@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from alphagate.cli import app
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import default_namespace
-from alphagate.kube.status import CanaryStatus, rfc3339
+from alphagate.kube.status.fields import rfc3339
+from alphagate.kube.status.resource import CanaryStatus
 from alphagate_lab.sandbox.apiserver import ApiServer
 
 runner = CliRunner()

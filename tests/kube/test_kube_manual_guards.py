@@ -16,14 +16,13 @@ from alphagate.cli import app
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import (
+from alphagate.kube.status.commands import (
     ANN_COMMAND,
     ANN_COMMAND_FORCE,
-    CanaryStatus,
     command_forced,
-    parse_status,
     pending_command,
 )
+from alphagate.kube.status.resource import CanaryStatus, parse_status
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer
 

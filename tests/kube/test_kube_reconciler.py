@@ -23,7 +23,8 @@ from alphagate.core.model import Memory, State
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import ANN_COMMAND, ANN_COMMAND_ID, decode_memories, parse_status
+from alphagate.kube.status.commands import ANN_COMMAND, ANN_COMMAND_ID
+from alphagate.kube.status.resource import decode_memories, parse_status
 from alphagate.kube.workload import ANN_MEMORY
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate

@@ -14,7 +14,7 @@ from kube_support import BASE_ARGS, CFG, NS, Clock, FakeSource, canary_cr
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.kube.workload import ANN_SPECULATION, ANN_STATE
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import (

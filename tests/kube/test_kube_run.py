@@ -16,7 +16,7 @@ import pytest
 from kube_support import FAST_TIMING, NS, FakeSource, canary_cr, seed, speculating
 
 from alphagate.kube.client import Kube
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate_lab.sandbox.apiserver.access import CONTROLLER_TOKEN

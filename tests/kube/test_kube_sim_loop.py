@@ -15,7 +15,7 @@ from kube_support import NS, canary_cr, speculating
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 from alphagate_lab.sim.fleet import Fleet

@@ -21,7 +21,7 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import NoData, Observation, Role
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.shell.exporter import Recorder
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer

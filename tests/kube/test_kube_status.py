@@ -30,21 +30,17 @@ from alphagate.core.resolution import TailWithin
 from alphagate.errors import ForbiddenError, KubeError, NotFoundError
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder, ObjectRef, list_events
-from alphagate.kube.status import (
+from alphagate.kube.status.evidence import latency_evidence, p99_ratio, slice_evidence
+from alphagate.kube.status.fields import ConditionType, rfc3339, set_condition
+from alphagate.kube.status.resource import (
     CanaryStatus,
-    ConditionType,
     Decision,
-    StatusWriter,
     decode_memories,
     encode_memories,
     history_entries,
-    latency_evidence,
-    p99_ratio,
     parse_status,
-    rfc3339,
-    set_condition,
-    slice_evidence,
 )
+from alphagate.kube.status.writer import StatusWriter
 from alphagate_lab.sandbox.apiserver import ApiServer
 
 NOW = 1_800_000_000.0

@@ -14,7 +14,7 @@ from alphagate.core.model import AcceptanceSample, Buckets, Observation, PoolObs
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
-from alphagate.kube.status import parse_status
+from alphagate.kube.status.resource import parse_status
 from alphagate.shell.reconciler import Reconciler
 from alphagate_lab.sandbox.apiserver import ApiServer
 

@@ -22,7 +22,7 @@ from alphagate.core.model import (
     State,
 )
 from alphagate.kube.insights_status import insights_status
-from alphagate.kube.status import CanaryStatus
+from alphagate.kube.status.resource import CanaryStatus
 from alphagate.shell import exporter, metric_names
 
 INF = math.inf

@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.kube.client import Kube
-from alphagate.kube.status import CanaryStatus, Decision, rfc3339
+from alphagate.kube.status.fields import rfc3339
+from alphagate.kube.status.resource import CanaryStatus, Decision
 from alphagate.shell import server as metrics_server
 from alphagate.shell.watch import WatchLoop
 from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth

@@ -35,14 +35,14 @@ from alphagate.commands.kubeopts import (
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.errors import KubeError
 from alphagate.kube.client import Kube, call
-from alphagate.kube.status import (
+from alphagate.kube.status.commands import (
     ANN_COMMAND,
     ANN_COMMAND_BY,
     ANN_COMMAND_FORCE,
     ANN_COMMAND_ID,
     COMMANDS,
-    parse_status,
 )
+from alphagate.kube.status.resource import parse_status
 
 FORCIBLE = ("enable", "promote")
 """Commands with guards `--force` may override."""

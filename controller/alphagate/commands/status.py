@@ -26,7 +26,8 @@ from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.errors import ForbiddenError
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import list_events
-from alphagate.kube.status import CanaryStatus, parse_status, parse_time
+from alphagate.kube.status.fields import parse_time
+from alphagate.kube.status.resource import CanaryStatus, parse_status
 
 
 class Output(StrEnum):

@@ -51,9 +51,12 @@ class AcceptanceGate(StrictModel):
         ge=1,
         le=100,
         description=(
-            "Judged windows in a row (whole, disjoint: one per windowSeconds) that must fail "
-            "before a rollback, or pass before a probe is confirmed. An undecided judged "
-            "window, or a gap of more than a window, starts a failing count over."
+            "Judged windows (whole, disjoint: one per windowSeconds) of evidence a rollback "
+            "needs, or passing in a row before a probe is confirmed. A fail run pools its "
+            "last windows: they roll back together when their pooled upper bound is below "
+            "disableBelow at the joint level of that many windows. A judged Pass, or a gap "
+            "of more than a window, ends the run; a window without an interval neither adds "
+            "nor breaks it."
         ),
     )
     batch_seconds: PositiveSeconds | None = Field(
@@ -147,7 +150,11 @@ class LatencyGuard(StrictModel):
         default=2,
         ge=1,
         le=100,
-        description="Disjoint windows in a row with a regression before a rollback.",
+        description=(
+            "Disjoint windows in a row with a regression before a rollback. Each judged "
+            "window also tests the P99 Fail-edge counts of the last this many adjacent "
+            "windows pooled; a pooled Fail rolls back on that window."
+        ),
     )
     batch_seconds: PositiveSeconds = Field(
         default=30.0,

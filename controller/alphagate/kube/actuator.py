@@ -49,7 +49,7 @@ from alphagate.kube import ownership
 from alphagate.kube.client import API_ERRORS, call, translate
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
 from alphagate.kube.refusals import claimed_message, refuse_rejected, warning_reason
-from alphagate.kube.status import rfc3339
+from alphagate.kube.status.fields import rfc3339
 from alphagate.kube.workload import (
     ANN_LAST_FLIP,
     ANN_MEMORY,

@@ -21,7 +21,7 @@ import yaml
 
 from alphagate import specconfig
 from alphagate.config import GROUP, KIND, PLURAL, VERSION, SpeculativeCanary, SpeculativeCanarySpec
-from alphagate.kube.status import CanaryStatus
+from alphagate.kube.status.resource import CanaryStatus
 
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
 SHORT_NAMES: Final = ["speccanary"]

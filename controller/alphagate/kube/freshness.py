@@ -16,7 +16,7 @@ from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import AcceptanceEvidence, Alert, CheckKind, Evaluation, Judgeability
 from alphagate.core.timing import TimingWarning
 from alphagate.kube.events import judgeable_message
-from alphagate.kube.status import ConditionType, set_condition
+from alphagate.kube.status.fields import ConditionType, set_condition
 
 
 def verdict_fresh(

@@ -42,7 +42,7 @@ from alphagate.config import WorkloadKind, WorkloadRef
 from alphagate.kube import args as argsmod
 from alphagate.kube import invocation
 from alphagate.kube.client import call, to_dict
-from alphagate.kube.status import parse_time
+from alphagate.kube.status.fields import parse_time
 from alphagate.kube.workload import (
     WorkloadState,
     container_flag,

@@ -13,23 +13,15 @@ from alphagate.core.suitability import Finding
 from alphagate.errors import ClaimedError
 from alphagate.kube.args import ArgsError
 from alphagate.kube.insights_status import DraftTuningStatus, insights_status, tuning_status
-from alphagate.kube.status import (
+from alphagate.kube.status.evidence import latency_evidence, p99_ratio, slice_evidence, summary, why
+from alphagate.kube.status.fields import Condition, ConditionType, rfc3339, rounded, set_condition
+from alphagate.kube.status.resource import (
     CanaryStatus,
     CommandRecord,
-    Condition,
-    ConditionType,
     Decision,
     UnitStatus,
     encode_memories,
     history_entries,
-    latency_evidence,
-    p99_ratio,
-    rfc3339,
-    rounded,
-    set_condition,
-    slice_evidence,
-    summary,
-    why,
 )
 from alphagate.kube.units import UnitOutcome
 

@@ -23,7 +23,7 @@ from alphagate.config import WorkloadKind
 from alphagate.core.model import Memory
 from alphagate.kube import args as argsmod
 from alphagate.kube.client import to_dict
-from alphagate.kube.status import parse_time
+from alphagate.kube.status.fields import parse_time
 
 ANN_STATE: Final = "alphagate.io/state"
 ANN_MEMORY: Final = "alphagate.io/memory"

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from alphagate.kube.apibudget import ApiBudget, Deferral
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
-from alphagate.kube.status import CanaryStatus, Condition, ConditionType, set_condition
+from alphagate.kube.status.fields import Condition, ConditionType, set_condition
+from alphagate.kube.status.resource import CanaryStatus
 
 
 def budget_condition(

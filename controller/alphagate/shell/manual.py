@@ -12,14 +12,9 @@ from typing import Any
 
 from alphagate.core.model import Command
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
-from alphagate.kube.status import (
-    COMMANDS,
-    CanaryStatus,
-    CommandRecord,
-    command_forced,
-    pending_command,
-    rfc3339,
-)
+from alphagate.kube.status.commands import COMMANDS, command_forced, pending_command
+from alphagate.kube.status.fields import rfc3339
+from alphagate.kube.status.resource import CanaryStatus, CommandRecord
 from alphagate.kube.units import UnitOutcome
 
 

@@ -16,7 +16,8 @@ from alphagate.core.model import Evaluation, Memory, Observation, Rollout
 from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.kube.apibudget import Deferral
 from alphagate.kube.events import ObjectRef
-from alphagate.kube.status import CanaryStatus, Condition
+from alphagate.kube.status.fields import Condition
+from alphagate.kube.status.resource import CanaryStatus
 from alphagate.kube.units import UnitOutcome
 from alphagate.kube.workload import WorkloadState
 from alphagate.shell.manual import Manual

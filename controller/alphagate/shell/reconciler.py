@@ -57,13 +57,9 @@ from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate.kube.freshness import verdict_fresh
-from alphagate.kube.status import (
-    CanaryStatus,
-    ConditionType,
-    StatusWriter,
-    parse_status,
-    set_condition,
-)
+from alphagate.kube.status.fields import ConditionType, set_condition
+from alphagate.kube.status.resource import CanaryStatus, parse_status
+from alphagate.kube.status.writer import StatusWriter
 from alphagate.kube.units import units_of
 from alphagate.shell.api_budget import budget_condition
 from alphagate.shell.claims import prepare

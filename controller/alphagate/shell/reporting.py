@@ -17,7 +17,7 @@ from alphagate.core.insights import Insights
 from alphagate.core.model import Evaluation, Verdict
 from alphagate.errors import BudgetKind, SourceErrorKind
 from alphagate.kube.apibudget import BudgetScope
-from alphagate.kube.status import latency_evidence, p99_ratio
+from alphagate.kube.status.evidence import latency_evidence, p99_ratio
 from alphagate.kube.units import UnitOutcome
 
 # What the metrics recorder can raise besides a bug: prometheus_client refuses a label set

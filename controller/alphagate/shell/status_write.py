@@ -14,14 +14,9 @@ from typing import Any
 from alphagate.core.model import Memory, Observation
 from alphagate.errors import ForbiddenError, KubeError
 from alphagate.kube.events import EventRecorder, ObjectRef, Reason
-from alphagate.kube.status import (
-    CanaryStatus,
-    CommandRecord,
-    Condition,
-    ConditionType,
-    StatusWriter,
-    set_condition,
-)
+from alphagate.kube.status.fields import Condition, ConditionType, set_condition
+from alphagate.kube.status.resource import CanaryStatus, CommandRecord
+from alphagate.kube.status.writer import StatusWriter
 from alphagate.kube.status_builder import build_status, invalid_status
 from alphagate.shell.outcome import Outcome, Pending, source_budgets, source_failures
 from alphagate.shell.reporting import METRIC_ERRORS, Recorder, export

@@ -36,7 +36,7 @@ from alphagate.kube.events import (
 )
 from alphagate.kube.record import written
 from alphagate.kube.refusals import config_text
-from alphagate.kube.status import CanaryStatus
+from alphagate.kube.status.resource import CanaryStatus
 from alphagate.kube.units import UnitOutcome, failure_reason, units_of
 from alphagate.kube.workload import WorkloadState
 from alphagate.shell.outcome import Prepared, source_errors

@@ -36,7 +36,8 @@ from alphagate.config import GROUP, PLURAL, VERSION, SourceKind
 from alphagate.errors import KubeError
 from alphagate.kube.apibudget import ApiBudget
 from alphagate.kube.client import Kube, call
-from alphagate.kube.status import ANN_COMMAND_ID, parse_time
+from alphagate.kube.status.commands import ANN_COMMAND_ID
+from alphagate.kube.status.fields import parse_time
 from alphagate.logs import get as get_logger
 
 
