@@ -16,6 +16,7 @@ tenant: `Cycles.overdue` says so and `/healthz` fails.
 
 from __future__ import annotations
 
+import heapq
 import queue
 import threading
 import time
@@ -45,6 +46,8 @@ class Cycle:
     waiting: set[int] = field(default_factory=set)
     unannounced: list[int] = field(default_factory=list)
     thread: threading.Thread | None = None
+    held: list[tuple[int, int, int, Observation]] = field(default_factory=list)  # a heap
+    turns: dict[str, int] = field(default_factory=dict)  # arrivals so far, by namespace
 
     def __post_init__(self) -> None:
         self.waiting = {i for i, (_, p) in enumerate(self.begun) if p is not None}
@@ -53,6 +56,27 @@ class Cycle:
     @property
     def done(self) -> bool:
         return not self.waiting and not self.unannounced
+
+    def next_arrival(self, *, block: bool) -> tuple[int, Observation] | None:
+        """The next arrived observation to decide, the namespaces in turn: a namespace's n-th
+        arrival of this cycle is decided before any namespace's (n+1)-th that has arrived,
+        ties in arrival order. Twenty canaries of one namespace whose reads end together,
+        decided in arrival order, held another namespace's decision back by all twenty; now
+        by one. With `block`, waits for one when none has arrived; None when none is there."""
+        while True:
+            try:
+                i, observation = self.arrived.get(block=block and not self.held)
+            except queue.Empty:
+                break
+            namespace = self.keys[i][0]
+            turn = self.turns.get(namespace, 0)
+            self.turns[namespace] = turn + 1
+            arrival = sum(self.turns.values())  # strictly increasing: ties in arrival order
+            heapq.heappush(self.held, (turn, arrival, i, observation))
+        if not self.held:
+            return None
+        _, _, i, observation = heapq.heappop(self.held)
+        return i, observation
 
     def run(self, log: Any, on_arrival: Callable[[], None]) -> None:
         """Observe every pending canary (on this cycle's thread), each queued as it ends."""

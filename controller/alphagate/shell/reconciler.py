@@ -30,7 +30,6 @@ configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
 from __future__ import annotations
 
 import contextlib
-import queue
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -197,10 +196,10 @@ class Reconciler(WatchLoop):
             done.append((cycle.keys[i], self._announce(cycle.begun[i][0])))
         cycle.unannounced = []
         while cycle.waiting:
-            try:
-                i, observation = cycle.arrived.get(block=block and not done)
-            except queue.Empty:
+            arrival = cycle.next_arrival(block=block and not done)
+            if arrival is None:
                 break
+            i, observation = arrival
             if i not in cycle.waiting:
                 continue  # told twice (a last-resort path): decided once
             cycle.waiting.discard(i)

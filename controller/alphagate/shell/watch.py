@@ -239,11 +239,12 @@ class WatchLoop:
                 backoff = min(backoff * 2, 30.0)
 
     def due(self, now: float) -> list[tuple[str, str]]:
-        """The canaries to evaluate now, longest due first: owned, due, and admitted by the
-        API budget (one in debt is deferred, alone, until its budget is paid back)."""
+        """The canaries to evaluate now: owned, due, and admitted by the API budget (one in
+        debt is deferred, alone, until its budget is paid back); the namespaces in turn, each
+        namespace's longest due first (`namespaces_in_turn`)."""
         with self._lock:
             due = sorted((e.next_due, k) for k, e in self._cache.items() if e.next_due <= now)
-        keys = [k for _, k in due if self.owns(*k)]
+        keys = namespaces_in_turn([k for _, k in due if self.owns(*k)])
         budget: ApiBudget | None = getattr(self.kube, "budget", None)  # a stand-in may have none
         if budget is None or not keys:
             return keys
@@ -382,6 +383,20 @@ def _interval(obj: dict[str, Any]) -> float:
         return value if value > 0 else 30.0
     except (TypeError, ValueError, AttributeError):
         return 30.0
+
+
+def namespaces_in_turn(keys: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`keys` reordered so that each namespace's first comes before any namespace's second
+    (and so on), each namespace's own order kept. The canaries due together are read and
+    admitted by the overall API budget in this order: in due order, one namespace's twenty
+    canaries went first and another's waited for all twenty reads."""
+    turns: dict[str, int] = {}
+    ranked = []
+    for position, key in enumerate(keys):
+        turn = turns.get(key[0], 0)
+        turns[key[0]] = turn + 1
+        ranked.append((turn, position, key))
+    return [key for _, _, key in sorted(ranked)]
 
 
 def _last_evaluated(obj: dict[str, Any]) -> float | None:
