@@ -26,6 +26,7 @@ from typing import Any, Final
 from alphagate.core.model import Observation
 from alphagate.shell.observing import observe_all, raised
 from alphagate.shell.outcome import Outcome, Pending
+from alphagate.shell.turns import Turns
 from alphagate.sources.budget import budgets
 from alphagate.sources.cycle import Read
 
@@ -45,6 +46,7 @@ class Cycle:
     waiting: set[int] = field(default_factory=set)
     unannounced: list[int] = field(default_factory=list)
     thread: threading.Thread | None = None
+    ready: Turns[tuple[int, Observation]] = field(default_factory=Turns)
 
     def __post_init__(self) -> None:
         self.waiting = {i for i, (_, p) in enumerate(self.begun) if p is not None}
@@ -53,6 +55,31 @@ class Cycle:
     @property
     def done(self) -> bool:
         return not self.waiting and not self.unannounced
+
+    def take(self, *, block: bool) -> tuple[int, Observation] | None:
+        """The next arrived Observation to decide, namespaces in turn (`shell.turns`): of all
+        that have arrived, not the first to arrive. With `block`, wait for one; else None."""
+        while True:
+            self._drain()
+            while self.ready:
+                arrival = self.ready.pop()
+                if arrival[0] in self.waiting:  # told twice (a last-resort path): decided once
+                    return arrival
+            try:
+                self._file(self.arrived.get(block=block))
+            except queue.Empty:
+                return None
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._file(self.arrived.get_nowait())
+            except queue.Empty:
+                return
+
+    def _file(self, arrival: tuple[int, Observation]) -> None:
+        if arrival[0] in self.waiting:
+            self.ready.push(self.keys[arrival[0]][0], arrival[0], arrival)
 
     def run(self, log: Any, on_arrival: Callable[[], None]) -> None:
         """Observe every pending canary (on this cycle's thread), each queued as it ends."""

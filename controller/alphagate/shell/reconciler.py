@@ -30,7 +30,6 @@ configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
 from __future__ import annotations
 
 import contextlib
-import queue
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -195,18 +194,17 @@ class Reconciler(WatchLoop):
 
     def finish_arrived(self, cycle: Cycle, *, block: bool) -> list[tuple[tuple[str, str], Outcome]]:
         """Decide and act for the canaries of `cycle` whose observations have arrived (with
-        `block`: wait for one at least, unless none is left); their keys and Outcomes."""
+        `block`: wait for one at least, unless none is left), namespaces in turn, not in
+        arrival order (`shell.turns`); their keys and Outcomes."""
         done = []
         for i in cycle.unannounced:
             done.append((cycle.keys[i], self._announce(cycle.begun[i][0])))
         cycle.unannounced = []
         while cycle.waiting:
-            try:
-                i, observation = cycle.arrived.get(block=block and not done)
-            except queue.Empty:
+            arrival = cycle.take(block=block and not done)  # namespaces in turn
+            if arrival is None:
                 break
-            if i not in cycle.waiting:
-                continue  # told twice (a last-resort path): decided once
+            i, observation = arrival
             cycle.waiting.discard(i)
             out, pending = cycle.begun[i]
             assert pending is not None

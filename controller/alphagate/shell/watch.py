@@ -38,6 +38,7 @@ from alphagate.kube.apibudget import ApiBudget
 from alphagate.kube.client import Kube, call
 from alphagate.kube.status import ANN_COMMAND_ID, parse_time
 from alphagate.logs import get as get_logger
+from alphagate.shell.turns import in_turn
 
 
 class Beat(Protocol):
@@ -238,11 +239,12 @@ class WatchLoop:
                 backoff = min(backoff * 2, 30.0)
 
     def due(self, now: float) -> list[tuple[str, str]]:
-        """The canaries to evaluate now, longest due first: owned, due, and admitted by the
-        API budget (one in debt is deferred, alone, until its budget is paid back)."""
+        """The canaries to evaluate now, namespaces in turn and longest due first inside one:
+        owned, due, and admitted by the API budget (one in debt is deferred, alone, until its
+        budget is paid back)."""
         with self._lock:
             due = sorted((e.next_due, k) for k, e in self._cache.items() if e.next_due <= now)
-        keys = [k for _, k in due if self.owns(*k)]
+        keys = in_turn(k for _, k in due if self.owns(*k))  # namespaces in turn (shell.turns)
         budget: ApiBudget | None = getattr(self.kube, "budget", None)  # a stand-in may have none
         if budget is None or not keys:
             return keys
