@@ -39,6 +39,7 @@ from alphagate.kube.client import Kube, call
 from alphagate.kube.status import ANN_COMMAND_ID, parse_time
 from alphagate.logs import get as get_logger
 from alphagate.shell.turns import in_turn
+from alphagate.sources import querybudget
 
 
 class Beat(Protocol):
@@ -245,12 +246,36 @@ class WatchLoop:
         with self._lock:
             due = sorted((e.next_due, k) for k, e in self._cache.items() if e.next_due <= now)
         keys = in_turn(k for _, k in due if self.owns(*k))  # namespaces in turn (shell.turns)
+        keys = self._within_query_budget(keys, now)
         budget: ApiBudget | None = getattr(self.kube, "budget", None)  # a stand-in may have none
         if budget is None or not keys:
             return keys
         admitted, deferred = budget.admit(keys)
         with self._lock:
             for key, deferral in deferred.items():
+                entry = self._cache.get(key)
+                if entry is not None:
+                    entry.next_due = now + max(deferral.retry_in, 0.01)
+        return admitted
+
+    def _within_query_budget(
+        self, keys: list[tuple[str, str]], now: float
+    ) -> list[tuple[str, str]]:
+        """`keys` but those whose Prometheus query budget (or their namespace's) is in debt:
+        each waits, alone, until it refills (sources/querybudget.py)."""
+        admitted = []
+        for key in keys:
+            deferral = querybudget.current().deferral(*key)
+            if deferral is None:
+                admitted.append(key)
+                continue
+            self._log.info(
+                "prometheus_budget_deferred",
+                namespace=key[0],
+                name=key[1],
+                message=deferral.message(),
+            )
+            with self._lock:
                 entry = self._cache.get(key)
                 if entry is not None:
                     entry.next_due = now + max(deferral.retry_in, 0.01)
