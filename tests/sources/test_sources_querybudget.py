@@ -120,7 +120,11 @@ def test_a_namespaces_shared_queries_hold_its_canaries_and_no_other_namespace(
         loop._observe_object("ADDED", _canary(ns, name))
     assert loop.due(clock.now) == [("team-b", "victim")]
     clock.now += 1.0  # 50 tokens back: out of debt, both due again
-    assert sorted(loop.due(clock.now)) == [("team-a", "one"), ("team-a", "two"), ("team-b", "victim")]
+    assert sorted(loop.due(clock.now)) == [
+        ("team-a", "one"),
+        ("team-a", "two"),
+        ("team-b", "victim"),
+    ]
 
 
 def _canary(namespace: str, name: str) -> dict[str, Any]:
@@ -178,11 +182,11 @@ def test_the_interval_floor_costs_the_budget_not_ten_reads_a_second(
     assert not [p for o in seen for p in o.pools if p.budget is BudgetKind.QUERIES]
 
 
-def test_a_read_past_a_whole_burst_of_debt_is_inconclusive_typed_and_alone(
+def test_a_read_past_a_whole_burst_of_debt_fails_typed_and_alone(
     prom: CountingProm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A canary a whole burst in debt (its reads cost more than twice its burst): its next
-    queries are refused before they are sent, its pools fail typed (QUERIES: Inconclusive),
+    queries are refused before they are sent, its pools fail typed (QUERIES),
     and the other namespace's read is whole."""
     clock = Clock()
     endpoint = PrometheusEndpoint(url=prom.url, timeout_seconds=10)

@@ -56,9 +56,9 @@ from alphagate import files, yamlload
 from alphagate.config import StrictModel, TimeoutSeconds
 from alphagate.errors import ConfigError, EndpointError
 from alphagate.sources.budget import ScrapeBudgets
-from alphagate.sources.querybudget import QueryBudgets
 from alphagate.sources.common import redact_url
 from alphagate.sources.promwire import MAX_ANSWER_LABELS, MAX_ANSWER_POINTS
+from alphagate.sources.querybudget import QueryBudgets
 
 DEFAULT_ENDPOINT: Final = "default"
 MAX_CONFIG_BYTES: Final = 256 * 1024

@@ -13,8 +13,9 @@ namespaces). A read
 is never cut in half by the rate: a bucket may run into debt down to minus its burst, and the
 schedule *defers* a canary while its bucket or its namespace's is in debt (`deferral`), so it
 waits, alone, until they refill while other namespaces are read on time. A query past a whole
-burst of debt is refused, typed (`BudgetError`, `BudgetKind.QUERIES`): that pool is
-Inconclusive, no other namespace's canary is touched. The budgets are the admin's
+burst of debt is refused, typed (`BudgetError`, `BudgetKind.QUERIES`): that pool fails,
+typed (an Error that holds the canary's state, as every read budget), no other namespace's
+canary is touched. The budgets are the admin's
 (`QueryBudgets`, ``prometheusBudgets`` in the controller's config); `configure` installs them.
 """
 
