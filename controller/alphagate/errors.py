@@ -121,6 +121,9 @@ class BudgetKind(StrEnum):
     # Prometheus refused (or twice gave up on) the pool's own query for its cost: held back
     # before it is asked again (sources/promhold.py)
     SERVER_COST = "server_cost"
+    # the canary's or its namespace's Prometheus query budget, a whole burst past its rate
+    # (sources/querybudget.py)
+    QUERIES = "queries"
 
 
 class SourceError(AlphagateError):

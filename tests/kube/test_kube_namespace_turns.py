@@ -7,7 +7,6 @@ answers at once; what is asserted is the order of the decisions, never a time.
 
 from __future__ import annotations
 
-import queue
 import threading
 from typing import Any
 
@@ -16,10 +15,8 @@ from kube_support import BASE_ARGS, canary_cr
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation
 from alphagate.kube.client import Kube
-from alphagate.shell.cycles import Cycle
 from alphagate.shell.outcome import Outcome
 from alphagate.shell.reconciler import Reconciler
-from alphagate.shell.watch import namespaces_in_turn
 from alphagate_lab.sandbox.apiserver import ApiServer, DeploymentTemplate
 
 HOSTILE, VICTIM = "hostile", "llm"
@@ -78,41 +75,6 @@ def test_a_victims_decision_waits_for_one_of_another_namespaces_not_for_all(
         rec.close()
     assert len(decided) == 9
     assert decided[1] == (VICTIM, "chat")  # in arrival order it was ninth
-
-
-def test_a_cycle_hands_out_each_namespaces_nth_arrival_before_any_n_plus_first() -> None:
-    keys = [(HOSTILE, f"h{i}") for i in range(3)] + [(VICTIM, "a"), (VICTIM, "b"), ("c", "x")]
-    cycle = Cycle(keys, [])
-    for i in (0, 1, 2, 3, 4, 5):  # arrival order: the hostile three first
-        cycle.arrived.put((i, Observation(at=0.0, window_seconds=1.0, pools=())))
-    order = []
-    while (arrival := cycle.next_arrival(block=False)) is not None:
-        order.append(keys[arrival[0]][1])
-    assert order == ["h0", "a", "x", "h1", "b", "h2"]
-    assert cycle.next_arrival(block=False) is None
-
-
-def test_a_cycle_blocks_for_the_first_arrival_when_asked_to() -> None:
-    cycle = Cycle([(VICTIM, "a")], [])
-    got: queue.SimpleQueue[tuple[int, Observation] | None] = queue.SimpleQueue()
-    waiter = threading.Thread(target=lambda: got.put(cycle.next_arrival(block=True)))
-    waiter.start()
-    cycle.arrived.put((0, Observation(at=0.0, window_seconds=1.0, pools=())))
-    waiter.join(5)
-    arrival = got.get(timeout=5)
-    assert arrival is not None and arrival[0] == 0
-
-
-def test_due_canaries_come_the_namespaces_in_turn_each_in_its_own_order() -> None:
-    keys = [(HOSTILE, "h0"), (HOSTILE, "h1"), (HOSTILE, "h2"), (VICTIM, "a"), (VICTIM, "b")]
-    assert namespaces_in_turn(keys) == [
-        (HOSTILE, "h0"),
-        (VICTIM, "a"),
-        (HOSTILE, "h1"),
-        (VICTIM, "b"),
-        (HOSTILE, "h2"),
-    ]
-    assert namespaces_in_turn([]) == []
 
 
 def test_the_schedule_hands_out_due_canaries_the_namespaces_in_turn(

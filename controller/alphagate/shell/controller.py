@@ -31,7 +31,7 @@ from alphagate.shell.reconciler import Reconciler
 from alphagate.shell.server import Health, serve
 from alphagate.shell.shard_metrics import new_registry
 from alphagate.shell.source_cache import SourceFactory
-from alphagate.sources import Source, budget, make_source
+from alphagate.sources import Source, budget, make_source, querybudget
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.verdict_auth import Auth, OpenAuth, TokenReviewAuth
 from alphagate.verdicts import VerdictApi
@@ -113,6 +113,7 @@ class Controller:
         self.registry = registry if registry is not None else new_registry(process=True)
         self.recorder = Recorder(self.registry)
         budget.configure(opts.sources.pod_scrape.budgets)  # the admin's, for every read
+        querybudget.configure(opts.sources.prometheus_budgets)  # Prometheus queries a second
         self.health = Health(stale_after_seconds=max(60.0, 4 * opts.watch_timeout))
         self.health.set_ready(False, "initial list of SpeculativeCanary resources pending")
         self.events = EventRecorder(

@@ -16,7 +16,6 @@ tenant: `Cycles.overdue` says so and `/healthz` fails.
 
 from __future__ import annotations
 
-import heapq
 import queue
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any, Final
 from alphagate.core.model import Observation
 from alphagate.shell.observing import observe_all, raised
 from alphagate.shell.outcome import Outcome, Pending
+from alphagate.shell.turns import Turns
 from alphagate.sources.budget import budgets
 from alphagate.sources.cycle import Read
 
@@ -46,8 +46,7 @@ class Cycle:
     waiting: set[int] = field(default_factory=set)
     unannounced: list[int] = field(default_factory=list)
     thread: threading.Thread | None = None
-    held: list[tuple[int, int, int, Observation]] = field(default_factory=list)  # a heap
-    turns: dict[str, int] = field(default_factory=dict)  # arrivals so far, by namespace
+    ready: Turns[tuple[int, Observation]] = field(default_factory=Turns)
 
     def __post_init__(self) -> None:
         self.waiting = {i for i, (_, p) in enumerate(self.begun) if p is not None}
@@ -57,26 +56,30 @@ class Cycle:
     def done(self) -> bool:
         return not self.waiting and not self.unannounced
 
-    def next_arrival(self, *, block: bool) -> tuple[int, Observation] | None:
-        """The next arrived observation to decide, the namespaces in turn: a namespace's n-th
-        arrival of this cycle is decided before any namespace's (n+1)-th that has arrived,
-        ties in arrival order. Twenty canaries of one namespace whose reads end together,
-        decided in arrival order, held another namespace's decision back by all twenty; now
-        by one. With `block`, waits for one when none has arrived; None when none is there."""
+    def take(self, *, block: bool) -> tuple[int, Observation] | None:
+        """The next arrived Observation to decide, namespaces in turn (`shell.turns`): of all
+        that have arrived, not the first to arrive. With `block`, wait for one; else None."""
+        while True:
+            self._drain()
+            while self.ready:
+                arrival = self.ready.pop()
+                if arrival[0] in self.waiting:  # told twice (a last-resort path): decided once
+                    return arrival
+            try:
+                self._file(self.arrived.get(block=block))
+            except queue.Empty:
+                return None
+
+    def _drain(self) -> None:
         while True:
             try:
-                i, observation = self.arrived.get(block=block and not self.held)
+                self._file(self.arrived.get_nowait())
             except queue.Empty:
-                break
-            namespace = self.keys[i][0]
-            turn = self.turns.get(namespace, 0)
-            self.turns[namespace] = turn + 1
-            arrival = sum(self.turns.values())  # strictly increasing: ties in arrival order
-            heapq.heappush(self.held, (turn, arrival, i, observation))
-        if not self.held:
-            return None
-        _, _, i, observation = heapq.heappop(self.held)
-        return i, observation
+                return
+
+    def _file(self, arrival: tuple[int, Observation]) -> None:
+        if arrival[0] in self.waiting:
+            self.ready.push(self.keys[arrival[0]][0], arrival[0], arrival)
 
     def run(self, log: Any, on_arrival: Callable[[], None]) -> None:
         """Observe every pending canary (on this cycle's thread), each queued as it ends."""

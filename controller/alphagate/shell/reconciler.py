@@ -190,18 +190,17 @@ class Reconciler(WatchLoop):
 
     def finish_arrived(self, cycle: Cycle, *, block: bool) -> list[tuple[tuple[str, str], Outcome]]:
         """Decide and act for the canaries of `cycle` whose observations have arrived (with
-        `block`: wait for one at least, unless none is left); their keys and Outcomes."""
+        `block`: wait for one at least, unless none is left), namespaces in turn, not in
+        arrival order (`shell.turns`); their keys and Outcomes."""
         done = []
         for i in cycle.unannounced:
             done.append((cycle.keys[i], self._announce(cycle.begun[i][0])))
         cycle.unannounced = []
         while cycle.waiting:
-            arrival = cycle.next_arrival(block=block and not done)
+            arrival = cycle.take(block=block and not done)  # namespaces in turn
             if arrival is None:
                 break
             i, observation = arrival
-            if i not in cycle.waiting:
-                continue  # told twice (a last-resort path): decided once
             cycle.waiting.discard(i)
             out, pending = cycle.begun[i]
             assert pending is not None

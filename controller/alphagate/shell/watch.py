@@ -39,6 +39,8 @@ from alphagate.kube.client import Kube, call
 from alphagate.kube.status.commands import ANN_COMMAND_ID
 from alphagate.kube.status.fields import parse_time
 from alphagate.logs import get as get_logger
+from alphagate.shell.turns import in_turn
+from alphagate.sources import querybudget
 
 
 class Beat(Protocol):
@@ -239,18 +241,42 @@ class WatchLoop:
                 backoff = min(backoff * 2, 30.0)
 
     def due(self, now: float) -> list[tuple[str, str]]:
-        """The canaries to evaluate now: owned, due, and admitted by the API budget (one in
-        debt is deferred, alone, until its budget is paid back); the namespaces in turn, each
-        namespace's longest due first (`namespaces_in_turn`)."""
+        """The canaries to evaluate now, namespaces in turn and longest due first inside one:
+        owned, due, and admitted by the API budget (one in debt is deferred, alone, until its
+        budget is paid back)."""
         with self._lock:
             due = sorted((e.next_due, k) for k, e in self._cache.items() if e.next_due <= now)
-        keys = namespaces_in_turn([k for _, k in due if self.owns(*k)])
+        keys = in_turn(k for _, k in due if self.owns(*k))  # namespaces in turn (shell.turns)
+        keys = self._within_query_budget(keys, now)
         budget: ApiBudget | None = getattr(self.kube, "budget", None)  # a stand-in may have none
         if budget is None or not keys:
             return keys
         admitted, deferred = budget.admit(keys)
         with self._lock:
             for key, deferral in deferred.items():
+                entry = self._cache.get(key)
+                if entry is not None:
+                    entry.next_due = now + max(deferral.retry_in, 0.01)
+        return admitted
+
+    def _within_query_budget(
+        self, keys: list[tuple[str, str]], now: float
+    ) -> list[tuple[str, str]]:
+        """`keys` but those whose Prometheus query budget (or their namespace's) is in debt:
+        each waits, alone, until it refills (sources/querybudget.py)."""
+        admitted = []
+        for key in keys:
+            deferral = querybudget.current().deferral(*key)
+            if deferral is None:
+                admitted.append(key)
+                continue
+            self._log.info(
+                "prometheus_budget_deferred",
+                namespace=key[0],
+                name=key[1],
+                message=deferral.message(),
+            )
+            with self._lock:
                 entry = self._cache.get(key)
                 if entry is not None:
                     entry.next_due = now + max(deferral.retry_in, 0.01)
@@ -383,20 +409,6 @@ def _interval(obj: dict[str, Any]) -> float:
         return value if value > 0 else 30.0
     except (TypeError, ValueError, AttributeError):
         return 30.0
-
-
-def namespaces_in_turn(keys: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """`keys` reordered so that each namespace's first comes before any namespace's second
-    (and so on), each namespace's own order kept. The canaries due together are read and
-    admitted by the overall API budget in this order: in due order, one namespace's twenty
-    canaries went first and another's waited for all twenty reads."""
-    turns: dict[str, int] = {}
-    ranked = []
-    for position, key in enumerate(keys):
-        turn = turns.get(key[0], 0)
-        turns[key[0]] = turn + 1
-        ranked.append((turn, position, key))
-    return [key for _, _, key in sorted(ranked)]
 
 
 def _last_evaluated(obj: dict[str, Any]) -> float | None:

@@ -82,7 +82,7 @@ def make_source(
 
         try:
             return PrometheusSource.from_spec(
-                spec, endpoints or SourcesConfig(), namespace=namespace
+                spec, endpoints or SourcesConfig(), namespace=namespace, name=name or None
             )
         except SourceError as err:
             return FailedSource(err)

@@ -70,6 +70,12 @@ def _namespace(read: Read) -> str | None:
     return read.source.namespace
 
 
+def _name(read: Read) -> str | None:
+    """The canary whose Prometheus query budget pays a read's own queries (its source's)."""
+    assert isinstance(read.source, PrometheusSource)
+    return read.source.name
+
+
 def _alone(read: Read, on_raise: OnRaise | None) -> Observation:
     try:
         return read.source.observe(
@@ -193,6 +199,7 @@ def _batch(
                 end=first.end,
                 interval_seconds=first.interval_seconds,
                 namespaces=[_namespace(reads[i]) for i in members],
+                names=[_name(reads[i]) for i in members],
             )
     except Exception as exc:  # noqa: BLE001 - the batch's bug: each read again alone, or raised later
         if on_raise is None:

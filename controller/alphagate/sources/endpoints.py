@@ -27,6 +27,11 @@ The file, YAML::
         keptBytes: 67108864         # pages and increments kept, shared by canaries
         receiveBytes: 8388608       # pages received at once, shared by namespaces
         parseWorkers: 2
+    prometheusBudgets:              # queries a second (sources/querybudget.py)
+      canaryQps: 20
+      canaryBurst: 600
+      namespaceQps: 100
+      namespaceBurst: 3000
 
 ``scrapeIntervalSeconds`` tells the controller how often this Prometheus scrapes the vLLM
 pods; without it the controller measures it (samples per series over ten minutes) and warns
@@ -53,6 +58,7 @@ from alphagate.errors import ConfigError, EndpointError
 from alphagate.sources.budget import ScrapeBudgets
 from alphagate.sources.common import redact_url
 from alphagate.sources.promwire import MAX_ANSWER_LABELS, MAX_ANSWER_POINTS
+from alphagate.sources.querybudget import QueryBudgets
 
 DEFAULT_ENDPOINT: Final = "default"
 MAX_CONFIG_BYTES: Final = 256 * 1024
@@ -156,6 +162,8 @@ class SourcesConfig(StrictModel):
 
     prometheus: list[PrometheusEndpoint] = Field(default=[], max_length=64)
     pod_scrape: PodScrapeConfig = Field(default_factory=PodScrapeConfig)
+    # Prometheus queries a second per canary and per namespace (sources/querybudget.py)
+    prometheus_budgets: QueryBudgets = Field(default_factory=QueryBudgets)
 
     @model_validator(mode="after")
     def _unique_names(self) -> SourcesConfig:
@@ -191,7 +199,11 @@ class SourcesConfig(StrictModel):
         """Endpoints of both; `other` wins on a name both define."""
         names = {e.name for e in other.prometheus}
         keep = [e for e in self.prometheus if e.name not in names]
-        return SourcesConfig(prometheus=[*keep, *other.prometheus], pod_scrape=self.pod_scrape)
+        return SourcesConfig(
+            prometheus=[*keep, *other.prometheus],
+            pod_scrape=self.pod_scrape,
+            prometheus_budgets=self.prometheus_budgets,
+        )
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -33,7 +33,7 @@ from typing import Final
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.core.model import Observation, PoolObservation
 from alphagate.errors import BudgetKind, SourceError, SourceErrorKind
-from alphagate.sources import http
+from alphagate.sources import http, querybudget
 from alphagate.sources.common import (
     budget_of,
     failed_observation,
@@ -45,6 +45,7 @@ from alphagate.sources.prometheus import POOL_LEVEL, PrometheusSource, pool_leve
 from alphagate.sources.promhold import HOLDS
 from alphagate.sources.promql import PoolQueries, label_name, pool_queries, queries, quote
 from alphagate.sources.promwire import Point, QueryTimeout
+from alphagate.sources.querybudget import Payer
 from alphagate.sources.scope import namespace_of, pool_labels
 
 MAX_POOLS: Final = 256
@@ -130,6 +131,7 @@ class _Batch:
     pools: list[dict[str, str]]
     window: float
     interval: float
+    payer: Payer | None = None  # the namespace (and its canaries) sharing the batch's queries
     shared: PoolQueries | None = None
     answers: dict[str, list[Point] | SourceError] = field(default_factory=dict)
     indexed: dict[str, dict[tuple[str, ...], list[Point]]] = field(default_factory=dict)
@@ -142,11 +144,14 @@ class _Batch:
         if self.halves is None:
             mid = len(self.pools) // 2
             self.halves = (
-                _Batch(self.source, self.keys, self.pools[:mid], self.window, self.interval),
-                _Batch(self.source, self.keys, self.pools[mid:], self.window, self.interval),
+                _Batch(self.source, self.keys, self.pools[:mid], *self._rest()),
+                _Batch(self.source, self.keys, self.pools[mid:], *self._rest()),
             )
         first = len(self.halves[0].pools)
         return (self.halves[0], index) if index < first else (self.halves[1], index - first)
+
+    def _rest(self) -> tuple[float, float, Payer | None]:
+        return self.window, self.interval, self.payer
 
     def queries(self) -> PoolQueries:
         if self.shared is None:
@@ -166,19 +171,22 @@ class _Batch:
             expr = getattr(self.queries(), name)
             within = shared_within(self.source, len(self.pools))
             try:
-                if isinstance(ask, tuple):
-                    start, end, step = ask
-                    got = self.source.query_range(
-                        expr, start=start, end=end, step=step, within=within
-                    )
-                else:
-                    got = self.source.query(expr, at=ask, within=within)
+                with querybudget.paying(self.payer):  # shared: the namespace's own budget
+                    got = self._ask(expr, ask, within)
             except SourceError as err:
                 got = err
             self.answers[name] = got
         if isinstance(got, SourceError):
             raise got
         return got
+
+    def _ask(
+        self, expr: str, ask: tuple[float, float, float] | float, within: float | None
+    ) -> list[Point]:
+        if isinstance(ask, tuple):
+            start, end, step = ask
+            return self.source.query_range(expr, start=start, end=end, step=step, within=within)
+        return self.source.query(expr, at=ask, within=within)
 
     def prefetch(
         self, start: float, end: float, interval: float, pool: Executor, names: Sequence[str]
@@ -259,6 +267,20 @@ class _PoolAsker:
         return got
 
 
+def _payers(
+    source: PrometheusSource,
+    owners: Sequence[str | None],
+    names: Sequence[str | None] | None,
+) -> list[Payer | None]:
+    """Who pays each spec's own queries: its canary (and namespace), when its namespace is
+    known; one spec alone defaults to the source's canary."""
+    if names is None:
+        names = [source.name if len(owners) == 1 else None] * len(owners)
+    return [
+        None if ns is None else (ns, (n,) if n else ()) for ns, n in zip(owners, names, strict=True)
+    ]
+
+
 def _answered(batches: Sequence[_Batch]) -> list[_Batch]:
     """The batches whose first query was answered."""
     return [b for b in batches if not isinstance(b.answers.get(FIRST[0]), SourceError)]
@@ -272,11 +294,14 @@ def observe_many(
     end: float,
     interval_seconds: float,
     namespaces: Sequence[str | None] | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> list[Observation]:
     """What ``source.observe`` gives for each spec, over one window, from shared queries.
     `namespaces`: each spec's canary namespace (default: the source's), matched by every
     query of its pools (sources/scope.py); pools of different namespaces never share a query,
-    so one tenant's pools cannot fail another's."""
+    so one tenant's pools cannot fail another's. `names`: each spec's canary name: a pool's
+    own queries are paid from its canary's Prometheus query budget, a batch's shared ones from
+    its namespace's (sources/querybudget.py)."""
     window = end - start
     if not specs:
         return []
@@ -286,9 +311,12 @@ def observe_many(
             for s in specs
         ]
     owners = list(namespaces) if namespaces is not None else [source.namespace] * len(specs)
+    payers = _payers(source, owners, names)
     units: list[dict[str, str] | SourceError] = []  # each pool's matchers, or why none
-    for spec, namespace in zip(specs, owners, strict=True):
+    unit_owners: list[Payer | None] = []  # who pays each pool's share of a batch
+    for spec, namespace, paid_by in zip(specs, owners, payers, strict=True):
         for ref in pools_of(spec):
+            unit_owners.append(paid_by)
             try:
                 matched = pool_labels(spec, ref, source.endpoint, namespace)
                 # a held pool (sources/promhold.py) joins no shared query
@@ -298,7 +326,7 @@ def observe_many(
                 units.append(err)
     batches: dict[tuple[tuple[str, ...], str], list[_Batch]] = {}
     placed: list[tuple[_Batch, int] | None] = []
-    for labels in units:
+    for labels, owner in zip(units, unit_owners, strict=True):
         if isinstance(labels, SourceError):
             placed.append(None)
             continue
@@ -306,6 +334,7 @@ def observe_many(
         group = batches.setdefault((keys, namespace_of(labels, source.endpoint)), [])
         if not group or len(group[-1].pools) >= MAX_POOLS:
             group.append(_Batch(source, keys, [], window, interval_seconds))
+        group[-1].payer = querybudget.joined(group[-1].payer, owner)
         placed.append((group[-1], len(group[-1].pools)))
         group[-1].pools.append(labels)
     with ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="alphagate-promq") as pool:
@@ -322,7 +351,7 @@ def observe_many(
                 job.result()
     out: list[Observation] = []
     k = 0
-    for spec in specs:
+    for spec, paid_by in zip(specs, payers, strict=True):
         pools: list[PoolObservation] = []
         scrapes: list[float] = []
         failed: SourceError | None = None
@@ -345,11 +374,12 @@ def observe_many(
             )
             asker = _PoolAsker(batch, index, own, labels)
             try:
-                pools.append(
-                    source._pool(
-                        ref, labels, start, end, interval_seconds, ask=asker, metric=metric
+                with querybudget.paying(paid_by):  # a pool's own queries: its canary's budget
+                    pools.append(
+                        source._pool(
+                            ref, labels, start, end, interval_seconds, ask=asker, metric=metric
+                        )
                     )
-                )
                 measured = source._scrape_interval(labels)
                 if measured is not None:
                     scrapes.append(measured)

@@ -47,7 +47,7 @@ from alphagate.core.model import (
     Role,
 )
 from alphagate.errors import BudgetError, BudgetKind, SourceError, SourceErrorKind
-from alphagate.sources import http
+from alphagate.sources import http, querybudget
 from alphagate.sources.common import (
     PoolRef,
     budget_of,
@@ -99,12 +99,13 @@ POOL_LEVEL: Final = frozenset(
     )
 )
 """Kinds that concern one query (one pool); every other kind means the server failed."""
+POOL_BUDGETS: Final = (BudgetKind.ANSWER, BudgetKind.SERVER_COST, BudgetKind.QUERIES)
 
 
 def pool_level(err: SourceError) -> bool:
     """The failure concerns one pool's query (its kind, or an answer too large to decode),
     not the server: the other pools are still read."""
-    return err.kind in POOL_LEVEL or budget_of(err) in (BudgetKind.ANSWER, BudgetKind.SERVER_COST)
+    return err.kind in POOL_LEVEL or budget_of(err) in POOL_BUDGETS
 
 
 SCRAPE_PROBE_SECONDS: Final = 600.0
@@ -128,12 +129,14 @@ class PrometheusSource:
         max_backoff_seconds: float = 2.0,
         max_response_bytes: int | None = None,
         namespace: str | None = None,
+        name: str | None = None,
     ) -> None:
         settings = endpoint
         self.endpoint = endpoint
         # The canary's namespace: every query matches it (sources/scope.py); None: no bound
         # (a one-off read by the admin of their own process).
         self.namespace = namespace
+        self.name = name  # whose Prometheus query budget pays (sources/querybudget.py)
         # A policy may ask for a shorter deadline than the endpoint's, never a longer one.
         self.timeout_seconds = min(
             timeout_seconds or endpoint.timeout_seconds, endpoint.timeout_seconds
@@ -295,6 +298,7 @@ class PrometheusSource:
                 f"no answer within {self.timeout_seconds}s",
                 target=target,
             )
+        querybudget.charge(self.namespace, self.name, target)  # QUERIES past its debt
         try:
             with self._client.stream("POST", path, data=params) as resp:
                 body = http.read_body(resp, max_bytes=self.max_response_bytes, where=target)
