@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -402,8 +403,10 @@ def test_the_probe_deadline_leaves_room_for_the_verdict(name: str) -> None:
     spec = shipped(name)
     t = spec.timing
     to_pass = max(spec.acceptance.consecutive_windows, spec.latency.consecutive_windows)
-    # the earliest confirmation after an enable, a rollout of one interval included
-    assert t.probe_seconds > t.interval_seconds + t.warmup_seconds + to_pass * t.window_seconds
+    # the earliest confirmation after an enable, a rollout of one interval included: the
+    # windows from the rollout's end that overlap the warm-up judge no latency
+    warm = math.ceil(t.warmup_seconds / t.window_seconds)
+    assert t.probe_seconds > t.interval_seconds + (warm + to_pass) * t.window_seconds
 
 
 def _missing(kind: str, observe: Observe) -> Observe:
