@@ -48,13 +48,26 @@ def test_a_rollout_in_progress_reads_the_whole_window(spec: Spec) -> None:
     assert window.read_window(spec, Rollout(in_progress=True), T0, memory=m) == (T0 - WINDOW, T0)
 
 
-def test_judging_unit_cuts_after_the_flip_but_keeps_two_intervals(spec: Spec) -> None:
-    # alpha is judged from the flip (no warm-up): the cut keeps its 270 s, warm-up or not
-    assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 270)) == (T0 - 270, T0)
-    # flipped 40 s ago: the cut would leave 40 s, the rule keeps two intervals (60 s)
-    assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 40)) == (T0 - 60, T0)
-    # less than one interval after the flip, the whole window is read
-    assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 10)) == (T0 - WINDOW, T0)
+def done(at: float) -> Rollout:
+    return Rollout(completed_at=at, speculation_on=True)
+
+
+def test_judging_unit_cuts_after_the_rollout_but_keeps_two_intervals(spec: Spec) -> None:
+    # alpha is judged from the rollout's end (no warm-up): the cut keeps its 270 s
+    assert window.read_window(spec, done(T0 - 270), T0, memory=probing(T0 - 300)) == (
+        T0 - 270,
+        T0,
+    )
+    # a rollout done 40 s ago: the cut would leave 40 s, the rule keeps two intervals (60 s)
+    assert window.read_window(spec, done(T0 - 40), T0, memory=probing(T0 - 90)) == (T0 - 60, T0)
+    # less than one interval after it, the whole window is read
+    assert window.read_window(spec, done(T0 - 10), T0, memory=probing(T0 - 60)) == (
+        T0 - WINDOW,
+        T0,
+    )
+    # a flip no rollout has followed yet (old pods, or nothing restarted) waits out the
+    # warm-up from the flip: it ended 150 s ago, the cut keeps those 150 s
+    assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 270)) == (T0 - 150, T0)
     # a flip long ago: nothing to cut
     assert window.read_window(spec, SETTLED, T0, memory=probing(OLD)) == (T0 - WINDOW, T0)
 
@@ -111,7 +124,7 @@ def test_short_windows_resume_when_the_window_clears_the_rollout(
 def test_shared_window_takes_the_earliest_start(spec: Spec) -> None:
     units = [(probing(T0 - 270), SETTLED), (probing(OLD), SETTLED)]
     assert window.shared_window(spec, units, T0) == (T0 - WINDOW, T0)
-    units = [(probing(T0 - 270), SETTLED), (probing(T0 - 160), SETTLED)]
+    units = [(probing(T0 - 270), done(T0 - 270)), (probing(T0 - 160), done(T0 - 160))]
     assert window.shared_window(spec, units, T0) == (T0 - 270, T0)
     assert window.shared_window(spec, [], T0) == (T0 - WINDOW, T0)
 

@@ -246,7 +246,7 @@ def _judged_text(ctx: Ctx) -> str:
         return f"not judged ({ctx.unjudged})"
     if not ctx.judged and ctx.verdict is not Verdict.ERROR:
         window = ctx.spec.timing.window_seconds
-        after = max(ctx.memory.streak_end, alpha_start(ctx.rollout, ctx.memory) or 0.0)
+        after = max(ctx.memory.streak_end, alpha_start(ctx.spec, ctx.rollout, ctx.memory) or 0.0)
         if after + window <= ctx.now + EPS:  # the window read is shorter than windowSeconds
             return f"look {ctx.verdict.value} (counts nothing: not a whole {window:.0f} s window)"
         when = wall_time(after + window)

@@ -93,16 +93,20 @@ def warmup_end(
     return max(ends) if ends else None
 
 
-def alpha_start(rollout: Rollout, memory: Memory | None) -> float | None:
-    """When alpha becomes judgeable again: the last rollout's end and the last flip, no
-    warm-up. Acceptance is what the draft proposes and the target keeps, the same on cold
-    caches and CUDA graphs; only step times (latency) need the warm-up (`latency_unjudged`)."""
-    ends = []
-    if rollout.completed_at is not None:
-        ends.append(rollout.completed_at)
-    if memory is not None and memory.last_flip_at is not None:
-        ends.append(memory.last_flip_at)
-    return max(ends) if ends else None
+def alpha_start(
+    spec: SpeculativeCanarySpec, rollout: Rollout, memory: Memory | None
+) -> float | None:
+    """When alpha becomes judgeable again: the end of the last rollout, with no warm-up.
+    Acceptance is what the draft proposes and the target keeps, the same on cold caches and
+    CUDA graphs; only step times (latency) need the warm-up (`latency_unjudged`). A flip no
+    rollout has followed yet (the pods not patched yet, or a flip that restarts nothing)
+    waits out the warm-up from the flip, as before: its first data may still be the old
+    config's."""
+    done = rollout.completed_at
+    flip = memory.last_flip_at if memory is not None else None
+    if flip is not None and (done is None or done < flip):
+        return flip + spec.timing.warmup_seconds
+    return done
 
 
 def not_judgeable(
@@ -113,7 +117,7 @@ def not_judgeable(
     only after the warm-up too, `latency_unjudged`)."""
     if rollout.in_progress:
         return "rollout in progress"
-    end = alpha_start(rollout, memory)
+    end = alpha_start(spec, rollout, memory)
     if end is not None and window_start < end - EPS:
         return f"rollout: window starts at {window_start:.0f}, rollout ended at {end:.0f}"
     return None
@@ -138,7 +142,7 @@ def _warmup_cut(
     if rollout.in_progress:
         return None
     start = now - spec.timing.window_seconds
-    end_of_warmup = alpha_start(rollout, memory)
+    end_of_warmup = alpha_start(spec, rollout, memory)
     if end_of_warmup is not None:
         start = max(start, end_of_warmup)
     if now - start < min(spec.timing.interval_seconds, spec.timing.window_seconds) - EPS:
