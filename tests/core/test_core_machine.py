@@ -189,13 +189,13 @@ STEPS = [
         "rolled back: 2 consecutive failing windows; next probe after 900 s",
     ),
     (
-        "on-fail-across-the-rollout-not-judged",
+        "on-fail-inside-warmup-not-judged",
         mem(state=State.ON, since=OLD, last_flip_at=OLD, fail_streak=1),
         F,
         {"rollout": Rollout(completed_at=T0 - 200, speculation_on=True)},
         State.ON,
         Action.HOLD,
-        "rollout: window starts",
+        "warm-up",
     ),
     (
         "on-fail-during-rollout-not-judged",
@@ -650,9 +650,8 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
         return d
 
     assert tick(INC).action is Action.ENABLE  # new canary: measure alpha first
-    # the first windows overlap the rollout: PASS is not judged yet (alpha is judged from the
-    # rollout's end; the latency check's warm-up is evaluate's, not the machine's)
-    while t < m.last_flip_at + 60 + 300:  # type: ignore[operator]
+    # the first windows overlap the rollout's warm-up: PASS is not judged yet
+    while t < m.last_flip_at + 60 + 120 + 300:  # type: ignore[operator]
         assert tick(P).memory.state is State.PROBING
     # consecutive windows are disjoint: the second pass counts a whole window after the first
     first = t
@@ -678,7 +677,7 @@ def test_full_cycle_on_fail_rollback_cooldown_probe_on() -> None:
     assert d.action is Action.ENABLE and m.state is State.PROBING
     assert d.transition is not None and d.transition.cause is Cause.PROBE
     # the second probe fails: longer cooldown
-    while t < m.last_flip_at + 60 + 300:  # type: ignore[operator]
+    while t < m.last_flip_at + 60 + 120 + 300:  # type: ignore[operator]
         tick(F)
     for _ in range(20):
         d = tick(F)

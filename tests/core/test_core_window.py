@@ -48,26 +48,13 @@ def test_a_rollout_in_progress_reads_the_whole_window(spec: Spec) -> None:
     assert window.read_window(spec, Rollout(in_progress=True), T0, memory=m) == (T0 - WINDOW, T0)
 
 
-def done(at: float) -> Rollout:
-    return Rollout(completed_at=at, speculation_on=True)
-
-
-def test_judging_unit_cuts_after_the_rollout_but_keeps_two_intervals(spec: Spec) -> None:
-    # alpha is judged from the rollout's end (no warm-up): the cut keeps its 270 s
-    assert window.read_window(spec, done(T0 - 270), T0, memory=probing(T0 - 300)) == (
-        T0 - 270,
-        T0,
-    )
-    # a rollout done 40 s ago: the cut would leave 40 s, the rule keeps two intervals (60 s)
-    assert window.read_window(spec, done(T0 - 40), T0, memory=probing(T0 - 90)) == (T0 - 60, T0)
-    # less than one interval after it, the whole window is read
-    assert window.read_window(spec, done(T0 - 10), T0, memory=probing(T0 - 60)) == (
-        T0 - WINDOW,
-        T0,
-    )
-    # a flip no rollout has followed yet (old pods, or nothing restarted) waits out the
-    # warm-up from the flip: it ended 150 s ago, the cut keeps those 150 s
+def test_judging_unit_cuts_after_warmup_but_keeps_two_intervals(spec: Spec) -> None:
+    # warm-up ended 150 s ago: the cut keeps those 150 s (more than two intervals)
     assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 270)) == (T0 - 150, T0)
+    # warm-up ended 40 s ago: the cut would leave 40 s, the rule keeps two intervals (60 s)
+    assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 160)) == (T0 - 60, T0)
+    # warm-up not over: less than one interval after it, the whole window is read
+    assert window.read_window(spec, SETTLED, T0, memory=probing(T0 - 130)) == (T0 - WINDOW, T0)
     # a flip long ago: nothing to cut
     assert window.read_window(spec, SETTLED, T0, memory=probing(OLD)) == (T0 - WINDOW, T0)
 
@@ -75,7 +62,7 @@ def test_judging_unit_cuts_after_the_rollout_but_keeps_two_intervals(spec: Spec)
 def test_a_later_rollout_moves_the_warmup(spec: Spec) -> None:
     rollout = Rollout(completed_at=T0 - 200, speculation_on=True)  # after the flip
     m = probing(T0 - 400)
-    assert window.read_window(spec, rollout, T0, memory=m) == (T0 - 200, T0)
+    assert window.read_window(spec, rollout, T0, memory=m) == (T0 - 80, T0)
 
 
 def first_judged(spec: Spec, flip_at: float) -> float:
@@ -91,47 +78,35 @@ def first_judged(spec: Spec, flip_at: float) -> float:
     raise AssertionError("never judged within 100 intervals")
 
 
-def test_judging_resumes_two_intervals_after_the_rollout(spec: Spec) -> None:
-    # The boundary: the rollout's end + 2 intervals exactly, not one interval earlier (the
-    # warm-up holds back only the latency check: `test_latency_waits_for_the_warmup`).
-    assert first_judged(spec, T0) == T0 + 2 * INTERVAL
+def test_judging_resumes_two_intervals_after_the_warmup(spec: Spec) -> None:
+    # The boundary: warm-up end + 2 intervals exactly, not one interval earlier.
+    assert first_judged(spec, T0) == T0 + WARMUP + 2 * INTERVAL
     rollout = Rollout(completed_at=T0, speculation_on=True)
     m = probing(T0)
-    one_early = T0 + INTERVAL
+    one_early = T0 + WARMUP + INTERVAL
     start, _ = window.read_window(spec, rollout, one_early, memory=m)
-    assert start < T0 and window.not_judgeable(spec, rollout, m, start) is not None
+    assert start < T0 + WARMUP and window.not_judgeable(spec, rollout, m, start) is not None
 
 
-def test_latency_waits_for_the_warmup(spec: Spec) -> None:
-    """Alpha may be judged from the rollout's end; latency only once the warm-up is over."""
-    rollout = Rollout(completed_at=T0, speculation_on=True)
-    m = probing(T0)
-    assert window.not_judgeable(spec, rollout, m, T0) is None
-    assert window.latency_unjudged(spec, rollout, m, T0) is not None
-    assert window.latency_unjudged(spec, rollout, m, T0 + WARMUP - 1) is not None
-    assert window.latency_unjudged(spec, rollout, m, T0 + WARMUP) is None
-    assert window.latency_unjudged(spec, Rollout(in_progress=True), m, T0 + WARMUP) is not None
-
-
-def test_short_windows_resume_when_the_window_clears_the_rollout(
+def test_short_windows_resume_when_the_window_clears_the_warmup(
     make_spec: Callable[..., Spec],
 ) -> None:
-    # A window of one interval cannot keep two: judging starts once it lies after the rollout.
+    # A window of one interval cannot keep two: judging starts once it lies after the warm-up.
     short = make_spec(timing={**TIMING, "windowSeconds": INTERVAL})
-    assert first_judged(short, T0) == T0 + INTERVAL
+    assert first_judged(short, T0) == T0 + WARMUP + INTERVAL
 
 
 def test_shared_window_takes_the_earliest_start(spec: Spec) -> None:
     units = [(probing(T0 - 270), SETTLED), (probing(OLD), SETTLED)]
     assert window.shared_window(spec, units, T0) == (T0 - WINDOW, T0)
-    units = [(probing(T0 - 270), done(T0 - 270)), (probing(T0 - 160), done(T0 - 160))]
-    assert window.shared_window(spec, units, T0) == (T0 - 270, T0)
+    units = [(probing(T0 - 270), SETTLED), (probing(T0 - 160), SETTLED)]
+    assert window.shared_window(spec, units, T0) == (T0 - 150, T0)
     assert window.shared_window(spec, [], T0) == (T0 - WINDOW, T0)
 
 
-def test_the_first_counted_window_is_the_first_whole_one_after_the_rollout(spec: Spec) -> None:
-    """Looks after the rollout are shown; the first window that counts toward a flip is the
-    first whole one that starts after it (its latency not judged inside the warm-up)."""
+def test_the_first_counted_window_is_the_first_whole_one_after_the_warmup(spec: Spec) -> None:
+    """Looks after the warm-up are shown; the first window that counts toward a flip is the
+    first whole one that starts after it."""
     rollout = Rollout(completed_at=T0, speculation_on=True)
     m = probing(T0)
     counted = []
@@ -142,4 +117,4 @@ def test_the_first_counted_window_is_the_first_whole_one_after_the_rollout(spec:
             spec, m, start, now
         ):
             counted.append(now)
-    assert counted[0] == T0 + WINDOW
+    assert counted[0] == T0 + WARMUP + WINDOW

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,8 +258,9 @@ def _enabled_at(evs: list[Evaluation]) -> float:
 def fail_bound(spec: SpeculativeCanarySpec) -> float:
     """The longest a probe well below the gate may run: nothing is judged during the warm-up
     after its rollout; the first judged window is the first whole window after it; a rollback
-    needs consecutiveWindows judged failing windows in a row (a decisive one alone may do);
-    evaluations fall on the interval grid, so one interval of slack."""
+    needs consecutiveWindows judged failing windows in a row (a decisive one alone may do, or
+    an early look at the first); evaluations fall on the interval grid, so one interval of
+    slack."""
     t = spec.timing
     return (
         t.warmup_seconds
@@ -270,8 +270,9 @@ def fail_bound(spec: SpeculativeCanarySpec) -> float:
 
 
 def first_judged(spec: SpeculativeCanarySpec) -> float:
-    """No verdict counts before the first whole window after the warm-up."""
-    return spec.timing.warmup_seconds + spec.timing.window_seconds
+    """No verdict counts before two intervals after the warm-up: the earliest an early look at
+    the first window (`core/looks.py`) reads a window of its own."""
+    return spec.timing.warmup_seconds + 2 * spec.timing.interval_seconds
 
 
 # ---------------------------------------------------------------- the tests
@@ -403,10 +404,8 @@ def test_the_probe_deadline_leaves_room_for_the_verdict(name: str) -> None:
     spec = shipped(name)
     t = spec.timing
     to_pass = max(spec.acceptance.consecutive_windows, spec.latency.consecutive_windows)
-    # the earliest confirmation after an enable, a rollout of one interval included: the
-    # windows from the rollout's end that overlap the warm-up judge no latency
-    warm = math.ceil(t.warmup_seconds / t.window_seconds)
-    assert t.probe_seconds > t.interval_seconds + (warm + to_pass) * t.window_seconds
+    # the earliest confirmation after an enable, a rollout of one interval included
+    assert t.probe_seconds > t.interval_seconds + t.warmup_seconds + to_pass * t.window_seconds
 
 
 def _missing(kind: str, observe: Observe) -> Observe:

@@ -215,8 +215,8 @@ class Timing(StrictModel):
     warmup_seconds: NonNegativeSeconds = Field(
         default=120.0,
         description=(
-            "Seconds after a rollout finishes during which latency is not judged (cold caches, "
-            "CUDA graphs); alpha is judged from the rollout's end."
+            "Seconds after a rollout finishes during which data is not judged (model load, cache "
+            "warm-up)."
         ),
     )
     rollout_timeout_seconds: PositiveSeconds = Field(

@@ -9,16 +9,15 @@ The single entry point the shell calls (live, dry-run, backtest and the simulato
 While speculation is off (Off, RolledBack, or paused there) vLLM exports no spec-decode series,
 so acceptance and latency are not judged (that is expected, not an error); weights are still
 computed from the baseline's traffic so a shift in the mix can trigger an early re-probe.
-A failed source or pool becomes an ERROR check; data from a rollout becomes INCONCLUSIVE,
-and so does a latency check on data from its warm-up (alpha is judged there). Pure: no I/O,
-no clock.
+A failed source or pool becomes an ERROR check; data from a rollout or its warm-up becomes
+INCONCLUSIVE. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from alphagate.config import Aggregation, SpeculativeCanarySpec
 from alphagate.core import (
@@ -218,7 +217,7 @@ def estimate(
 ) -> Estimated:
     """Alpha per slice, the traffic weights and the combined alpha; the memory learns the
     alphas with enough drafts and the window's spread when `learn` (a window the machine may
-    judge: speculating, past the rollout). A window it never judges teaches it
+    judge: speculating, past the warm-up, no rollout). A window it never judges teaches it
     nothing either: after a rollback the old pod's last requests drain through the window, and
     the requests finishing last are those that accept worst, so chat's alpha read 0.40 there
     and the early re-probe on the mix lost the slice it needed (a demo run)."""
@@ -253,8 +252,8 @@ def judge(
     names: Sequence[str],
 ) -> list[CheckResult]:
     """The window's checks: an ERROR for a failed source; while speculation is off, failed
-    pools and an INCONCLUSIVE "not judged"; a window from a rollout INCONCLUSIVE; else
-    acceptance (and floors) and latency, the latency INCONCLUSIVE in the warm-up."""
+    pools and an INCONCLUSIVE "not judged"; a window from a rollout or its warm-up
+    INCONCLUSIVE; else acceptance (and floors) and latency."""
     memory = found.memory
     window_start = observation.at - observation.window_seconds
     if observation.source_error is not None:
@@ -284,7 +283,7 @@ def judge(
         ]
     per_slice = spec.aggregation is Aggregation.PER_SLICE
     suffix = len(spec.slices) > 1  # name checks by slice when the policy has several
-    results = checklist.run(
+    return checklist.run(
         spec,
         observation,
         names,
@@ -294,18 +293,6 @@ def judge(
         suffix,
         found.judgeable,
     )
-    warm = window.latency_unjudged(spec, rollout, memory, window_start)
-    if warm is None:
-        return results
-    return [_latency_not_judged(c, warm) for c in results]
-
-
-def _latency_not_judged(result: CheckResult, why: str) -> CheckResult:
-    """A latency check of a window in the warm-up is INCONCLUSIVE (cold caches, CUDA graphs
-    slow the steps); the window's alpha is judged all the same (`window.alpha_start`)."""
-    if result.kind is not CheckKind.LATENCY or result.verdict is Verdict.ERROR:
-        return result
-    return replace(result, verdict=Verdict.INCONCLUSIVE, reason=f"not judged: {why}")
 
 
 def _not_speculating(
@@ -431,7 +418,7 @@ def _pool_latency(
     not judged and windows while speculation is off change nothing."""
     counts = (
         window.speculation_on(memory)
-        and window.latency_unjudged(spec, rollout, memory, start) is None
+        and window.not_judgeable(spec, rollout, memory, start) is None
         and window.judged(spec, memory, start, now)
     )
     if not counts:

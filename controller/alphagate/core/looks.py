@@ -1,10 +1,10 @@
 """Early looks at a probe's first window: a group-sequential Fail test on the growing window.
 
-A probe's first judged window ends a whole `windowSeconds` after the probe's data starts
-(`window.alpha_start`), and a bad canary speculates all that time. The evaluations before it
-(every `intervalSeconds`) are looks; here each may FAIL the probe, never pass it, at a
-Lan-DeMets O'Brien-Fleming-type alpha-spending level: the look at information fraction f (the
-share of the first window elapsed) spends S(f) - S(f - step) with
+A probe's first judged window ends a whole `windowSeconds` after its data may be judged (the
+warm-up's end, `window.warmup_end`), and a bad canary speculates all that time. The
+evaluations before it (every `intervalSeconds`) are looks; here each may FAIL the probe, never
+pass it, at a Lan-DeMets O'Brien-Fleming-type alpha-spending level: the look at information
+fraction f (the share of the first window elapsed) spends S(f) - S(f - step) with
 S(f) = 2 (1 - Phi(z_{1 - L/2} / sqrt(f))), S(1) = L, next to nothing early. By the union
 bound the looks together fail a canary whose truth sits on the gate with probability at most
 L, whatever their correlation (a look skipped, too thin to test, spends nothing).
@@ -28,7 +28,7 @@ from alphagate.core.model import AlphaWindow, Memory, Rollout, State
 from alphagate.core.moves import Ctx
 from alphagate.core.stats import normal_quantile, normal_sf, t_quantile
 from alphagate.core.streak import MIN_DOF, Pooled
-from alphagate.core.window import EPS, alpha_start
+from alphagate.core.window import EPS, warmup_end
 
 
 def total(confidence: float, windows: int) -> float:
@@ -50,7 +50,7 @@ def fraction(spec: SpeculativeCanarySpec, memory: Memory, rollout: Rollout, now:
     and has judged no window since the probe began (then the looks are over, or not yet)."""
     if memory.state is not State.PROBING or memory.streak_end > memory.since + EPS:
         return 0.0
-    first = max(memory.streak_end, alpha_start(spec, rollout, memory) or -math.inf)
+    first = max(memory.streak_end, warmup_end(spec, rollout, memory) or -math.inf)
     f = (now - first) / spec.timing.window_seconds
     return f if 0.0 < f < 1.0 - EPS else 0.0
 

@@ -16,9 +16,8 @@ Rules:
   level a = (1 - confidence) / 2 a window, n in a row fail on noise about N a^n times a day
   (N = 86,400 / windowSeconds) at a truth on the gate (`core.pace`). The one exception is the
   fail-safe: `errors.failSafeAfter` consecutive ERROR windows with `failSafe: disable`.
-* Data from a rollout in progress, or from before the last rollout or flip ended, is never
-  judged: PASS/FAIL there count as INCONCLUSIVE("rollout"). Alpha is judged from the
-  rollout's end; `evaluate` holds the latency check Inconclusive through the warm-up.
+* Data from a rollout in progress, or from before the warm-up after the last rollout or flip
+  ended, is never judged: PASS/FAIL there count as INCONCLUSIVE("warm-up").
 * Off/RolledBack -> Probing (ENABLE) once the cooldown has passed (or early, on evidence that
   the traffic it failed on is gone: `core.reprobe`), after the minimum dwell, with no source
   error pending and room in the flip budget for the enable AND its possible rollback.
@@ -73,7 +72,6 @@ from alphagate.core.moves import Ctx, Decision, enable_update, flip
 from alphagate.core.window import (
     EPS,
     adjacent,
-    alpha_start,
     cooldown_seconds,
     effective_state,
     flip_room,
@@ -82,6 +80,7 @@ from alphagate.core.window import (
     recent_flips,
     verdict_age,
     wall_time,
+    warmup_end,
     windows_needed,
 )
 
@@ -103,8 +102,8 @@ def _streaks(
     extends the pass streak, which only a judged FAIL clears: confirming restarts nothing, and
     a latency guard undecided now and then must not keep a healthy probe from it. Looks
     between judged windows, ERROR windows (about the source, not the traffic: the next
-    evaluation is judged instead) and windows before a rollout's end count nothing. Errors
-    count per evaluation."""
+    evaluation is judged instead) and windows in a warm-up count nothing. Errors count per
+    evaluation."""
     errors = memory.error_streak + 1 if verdict is Verdict.ERROR else 0
     update: dict[str, object] = {"error_streak": errors}
     if verdict in (Verdict.PASS, Verdict.FAIL):
@@ -243,7 +242,7 @@ def _judged_text(ctx: Ctx) -> str:
         return f"not judged ({ctx.unjudged})"
     if not ctx.judged and ctx.verdict is not Verdict.ERROR:
         window = ctx.spec.timing.window_seconds
-        after = max(ctx.memory.streak_end, alpha_start(ctx.spec, ctx.rollout, ctx.memory) or 0.0)
+        after = max(ctx.memory.streak_end, warmup_end(ctx.spec, ctx.rollout, ctx.memory) or 0.0)
         if after + window <= ctx.now + EPS:  # the window read is shorter than windowSeconds
             return f"look {ctx.verdict.value} (counts nothing: not a whole {window:.0f} s window)"
         when = wall_time(after + window)

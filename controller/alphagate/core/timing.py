@@ -15,7 +15,6 @@ blocks of alpha at all; the controller learns that from the data (CanaryJudgeabl
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -68,8 +67,7 @@ class TimingWarning:
         if self.problem is TimingProblem.PROBE_TOO_SHORT:
             return (
                 f"{self.field} {self.seconds:g} s ends before a probe can first be confirmed "
-                f"(a rollout interval, the windows in warmupSeconds and the passing windows it "
-                f"needs: "
+                f"(a rollout interval, warmupSeconds and the passing windows it needs: "
                 f"{self.needed_seconds:g} s), so every healthy probe is reported stalled: make "
                 f"it longer than that"
             )
@@ -95,15 +93,10 @@ def scrape_interval(spec: SpeculativeCanarySpec, prometheus_seconds: float | Non
 
 def earliest_confirmation(spec: SpeculativeCanarySpec) -> float:
     """Seconds from an enable to the earliest confirmation a healthy probe can reach: a rollout
-    of one interval, then whole judged windows from its end (`window.alpha_start`); those
-    starting inside the warm-up judge no latency (Inconclusive), so with the latency check on,
-    the passing windows in a row follow them."""
+    of one interval, the warm-up, then whole judged windows in a row for both checks."""
     t = spec.timing
     windows = max(spec.acceptance.consecutive_windows, spec.latency.consecutive_windows)
-    warm = 0
-    if spec.latency.enabled and t.warmup_seconds > 0:
-        warm = math.ceil(t.warmup_seconds / t.window_seconds - 1e-9)
-    return t.interval_seconds + (warm + windows) * t.window_seconds
+    return t.interval_seconds + t.warmup_seconds + windows * t.window_seconds
 
 
 def advise(

@@ -259,7 +259,7 @@ def retune(
         return w.hold(TuneHold.MACHINE_ACTED)
     if window.effective_state(memory) is not State.ON or memory.state is State.PAUSED:
         return w.hold(TuneHold.NOT_ON)
-    if window.latency_unjudged(spec, rollout, memory, start) is not None:  # step times: warm
+    if window.not_judgeable(spec, rollout, memory, start) is not None:
         return w.hold(TuneHold.UNJUDGED)
     if evaluation.verdict is Verdict.ERROR:
         return w.hold(TuneHold.NO_EVIDENCE)

@@ -1,6 +1,5 @@
 """When a decision unit may judge and what it reads: the window rule (`read_window`), the
-rollout and warm-up that keep restart data out (alpha from the rollout's end, latency from the
-warm-up's), and the queries over a unit's memory the rule, the state
+warm-up that keeps restart data out, and the queries over a unit's memory the rule, the state
 machine and the shell all rest on (its effective state, the flips in the sliding hour, the
 cooldown, the verdict's age). Live controller and backtest call the same functions, so they
 decide alike on the same data. `core.machine` re-exports them. Pure.
@@ -93,56 +92,27 @@ def warmup_end(
     return max(ends) if ends else None
 
 
-def alpha_start(
-    spec: SpeculativeCanarySpec, rollout: Rollout, memory: Memory | None
-) -> float | None:
-    """When alpha becomes judgeable again: the end of the last rollout, with no warm-up.
-    Acceptance is what the draft proposes and the target keeps, the same on cold caches and
-    CUDA graphs; only step times (latency) need the warm-up (`latency_unjudged`). A flip no
-    rollout has followed yet (the pods not patched yet, or a flip that restarts nothing)
-    waits out the warm-up from the flip, as before: its first data may still be the old
-    config's."""
-    done = rollout.completed_at
-    flip = memory.last_flip_at if memory is not None else None
-    if flip is not None and (done is None or done < flip):
-        return flip + spec.timing.warmup_seconds
-    return done
-
-
 def not_judgeable(
     spec: SpeculativeCanarySpec, rollout: Rollout, memory: Memory | None, window_start: float
 ) -> str | None:
-    """Why a window starting at `window_start` must not be judged, or None if it may be: not
-    while a rollout runs or before it ended (alpha is judged from the rollout's end; latency
-    only after the warm-up too, `latency_unjudged`)."""
+    """Why a window starting at `window_start` must not be judged, or None if it may be."""
     if rollout.in_progress:
         return "rollout in progress"
-    end = alpha_start(spec, rollout, memory)
-    if end is not None and window_start < end - EPS:
-        return f"rollout: window starts at {window_start:.0f}, rollout ended at {end:.0f}"
-    return None
-
-
-def latency_unjudged(
-    spec: SpeculativeCanarySpec, rollout: Rollout, memory: Memory | None, window_start: float
-) -> str | None:
-    """Why the latency check of a window starting at `window_start` must not be judged (the
-    warm-up's slow steps are in it), or None if it may be."""
     end = warmup_end(spec, rollout, memory)
     if end is not None and window_start < end - EPS:
         return f"warm-up: window starts at {window_start:.0f}, warm-up ends at {end:.0f}"
-    return not_judgeable(spec, rollout, memory, window_start)
+    return None
 
 
 def _warmup_cut(
     spec: SpeculativeCanarySpec, rollout: Rollout, now: float, memory: Memory | None
 ) -> float | None:
-    """The configured window's start moved past the rollout's end (`alpha_start`); None while
-    a rollout runs or when less than one interval would be left."""
+    """The configured window's start moved past the warm-up; None while a rollout runs or
+    when less than one interval would be left."""
     if rollout.in_progress:
         return None
     start = now - spec.timing.window_seconds
-    end_of_warmup = alpha_start(spec, rollout, memory)
+    end_of_warmup = warmup_end(spec, rollout, memory)
     if end_of_warmup is not None:
         start = max(start, end_of_warmup)
     if now - start < min(spec.timing.interval_seconds, spec.timing.window_seconds) - EPS:
@@ -156,15 +126,14 @@ def read_window(
     """The window rule: the (start, end) one decision unit reads at `now`, live and in the
     backtest alike.
 
-    A unit that judges (Probing, On) cuts the configured window to start after its rollout, so
+    A unit that judges (Probing, On) cuts the configured window to start after its warm-up, so
     its status shows the new config's data sooner after a flip; but never to less than
     READ_MIN_INTERVALS intervals (a range query needs scrapes at both ends). Only a whole
     window disjoint from the last one judged counts toward a flip (`judged`): a cut window is
     a look, shown and never counted. A unit that judges nothing (Off, RolledBack, Paused,
     Promoted) reads the whole window: the early re-probe weighs the whole window's traffic.
     While a rollout runs, or before one interval has passed since the warm-up, the whole window
-    too. A window that starts before the rollout's end is not judged (`not_judgeable`), its
-    latency not before the warm-up's end (`latency_unjudged`).
+    too. A window that starts before the warm-up's end is not judged (`not_judgeable`).
     """
     t = spec.timing
     full = now - t.window_seconds
