@@ -258,8 +258,9 @@ def _enabled_at(evs: list[Evaluation]) -> float:
 def fail_bound(spec: SpeculativeCanarySpec) -> float:
     """The longest a probe well below the gate may run: nothing is judged during the warm-up
     after its rollout; the first judged window is the first whole window after it; a rollback
-    needs consecutiveWindows judged failing windows in a row (a decisive one alone may do);
-    evaluations fall on the interval grid, so one interval of slack."""
+    needs consecutiveWindows judged failing windows in a row (a decisive one alone may do, or
+    an early look at the first); evaluations fall on the interval grid, so one interval of
+    slack."""
     t = spec.timing
     return (
         t.warmup_seconds
@@ -269,8 +270,9 @@ def fail_bound(spec: SpeculativeCanarySpec) -> float:
 
 
 def first_judged(spec: SpeculativeCanarySpec) -> float:
-    """No verdict counts before the first whole window after the warm-up."""
-    return spec.timing.warmup_seconds + spec.timing.window_seconds
+    """No verdict counts before two intervals after the warm-up: the earliest an early look at
+    the first window (`core/looks.py`) reads a window of its own."""
+    return spec.timing.warmup_seconds + 2 * spec.timing.interval_seconds
 
 
 # ---------------------------------------------------------------- the tests

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from alphagate.config import FailSafe, SpeculativeCanarySpec
-from alphagate.core import pace, reprobe, streak
+from alphagate.core import looks, pace, reprobe, streak
 from alphagate.core.manual import manual
 from alphagate.core.model import (
     Action,
@@ -219,10 +219,7 @@ def _fail_text(ctx: Ctx, to_fail: int) -> str:
     if m.fail_streak >= to_fail:
         return f"{m.fail_streak} consecutive failing windows"
     if p is not None:
-        return (
-            f"the last {p.windows} windows pooled: alpha {p.value:.3f}, its bound at the joint "
-            f"level of {to_fail} windows {p.upper:.3f} clears the gate"
-        )
+        return p.text(to_fail)
     return (
         f"one decisive failing window (its bound at the joint level of {to_fail} windows clears "
         f"the gate; fail streak {m.fail_streak}/{to_fail})"
@@ -456,8 +453,7 @@ def step(given: StepInput) -> Decision:
     follows = adjacent(spec, memory, start)
     memory = _streaks(memory, effective, counts=counts, adjacent=follows, now=now)
     ctx = replace(ctx, memory=memory, alerts=_alerts(memory, spec, now), judged=counts)
-    if counts:
-        ctx = _pooled(ctx, given.alpha, follows)
+    ctx = _pooled(ctx, given.alpha, follows) if counts else looks.apply(ctx, given.alpha)
     if memory.state is State.PAUSED:
         if spec.paused:
             return ctx.hold(f"paused by spec ({_judged_text(ctx)})")

@@ -13,7 +13,9 @@ per j) is as strong as min(j, n) windows failing in a row when its bound clears 
 their joint level a^min(j, n), adding at most N (a^2 + ... + a^n + a^n) a day (`pooled_levels`).
 So at a truth on the gate the shipped chat policy (one alpha check, 95%, two 300 s windows)
 rolls back falsely at most 0.18 + 0.05 + 0.36 = 0.58 times a day, far fewer inside the band
-(docs/decisions.md has the measured rate at 0.57). Pure.
+(docs/decisions.md has the measured rate at 0.57). The early looks at a probe's first window
+(`core.looks`) spend that window's pooled share, which it cannot spend itself, so the bound
+is unchanged. Pure.
 """
 
 from __future__ import annotations

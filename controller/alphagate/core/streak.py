@@ -97,15 +97,36 @@ class Pooled:
     upper: float
     fails: bool
     shortfall: float = 0.0  # bands (enableAbove - disableBelow) the pooled alpha lies below
+    look: float = 0.0  # an early look's share of a probe's first window (`core.looks`); 0: a run
 
     def fields(self) -> dict[str, float]:
         """The transition evidence (for people; code reads the fields)."""
+        if self.look > 0:
+            return {
+                "look_fraction": self.look,
+                "look_alpha": self.value,
+                "look_upper": self.upper,
+                "look_level": self.level,
+            }
         return {
             "pooled_windows": float(self.windows),
             "pooled_alpha": self.value,
             "pooled_upper": self.upper,
             "pooled_level": self.level,
         }
+
+    def text(self, to_fail: int) -> str:
+        """Why it fails, for people."""
+        if self.look > 0:
+            return (
+                f"an early look at {self.look:.0%} of the first window: alpha {self.value:.3f}, "
+                f"its bound at the look's spent level {self.level:.2g} {self.upper:.3f} clears "
+                f"the gate"
+            )
+        return (
+            f"the last {self.windows} windows pooled: alpha {self.value:.3f}, its bound at the "
+            f"joint level of {to_fail} windows {self.upper:.3f} clears the gate"
+        )
 
 
 def _one_dispersion(windows: tuple[AlphaWindow, ...], total: float) -> tuple[float, float]:
