@@ -82,6 +82,7 @@ class Reason(StrEnum):
     OWNERSHIP_REFUSED = "OwnershipRefused"  # on the coordination Lease (kube.coordination)
     OWNERSHIP_RESUMED = "OwnershipResumed"
     API_BUDGET_EXCEEDED = "ApiBudgetExceeded"  # an evaluation deferred or a request refused
+    QUERY_BUDGET_EXCEEDED = "QueryBudgetExceeded"  # a read deferred by a Prometheus budget
     CANARY_UNJUDGEABLE = "CanaryUnjudgeable"
 
 

@@ -22,6 +22,7 @@ from alphagate.kube.units import UnitOutcome
 from alphagate.kube.workload import WorkloadState
 from alphagate.shell.manual import Manual
 from alphagate.sources import Source
+from alphagate.sources.querybudget import QueryDeferral
 
 # ---------------------------------------------------------------- small helpers
 
@@ -105,6 +106,8 @@ class Outcome:
     gone: bool = False
     # evaluated late: a Kubernetes API budget was spent (which one, its rate, how late)
     api_deferral: Deferral | None = None
+    # evaluated late: a Prometheus query budget was spent (whose, how long it waited)
+    query_deferral: QueryDeferral | None = None
     duration_seconds: float = 0.0
     now: float = 0.0
     """The time it decided for: the clock when its cycle began (one for a cycle's batch)."""

@@ -56,11 +56,11 @@ from alphagate.kube.actuator import Actuator
 from alphagate.kube.client import Kube, call
 from alphagate.kube.events import EventRecorder, ObjectRef
 from alphagate.kube.freshness import verdict_fresh
-from alphagate.kube.status.fields import ConditionType, set_condition
+from alphagate.kube.status.fields import Condition, ConditionType, set_condition
 from alphagate.kube.status.resource import CanaryStatus, parse_status
 from alphagate.kube.status.writer import StatusWriter
 from alphagate.kube.units import units_of
-from alphagate.shell.api_budget import budget_condition
+from alphagate.shell.api_budget import budget_condition, query_budget_condition
 from alphagate.shell.claims import prepare
 from alphagate.shell.cycles import Cycle, Cycles
 from alphagate.shell.judgeable_warnings import JudgeableWarnings
@@ -313,19 +313,8 @@ class Reconciler(WatchLoop):
             now=now,
             generation=generation,
         )
-        # ---- evaluated late because a Kubernetes API budget was spent (the schedule deferred it)
-        conditions, out.api_deferral = budget_condition(
-            self.kube.budget,
-            conditions,
-            previous,
-            ref=ref,
-            events=self.events,
-            now=now,
-            generation=generation,
-        )
-        if out.api_deferral is not None:
-            with contextlib.suppress(*METRIC_ERRORS):
-                self.recorder.api_deferred(out.api_deferral.scope, namespace=namespace, canary=name)
+        # ---- evaluated late because an API or Prometheus query budget was spent
+        conditions = self._deferrals(out, conditions, previous, ref, now, generation)
 
         # ---- the source: a policy naming an endpoint nobody configured is wrong, not failing
         source = self.sources.get(spec, namespace, name, generation)
@@ -359,6 +348,42 @@ class Reconciler(WatchLoop):
             manual=manual,
             prepared=prepared,
             start=observe_start(spec, prepared, now),
+        )
+
+    def _deferrals(
+        self,
+        out: Outcome,
+        conditions: list[Condition],
+        previous: CanaryStatus,
+        ref: ObjectRef,
+        now: float,
+        generation: int,
+    ) -> list[Condition]:
+        """Whether the schedule deferred this evaluation for a budget, told in its conditions
+        (WithinApiBudget, WithinQueryBudget), an Event and the API deferrals metric."""
+        conditions, out.api_deferral = budget_condition(
+            self.kube.budget,
+            conditions,
+            previous,
+            ref=ref,
+            events=self.events,
+            now=now,
+            generation=generation,
+        )
+        if out.api_deferral is not None:
+            with contextlib.suppress(*METRIC_ERRORS):
+                self.recorder.api_deferred(
+                    out.api_deferral.scope, namespace=out.namespace, canary=out.name
+                )
+        out.query_deferral = self.query_deferrals.pop((out.namespace, out.name), None)
+        return query_budget_condition(
+            out.query_deferral,
+            conditions,
+            previous,
+            ref=ref,
+            events=self.events,
+            now=now,
+            generation=generation,
         )
 
     def _read_units(

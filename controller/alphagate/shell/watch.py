@@ -99,6 +99,8 @@ class WatchLoop:
         self._watch: Any = None
         self._evaluated: list[tuple[tuple[str, str], Evaluated]] = []
         self._in_flight: set[tuple[str, str]] = set()  # started, not evaluated yet
+        # the first Prometheus query budget deferral of each canary since its last evaluation
+        self.query_deferrals: dict[tuple[str, str], querybudget.QueryDeferral] = {}
         self.synced = threading.Event()
         self.leading = threading.Event()
         self.leading.set()  # `alphagate run` clears it until the Lease is won
@@ -130,6 +132,7 @@ class WatchLoop:
         """The resource is gone: drop it from the cache."""
         with self._lock:
             self._cache.pop((namespace, name), None)
+        self.query_deferrals.pop((namespace, name), None)
 
     def hand_over(self, namespace: str, name: str) -> None:
         """Another replica owns this canary now (nothing to drop here)."""
@@ -270,6 +273,7 @@ class WatchLoop:
             if deferral is None:
                 admitted.append(key)
                 continue
+            self.query_deferrals.setdefault(key, deferral)  # told by its next evaluation
             self._log.info(
                 "prometheus_budget_deferred",
                 namespace=key[0],

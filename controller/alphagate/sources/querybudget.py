@@ -86,6 +86,10 @@ class QueryDeferral:
     owner: str  # "ns/name" or the namespace
     retry_in: float  # seconds until that bucket is out of debt
 
+    @property
+    def reason(self) -> str:
+        return f"{self.scope.capitalize()}QueryBudgetExceeded"
+
     def message(self) -> str:
         return (
             f"the {self.scope} {self.owner}'s Prometheus query budget is spent: "

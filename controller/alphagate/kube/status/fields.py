@@ -67,6 +67,9 @@ class ConditionType(StrEnum):
     # False (reason: the budget's scope) while evaluations are deferred (kube.apibudget);
     # absent until the first deferral
     WITHIN_API_BUDGET = "WithinApiBudget"
+    # False (reason: the budget's scope) while reads wait for a Prometheus query budget
+    # (sources.querybudget); absent until the first deferral
+    WITHIN_QUERY_BUDGET = "WithinQueryBudget"
 
 
 class Condition(StatusModel):
@@ -75,7 +78,8 @@ class Condition(StatusModel):
     type: str = Field(
         description=(
             "Condition type: Ready, SourceHealthy, SpecValid, RolloutComplete, VerdictFresh, "
-            "TimingFits, CanaryJudgeable or OutputsLongEnough."
+            "TimingFits, CanaryJudgeable, OutputsLongEnough, WithinApiBudget or "
+            "WithinQueryBudget."
         )
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
