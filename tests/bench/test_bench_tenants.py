@@ -16,7 +16,7 @@ from alphagate_lab.bench.tenants_run import Evaluation, RunResult
 
 @pytest.mark.slow
 def test_the_slice_flood_class_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    (verdict,) = tenants.main(["--attacks", "slice-flood", "--victims", "1", "--seconds", "20"])
+    (verdict,) = tenants.main(["--attacks", "slice-flood", "--victims", "1", "--seconds", "45"])
     out = capsys.readouterr().out
     assert verdict.attack.name == "slice-flood"
     for run in (verdict.base, verdict.got):
