@@ -357,6 +357,8 @@ def test_a_refusing_controller_says_why_on_the_lease_in_metrics_and_logs(
         with capture_logs() as logs:
             leader = controller("leader-0", 0).start()
             wait_for(lambda: refused(leader) == 1.0, 10, "the leader-elected replica to refuse")
+            # the metric is set before the Event and the log line are written: wait for them
+            wait_for(lambda: any(r[0] == "OwnershipRefused" for r in reasons()), 10, "the Event")
         assert not leader.is_leader
         assert any(
             e["event"] == "ownership_refused" and e["recorded"] == "3 shards" for e in logs
