@@ -220,3 +220,23 @@ def test_the_admin_config_carries_the_budgets() -> None:
     assert config.prometheus_budgets.canary_qps == 5.0
     assert config.prometheus_budgets.namespace_burst == 10
     assert SourcesConfig().prometheus_budgets == QueryBudgets()
+
+
+def test_a_deleted_canary_leaves_no_bucket_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    budget = install(monkeypatch, clock, canary_qps=1.0, canary_burst=1)
+    budget.take(("llm", ("gone",)))
+    budget.take(("llm", ("gone",)))
+    deferral = budget.deferral("llm", "gone")
+    assert deferral is not None and deferral.scope == "canary"
+    loop = WatchLoop(
+        cast(Kube, SimpleNamespace(budget=None)),
+        namespace=None,
+        label_selector=None,
+        clock=clock,
+        watch_timeout_seconds=5,
+        health=None,
+        owns=None,
+    )
+    loop.forget("llm", "gone")  # the watch saw it deleted
+    assert budget.deferral("llm", "gone") is None  # a canary of that name starts afresh

@@ -133,6 +133,7 @@ class WatchLoop:
         with self._lock:
             self._cache.pop((namespace, name), None)
         self.query_deferrals.pop((namespace, name), None)
+        querybudget.current().forget(namespace, name)
 
     def hand_over(self, namespace: str, name: str) -> None:
         """Another replica owns this canary now (nothing to drop here)."""

@@ -146,6 +146,11 @@ class QueryBudget:
                     return QueryDeferral(scope, owner, -b.tokens / b.qps)
         return None
 
+    def forget(self, namespace: str, name: str) -> None:
+        """The canary is gone: drop its bucket (its namespace's stays, shared)."""
+        with self._lock:
+            self._canaries.pop((namespace, name), None)
+
     def _bucket(self, table: dict[Any, _Bucket], key: Any, now: float) -> _Bucket:
         b = table.get(key)
         if b is None:

@@ -156,7 +156,8 @@ def budget_named(status: dict[str, Any], word: str = "budget") -> str | None:
     verdict = (status.get("lastDecision") or {}).get("verdict", "")
     for c in status.get("conditions") or []:
         named = c.get("status") == "False" and word.lower() in str(c.get("reason", "")).lower()
-        judged = verdict in ("Inconclusive", "Error", "") or c.get("type") == "WithinApiBudget"
+        deferred = c.get("type") in ("WithinApiBudget", "WithinQueryBudget")
+        judged = verdict in ("Inconclusive", "Error", "") or deferred
         if named and judged:
             return f"{c.get('type')}={c.get('reason')}"
     return None

@@ -199,12 +199,6 @@ async def _main(args: argparse.Namespace) -> None:
     await stop.wait()
     for srv in servers:
         srv.close()
-    # a slow pod's connections never end by themselves: end them here, or each prints
-    # "Task was destroyed but it is pending!" at exit
-    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> None:
