@@ -44,6 +44,19 @@ def install(monkeypatch: pytest.MonkeyPatch, clock: Clock, **rates: Any) -> Quer
     return budget
 
 
+def schedule(clock: Clock) -> WatchLoop:
+    """The schedule alone (no API budget, every canary owned) on the test's clock."""
+    return WatchLoop(
+        cast(Kube, SimpleNamespace(budget=None)),
+        namespace=None,
+        label_selector=None,
+        clock=clock,
+        watch_timeout_seconds=5,
+        health=None,
+        owns=None,
+    )
+
+
 class CountingProm(Loopback):
     """Answers every query at once with an empty result; counts them by namespace matcher."""
 
@@ -107,15 +120,7 @@ def test_a_namespaces_shared_queries_hold_its_canaries_and_no_other_namespace(
     budget = install(monkeypatch, clock, namespace_qps=50.0, namespace_burst=100)
     for _ in range(150):  # a batch's shared queries: the namespace's alone
         budget.take(("team-a", ()))
-    loop = WatchLoop(
-        cast(Kube, SimpleNamespace(budget=None)),
-        namespace=None,
-        label_selector=None,
-        clock=clock,
-        watch_timeout_seconds=5,
-        health=None,
-        owns=None,
-    )
+    loop = schedule(clock)
     for ns, name in (("team-a", "one"), ("team-a", "two"), ("team-b", "victim")):
         loop._observe_object("ADDED", _canary(ns, name))
     assert loop.due(clock.now) == [("team-b", "victim")]
@@ -229,14 +234,6 @@ def test_a_deleted_canary_leaves_no_bucket_behind(monkeypatch: pytest.MonkeyPatc
     budget.take(("llm", ("gone",)))
     deferral = budget.deferral("llm", "gone")
     assert deferral is not None and deferral.scope == "canary"
-    loop = WatchLoop(
-        cast(Kube, SimpleNamespace(budget=None)),
-        namespace=None,
-        label_selector=None,
-        clock=clock,
-        watch_timeout_seconds=5,
-        health=None,
-        owns=None,
-    )
+    loop = schedule(clock)
     loop.forget("llm", "gone")  # the watch saw it deleted
     assert budget.deferral("llm", "gone") is None  # a canary of that name starts afresh
