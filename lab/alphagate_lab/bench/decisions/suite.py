@@ -28,6 +28,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from alphagate_lab.bench.decisions import operations
+from alphagate_lab.bench.decisions.operations import OpsEvent
 from alphagate_lab.sim.scenario import Scenario
 from alphagate_lab.sim.traces import load_trace
 
@@ -111,6 +113,7 @@ TOPOLOGIES: Final[dict[str, Topology]] = {
         4,
         scale=LOW_TRAFFIC_SCALE,
     ),
+    "4c4b": Topology("four canary pods, four baseline", (1.0,) * 4, 4),
     "legacy": Topology("two canary pods, one baseline (closed loop)", (1.0, 1.0), 1),
 }
 
@@ -157,6 +160,11 @@ class Case:
     # Draft-length cases (legacy closed loop): the configured K and the acceptance chain.
     k: int = K
     chain: tuple[tuple[float, float, float], ...] = ()
+    # Operations cases (operations.py): cluster events, pods that accept differently (the sd
+    # of a canary pod's alpha offset), Poisson (prompt, median output) lengths.
+    events: tuple[OpsEvent, ...] = ()
+    canary_spread: float = 0.0
+    lengths: tuple[int, int] | None = None
 
     @property
     def canaries(self) -> int:
@@ -211,6 +219,8 @@ class Case:
                 "prompt_tokens": PROMPT_TOKENS,
                 "output_tokens": OUTPUT_TOKENS,
             }
+        if self.lengths is not None:
+            chat |= {"prompt_tokens": self.lengths[0], "output_tokens": self.lengths[1]}
         if self.bad_share > 0:
             chat["bad_requests"] = {"share": self.bad_share, "alpha": 0.2, "spread": 5.0}
         if self.chain:  # the loop sets alpha and decay as the chain and the K that runs say
@@ -228,7 +238,12 @@ class Case:
                 steps.setdefault(round(frac * duration, 3), {})["alpha"] = value
         for frac, tokens in self.outputs:
             steps.setdefault(round(frac * duration, 3), {})["output_tokens"] = tokens
-        timeline = [{"at": at, "slices": {"chat": patch}} for at, patch in sorted(steps.items())]
+        timeline: list[dict[str, Any]] = [
+            {"at": at, "slices": {"chat": patch}} for at, patch in sorted(steps.items())
+        ]
+        rate = load_trace(TRACE_NAMES["conv"]).rate * topo.scale
+        timeline += [e.timeline(duration, rate) for e in self.events]
+        timeline.sort(key=lambda e: float(e["at"]))
         pool = {"slice": "chat", "load_time": LOAD_SECONDS, "extra_args": list(extra_args)}
         pools: list[dict[str, Any]] = [
             {"name": "chat-baseline", "role": "baseline", "replicas": topo.baselines, **pool}
@@ -243,6 +258,7 @@ class Case:
                     "replicas": n,
                     "traffic_weight": w,
                     "speculative_config": spec_config(self.k),
+                    "alpha_offset_spread": self.canary_spread,
                     **pool,
                 }
             )
@@ -457,14 +473,18 @@ EXTRA_CASES: Final[tuple[Case, ...]] = (
 )
 """Cases run only when named (``--cases``): not part of the suite's figures."""
 
-BY_NAME: Final = {c.name: c for c in (*SUITE, *EXTRA_CASES)}
+OPERATIONS: Final[tuple[Case, ...]] = tuple(Case(**spec) for spec in operations.specs())
+"""Cluster events the suite's truths lack (``--cases operations``; operations.py)."""
+
+BY_NAME: Final = {c.name: c for c in (*SUITE, *EXTRA_CASES, *OPERATIONS)}
 
 
 @functools.lru_cache(maxsize=1)
 def group_names() -> dict[str, tuple[str, ...]]:
-    """Named groups for ``--cases``: acceptance, latency, per-day."""
+    """Named groups for ``--cases``: acceptance, latency, per-day, operations."""
     return {
         "acceptance": tuple(c.name for c in SUITE if c.scored),
         "latency": tuple(c.name for c in SUITE if c.regression is not None),
         "per-day": tuple(c.name for c in SUITE if c.per_day),
+        "operations": tuple(c.name for c in OPERATIONS),
     }
