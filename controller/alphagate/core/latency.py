@@ -174,26 +174,35 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
     )
 
 
-def _above(samples: Sequence[LatencySample], bound: float, batch_seconds: float) -> Ratio | None:
-    """Share of observations above `bound` over independent batches of samples."""
-    usable = [s for s in samples if s.buckets is not None and s.buckets.total >= MIN_COUNT]
-    pairs = []
-    for b in blocks(usable, batch_seconds):
-        total = above = 0.0
-        for s in b:
-            assert s.buckets is not None
-            at = _cum_at(s.buckets.bounds, s.buckets.counts, bound)
-            total += s.buckets.total
-            above += max(0.0, s.buckets.total - at)
-        pairs.append((above, total))
-    return ratio(pairs)
+class _Above:
+    """A pool's share of observations above a bound over independent batches of its samples;
+    the batches are cut once, as every bound of a comparison reads the same ones."""
+
+    def __init__(self, samples: Sequence[LatencySample], batch_seconds: float) -> None:
+        usable = [s for s in samples if s.buckets is not None and s.buckets.total >= MIN_COUNT]
+        self._blocks: list[list[tuple[float, dict[float, float]]]] = [
+            [(s.buckets.total, _cum_index(s.buckets)) for s in block if s.buckets is not None]
+            for block in blocks(usable, batch_seconds)
+        ]
+
+    def __call__(self, bound: float) -> Ratio | None:
+        pairs = []
+        for b in self._blocks:
+            total = above = 0.0
+            for n, cum in b:
+                total += n
+                above += max(0.0, n - cum.get(bound, math.nan))
+            pairs.append((above, total))
+        return ratio(pairs)
 
 
-def _cum_at(bounds: Sequence[float], counts: Sequence[float], bound: float) -> float:
-    for b, c in zip(bounds, counts, strict=True):
-        if b == bound:
-            return c
-    return math.nan
+def _cum_index(b: Buckets) -> dict[float, float]:
+    """The cumulative count at each bound of `b` (the first, should a bound repeat): one
+    lookup per bound where a comparison reads every bound of every sample."""
+    out: dict[float, float] = {}
+    for bound, count in zip(b.bounds, b.counts, strict=True):
+        out.setdefault(bound, count)
+    return out
 
 
 def _var(r: Ratio) -> float:
@@ -232,7 +241,8 @@ def pooled(samples: Sequence[LatencySample], layout: Sequence[float]) -> Buckets
     usable = [s.buckets for s in samples if s.buckets is not None and s.buckets.total > 0]
     if not usable or not layout:
         return None
-    counts = [math.fsum(_cum_at(b.bounds, b.counts, x) for b in usable) for x in layout]
+    index = [_cum_index(b) for b in usable]
+    counts = [math.fsum(cum.get(x, math.nan) for cum in index) for x in layout]
     total = math.fsum(b.total for b in usable)
     return Buckets(bounds=(*layout, math.inf), counts=(*counts, total))
 
@@ -273,13 +283,12 @@ def adjusted(p_values: Sequence[float], weights: Sequence[float]) -> float:
 
 
 def _bound_tests(
-    canary: Sequence[LatencySample],
-    baseline: Sequence[LatencySample],
+    canary_above: _Above,
+    baseline_above: _Above,
     layout: Sequence[float],
     *,
     quantile: float,
     margin: float,
-    batch_seconds: float,
 ) -> list[BoundTest]:
     """One test per common bound b: the canary's share above b against the baseline's above
     the largest bound <= b / (1 + margin), plus a slack of margin x (1 - quantile)."""
@@ -289,8 +298,8 @@ def _bound_tests(
         lower = [x for x in layout if x <= bound / (1.0 + margin) * (1.0 + 1e-12)]
         if not lower:
             continue  # the baseline's share above anything below the first bound is all
-        c = _above(canary, bound, batch_seconds)
-        b = _above(baseline, lower[-1], batch_seconds)
+        c = canary_above(bound)
+        b = baseline_above(lower[-1])
         if c is None or b is None or not (c.conclusive and b.conclusive):
             continue
         if c.num == 0 or b.num == b.den:
@@ -321,8 +330,13 @@ def compare(
         else None
     )
     layout = common_bounds(canary, baseline)
+    canary_above = _Above(canary, batch_seconds)
     tests = _bound_tests(
-        canary, baseline, layout, quantile=quantile, margin=margin, batch_seconds=batch_seconds
+        canary_above,
+        _Above(baseline, batch_seconds),
+        layout,
+        quantile=quantile,
+        margin=margin,
     )
     c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
     res = _resolution(baseline, quantile, margin, layout)
@@ -330,7 +344,7 @@ def compare(
     if res is not None:
         tail = tail_guard(
             res,
-            lambda edge: _above(canary, edge, batch_seconds),
+            canary_above,
             quantile=quantile,
             significance=significance,
         )
