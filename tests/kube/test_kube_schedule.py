@@ -4,6 +4,7 @@ of the reconciles alone."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections import defaultdict
@@ -66,10 +67,24 @@ def timing(interval: float) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def running(apiserver: ApiServer, kube: Kube) -> Iterator[tuple[VirtualClock, Heard]]:
-    """A Reconciler's watch and schedule, running on a virtual clock over two canaries."""
-    for name, interval in INTERVALS.items():
+class SlowSource(FakeSource):
+    """A read that takes `seconds` of virtual time (as a slow pod or Prometheus would)."""
+
+    def __init__(self, clock: VirtualClock, seconds: float, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock, self.seconds = clock, seconds
+
+    def observe(self, *args: Any, **kwargs: Any) -> Any:
+        self.clock.advance(self.seconds)
+        return super().observe(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def schedule(
+    apiserver: ApiServer, kube: Kube, intervals: dict[str, float], *, read_seconds: float = 0.0
+) -> Iterator[tuple[VirtualClock, Heard]]:
+    """A Reconciler's watch and schedule, running on a virtual clock over these canaries."""
+    for name, interval in intervals.items():
         seed(
             apiserver,
             f"{name}-canary",
@@ -81,16 +96,20 @@ def running(apiserver: ApiServer, kube: Kube) -> Iterator[tuple[VirtualClock, He
                 timing=timing(interval),
             ),
         )
+    clock, heard = VirtualClock(), Heard()
     sources: dict[str, FakeSource] = {}
 
     def source(spec: Any, namespace: str, name: str) -> FakeSource:
         if name not in sources:
-            sources[name] = FakeSource(
-                apiserver, lambda s: 0.72, deployment_of=lambda s, n=name: f"{n}-canary"
+            sources[name] = SlowSource(
+                clock,
+                read_seconds,
+                apiserver,
+                lambda s: 0.72,
+                deployment_of=lambda s, n=name: f"{n}-canary",
             )
         return sources[name]
 
-    clock, heard = VirtualClock(), Heard()
     rec = Reconciler(
         kube,
         namespace=NS,
@@ -109,6 +128,30 @@ def running(apiserver: ApiServer, kube: Kube) -> Iterator[tuple[VirtualClock, He
         stop.set()
         rec.wake()
         loop.join(15)
+
+
+@pytest.fixture
+def running(apiserver: ApiServer, kube: Kube) -> Iterator[tuple[VirtualClock, Heard]]:
+    """Two canaries, with reads that take no virtual time."""
+    with schedule(apiserver, kube, INTERVALS) as ran:
+        yield ran
+
+
+def test_a_canary_waits_its_interval_not_the_round_that_held_it(
+    apiserver: ApiServer, kube: Kube, wait_for: WaitFor
+) -> None:
+    """Three canaries due together are evaluated one after another, each read taking 4 s:
+    each is due again one interval after its own evaluation began. (The schedule used to
+    count from the end of the round, so every gap grew by the round's length, 12 s here,
+    and with 100 canaries on one replica by far more than an interval.)"""
+    names = {"a": 30.0, "b": 30.0, "c": 30.0}
+    with schedule(apiserver, kube, names, read_seconds=4.0) as (_, heard):
+        wait_for(lambda: all(len(heard.times(n)) >= 4 for n in names), 60, "four evaluations each")
+        for name in names:
+            times = heard.times(name)
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            # the round's other reads (8 s) fit inside the interval: nothing is late
+            assert gaps == pytest.approx([30.0] * len(gaps), abs=1e-6), (name, times)
 
 
 def test_each_canary_is_evaluated_once_per_its_interval(
@@ -147,3 +190,49 @@ def test_a_new_generation_is_evaluated_at_once(
     before, at = pair
     # evaluated when the watch brought the change, long before the hour was up
     assert at - before < 3600.0 / 2, (before, at)
+
+
+def test_the_watch_resumes_where_it_ended_without_listing_again(
+    apiserver: ApiServer, kube: Kube, wait_for: WaitFor
+) -> None:
+    """The server ends a watch at its timeout (1 s here); the loop watches again from the last
+    version it saw, as an informer does, and lists only once: a relist re-reads every canary,
+    and with hundreds per replica that was most of its API traffic."""
+    for name, interval in INTERVALS.items():
+        apiserver.put(canary_cr(name, timing=timing(interval)))
+    rec = Reconciler(kube, namespace=NS, watch_timeout_seconds=1)
+    stop = threading.Event()
+    watcher = threading.Thread(target=rec.watch_loop, args=(stop,), daemon=True)
+    watcher.start()
+
+    def watches() -> list[Any]:
+        return [
+            r
+            for r in apiserver.requests_matching(method="GET", resource="speculativecanaries")
+            if r.query.get("watch") == "true"
+        ]
+
+    try:
+        wait_for(lambda: len(watches()) >= 3, 30, "three watches, each ended by the server")
+        obj = apiserver.get("speculativecanaries", NS, "chat")
+        obj["spec"]["timing"]["intervalSeconds"] = 90.0  # generation 2, seen by a later watch
+        apiserver.put(obj)
+        wait_for(
+            lambda: (rec.cached_object(NS, "chat") or {}).get("metadata", {}).get("generation")
+            == 2,
+            30,
+            "the edit through a resumed watch",
+        )
+        n = len(watches())
+        wait_for(lambda: len(watches()) > n, 30, "one more watch after the edit")
+    finally:
+        stop.set()
+        watcher.join(15)
+    lists = [
+        r
+        for r in apiserver.requests_matching(method="GET", resource="speculativecanaries")
+        if r.query.get("watch") != "true"
+    ]
+    assert len(lists) == 1, [r.query for r in lists]
+    versions = [int(r.query["resourceVersion"]) for r in watches()]
+    assert versions == sorted(versions) and versions[-1] > versions[0], versions

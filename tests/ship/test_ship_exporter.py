@@ -239,7 +239,7 @@ def test_a_sharded_replica_exports_its_shards_and_their_units(
     # a rebalance shows at the next scrape: shard 3 lost, its canary forgotten
     held.clear()
     held.add(frozenset({1}))
-    recorder.forget(namespace="llm", canary="b")
+    recorder.forget([("llm", "b")])
     s = scrape(recorder.registry)
     assert {dict(k)["shard"] for n, k in s if n == "alphagate_shard_held"} == {"1"}
     assert value(s, "alphagate_shard_units", shard="1") == 1
@@ -265,7 +265,7 @@ def test_warning_events_count_and_an_invalid_spec_shows_until_evaluated(
     s = scrape(recorder.registry)
     assert ("alphagate_spec_invalid", frozenset(c.items())) not in s
     recorder.warning_event(namespace="llm", name="chat", reason="InvalidSpec")
-    recorder.forget(**c)
+    recorder.forget([(c["namespace"], c["canary"])])
     s = scrape(recorder.registry)
     assert not [k for k in s if k[0] in ("alphagate_spec_invalid", "alphagate_warnings_total")]
 
@@ -338,7 +338,7 @@ def test_forget_drops_every_series_of_a_deleted_canary(recorder: exporter.Record
     recorder.api_deferred(BudgetScope.NAMESPACE, namespace="n", canary="b")
     assert value(scrape(recorder.registry), metric_names.API_DEFERRALS, namespace="n",
                  canary="a", scope="canary") == 1  # fmt: skip
-    recorder.forget(namespace="n", canary="a")  # and its perSlice unit a/chat, not ab
+    recorder.forget([("n", "a")])  # and its perSlice unit a/chat, not ab
     s = scrape(recorder.registry)
     assert {dict(lb).get("canary") for _, lb in s} - {None} == {"ab", "b"}
     assert recorder.canaries() == [("n", "ab"), ("n", "b")]
@@ -520,6 +520,6 @@ def test_timing_problems_show_while_they_hold(recorder: exporter.Recorder) -> No
              if k[0] == "alphagate_timing_problem"}  # fmt: skip
     assert shown == {("chat", "window-too-short"), ("code", "window-too-short")}
     recorder.timing(namespace="llm", canary="chat", problems=[])
-    recorder.forget(namespace="llm", canary="code")
+    recorder.forget([("llm", "code")])
     s = scrape(recorder.registry)
     assert not [k for k in s if k[0] == "alphagate_timing_problem"]

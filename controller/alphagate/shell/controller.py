@@ -209,17 +209,25 @@ class Controller:
         self.recorder.set_leader(False)
 
     def _shards_changed(self, gained: frozenset[int], lost: frozenset[int]) -> None:
+        """Called on the lease thread, which must renew on time: log, and leave the work on
+        the canaries (hundreds of reads and forgets) to the scheduling thread."""
+        self._log.info("shards_changed", gained=sorted(gained), lost=sorted(lost))
+        self.reconciler.defer(lambda: self._move_canaries(gained, lost))
+
+    def _move_canaries(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         """Lost shards: forget their canaries' memories (the new owner resumes from the
         cluster). Gained ones: evaluate their canaries one interval after their last
-        evaluation, whoever made it."""
+        evaluation, whoever made it. Until this runs, the schedule already skips what this
+        replica no longer owns, and every write checks ownership again."""
         assert self.shards is not None
-        self._log.info("shards_changed", gained=sorted(gained), lost=sorted(lost))
+        moved_away: list[tuple[str, str]] = []
         for namespace, name in self.reconciler.cached():
             shard = shard_of(namespace, name, self.shards.shards)
             if shard in lost:
-                self.reconciler.hand_over(namespace, name)
+                moved_away.append((namespace, name))
             elif shard in gained:
                 self.reconciler.take_over(namespace, name)
+        self.reconciler.hand_over(moved_away)
 
     def _refusal_changed(self, refusal: Refusal | None) -> None:
         """The coordination Lease disagrees (or agrees again) with this replica's --shards /

@@ -326,12 +326,15 @@ class Recorder(MetricFamilies):
                     units[shard] += 1
             return total, units
 
-    def forget(self, *, namespace: str, canary: str) -> None:
-        """Drop every series of a deleted canary (gauges, counters and the histogram), its
-        per-slice units (`canary/slice`, as the reconciler labels perSlice canaries) included."""
+    def forget(self, canaries: Collection[tuple[str, str]]) -> None:
+        """Drop every series of these (namespace, canary) pairs, deleted or moved to another
+        replica (gauges, counters and the histogram), their per-slice units
+        (`canary/slice`, as the reconciler labels perSlice canaries) included. One pass over
+        the series for all of them: a shard moving hands over hundreds at once."""
+        gone = set(canaries)
 
         def mine(ns: str, name: str) -> bool:
-            return ns == namespace and (name == canary or name.startswith(canary + "/"))
+            return (ns, name.split("/", 1)[0]) in gone
 
         with self._lock:
             for key in [k for k in self._seen if mine(*k)]:

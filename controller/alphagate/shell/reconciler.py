@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from alphagate import clock as clockmod
@@ -150,7 +150,7 @@ class Reconciler(WatchLoop):
         if self.kube.budget is not None:
             self.kube.budget.forget(namespace, name)
         with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
-            self.recorder.forget(namespace=namespace, canary=name)
+            self.recorder.forget([(namespace, name)])
 
     def forget_memories(self) -> None:
         """Leadership changed hands: trust the cluster, not what this process remembers."""
@@ -469,15 +469,17 @@ class Reconciler(WatchLoop):
             self._memories[(namespace, name)] = dict(memories)
         return memories
 
-    def hand_over(self, namespace: str, name: str) -> None:
-        """Another replica owns this canary now: drop what this process remembers of it (its
-        Memory and source state), so taking it back later resumes from the cluster, and its
-        series (the owner exports them; two replicas must not)."""
+    def hand_over(self, keys: Collection[tuple[str, str]]) -> None:
+        """Other replicas own these canaries now: drop what this process remembers of them
+        (their Memory and source state), so taking one back later resumes from the cluster,
+        and their series (the owner exports them; two replicas must not)."""
         with self._lock:
-            self._memories.pop((namespace, name), None)
-        self.sources.drop(namespace, name)
+            for key in keys:
+                self._memories.pop(key, None)
+        for namespace, name in keys:
+            self.sources.drop(namespace, name)
         with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
-            self.recorder.forget(namespace=namespace, canary=name)
+            self.recorder.forget(keys)
 
     def close(self) -> None:
         """The loops stopped: let reads in flight end (a few seconds at most), close every

@@ -31,7 +31,7 @@ class Recorder(Protocol):
 
     def track(self, *, namespace: str, canary: str) -> None: ...
 
-    def forget(self, *, namespace: str, canary: str) -> None: ...
+    def forget(self, canaries: Collection[tuple[str, str]]) -> None: ...
 
     def source_error(
         self, kind: SourceErrorKind | None, *, namespace: str, canary: str
@@ -62,7 +62,7 @@ class NullRecorder:
     def track(self, *, namespace: str, canary: str) -> None:
         """Nothing to start."""
 
-    def forget(self, *, namespace: str, canary: str) -> None:
+    def forget(self, canaries: Collection[tuple[str, str]]) -> None:
         """Nothing to drop."""
 
     def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:

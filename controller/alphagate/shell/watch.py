@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from alphagate.config import GROUP, PLURAL, VERSION, SourceKind
 from alphagate.errors import KubeError
 from alphagate.kube.apibudget import ApiBudget
 from alphagate.kube.client import Kube, call
+from alphagate.kube.coordination import guarded
 from alphagate.kube.status.commands import ANN_COMMAND_ID
 from alphagate.kube.status.fields import parse_time
 from alphagate.logs import get as get_logger
@@ -53,6 +54,7 @@ class Evaluated(Protocol):
     """What the schedule needs to know of one evaluation."""
 
     spec_invalid: bool
+    now: float  # when it started: the next is due one interval after
 
 
 @dataclass(slots=True)
@@ -99,6 +101,9 @@ class WatchLoop:
         self._watch: Any = None
         self._evaluated: list[tuple[tuple[str, str], Evaluated]] = []
         self._in_flight: set[tuple[str, str]] = set()  # started, not evaluated yet
+        # work other threads hand to this one, run before its next round: a shard change
+        # reads and forgets hundreds of canaries, and the lease thread must not wait on that
+        self._deferred: list[Callable[[], None]] = []
         # the first Prometheus query budget deferral of each canary since its last evaluation
         self.query_deferrals: dict[tuple[str, str], querybudget.QueryDeferral] = {}
         self.synced = threading.Event()
@@ -135,8 +140,8 @@ class WatchLoop:
         self.query_deferrals.pop((namespace, name), None)
         querybudget.current().forget(namespace, name)
 
-    def hand_over(self, namespace: str, name: str) -> None:
-        """Another replica owns this canary now (nothing to drop here)."""
+    def hand_over(self, keys: Collection[tuple[str, str]]) -> None:
+        """Other replicas own these canaries now (nothing to drop here)."""
 
     def close(self) -> None:
         """The loops stopped: release what evaluations held (nothing here)."""
@@ -208,17 +213,24 @@ class WatchLoop:
             self._kick.set()
 
     def watch_loop(self, stop: threading.Event) -> None:
-        """List, then watch from the list's resourceVersion; relist on 410 or errors."""
+        """List, then watch from the list's resourceVersion; when the server ends a watch at
+        its timeout, watch again from the last version seen, as an informer does. Relist only
+        on 410 or errors: a relist re-reads every canary, and with hundreds that is most of a
+        replica's API traffic."""
         backoff = 0.5
+        rv: str | None = None
         while not stop.is_set():
             try:
-                rv = self.relist()
-                backoff = 0.5
+                if rv is None:
+                    rv = str(self.relist())
+                    backoff = 0.5
                 fn, args = self._list_fn()
                 kwargs: dict[str, Any] = {
-                    "resource_version": str(rv),
+                    "resource_version": rv,
                     "timeout_seconds": max(1, int(self.watch_timeout_seconds)),
                     "_request_timeout": self.watch_timeout_seconds + 10,
+                    # a quiet resource's version still moves on: resuming from it stays valid
+                    "allow_watch_bookmarks": True,
                 }
                 if self.label_selector:
                     kwargs["label_selector"] = self.label_selector
@@ -231,11 +243,14 @@ class WatchLoop:
                         w.stop()  # type: ignore[no-untyped-call]
                         break
                     obj = ev.get("raw_object") or ev.get("object")
-                    if isinstance(obj, dict):
+                    if isinstance(obj, dict) and ev.get("type") != "BOOKMARK":
                         self._observe_object(str(ev.get("type")), obj)
+                # the client tracks the newest version among the events (bookmarks included)
+                rv = str(w.resource_version or rv)
             except Exception as exc:  # noqa: BLE001 - last resort: the watch loop must survive anything
                 # (KubeError from the list, ApiException or urllib3's errors from the stream,
-                # a body it cannot decode): relist after a pause
+                # a 410 for a version too old, a body it cannot decode): relist after a pause
+                rv = None
                 if stop.is_set():
                     break
                 self._log.warning(
@@ -307,7 +322,7 @@ class WatchLoop:
         """This replica owns the canary now: resume from the cluster (what this process
         remembers of an earlier ownership is stale), and evaluate it one interval after its
         last evaluation (by whichever replica), as the status records it."""
-        self.hand_over(namespace, name)
+        self.hand_over([(namespace, name)])
         try:  # the status as written now: the watch may not have brought the last one yet
             fresh = call(
                 f"read {PLURAL}.{GROUP} {namespace}/{name}",
@@ -326,9 +341,22 @@ class WatchLoop:
             entry.next_due = last + _interval(obj) if last is not None else 0.0
         self._kick.set()
 
+    def defer(self, work: Callable[[], None]) -> None:
+        """Run `work` on the scheduling thread before its next round (in the order given)."""
+        with self._lock:
+            self._deferred.append(work)
+        self._kick.set()
+
+    def _run_deferred(self) -> None:
+        with self._lock:
+            work, self._deferred = self._deferred, []
+        for fn in work:
+            guarded(self._log, "deferred_work_failed", fn)
+
     def schedule_loop(self, stop: threading.Event, *, tick: float = 0.5) -> None:
         """Evaluate each cached resource when due (its interval after the last evaluation)."""
         while not stop.is_set():
+            self._run_deferred()
             if self.health is not None:
                 self.health.beat()
             if not self.leading.is_set() or not self.synced.is_set():
@@ -336,6 +364,8 @@ class WatchLoop:
                 self._kick.clear()
                 continue
             due = [k for k in self.due(self.clock()) if k not in self._in_flight]
+            if self._deferred:  # ownership moved meanwhile: apply it before picking again
+                continue
             # Canaries read through Prometheus or pod scrapes are evaluated together, at one
             # `now`: queries batched, pods scraped side by side, each decided as its read
             # ends while the loop goes on (a canary's slow read holds no other). Others one
@@ -357,7 +387,10 @@ class WatchLoop:
                 with self._lock:
                     entry = self._cache.get((ns, name))
                     if entry is not None:
-                        entry.next_due = self.clock() + (
+                        # one interval after this evaluation started, not after the round
+                        # that held it ended: 100 canaries evaluated one after another would
+                        # otherwise each wait the round's length on top of their interval
+                        entry.next_due = out.now + (
                             # an invalid spec waits for an edit; API trouble retries on time
                             interval if not out.spec_invalid else max(interval, 30.0)
                         )
