@@ -218,8 +218,9 @@ def test_the_watch_resumes_where_it_ended_without_listing_again(
         obj["spec"]["timing"]["intervalSeconds"] = 90.0  # generation 2, seen by a later watch
         apiserver.put(obj)
         wait_for(
-            lambda: (rec.cached_object(NS, "chat") or {}).get("metadata", {}).get("generation")
-            == 2,
+            lambda: (
+                (rec.cached_object(NS, "chat") or {}).get("metadata", {}).get("generation") == 2
+            ),
             30,
             "the edit through a resumed watch",
         )
