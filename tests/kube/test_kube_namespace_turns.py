@@ -85,8 +85,8 @@ def test_the_schedule_hands_out_due_canaries_the_namespaces_in_turn(
     _tenant(apiserver, VICTIM, "chat")
     rec = Reconciler(kube)
     try:
-        rec.relist()
-        due = rec.due(float("inf"))
+        rec.loop.relist()
+        due = rec.loop.due(float("inf"))
     finally:
         rec.close()
     # all due at once: by name the hostile three came first and the victim was read last

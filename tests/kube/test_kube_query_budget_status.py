@@ -42,10 +42,10 @@ def test_a_read_held_back_by_its_query_budget_is_told_in_status_and_one_event(
     budget.take((NS, ("chat",)))  # one query of debt: its next read waits a second
     rec = Reconciler(kube, source_factory=lambda spec, ns, name: Empty())
     try:
-        rec.relist()
-        assert (NS, "chat") not in rec.due(float("inf"))
+        rec.loop.relist()
+        assert (NS, "chat") not in rec.loop.due(float("inf"))
         clock.now += 2.0  # refilled
-        assert (NS, "chat") in rec.due(float("inf"))
+        assert (NS, "chat") in rec.loop.due(float("inf"))
         late = rec.reconcile(NS, "chat")
         on_time = rec.reconcile(NS, "chat")
     finally:

@@ -378,11 +378,11 @@ def test_label_selector_shards_the_work(apiserver: ApiServer, kube: Kube) -> Non
     apiserver.put(mine)
     clock = Clock()
     rec = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock, label_selector="shard=a")
-    rec.relist()
-    assert rec.due(float("inf")) == [(NS, "chat")]
+    rec.loop.relist()
+    assert rec.loop.due(float("inf")) == [(NS, "chat")]
     everywhere = reconciler(kube, FakeSource(apiserver, lambda s: 0.7), clock)
-    everywhere.relist()
-    assert everywhere.due(float("inf")) == [(NS, "chat"), (NS, "other")]
+    everywhere.loop.relist()
+    assert everywhere.loop.due(float("inf")) == [(NS, "chat"), (NS, "other")]
 
 
 def test_a_new_canary_running_the_config_is_not_turned_off_while_its_reads_fail(

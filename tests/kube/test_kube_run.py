@@ -117,7 +117,7 @@ def test_controller_without_leader_election_acts_at_once(
         )
         # deleting the resource forgets it
         apiserver.delete("speculativecanaries", NS, "chat")
-        wait_for(lambda: not c.reconciler.due(float("inf")), 10, "the cache to forget it")
+        wait_for(lambda: not c.reconciler.loop.due(float("inf")), 10, "the cache to forget it")
     finally:
         c.stop()
 

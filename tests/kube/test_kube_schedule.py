@@ -120,13 +120,13 @@ def schedule(
         watch_timeout_seconds=5,
     )
     stop = threading.Event()
-    loop = threading.Thread(target=rec.run, args=(stop,), daemon=True)
+    loop = threading.Thread(target=rec.loop.run, args=(stop,), daemon=True)
     loop.start()
     try:
         yield clock, heard
     finally:
         stop.set()
-        rec.wake()
+        rec.loop.wake()
         loop.join(15)
 
 
@@ -202,7 +202,7 @@ def test_the_watch_resumes_where_it_ended_without_listing_again(
         apiserver.put(canary_cr(name, timing=timing(interval)))
     rec = Reconciler(kube, namespace=NS, watch_timeout_seconds=1)
     stop = threading.Event()
-    watcher = threading.Thread(target=rec.watch_loop, args=(stop,), daemon=True)
+    watcher = threading.Thread(target=rec.loop.watch_loop, args=(stop,), daemon=True)
     watcher.start()
 
     def watches() -> list[Any]:
@@ -217,10 +217,12 @@ def test_the_watch_resumes_where_it_ended_without_listing_again(
         obj = apiserver.get("speculativecanaries", NS, "chat")
         obj["spec"]["timing"]["intervalSeconds"] = 90.0  # generation 2, seen by a later watch
         apiserver.put(obj)
+
+        def generation() -> object:
+            return (rec.loop.cached_object(NS, "chat") or {}).get("metadata", {}).get("generation")
+
         wait_for(
-            lambda: (
-                (rec.cached_object(NS, "chat") or {}).get("metadata", {}).get("generation") == 2
-            ),
+            lambda: generation() == 2,
             30,
             "the edit through a resumed watch",
         )

@@ -130,15 +130,15 @@ def test_a_shard_change_leaves_the_lease_thread_at_once(apiserver: ApiServer) ->
         apiserver.put(canary_cr(name, timing=TIMING))
     controller = replica(apiserver, "replica-a", Log())
     try:
-        controller.reconciler.relist()
+        controller.reconciler.loop.relist()
         apiserver.clear_requests()
         controller._shards_changed(frozenset(range(12)), frozenset())
         assert apiserver.requests == []  # the callback returned without a request
-        controller.reconciler._run_deferred()
+        controller.reconciler.loop._run_deferred()
         reads = apiserver.requests_matching(method="GET", resource="speculativecanaries")
         assert sorted(r.path.rsplit("/", 1)[1] for r in reads) == names
         apiserver.clear_requests()
-        controller.reconciler._run_deferred()  # the work runs once
+        controller.reconciler.loop._run_deferred()  # the work runs once
         assert apiserver.requests == []
     finally:
         controller.kube.close()

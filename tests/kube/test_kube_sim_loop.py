@@ -161,7 +161,7 @@ def test_simulated_alpha_falls_and_the_real_loop_rolls_back(
             kube, events=EventRecorder(kube.api_client), namespace=NS, watch_timeout_seconds=2
         )
         stop = threading.Event()
-        loop = threading.Thread(target=rec.run, args=(stop,), daemon=True)
+        loop = threading.Thread(target=rec.loop.run, args=(stop,), daemon=True)
         loop.start()
 
         def status() -> Any:
@@ -200,7 +200,7 @@ def test_simulated_alpha_falls_and_the_real_loop_rolls_back(
             json.dumps(st.dump())  # the status is plain JSON
         finally:
             stop.set()
-            rec.wake()
+            rec.loop.wake()
             loop.join(10)
             kube.close()
             apiserver.stop()  # no kubelet timer may outlive the simulated pods

@@ -110,7 +110,7 @@ def test_a_pod_that_never_answers_stalls_neither_the_loop_nor_another_canary(
         on_outcome=lambda out: seen.append((time.monotonic(), out)),
     )
     stop = threading.Event()
-    loop = threading.Thread(target=rec.run, args=(stop,), daemon=True)
+    loop = threading.Thread(target=rec.loop.run, args=(stop,), daemon=True)
     server = serve(0, CollectorRegistry(), health=health)
     probes: list[int] = []
     began = time.monotonic()
@@ -122,7 +122,7 @@ def test_a_pod_that_never_answers_stalls_neither_the_loop_nor_another_canary(
                 time.sleep(0.2)
     finally:
         stop.set()
-        rec.wake()
+        rec.loop.wake()
         loop.join(15)
         server.close()
     attacker = [(t, o) for t, o in seen if o.name == "attacker"]

@@ -162,15 +162,15 @@ class Controller:
                 on_change=self._shards_changed,
                 on_refusal=self._refusal_changed,
             )
-            self.reconciler.owns = self.shards.owns
-            self.reconciler.resume_schedule = True
+            self.reconciler.loop.owns = self.shards.owns
+            self.reconciler.loop.resume_schedule = True
             self.recorder.set_leader(True)
             count = opts.shards
             self.recorder.set_shards(
                 count, self.shards.held, lambda ns, name: shard_of(ns, name, count)
             )
         elif opts.leader_elect:
-            self.reconciler.leading.clear()
+            self.reconciler.loop.leading.clear()
             self.elector = LeaderElector(
                 self.kube.api_client,
                 namespace=self.lease_namespace,
@@ -200,19 +200,19 @@ class Controller:
         self._log.info("leading")
         self.reconciler.forget_memories()  # resume from the cluster, not from a stale cache
         self.recorder.set_leader(True)
-        self.reconciler.leading.set()
-        self.reconciler.wake()
+        self.reconciler.loop.leading.set()
+        self.reconciler.loop.wake()
 
     def _stopped_leading(self) -> None:
         self._log.warning("not_leading")
-        self.reconciler.leading.clear()
+        self.reconciler.loop.leading.clear()
         self.recorder.set_leader(False)
 
     def _shards_changed(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         """Called on the lease thread, which must renew on time: log, and leave the work on
         the canaries (hundreds of reads and forgets) to the scheduling thread."""
         self._log.info("shards_changed", gained=sorted(gained), lost=sorted(lost))
-        self.reconciler.defer(lambda: self._move_canaries(gained, lost))
+        self.reconciler.loop.defer(lambda: self._move_canaries(gained, lost))
 
     def _move_canaries(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         """Lost shards: forget their canaries' memories (the new owner resumes from the
@@ -221,12 +221,12 @@ class Controller:
         replica no longer owns, and every write checks ownership again."""
         assert self.shards is not None
         moved_away: list[tuple[str, str]] = []
-        for namespace, name in self.reconciler.cached():
+        for namespace, name in self.reconciler.loop.cached():
             shard = shard_of(namespace, name, self.shards.shards)
             if shard in lost:
                 moved_away.append((namespace, name))
             elif shard in gained:
-                self.reconciler.take_over(namespace, name)
+                self.reconciler.loop.take_over(namespace, name)
         self.reconciler.hand_over(moved_away)
 
     def _refusal_changed(self, refusal: Refusal | None) -> None:
@@ -254,7 +254,7 @@ class Controller:
 
     @property
     def is_leader(self) -> bool:
-        return self.reconciler.leading.is_set()
+        return self.reconciler.loop.leading.is_set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -274,12 +274,12 @@ class Controller:
                 # each canary's verdict as JSON, for Argo Rollouts and Flagger (any replica),
                 # from the watch cache
                 api=VerdictApi(
-                    self.reconciler, auth=self._verdict_auth(), namespace=self.opts.namespace
+                    self.reconciler.loop, auth=self._verdict_auth(), namespace=self.opts.namespace
                 ),
             )
             self._log.info("metrics_listening", url=self.server.url)
         run = threading.Thread(
-            target=self.reconciler.run, args=(self._stop,), daemon=True, name="alphagate-loop"
+            target=self.reconciler.loop.run, args=(self._stop,), daemon=True, name="alphagate-loop"
         )
         ready = threading.Thread(
             target=self._ready_when_synced, daemon=True, name="alphagate-ready"
@@ -313,7 +313,7 @@ class Controller:
 
     def _ready_when_synced(self) -> None:
         while not self._stop.is_set():
-            if self.reconciler.synced.wait(0.2):
+            if self.reconciler.loop.synced.wait(0.2):
                 self.health.set_ready(True)
                 return
 
@@ -323,9 +323,9 @@ class Controller:
             self.elector.stop(release=release)
         if self.shards is not None:
             self.shards.stop(release=release)
-        self.reconciler.leading.clear()
+        self.reconciler.loop.leading.clear()
         self._stop.set()
-        self.reconciler.wake()
+        self.reconciler.loop.wake()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.1, deadline - time.monotonic()))
@@ -340,7 +340,7 @@ class Controller:
 
     def request_stop(self) -> None:
         self._stop.set()
-        self.reconciler.wake()
+        self.reconciler.loop.wake()
 
 
 __all__ = ["Controller", "RunOptions"]

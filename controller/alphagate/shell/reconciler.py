@@ -7,7 +7,8 @@ one wave of GETs, with the answers each canary's own read gives); calls `core.ev
 applies the decision with the `Actuator` (or, in dry-run, only records it); writes status and
 exports metrics (`shell.status_write`); emits an Event per transition and per refusal; logs one
 structured line per decision (`shell.reporting`). When to evaluate
-what is the watch loop's job (`shell.watch.WatchLoop`, which this class extends).
+what is the watch loop's job (`shell.watch.WatchLoop`): the reconciler holds it as `loop`
+(`loop.run(stop)` watches and evaluates each canary on its interval) and is its evaluator.
 
 Resuming: the Deployment's record is the truth (`kube.record`). The Memory comes from this
 process's last evaluation when there is one, else from the resource's status, unless a canary
@@ -30,6 +31,7 @@ configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -60,6 +62,7 @@ from alphagate.kube.status.fields import Condition, ConditionType, set_condition
 from alphagate.kube.status.resource import CanaryStatus, parse_status
 from alphagate.kube.status.writer import StatusWriter
 from alphagate.kube.units import units_of
+from alphagate.logs import get as get_logger
 from alphagate.shell.api_budget import budget_condition, query_budget_condition
 from alphagate.shell.claims import prepare
 from alphagate.shell.cycles import Cycle, Cycles
@@ -78,9 +81,9 @@ CLOSE_WAIT_SECONDS = 5.0
 """On stop, reads in flight get this long to end before their sources close."""
 
 
-class Reconciler(WatchLoop):
+class Reconciler:
     """Reconciles SpeculativeCanary resources. `reconcile(ns, name, now=...)` does one
-    evaluation; `run(stop)` watches and evaluates each resource on its interval."""
+    evaluation; `loop.run(stop)` watches and evaluates each resource on its interval."""
 
     def __init__(
         self,
@@ -101,8 +104,12 @@ class Reconciler(WatchLoop):
         owns: Callable[[str, str], bool] | None = None,
         wait: clockmod.Wait = clockmod.wait,
     ) -> None:
-        super().__init__(
+        self.kube = kube
+        self.clock = clock
+        self.health = health
+        self.loop = WatchLoop(
             kube,
+            evaluator=self,
             namespace=namespace,
             label_selector=label_selector,
             clock=clock,
@@ -111,6 +118,8 @@ class Reconciler(WatchLoop):
             owns=owns,
             wait=wait,
         )
+        self._lock = threading.Lock()
+        self._log = get_logger("reconciler")
         self.dry_run = dry_run
         self.events = events if events is not None else EventRecorder(kube.api_client)
         self.actuator = actuator or Actuator(kube.api_client, events=self.events)
@@ -139,8 +148,7 @@ class Reconciler(WatchLoop):
         return make_source(spec, namespace=namespace, core_api=self.kube.core, name=name)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The resource is gone: drop its source, memory and metrics."""
-        super().forget(namespace, name)
+        """The resource is gone (the loop dropped it): drop its source, memory and metrics."""
         with self._lock:
             self._memories.pop((namespace, name), None)
             self._tracked.discard((namespace, name))
@@ -151,6 +159,11 @@ class Reconciler(WatchLoop):
             self.kube.budget.forget(namespace, name)
         with contextlib.suppress(*METRIC_ERRORS):  # metrics are best effort
             self.recorder.forget([(namespace, name)])
+
+    def owns(self, namespace: str, name: str) -> bool:
+        """Sharding: is this canary this replica's now (the loop's answer, asked again right
+        before every write)?"""
+        return self.loop.owns(namespace, name)
 
     def forget_memories(self) -> None:
         """Leadership changed hands: trust the cluster, not what this process remembers."""
@@ -186,7 +199,7 @@ class Reconciler(WatchLoop):
                 begun.append(self._begin(ns, name, now))
             if self.health is not None:
                 self.health.beat()  # the loop is working, however many canaries are due
-        return self.cycles.start(keys, begun, self._log, self.wake)
+        return self.cycles.start(keys, begun, self._log, self.loop.wake)
 
     def finish_arrived(self, cycle: Cycle, *, block: bool) -> list[tuple[tuple[str, str], Outcome]]:
         """Decide and act for the canaries of `cycle` whose observations have arrived (with
@@ -266,7 +279,7 @@ class Reconciler(WatchLoop):
                 ),
             )
         except NotFoundError:
-            self.forget(namespace, name)
+            self.loop.forget(namespace, name)  # and, through it, this evaluator
             out.gone = True
             return out, None
         except KubeError as exc:
@@ -375,7 +388,7 @@ class Reconciler(WatchLoop):
                 self.recorder.api_deferred(
                     out.api_deferral.scope, namespace=out.namespace, canary=out.name
                 )
-        out.query_deferral = self.query_deferrals.pop((out.namespace, out.name), None)
+        out.query_deferral = self.loop.query_deferrals.pop((out.namespace, out.name), None)
         return query_budget_condition(
             out.query_deferral,
             conditions,

@@ -50,7 +50,10 @@ class Deciders(Protocol):
     events: EventRecorder
     diagnoses: Diagnoses
     may_act: Callable[[], bool]
-    owns: Callable[[str, str], bool]
+
+    def owns(self, namespace: str, name: str) -> bool:
+        """Is this canary this replica's now?"""
+        ...
 
 
 def _running(uo: UnitOutcome, deps: Sequence[WorkloadState]) -> None:

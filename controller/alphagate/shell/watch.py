@@ -6,8 +6,8 @@ manual command is evaluated at once); the schedule evaluates every cached resour
 interval has passed, only while this replica leads: the canaries due together are evaluated
 in one `reconcile_many` (Prometheus queries batched, every canary's pod scrapes in one wave of
 GETs), any other one at a time.
-What one evaluation does is the `Reconciler`'s (`shell.reconciler`), which extends this class
-with `reconcile` and `reconcile_many`.
+What one evaluation does is its `evaluator`'s: the `Reconciler` (`shell.reconciler`), which
+holds this loop as `loop` and is handed each canary due.
 
 The API budget (`kube.apibudget`, when the client has one): a canary whose budget is in debt
 is not due until it is paid back; the others are evaluated on time.
@@ -57,6 +57,35 @@ class Evaluated(Protocol):
     now: float  # when it started: the next is due one interval after
 
 
+class Evaluator(Protocol):
+    """What one evaluation is, for the schedule (the `Reconciler`), and what to drop when a
+    resource leaves."""
+
+    def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Evaluated:
+        """Evaluate one resource once and act."""
+        ...
+
+    def start_batch(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Start evaluating resources together; `collect` hands each out once evaluated."""
+        ...
+
+    def collect(self) -> Sequence[tuple[tuple[str, str], Evaluated]]:
+        """The resources evaluated since the last call (never waits)."""
+        ...
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The resource is gone."""
+        ...
+
+    def hand_over(self, keys: Collection[tuple[str, str]]) -> None:
+        """Other replicas own these canaries now."""
+        ...
+
+    def close(self) -> None:
+        """The loops stopped: release what evaluations hold."""
+        ...
+
+
 @dataclass(slots=True)
 class _Entry:
     obj: dict[str, Any]
@@ -66,14 +95,14 @@ class _Entry:
 
 
 class WatchLoop:
-    """The cache of resources in scope and the loops that keep it and evaluate from it.
-    Subclasses say what one evaluation is (`reconcile`) and what to drop when a resource
-    leaves (`forget`, `hand_over`, `close`)."""
+    """The cache of resources in scope and the loops that keep it and evaluate from it, with
+    `evaluator` (the `Reconciler`); without one, a cache that evaluates nothing."""
 
     def __init__(
         self,
         kube: Kube,
         *,
+        evaluator: Evaluator | None = None,
         namespace: str | None,
         label_selector: str | None,
         clock: Callable[[], float],
@@ -83,6 +112,7 @@ class WatchLoop:
         wait: clockmod.Wait = clockmod.wait,
     ) -> None:
         self.kube = kube
+        self.evaluator = evaluator
         self.namespace = namespace
         self.label_selector = label_selector
         self.clock = clock
@@ -99,7 +129,6 @@ class WatchLoop:
         self._lock = threading.Lock()
         self._kick = threading.Event()
         self._watch: Any = None
-        self._evaluated: list[tuple[tuple[str, str], Evaluated]] = []
         self._in_flight: set[tuple[str, str]] = set()  # started, not evaluated yet
         # work other threads hand to this one, run before its next round: a shard change
         # reads and forgets hundreds of canaries, and the lease thread must not wait on that
@@ -111,40 +140,14 @@ class WatchLoop:
         self.leading.set()  # `alphagate run` clears it until the Lease is won
         self._log = get_logger("reconciler")
 
-    # ------------------------------------------------------------ what subclasses define
-
-    def reconcile(self, namespace: str, name: str, *, now: float | None = None) -> Evaluated:
-        """Evaluate one resource once and act."""
-        raise NotImplementedError
-
-    def reconcile_many(
-        self, keys: Sequence[tuple[str, str]], *, now: float | None = None
-    ) -> Sequence[Evaluated]:
-        """Evaluate resources once each (the `Reconciler` observes them together)."""
-        return [self.reconcile(ns, name, now=now) for ns, name in keys]
-
-    def start_batch(self, keys: Sequence[tuple[str, str]]) -> None:
-        """Start evaluating resources together; `collect` hands each out once evaluated (here
-        at once: the `Reconciler` reads them on a thread and decides as reads end)."""
-        self._evaluated += zip(keys, self.reconcile_many(keys), strict=True)
-
-    def collect(self) -> Sequence[tuple[tuple[str, str], Evaluated]]:
-        """The resources evaluated since the last call, started by `start_batch`."""
-        done, self._evaluated = self._evaluated, []
-        return done
-
     def forget(self, namespace: str, name: str) -> None:
-        """The resource is gone: drop it from the cache."""
+        """The resource is gone: drop it from the cache, and tell the evaluator."""
         with self._lock:
             self._cache.pop((namespace, name), None)
         self.query_deferrals.pop((namespace, name), None)
         querybudget.current().forget(namespace, name)
-
-    def hand_over(self, keys: Collection[tuple[str, str]]) -> None:
-        """Other replicas own these canaries now (nothing to drop here)."""
-
-    def close(self) -> None:
-        """The loops stopped: release what evaluations held (nothing here)."""
+        if self.evaluator is not None:
+            self.evaluator.forget(namespace, name)
 
     # ------------------------------------------------------------ watching and scheduling
 
@@ -322,7 +325,8 @@ class WatchLoop:
         """This replica owns the canary now: resume from the cluster (what this process
         remembers of an earlier ownership is stale), and evaluate it one interval after its
         last evaluation (by whichever replica), as the status records it."""
-        self.hand_over([(namespace, name)])
+        if self.evaluator is not None:
+            self.evaluator.hand_over([(namespace, name)])
         try:  # the status as written now: the watch may not have brought the last one yet
             fresh = call(
                 f"read {PLURAL}.{GROUP} {namespace}/{name}",
@@ -355,6 +359,8 @@ class WatchLoop:
 
     def schedule_loop(self, stop: threading.Event, *, tick: float = 0.5) -> None:
         """Evaluate each cached resource when due (its interval after the last evaluation)."""
+        evaluator = self.evaluator
+        assert evaluator is not None, "a cache without an evaluator has nothing to schedule"
         while not stop.is_set():
             self._run_deferred()
             if self.health is not None:
@@ -375,11 +381,11 @@ class WatchLoop:
             for ns, name in (k for k in due if k not in batched):
                 if stop.is_set() or not self.leading.is_set():
                     break
-                done.append(((ns, name), self.reconcile(ns, name)))
+                done.append(((ns, name), evaluator.reconcile(ns, name)))
             if batched and not stop.is_set() and self.leading.is_set():
                 self._in_flight.update(batched)
-                self.start_batch(batched)
-            collected = self.collect()
+                evaluator.start_batch(batched)
+            collected = evaluator.collect()
             self._in_flight.difference_update(k for k, _ in collected)
             done += collected
             for (ns, name), out in done:
@@ -433,7 +439,8 @@ class WatchLoop:
                 with contextlib.suppress(OSError):
                     current.stop()  # shuts the streaming socket down: no wait for the timeout
             watcher.join(timeout=self.watch_timeout_seconds + 15)
-            self.close()
+            if self.evaluator is not None:
+                self.evaluator.close()
 
     def wake(self) -> None:
         self._kick.set()
