@@ -17,6 +17,7 @@ from alphagate_lab.bench import __main__ as bench_main
 from alphagate_lab.bench.decisions import (
     anchors,
     calibrate,
+    checklist,
     cli,
     kayenta,
     loop,
@@ -476,11 +477,11 @@ def test_a_pass_confirms_the_tail_within_only_where_its_quantile_part_showed_it(
     assert (s.latency_judged, s.latency_pass) == (20, 20)
     assert (s.latency_tail_within, s.latency_unresolvable, s.latency_tail_seen) == (5, 10, 15)
     agg = score.aggregate([(r.case, 1, "alphagate", s)])
-    rows = {name: met for name, _, met in report.checklist(agg)}
+    rows = {name: met for name, _, met in checklist.checklist(agg)}
     assert [met for name, met in rows.items() if name.startswith("tail-only 1.5x never")] == [False]
     r.extra = {"latency": [(t, "Pass", "unresolvable") for t in r.t]}
     agg = score.aggregate([(r.case, 1, "alphagate", score.score_run(r))])
-    rows = {name: met for name, _, met in report.checklist(agg)}
+    rows = {name: met for name, _, met in checklist.checklist(agg)}
     assert [met for name, met in rows.items() if name.startswith("tail-only 1.5x never")] == [True]
 
 

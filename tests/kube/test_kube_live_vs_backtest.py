@@ -17,7 +17,8 @@ from alphagate.core.model import AcceptanceSample, Observation, PoolObservation,
 from alphagate.kube.client import Kube
 from alphagate.kube.events import EventRecorder
 from alphagate.shell.reconciler import Reconciler
-from alphagate_lab.backtest.engine import Options, run_range
+from alphagate_lab.backtest.engine import run_range
+from alphagate_lab.backtest.replay import Options
 from alphagate_lab.sandbox.apiserver import ApiServer
 
 TIMING = {

@@ -7,16 +7,9 @@ a metrics source such as Prometheus over a historical range. ``alphagate backtes
 command line over both (``alphagate_lab.commands.backtest``).
 """
 
-from alphagate_lab.backtest.engine import (
-    DISCLAIMER,
-    BacktestResult,
-    Options,
-    RecordedEvent,
-    UnitResult,
-    run_range,
-    run_recording,
-    units_of,
-)
+from alphagate_lab.backtest.engine import DISCLAIMER, run_range, run_recording
+from alphagate_lab.backtest.replay import Options, units_of
+from alphagate_lab.backtest.results import BacktestResult, RecordedEvent, UnitResult
 from alphagate_lab.backtest.truth import Episode, FalseFlip, Score, TruthSample
 
 __all__ = [

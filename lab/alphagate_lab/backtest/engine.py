@@ -14,7 +14,8 @@ the canary's acceptance batches are hidden from the core (a pod without
 restarts -- is what was recorded. The result answers "what would this policy have decided on
 this traffic", not "what would the fleet have done under this policy".
 
-Two drivers share :class:`UnitReplay`: :func:`run_recording` streams a simulator recording
+Two drivers share :class:`~alphagate_lab.backtest.replay.UnitReplay` (``replay``; what they
+return is in ``results``): :func:`run_recording` streams a simulator recording
 (through :class:`~alphagate_lab.backtest.recorded.RecordingSource`, the pod-scrape source fed from
 snapshots, and scores the decisions against the recorded truth), and :func:`run_range` steps a
 `Source` such as the Prometheus source over a historical range.
@@ -22,17 +23,13 @@ snapshots, and scores the decisions against the recorded truth), and :func:`run_
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from alphagate.config import Aggregation, SpeculativeCanarySpec
-from alphagate.core import window
-from alphagate.core.evaluate import evaluate
-from alphagate.core.model import Evaluation, Memory, Observation, Role, Rollout, State
+from alphagate.config import SpeculativeCanarySpec
+from alphagate.core.model import Role
 from alphagate.errors import ScenarioError
 from alphagate.sources import Source
 from alphagate_lab.backtest import truth as truth_mod
@@ -44,12 +41,11 @@ from alphagate_lab.backtest.recorded import (
     header_label_sets,
     members,
 )
-from alphagate_lab.report import Point
-from alphagate_lab.report import point as report_point
+from alphagate_lab.backtest.replay import EPS, Options, UnitReplay, read_window, units_of
+from alphagate_lab.backtest.results import BacktestResult, RecordedEvent, UnitResult
 from alphagate_lab.sim.fleet import FleetEvent, FleetSnapshot
 from alphagate_lab.sim.recording import iter_recording
 
-_EPS: Final = 1e-6
 MAX_EVALUATIONS: Final = 1_000_000
 """A range that would need more evaluations than this is refused (a typo in --step)."""
 
@@ -62,202 +58,6 @@ DISCLAIMER: Final = (
     "canary's recorded spec-decode series were hidden from the core (a pod without "
     "--speculative-config exports none), and latency and traffic stayed as recorded."
 )
-
-
-# --------------------------------------------------------------------------- units
-
-
-@dataclass(frozen=True, slots=True)
-class UnitDef:
-    """Slices decided together: name "" and every slice (combined), or one slice (perSlice)."""
-
-    name: str
-    slices: tuple[str, ...]
-    per_slice: bool
-
-
-def units_of(spec: SpeculativeCanarySpec) -> list[UnitDef]:
-    if spec.aggregation is Aggregation.PER_SLICE:
-        return [UnitDef(s.name, (s.name,), True) for s in spec.slices]
-    return [UnitDef("", tuple(s.name for s in spec.slices), False)]
-
-
-def sub_spec(spec: SpeculativeCanarySpec, slices: Sequence[str]) -> SpeculativeCanarySpec:
-    """The policy restricted to `slices`, so a source reads only that unit's pools."""
-    if len(slices) == len(spec.slices):
-        return spec
-    keep = [s for s in spec.slices if s.name in slices]
-    return spec.model_copy(update={"slices": keep})
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """How the replay models what the recording cannot show."""
-
-    initial_on: bool = False  # start as if the canary already ran speculation (On)
-    rollout_seconds: float = 0.0  # a flip's rollout completes this long after the decision
-    via_text: bool = False  # recordings: render and parse real /metrics text (slower, same)
-
-
-def mask_acceptance(observation: Observation, slices: Sequence[str]) -> Observation:
-    """Drop the canary acceptance batches of `slices`: what an off canary would export."""
-    if not any(p.acceptance for p in observation.pools):
-        return observation
-    pools = tuple(
-        dataclasses.replace(p, acceptance=(), spec_series=False, no_data=None)
-        if p.role is Role.CANARY and p.slice in slices and p.acceptance
-        else p
-        for p in observation.pools
-    )
-    return dataclasses.replace(observation, pools=pools)
-
-
-class UnitReplay:
-    """One unit's Memory, its modelled rollouts and its decisions, evaluation by evaluation."""
-
-    def __init__(
-        self, spec: SpeculativeCanarySpec, unit: UnitDef, *, start: float, options: Options
-    ) -> None:
-        self.spec = spec
-        self.unit = unit
-        self.view = sub_spec(spec, unit.slices)
-        self.start = start
-        self.options = options
-        self.speculation_on = options.initial_on
-        self.memory = Memory(state=State.ON, since=start) if options.initial_on else Memory()
-        self.flip_at: float | None = None
-        self.points: list[Point] = []
-        self.truth: list[truth_mod.TruthSample] = []
-        self.evaluations = 0
-        self.unspeculating = 0  # evaluations with speculation on but no canary drafts recorded
-
-    def rollout(self, now: float) -> Rollout:
-        if self.flip_at is None:
-            return Rollout(speculation_on=self.speculation_on)
-        done = self.flip_at + self.options.rollout_seconds
-        if now < done - _EPS:
-            return Rollout(in_progress=True, speculation_on=self.speculation_on)
-        return Rollout(completed_at=done, speculation_on=self.speculation_on)
-
-    def step(
-        self, observation: Observation, rollout: Rollout, now: float, truth_alpha: float
-    ) -> Evaluation:
-        if not rollout.speculation_on:
-            observation = mask_acceptance(observation, self.unit.slices)
-        elif not any(
-            p.acceptance
-            for p in observation.pools
-            if p.role is Role.CANARY and p.slice in self.unit.slices
-        ):
-            self.unspeculating += 1
-        evaluation = evaluate(
-            self.spec,
-            observation,
-            self.memory,
-            rollout,
-            now=now,
-            slices=self.unit.slices if self.unit.per_slice else None,
-        )
-        self.memory = evaluation.memory
-        if evaluation.target_speculation_on != self.speculation_on:
-            self.speculation_on = evaluation.target_speculation_on
-            self.flip_at = now
-        self.points.append(report_point(evaluation, start=self.start, truth_alpha=truth_alpha))
-        self.evaluations += 1
-        return evaluation
-
-
-def read_window(
-    spec: SpeculativeCanarySpec,
-    replays: Sequence[UnitReplay],
-    rollouts: Sequence[Rollout],
-    now: float,
-) -> tuple[float, float]:
-    """The window every unit reads now: the live reconciler's one query for all units."""
-    units = [(r.memory, ro) for r, ro in zip(replays, rollouts, strict=True)]
-    return window.shared_window(spec, units, now)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedEvent:
-    t: float
-    kind: str
-    message: str
-    pod: str = ""
-
-
-@dataclass
-class UnitResult:
-    name: str
-    slices: tuple[str, ...]
-    points: list[Point]
-    truth: list[truth_mod.TruthSample]
-    score: truth_mod.Score | None
-    unspeculating: int = 0
-
-
-@dataclass
-class BacktestResult:
-    """Everything a backtest found: decisions per unit, the truth and its score, and notes."""
-
-    policy: str
-    spec: SpeculativeCanarySpec
-    source: dict[str, Any]
-    start: float
-    units: list[UnitResult]
-    events: list[RecordedEvent] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def has_truth(self) -> bool:
-        return any(u.score is not None for u in self.units)
-
-    @property
-    def gate(self) -> tuple[float, float]:
-        a = self.spec.acceptance
-        return (a.disable_below, a.enable_above)
-
-    def title(self, unit: UnitResult | None = None) -> str:
-        what = self.source.get("scenario") or self.source.get("url") or "recorded metrics"
-        unit_part = f" [slice {unit.name}]" if unit is not None and unit.name else ""
-        return f"Backtest of {self.policy}{unit_part} on {what}"
-
-    def to_json(self) -> dict[str, Any]:
-        from alphagate_lab.report import summary
-
-        units = []
-        for u in self.units:
-            s = summary(u.points, title=self.title(u))
-            s["unit"] = u.name or "combined"
-            s["slices"] = list(u.slices)
-            if u.score is not None:
-                s["truth"] = u.score.to_json()
-            units.append(s)
-        flips = sum(int(u["flips"]) for u in units)
-        out: dict[str, Any] = {
-            "policy": self.policy,
-            "aggregation": self.spec.aggregation.value,
-            "gate": {"disable_below": self.gate[0], "enable_above": self.gate[1]},
-            "interval_seconds": self.spec.timing.interval_seconds,
-            "window_seconds": self.spec.timing.window_seconds,
-            "source": self.source,
-            "start": self.start,
-            "evaluations": sum(len(u.points) for u in self.units),
-            "flips": flips,
-            "units": units,
-            "events": [dataclasses.asdict(e) for e in self.events],
-            "notes": list(self.notes),
-        }
-        if self.has_truth:
-            scores = [u.score for u in self.units if u.score is not None]
-            delays = [d for s in scores for d in s.delays]
-            out["detection_delays_seconds"] = delays
-            out["false_flips"] = sum(len(s.false_flips) for s in scores)
-            out["missed"] = sum(1 for s in scores for e in s.episodes if e.missed)
-        return out
 
 
 def _common_notes(spec: SpeculativeCanarySpec, options: Options) -> list[str]:
@@ -340,16 +140,16 @@ def run_recording(
             start = snap.time
             replays = [UnitReplay(spec, u, start=start, options=options) for u in units_of(spec)]
             sources = [RecordingSource(pages=pages) for _ in replays]
-        elif snap.time < last_time - _EPS:
+        elif snap.time < last_time - EPS:
             raise ScenarioError(
                 f"{path}: snapshot at t={snap.t:g} s goes back in time "
                 f"(previous at {last_time - start:g} s)"
             )
         count += 1
-        if count > 1 and snap.time - last_time > interval + _EPS:
+        if count > 1 and snap.time - last_time > interval + EPS:
             gaps += 1
         last_time = snap.time
-        due = snap.time + _EPS >= next_eval
+        due = snap.time + EPS >= next_eval
         rollouts = [r.rollout(snap.time) for r in replays]
         w_start, w_end = read_window(spec, replays, rollouts, snap.time)
         for replay, source, rollout in zip(replays, sources, rollouts, strict=True):
@@ -370,7 +170,7 @@ def run_recording(
             replay.step(obs, rollout, snap.time, sample.alpha)
         if due:
             next_eval = max(next_eval, start)
-            while next_eval <= snap.time + _EPS:
+            while next_eval <= snap.time + EPS:
                 next_eval += interval
             if progress is not None:
                 progress(snap.time - start)
@@ -379,7 +179,7 @@ def run_recording(
 
     notes = _common_notes(spec, options)
     rec_interval = header.get("interval")
-    if gaps or (isinstance(rec_interval, int | float) and rec_interval > interval + _EPS):
+    if gaps or (isinstance(rec_interval, int | float) and rec_interval > interval + EPS):
         notes.append(
             f"The recording's snapshots ({rec_interval} s apart) are coarser than the policy's "
             f"{interval:g} s interval: evaluations happened at each snapshot instead."
@@ -458,7 +258,7 @@ def run_range(
         raise ValueError(f"the range must have end > start (start={start}, end={end})")
     if not step > 0:
         raise ValueError(f"step must be > 0, got {step}")
-    n = math.floor((end - start) / step + _EPS) + 1
+    n = math.floor((end - start) / step + EPS) + 1
     if n > MAX_EVALUATIONS:
         raise ValueError(
             f"{n} evaluations (range {end - start:g} s / step {step:g} s) is more than "
