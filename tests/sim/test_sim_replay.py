@@ -11,9 +11,9 @@ import pytest
 
 from alphagate import vllm
 from alphagate.errors import ScenarioError
+from alphagate_lab.sim.admission import mixture_good_alpha
 from alphagate_lab.sim.exposition import render
 from alphagate_lab.sim.fleet import Fleet
-from alphagate_lab.sim.model import mixture_good_alpha
 from alphagate_lab.sim.pod import parse_histogram_buckets
 from alphagate_lab.sim.recording import read_recording, record
 from alphagate_lab.sim.router import Router

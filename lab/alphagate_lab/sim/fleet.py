@@ -14,27 +14,18 @@ that creates and deletes pods itself (``add_pod``/``remove_pod``/``apply_args``)
 
 from __future__ import annotations
 
-import zlib
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from alphagate.errors import ScenarioError
 from alphagate_lab.sim.decode import Load
-from alphagate_lab.sim.pod import (
-    PodSnapshot,
-    PodSpec,
-    Role,
-    SimPod,
-    parse_speculative_args,
-    spec_args,
-)
-from alphagate_lab.sim.router import Router
+from alphagate_lab.sim.pod import PodSnapshot, PodSpec, Role, SimPod
+from alphagate_lab.sim.pod_specs import deployment_pod_spec, pool_pod_spec
+from alphagate_lab.sim.ramps import Ramps
 from alphagate_lab.sim.scenario import PoolSpec, Scenario, SliceSpec, patch_fields
-from alphagate_lab.sim.traces import Replay, load_trace, seed_offset
+from alphagate_lab.sim.scrapes import ScrapeHistory
+from alphagate_lab.sim.traffic import TraceDealer, slice_load
 from alphagate_lab.sim.truth import PodTruth, SliceTruth, Truth
 
 
@@ -93,22 +84,24 @@ class Fleet:
         self.pods: dict[str, SimPod] = {}
         self.slices: dict[str, SliceSpec] = dict(scenario.slices)
         self.generated: dict[str, int] = dict.fromkeys(scenario.slices, 0)
-        #: Drifts under way: (slice or "" for traffic, field) -> (start, length, from, to).
-        self._ramps: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+        self._ramps = Ramps()
         self.traffic_rate = scenario.traffic.rate
-        #: Slices replaying a trace: their replay and router, built at the first tick.
-        self._replays: dict[str, Replay] = {}
-        self._routers: dict[str, Router] = {}
-        #: Replayed requests that found no ready pod of their slice (lost, as a router 503s).
-        self.dropped: dict[str, int] = dict.fromkeys(scenario.slices, 0)
+        self._traces = TraceDealer(self.seed, scenario.slices)
         self.pools: dict[str, PoolSpec] = {p.name: p for p in scenario.pools}
         self._pool_next: dict[str, int] = {p.name: 0 for p in scenario.pools}
         self.create_pools = create_pools
         self.scrape_interval = scenario.prometheus.scrape_interval
         self.prometheus_lag = scenario.prometheus.lag
-        self._scrape_every = max(1, round(self.scrape_interval / self.tick))
-        self._scrape_keep = max(2, round(scrape_retention / self.scrape_interval) + 1)
-        self._scrapes: dict[str, deque[PodSnapshot]] | None = {} if scrapes else None
+        self._scrapes = (
+            ScrapeHistory(
+                tick=self.tick,
+                scrape_interval=self.scrape_interval,
+                lag=self.prometheus_lag,
+                retention=scrape_retention,
+            )
+            if scrapes
+            else None
+        )
         self._ticks = 0
         self._next_event = 0
         self._events: list[FleetEvent] = []
@@ -117,6 +110,11 @@ class Fleet:
                 for _ in range(pool.replicas):
                     self._add_pool_pod(pool, ready=True)
         self._apply_due_events()
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Replayed requests that found no ready pod of their slice (lost, as a router 503s)."""
+        return self._traces.dropped
 
     # --- pods -------------------------------------------------------------------------------
     def add_pod(self, spec: PodSpec, *, ready: bool = False) -> SimPod:
@@ -167,26 +165,7 @@ class Fleet:
         self._log("restart", f"{name} restarted", name)
 
     def _pool_pod_spec(self, pool: PoolSpec, name: str) -> PodSpec:
-        rng = np.random.default_rng([self.seed, zlib.crc32(name.encode()), 0xA1FA])
-        offset = pool.alpha_offset
-        if pool.alpha_offset_spread > 0:
-            offset += float(rng.normal(0.0, pool.alpha_offset_spread))
-        decode = pool.decode or self.scenario.decode
-        return PodSpec(
-            name=name,
-            deployment=pool.name,
-            role=pool.role,
-            slice=pool.slice,
-            namespace=pool.namespace,
-            args=tuple(pool.extra_args) + tuple(spec_args(pool.speculative_config)),
-            model_name=self.scenario.model_name,
-            load_time=pool.load_time,
-            latency_scale=pool.latency_scale,
-            traffic_weight=pool.traffic_weight,
-            alpha_offset=offset,
-            params=decode.params(),
-            stalls=(pool.stalls or self.scenario.stalls).params(),
-        )
+        return pool_pod_spec(self.scenario, pool, name, seed=self.seed)
 
     def spec_for(
         self,
@@ -205,32 +184,17 @@ class Fleet:
         time, latency scale, alpha offset and decode costs are the defaults; otherwise
         ``role`` and ``slice`` are required. Raises ScenarioError on bad args or slice.
         """
-        pool = self.pools.get(deployment)
-        if pool is not None:
-            base = self._pool_pod_spec(pool, name)
-        else:
-            if role is None or slice is None:
-                raise ScenarioError(
-                    f"pod {name!r}: deployment {deployment!r} is not a scenario pool; "
-                    "give its role and slice"
-                )
-            base = PodSpec(
-                name=name,
-                deployment=deployment,
-                role=role,
-                slice=slice,
-                model_name=self.scenario.model_name,
-                params=self.scenario.decode.params(),
-                stalls=self.scenario.stalls.params(),
-            )
-        parse_speculative_args(list(args))  # refuse bad args before anything is created
-        spec = replace(
-            base,
-            args=tuple(args),
-            role=role or base.role,
-            slice=slice or base.slice,
-            namespace=namespace or base.namespace,
-            load_time=base.load_time if load_time is None else load_time,
+        spec = deployment_pod_spec(
+            self.scenario,
+            self.pools.get(deployment),
+            name,
+            seed=self.seed,
+            deployment=deployment,
+            args=args,
+            role=role,
+            slice=slice,
+            namespace=namespace,
+            load_time=load_time,
         )
         if spec.slice not in self.slices:
             raise ScenarioError(
@@ -267,21 +231,21 @@ class Fleet:
     def _apply_event(self, ev: Any) -> None:
         self._log("timeline", ev.note or f"timeline event at {ev.at:g}s")
         if ev.traffic is not None:
-            self._ramps.pop(("", "rate"), None)
+            self._ramps.cancel(("", "rate"))
             if ev.ramp > 0 and ev.traffic.rate != self.traffic_rate:
-                self._ramps[("", "rate")] = (ev.at, ev.ramp, self.traffic_rate, ev.traffic.rate)
+                self._ramps.start(("", "rate"), ev.at, ev.ramp, self.traffic_rate, ev.traffic.rate)
             else:
                 self.traffic_rate = ev.traffic.rate
         for name, patch in ev.slices.items():
             fields = patch_fields(patch)
             current = self.slices[name]
             for key in fields:
-                self._ramps.pop((name, key), None)
+                self._ramps.cancel((name, key))
             if ev.ramp > 0:
                 for key, value in list(fields.items()):
                     old = getattr(current, key)
                     if isinstance(value, float) and isinstance(old, float) and value != old:
-                        self._ramps[(name, key)] = (ev.at, ev.ramp, old, value)
+                        self._ramps.start((name, key), ev.at, ev.ramp, old, value)
                         del fields[key]
             merged = {**current.model_dump(), **fields}
             self.slices[name] = SliceSpec.model_validate(merged)
@@ -312,23 +276,9 @@ class Fleet:
                 self.restart(pod.name)
 
     # --- time -------------------------------------------------------------------------------
-    def _replay(self, name: str, sl: SliceSpec) -> Replay:
-        replay = self._replays.get(name)
-        if replay is None:
-            assert sl.trace is not None
-            trace = load_trace(sl.trace.name)
-            crc = zlib.crc32(name.encode())
-            offset = sl.trace.offset
-            if offset is None:
-                offset = seed_offset(trace, self.seed * 7919 + crc % 7919)
-            replay = Replay(trace, offset=offset, scale=sl.trace.scale, seed=self.seed ^ crc)
-            self._replays[name] = replay
-            self._routers[name] = Router(sl.trace.router)
-        return replay
-
     def _slice_rate(self, sl: SliceSpec, name: str = "") -> float:
         if sl.trace is not None and name:
-            return self._replay(name, sl).rate
+            return self._traces.replay(name, sl).rate
         if sl.arrival_rate is not None:
             return sl.arrival_rate
         total = sum(s.share for s in self.slices.values() if s.arrival_rate is None)
@@ -345,24 +295,9 @@ class Fleet:
         loads: dict[str, Load] = {}
         for name, sl in self.slices.items():
             pods = ready[name]
-            bad = sl.bad_requests
-            base = Load(
-                alpha=sl.alpha,
-                concurrency=sl.concurrency,
-                alpha_noise=sl.alpha_noise,
-                decay=sl.decay,
-                draft_fill=sl.draft_fill,
-                request_spread=sl.request_spread,
-                prompt_tokens=sl.prompt_tokens,
-                output_tokens=sl.output_tokens,
-                output_sigma=sl.output_sigma,
-                max_output_tokens=sl.max_output_tokens,
-                bad_share=bad.share if bad is not None else 0.0,
-                bad_alpha=bad.alpha if bad is not None else 0.2,
-                bad_spread=bad.spread if bad is not None else 5.0,
-            )
+            base = slice_load(sl)
             if sl.trace is not None:
-                loads.update(self._dealt(name, sl, pods, base))
+                loads.update(self._traces.deal(name, sl, pods, base, now=self.now, tick=self.tick))
                 continue
             total_w = sum(p.spec.traffic_weight for p in pods) or 1.0
             rate = self._slice_rate(sl)
@@ -371,52 +306,11 @@ class Fleet:
                 loads[pod.name] = replace(base, arrival_rate=rate * share)
         return loads
 
-    def _dealt(self, name: str, sl: SliceSpec, pods: list[SimPod], base: Load) -> dict[str, Load]:
-        """The trace's requests of the coming tick, dealt to the ready pods by the router."""
-        replay = self._replay(name, sl)
-        times, prompts, outputs = replay.between(self.now, self.now + self.tick)
-        if not pods:
-            self.dropped[name] += int(times.size)
-            return {}
-        pods = sorted(pods, key=lambda p: p.name)
-        which = self._routers[name].deal(
-            times.size,
-            [p.name for p in pods],
-            [p.spec.traffic_weight for p in pods],
-            [p.engine.running + p.engine.waiting for p in pods],
-        )
-        mean_prompt = float(replay.prompt.mean()) if replay.prompt.size else sl.prompt_tokens
-        out: dict[str, Load] = {}
-        for i, pod in enumerate(pods):
-            mine = which == i
-            p = prompts[mine]
-            out[pod.name] = replace(
-                base,
-                arrivals=times[mine] - self.now,
-                arrival_output=np.minimum(outputs[mine], sl.max_output_tokens),
-                arrival_prompt=p,
-                prompt_tokens=max(1, round(float(p.mean()) if p.size else mean_prompt)),
-            )
-        return out
-
     def _apply_ramps(self) -> None:
         """Move drifting numbers to their value at the middle of the coming tick."""
-        t = self.now + self.tick / 2
-        updates: dict[str, dict[str, float]] = {}
-        for (name, key), (start, length, v0, v1) in list(self._ramps.items()):
-            frac = min(max((t - start) / length, 0.0), 1.0)
-            value = v0 + (v1 - v0) * frac
-            if name:
-                updates.setdefault(name, {})[key] = value
-            else:
-                self.traffic_rate = value
-            if self.now >= start + length:
-                del self._ramps[(name, key)]
-                value = v1
-                if name:
-                    updates[name][key] = v1
-                else:
-                    self.traffic_rate = v1
+        rate, updates = self._ramps.at(self.now, self.tick)
+        if rate is not None:
+            self.traffic_rate = rate
         for name, fields in updates.items():
             self.slices[name] = self.slices[name].model_copy(update=fields)
 
@@ -439,7 +333,7 @@ class Fleet:
         self._ticks += 1
         self._apply_due_events()
         if self._scrapes is not None:
-            self._scrape()
+            self._scrapes.scrape(self._ticks, self.now, self.pods)
 
     def advance_to(self, t: float) -> None:
         """Advance by whole ticks while the next tick ends at or before ``t``."""
@@ -500,31 +394,13 @@ class Fleet:
         return Truth(self.now, slices, pods)
 
     # --- the Prometheus path ----------------------------------------------------------------
-    def _scrape_slot(self, name: str) -> int:
-        """Which tick of each scrape interval scrapes this pod (Prometheus spreads targets)."""
-        return zlib.crc32(name.encode()) % self._scrape_every
-
-    def _scrape(self) -> None:
-        """Scrape the pods whose turn it is; a pod that is loading fails its scrape."""
-        assert self._scrapes is not None
-        phase = self._ticks % self._scrape_every
-        for name in [n for n in self._scrapes if n not in self.pods]:
-            del self._scrapes[name]
-        for pod in self.pods.values():
-            if pod.ready and self._scrape_slot(pod.name) == phase:
-                samples = self._scrapes.get(pod.name)
-                if samples is None:
-                    samples = self._scrapes[pod.name] = deque(maxlen=self._scrape_keep)
-                samples.append(pod.snapshot(self.now))
-
     def scraped(self, name: str) -> list[PodSnapshot]:
         """Samples of a pod that a Prometheus query could see now, oldest first: one per
         ``scrape_interval`` (at the pod's own phase), each visible ``prometheus_lag`` after
         its scrape. Needs ``Fleet(..., scrapes=True)``; a loading pod leaves a gap."""
         if self._scrapes is None:
             raise ScenarioError("this fleet keeps no scrapes: create it with scrapes=True")
-        horizon = self.now - self.prometheus_lag + 1e-9
-        return [s for s in self._scrapes.get(name, ()) if s.t <= horizon]
+        return self._scrapes.visible(name, self.now)
 
     def prometheus_snapshot(self) -> FleetSnapshot:
         """The latest visible scrape of every pod that has one (its ``t`` is the scrape's

@@ -40,7 +40,9 @@ A tick (1 s in real time, 15 s for fast runs) is one vectorised pass over the re
 flight: the step rate is constant within a tick except inside a stall, requests admitted in
 the tick start at their admission instant, and slots freed by finishing requests admit the
 queue in order (in a few rounds when the tick is longer than a request). All randomness comes
-from the ``numpy.random.Generator`` given to the engine, so a seed fixes the run.
+from the ``numpy.random.Generator`` given to the engine, so a seed fixes the run. What a
+request is when admitted is :mod:`alphagate_lab.sim.admission`; what a tick counts and
+observes, :mod:`alphagate_lab.sim.tick_account`.
 """
 
 from __future__ import annotations
@@ -48,27 +50,24 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy.typing as npt
 
-from alphagate import vllm
-from alphagate_lab.sim.acceptance import (
-    acceptance_table,
-    draw_request_alpha,
-)
+from alphagate_lab.sim.admission import admit
 from alphagate_lab.sim.counters import EngineCounters
-from alphagate_lab.sim.decode import (
-    DecodeParams,
-    Load,
-    Stalls,
-    TickTruth,
-    output_lengths,
-    step_time,
+from alphagate_lab.sim.decode import DecodeParams, Load, Stalls, TickTruth, step_time
+from alphagate_lab.sim.inflight import (
+    ACC,
+    REM,
+    S_DONE,
+    S_END,
+    S_START,
+    S_USED,
+    SLOW,
+    FloatArray,
+    no_requests,
 )
+from alphagate_lab.sim.tick_account import TickRun, account
 
 __all__ = ["Engine"]
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 #: Correlation time (s) of the pod's alpha wander.
 ALPHA_NOISE_TAU = 30.0
@@ -78,29 +77,6 @@ SLOW_TAU = 20.0
 STALL_SIGMA = 0.5
 #: Most admission rounds inside one tick (a round admits into slots freed by the last one).
 MAX_ROUNDS = 64
-#: Most step durations sampled per tick for the ITL histogram (each stands for several).
-MAX_STEP_SAMPLES = 256
-#: Most finished/admitted requests observed per tick in the per-request histograms.
-MAX_REQUEST_SAMPLES = 256
-
-
-#: Rows of the in-flight request array: decode tokens left, output length, own acceptance,
-#: arrival time, first-token time (engine time), decode steps so far, the set alpha it was
-#: drawn around (slice alpha + pod offset at admission, without the wander; a rare bad
-#: request's own mean), and its slowness (1; ``tail_factor`` for a request the tail-only
-#: latency regression slows: it decodes once every that many engine steps); last, the alpha
-#: its own acceptance was really drawn around (the set alpha plus the pod's wander at
-#: admission; a bad request's own mean).
-REM, LEN, ACC, ARR, FIRST, STEPS, SET, SLOW, DRAWN = range(9)
-ROWS = 9
-#: Rows of a waiting request: output length and prompt tokens (NaN: drawn from the model).
-Q_LEN, Q_PROMPT = range(2)
-#: Rows of a tick's segment array: local start, steps used, local end, finished (0/1).
-S_START, S_USED, S_END, S_DONE = range(4)
-
-
-def _empty() -> FloatArray:
-    return np.zeros((ROWS, 0))
 
 
 class Engine:
@@ -123,7 +99,7 @@ class Engine:
         self.t = 0.0
         self.noise = 0.0
         self.slow = 0.0
-        self.req: FloatArray = _empty()
+        self.req: FloatArray = no_requests()
         self.queue: FloatArray = np.zeros(0)  # arrival times of waiting requests
         self.queue_x: FloatArray = np.zeros((2, 0))  # their lengths and prompts (Q_LEN ...)
         self.tail_share = 0.0  # share of new requests the tail-only regression slows
@@ -305,10 +281,18 @@ class Engine:
         self.t = t0 + dt
         if self.stall_end <= self.t:
             self._schedule_stall(self.stall_end)
-        return self._account(
-            c, cohorts, segs, admitted, adm, dt=dt, t0=t0, alpha=alpha, st=st, passes=passes,
-            s_total=s_total, bp_s=bp_s, stalled=stalled, load=load, prefill_one=prefill_one,
+        run = TickRun(cohorts, segs, admitted, adm, dt=dt, t0=t0, st=st, passes=passes,
+                      s_total=s_total, bp_s=bp_s, stalled=stalled)  # fmt: skip
+        done = account(
+            rng, c, run, current=self.req, k=k, positions=self._positions, jitter=sigma,
+            slowdown=self.stalls.slowdown, alpha=alpha, load=load, prefill_one=prefill_one,
+            prompt_tokens=self._prompt_tokens, waiting=self.waiting,
         )  # fmt: skip
+        self._prompt_tokens = 0.0
+        self.req = done.survivors
+        self.mean_batch = done.mean_batch
+        self.finished_tpot = done.finished_tpot
+        return done.truth
 
     def _admit(
         self,
@@ -321,237 +305,11 @@ class Engine:
         load: Load,
         prefill_one: float,
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """New requests admitted at local times ``at`` (arrived at ``arrived``; ``x`` their
-        output lengths and prompts, NaN where the model draws them): the requests, when their
-        decoding starts, and (queue wait, time to first token) for each."""
-        rng = self.rng
-        n = at.size
-        sigma = self.params.jitter
-        z = rng.standard_normal(2 * n)
-        out = np.empty((ROWS, n))
-        given = x[Q_LEN]
-        drawn = output_lengths(z[:n], load)
-        out[LEN] = np.where(np.isnan(given), drawn, np.maximum(given, 1.0))
-        out[REM] = out[LEN] - 1.0
-        set_alpha = min(max(load.alpha + self.alpha_offset, 0.0), 1.0)
-        out[SET] = set_alpha
-        out[DRAWN] = alpha
-        if self.k:
-            per_draft = load.draft_fill * self.k
-            if load.bad_share > 0:
-                self._draw_mixture(out, alpha, set_alpha, load, per_draft)
-            else:
-                out[ACC] = draw_request_alpha(rng, n, alpha, load.request_spread, per_draft)
-        else:
-            out[ACC] = alpha
-        out[SLOW] = 1.0
-        if self.tail_share > 0 and self.tail_factor != 1.0:
-            out[SLOW][rng.random(n) < self.tail_share] = self.tail_factor
-        prompts = x[Q_PROMPT]
-        pre = np.where(np.isnan(prompts), prefill_one, prompts * (prefill_one / load.prompt_tokens))
-        self._prompt_tokens += float(np.where(np.isnan(prompts), load.prompt_tokens, prompts).sum())
-        first = at + pre * np.exp(z[n:] * sigma - sigma * sigma / 2)
-        out[ARR] = arrived + t0
-        out[FIRST] = first + t0
-        out[STEPS] = 0.0
-        waits = np.empty((2, n))
-        waits[0] = at - arrived
-        waits[1] = first - arrived
-        return out, np.minimum(first, dt), waits
-
-    def _draw_mixture(
-        self, out: FloatArray, alpha: float, set_alpha: float, load: Load, per_draft: float
-    ) -> None:
-        """Own acceptances when a share of requests are bad ones (Beta around ``bad_alpha``):
-        the good ones are drawn around the alpha that keeps the drafts' mean at ``alpha``."""
-        rng = self.rng
-        n = out.shape[1]
-        bad = np.less(rng.random(n), load.bad_share)
-        nb = int(np.count_nonzero(bad))
-        good_alpha = mixture_good_alpha(alpha, load.bad_share, load.bad_alpha, per_draft)
-        acc = np.empty(n)
-        acc[~bad] = draw_request_alpha(rng, n - nb, good_alpha, load.request_spread, per_draft)
-        acc[bad] = draw_request_alpha(rng, nb, load.bad_alpha, load.bad_spread, per_draft)
-        out[ACC] = acc
-        good_set = mixture_good_alpha(set_alpha, load.bad_share, load.bad_alpha, per_draft)
-        out[SET] = np.where(bad, load.bad_alpha, good_set)
-        out[DRAWN] = np.where(bad, load.bad_alpha, good_alpha)
-
-    def _account(
-        self,
-        c: EngineCounters,
-        cohorts: list[FloatArray],
-        segs: list[FloatArray],
-        admitted: int,
-        adm: list[FloatArray],
-        *,
-        dt: float,
-        t0: float,
-        alpha: float,
-        st: float,
-        passes: int,
-        s_total: float,
-        bp_s: FloatArray,
-        stalled: float,
-        load: Load,
-        prefill_one: float,
-    ) -> TickTruth:
-        """Draw the tick's acceptances, count and observe everything, keep the survivors."""
-        rng = self.rng
-        k = self.k
-        sigma = self.params.jitter
-        hist = c.histograms
-
-        # First tokens of admitted requests: queueing, then prefill.
-        if admitted:
-            wait_ttft = adm[0] if len(adm) == 1 else np.concatenate(adm, axis=1)
-            w, picked = _sample(rng, wait_ttft)
-            hist.observe(vllm.QUEUE_TIME, picked[0], w)
-            hist.observe(vllm.TTFT, picked[1], w)
-        c.prompt_tokens += round(self._prompt_tokens)
-        self._prompt_tokens = 0.0
-
-        # ITL: one observation per step per running request, the step's duration. Steps that
-        # carry a new request's prefill chunk are longer by it; steps in a stall are slower.
-        m = min(max(int(s_total), 1), MAX_STEP_SAMPLES)
-        durations = np.exp(rng.standard_normal(m) * sigma - sigma * sigma / 2) * st
-        if stalled > 0:
-            m_stall = round(m * float(bp_s[2] - bp_s[1]) / s_total)
-            durations[:m_stall] *= self.stalls.slowdown
-        if admitted and prefill_one:
-            m_pref = round(m * min(1.0, admitted / max(s_total, 1e-9)))
-            durations[m - m_pref :] += prefill_one
-        mean_step = float(np.add.reduce(durations)) / m
-        tps_set = 1.0 + k * load.draft_fill * alpha
-
-        if not cohorts:
-            c.generation_tokens += admitted
-            c.running, c.waiting = 0, self.waiting
-            self.req = _empty()
-            self.mean_batch = 0.0
-            return TickTruth(alpha, 0.0, 0, 0, 0.0, tps_set, 0.0, batch_alpha=alpha,
-                             drafted_alpha=alpha, realised_alpha=alpha, generated=admitted,
-                             stalled=stalled / dt)  # fmt: skip
-
-        req = cohorts[0] if len(cohorts) == 1 else np.concatenate(cohorts, axis=1)
-        seg = segs[0] if len(segs) == 1 else np.concatenate(segs, axis=1)
-        used = seg[S_USED]
-        done = seg[S_DONE] > 0
-        n = used.size
-        d = np.floor(used / req[SLOW] + rng.random(n))
-        total_steps = float(d.sum())
-        acc = req[ACC]
-        accepted = 0.0
-        tokens = d
-        if k and total_steps > 0:
-            di = d.astype(np.int64)
-            drafts = di if load.draft_fill >= 1.0 else rng.binomial(di, load.draft_fill)
-            table = acceptance_table(k, load.decay)
-            counts = rng.multinomial(drafts, table.rows[table.row_index(acc)])
-            accepted_r = counts @ self._positions
-            accepted = float(accepted_r.sum())
-            n_drafts = int(drafts.sum())
-            c.drafts += n_drafts
-            c.draft_tokens += n_drafts * k
-            c.accepted += int(accepted)
-            c.accept_counts += counts.sum(axis=0)
-            tokens = d + accepted_r
-        rem = req[REM]
-        gen = np.where(done, rem, np.minimum(tokens, rem))
-        req = req.copy() if req is self.req else req
-        req[REM] = rem - gen
-        req[STEPS] += d
-        fin = done | (req[REM] <= 0)
-        end = np.where(fin & ~done, dt, seg[S_END])
-        generated = admitted + int(gen.sum())
-        c.generation_tokens += generated
-        if total_steps > 0:
-            hist.observe(vllm.ITL, durations, total_steps / m)
-
-        # Finished requests: per-token time, decode time, end-to-end, finish reason.
-        n_fin = int(fin.sum())
-        if n_fin:
-            f = req[:, fin]
-            t_end = t0 + end[fin]
-            length = f[LEN]
-            decode = np.maximum(t_end - f[FIRST], 0.0)
-            s = np.sqrt(sigma * sigma / np.maximum(f[STEPS], 1.0) + 0.0004)
-            jit = np.exp(rng.standard_normal(n_fin) * s - s * s / 2)
-            obs = np.empty((3, n_fin))
-            obs[0] = decode / np.maximum(length - 1.0, 1.0) * jit
-            obs[1] = decode
-            obs[2] = t_end - f[ARR]
-            self.finished_tpot = obs[0][length > 1]
-            w, picked = _sample(rng, obs[:, length > 1])
-            hist.observe(vllm.TPOT, picked[0], w)
-            hist.observe(vllm.DECODE_TIME, picked[1], w)
-            hist.observe(vllm.E2E, picked[2], w)
-            hist.observe(vllm.REQUEST_GENERATION_TOKENS, length)  # every one: no draw
-            n_length = int((length >= load.max_output_tokens).sum())
-            c.success["length"] += n_length
-            c.success["stop"] += n_fin - n_length
-
-        # Truth of the tick, then keep the survivors.
-        busy = np.maximum(end - seg[S_START], 0.0)
-        busy_sum = float(busy.sum())
-        batch = busy_sum / dt
-        if total_steps > 0:
-            batch_alpha = float(acc @ d) / total_steps if k else alpha
-            drafted_alpha = float(req[SET] @ d) / total_steps
-            realised_alpha = float(req[DRAWN] @ d) / total_steps
-            tps = (total_steps + accepted) / total_steps
-            time_per_token = busy_sum / (total_steps + accepted)
-            ok = used > 0
-            per_token = busy[ok] * req[SLOW][ok] / used[ok] / (1.0 + k * load.draft_fill * acc[ok])
-            i = max(math.ceil(0.99 * per_token.size) - 1, 0)
-            p99 = float(np.sort(per_token)[i])
-        else:
-            batch_alpha, tps, time_per_token, p99 = alpha, tps_set, mean_step / tps_set, 0.0
-            drafted_alpha = realised_alpha = alpha
-        self.req = req[:, ~fin]
-        self.mean_batch = batch
-        c.running, c.waiting = self.running, self.waiting
-        return TickTruth(
-            alpha=alpha,
-            batch=batch,
-            steps=int(s_total),
-            passes=passes,
-            mean_step=mean_step,
-            tokens_per_step=tps,
-            time_per_token=time_per_token,
-            batch_alpha=batch_alpha,
-            drafted_alpha=drafted_alpha,
-            realised_alpha=realised_alpha,
-            tpot_p99=p99,
-            generated=generated,
-            finished=n_fin,
-            stalled=stalled / dt,
-        )
-
-
-def mixture_good_alpha(alpha: float, share: float, bad_alpha: float, per_draft: float) -> float:
-    """The good requests' alpha when a ``share`` of requests are bad (drafts-weighted mean
-    ``bad_alpha``) and the drafts' overall mean must be ``alpha``.
-
-    A request of acceptance ``a`` verifies drafts in proportion to ``1 / (1 + c*a)``
-    (``c = per_draft``) and the draws are tilted so that its component's drafts follow its Beta
-    (sim.acceptance), so a component's share of the drafts is its share of the requests over
-    ``1 + c * mean``. Solving ``alpha = (1 - w) * good + w * bad_alpha`` for ``good``: clipped
-    to [0, 1] (an alpha the mixture cannot reach gets the nearest it can)."""
-    if share <= 0:
-        return alpha
-    b = share / (1.0 + per_draft * bad_alpha)
-    g = 1.0 - share
-    den = g + b * per_draft * (bad_alpha - alpha)
-    if den <= 0:
-        return 1.0
-    return min(max((g * alpha + b * (alpha - bad_alpha)) / den, 0.0), 1.0)
-
-
-def _sample(rng: np.random.Generator, rows: FloatArray) -> tuple[float, FloatArray]:
-    """At most MAX_REQUEST_SAMPLES columns of ``rows``, and the weight each stands for."""
-    n = rows.shape[1]
-    if n <= MAX_REQUEST_SAMPLES:
-        return 1.0, rows
-    pick = rng.choice(n, MAX_REQUEST_SAMPLES, replace=False)
-    return n / MAX_REQUEST_SAMPLES, rows[:, pick]
+        """Admit requests (see `admission.admit`), counting their prompt tokens."""
+        new = admit(
+            self.rng, at, arrived, x, t0=t0, dt=dt, alpha=alpha, load=load,
+            prefill_one=prefill_one, k=self.k, alpha_offset=self.alpha_offset,
+            jitter=self.params.jitter, tail_share=self.tail_share, tail_factor=self.tail_factor,
+        )  # fmt: skip
+        self._prompt_tokens += new.prompt_tokens
+        return new.requests, new.start, new.waits

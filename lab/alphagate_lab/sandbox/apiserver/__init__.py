@@ -22,7 +22,9 @@ strategic merge patch are the double's own (no library keeps Kubernetes' merge k
     selectors    label and field selectors
     patches      JSON, merge and strategic merge patch
     validation   the server-side validation the controller's error paths need
-    store        objects, resourceVersions, the REST verbs and the watch history
+    writes       what a create, PUT or PATCH makes of an object (409, 415, generation)
+    watch        the watch history and a watch's event stream (410 when too old)
+    store        objects, resourceVersions, the REST verbs
     deployments  a minimal Deployment, the one Deployment-status builder, the default kubelet
     argo_rollouts  a minimal Argo Rollout and the stand-in for the Argo Rollouts controller
     kserve       a minimal InferenceService and the stand-in for KServe's controller (raw mode)

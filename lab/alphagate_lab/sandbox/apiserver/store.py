@@ -1,23 +1,19 @@
 """The double's state: objects by (type, namespace, name) under one global resourceVersion,
-the REST verbs on them (409 on a stale write, status subresources, generation bumps), the
-watch history, and the direct helpers tests use. No HTTP here: `server.ApiServer` serves it.
+the REST verbs on them (what each write makes of an object is `writes`), each change recorded
+for watches (`watch`), and the direct helpers tests use. No HTTP here: `server.ApiServer`
+serves it.
 """
 
 from __future__ import annotations
 
 import copy
-import secrets
 import threading
-import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from alphagate.errors import SandboxError
 from alphagate_lab.sandbox.apiserver.deployments import deployment_status
-from alphagate_lab.sandbox.apiserver.patches import PATCHERS
 from alphagate_lab.sandbox.apiserver.resources import (
     DEFAULT_TYPES,
     ApiError,
@@ -26,27 +22,13 @@ from alphagate_lab.sandbox.apiserver.resources import (
 )
 from alphagate_lab.sandbox.apiserver.selectors import field_selector, label_selector
 from alphagate_lab.sandbox.apiserver.validation import validate
-
-STRATEGIC_MERGE = "application/strategic-merge-patch+json"
-# what a real API server accepts on a custom resource (it has no strategic merge keys)
-CUSTOM_PATCHES = (
-    "application/json-patch+json",
-    "application/merge-patch+json",
-    "application/apply-patch+yaml",
+from alphagate_lab.sandbox.apiserver.watch import WatchEvent, WatchHistory, watch_stream
+from alphagate_lab.sandbox.apiserver.writes import (
+    created_body,
+    patched,
+    strip_for_generation,
+    updated,
 )
-
-
-@dataclass(slots=True)
-class _WatchEvent:
-    rv: int
-    type_key: str
-    namespace: str
-    kind: str  # ADDED / MODIFIED / DELETED
-    obj: dict[str, Any]
-
-
-def _strip_for_generation(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
 class Store:
@@ -70,7 +52,7 @@ class Store:
         self._cond = threading.Condition()
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._rv = 0
-        self._history: deque[_WatchEvent] = deque(maxlen=watch_history)
+        self._history = WatchHistory(watch_history)
         self._stopping = threading.Event()
 
     # ------------------------------------------------------------ type lookup
@@ -104,7 +86,7 @@ class Store:
             self._fill_meta(rtype, body, old)
             if old is not None and rtype.generation:
                 meta["generation"] = old["metadata"].get("generation", 1) + (
-                    1 if _strip_for_generation(old) != _strip_for_generation(body) else 0
+                    1 if strip_for_generation(old) != strip_for_generation(body) else 0
                 )
             self._commit(rtype, key, body, "MODIFIED" if old else "ADDED")
             stored = copy.deepcopy(body)
@@ -233,14 +215,14 @@ class Store:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         self._objects[key] = obj
-        self._history.append(_WatchEvent(self._rv, rtype.key, key[1], kind, copy.deepcopy(obj)))
+        self._history.record(WatchEvent(self._rv, rtype.key, key[1], kind, copy.deepcopy(obj)))
         self._cond.notify_all()
 
     def _emit(self, rtype: ResourceType, ns: str, kind: str, obj: dict[str, Any]) -> None:
         self._rv += 1
         snap = copy.deepcopy(obj)
         snap["metadata"]["resourceVersion"] = str(self._rv)
-        self._history.append(_WatchEvent(self._rv, rtype.key, ns, kind, snap))
+        self._history.record(WatchEvent(self._rv, rtype.key, ns, kind, snap))
         self._cond.notify_all()
 
     def _after_write(
@@ -295,30 +277,8 @@ class Store:
             return copy.deepcopy(obj)
 
     def _create(self, rtype: ResourceType, ns: str, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise ApiError(400, "request body must be a JSON object")
-        body = copy.deepcopy(body)
-        meta = body.setdefault("metadata", {}) or {}
-        body["metadata"] = meta
-        if not meta.get("name"):
-            if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
-            else:
-                raise ApiError(422, f"{rtype.kind}: metadata.name: Required value")
-        if rtype.namespaced:
-            if meta.get("namespace") not in (None, "", ns):
-                raise ApiError(
-                    400,
-                    f"the namespace of the provided object ({meta['namespace']}) does not match "
-                    f"the namespace sent on the request ({ns})",
-                )
-            meta["namespace"] = ns
-        else:
-            meta.pop("namespace", None)
-        meta.pop("resourceVersion", None)
-        self._validate(rtype, body)
-        if rtype.has_status:
-            body.pop("status", None)
+        body = created_body(rtype, ns, body, self._validate)
+        meta = body["metadata"]
         key = (rtype.key, ns if rtype.namespaced else "", meta["name"])
         with self._cond:
             if key in self._objects:
@@ -348,58 +308,8 @@ class Store:
             if old is None:
                 raise ApiError(404, f'{rtype.key} "{name}" not found')
             if patch is not None:
-                ctype, doc = patch
-                patcher = PATCHERS.get(ctype)
-                if rtype.custom and ctype == STRATEGIC_MERGE:
-                    raise ApiError(
-                        415,
-                        f"the body of the request was in an unknown format - accepted media "
-                        f"types include: {', '.join(CUSTOM_PATCHES)}",
-                    )
-                if patcher is None:
-                    raise ApiError(
-                        415, f"the body of the request was in an unknown format: {ctype}"
-                    )
-                body = patcher(old, doc)
-            if not isinstance(body, dict):
-                raise ApiError(400, "request body must be a JSON object")
-            meta = body.get("metadata") or {}
-            if meta.get("name") not in (None, name):
-                raise ApiError(
-                    400, f"the name of the object ({meta.get('name')}) does not match {name}"
-                )
-            sent_rv = meta.get("resourceVersion")
-            if sent_rv not in (None, "") and str(sent_rv) != old["metadata"]["resourceVersion"]:
-                raise ApiError(
-                    409,
-                    f'Operation cannot be fulfilled on {rtype.key} "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again",
-                )
-            if sub == "status":
-                new = copy.deepcopy(old)
-                if "status" in body:
-                    new["status"] = copy.deepcopy(body["status"])
-                else:
-                    new.pop("status", None)
-            else:
-                new = copy.deepcopy(body)
-                new_meta = new.setdefault("metadata", {})
-                new_meta["name"] = name
-                if rtype.namespaced:
-                    new_meta["namespace"] = ns
-                for managed in ("uid", "creationTimestamp", "generation"):
-                    if managed in old["metadata"]:
-                        new_meta[managed] = old["metadata"][managed]
-                if rtype.has_status:
-                    if "status" in old:
-                        new["status"] = copy.deepcopy(old["status"])
-                    else:
-                        new.pop("status", None)
-                self._validate(rtype, new)
-                if rtype.generation and _strip_for_generation(old) != _strip_for_generation(new):
-                    new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
-            new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
-            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                body = patched(rtype, old, *patch)
+            new = updated(rtype, old, body, ns=ns, name=name, sub=sub, validate=self._validate)
             if new == old:
                 return copy.deepcopy(old)  # a no-op write does not bump resourceVersion
             self._commit(rtype, key, new, "MODIFIED")
@@ -471,56 +381,14 @@ class Store:
         query: Mapping[str, str],
     ) -> Iterator[dict[str, Any]]:
         """Yield watch events (dicts) until timeoutSeconds, server stop, or a 410."""
-        lsel = label_selector(query.get("labelSelector", ""))
-        fsel = field_selector(query.get("fieldSelector", ""))
-        timeout = float(query.get("timeoutSeconds") or self.default_watch_timeout)
-        deadline = time.monotonic() + timeout
-        rv_text = query.get("resourceVersion", "")
-
-        def matches(ev: _WatchEvent) -> bool:
-            return (
-                ev.type_key == rtype.key
-                and (ns is None or ev.namespace == ns)
-                and lsel(ev.obj["metadata"].get("labels") or {})
-                and fsel(ev.obj)
-            )
-
-        with self._cond:
-            if rv_text in ("", "0"):
-                initial = self._selected(rtype, ns, lsel, fsel)
-                cursor = self._rv
-            else:
-                try:
-                    cursor = int(rv_text)
-                except ValueError:
-                    cursor = -1
-                oldest = self._history[0].rv if self._history else self._rv + 1
-                if cursor < 0 or (cursor < oldest - 1 and cursor < self._rv):
-                    gone = ApiError(
-                        410, f"too old resource version: {rv_text} ({oldest - 1})", reason="Expired"
-                    )
-                    yield {"type": "ERROR", "object": gone.status()}
-                    return
-                initial = []
-        for obj in initial:
-            yield {"type": "ADDED", "object": obj}
-        while not self._stopping.is_set():
-            with self._cond:
-                pending = []
-                for ev in reversed(self._history):  # newest first; stop at the cursor
-                    if ev.rv <= cursor:
-                        break
-                    pending.append(ev)
-                pending.reverse()
-                if not pending:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return
-                    self._cond.wait(timeout=min(remaining, 0.5))
-                    continue
-                cursor = pending[-1].rv
-            for ev in pending:
-                if matches(ev):
-                    yield {"type": ev.kind, "object": copy.deepcopy(ev.obj)}
-            if time.monotonic() >= deadline:
-                return
+        return watch_stream(
+            self._history,
+            self._cond,
+            self._stopping,
+            rtype,
+            ns,
+            query,
+            default_timeout=self.default_watch_timeout,
+            head=lambda: self._rv,
+            select=lambda lsel, fsel: self._selected(rtype, ns, lsel, fsel),
+        )

@@ -28,6 +28,7 @@ PNG timeline, points) is written with :func:`alphagate_lab.report.write`.
     chaos    the scripted faults and when each starts
     view     what the view shows and the result (log lines, decisions, snapshot, options)
     results  transitions, milestones, how each fault showed, the report's notes
+    sandbox  the sandbox's parts started in order: API server, Prometheus, pods, kubelet
     engine   Demo: the sandbox, the controller, the scenario's loop
     logfile  the controller's logs to a file for the demo's duration
 """

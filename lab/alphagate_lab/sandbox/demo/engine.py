@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import queue
-import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -20,15 +18,12 @@ from alphagate.config import Aggregation, SpeculativeCanary, dump, parse
 from alphagate.core.model import Action, State
 from alphagate.errors import PolicyError, SandboxError
 from alphagate_lab import report
-from alphagate_lab.sandbox.apiserver import ApiServer
 from alphagate_lab.sandbox.demo import results
 from alphagate_lab.sandbox.demo.chaos import ChaosRecord, ChaosRunner, chaos_plan
 from alphagate_lab.sandbox.demo.feed import ClusterFeed
 from alphagate_lab.sandbox.demo.hearing import hear, log_line
 from alphagate_lab.sandbox.demo.inputs import (
     check_fit,
-    deployment_objects,
-    fleet_scenario,
     free_port,
     import_controller,
     load_policy,
@@ -36,7 +31,8 @@ from alphagate_lab.sandbox.demo.inputs import (
     prometheus_binary,
     scaled_policy,
 )
-from alphagate_lab.sandbox.demo.parts import controller_for, pick_source, prometheus_for
+from alphagate_lab.sandbox.demo.parts import controller_for, pick_source
+from alphagate_lab.sandbox.demo.sandbox import PausedClock, Sandbox
 from alphagate_lab.sandbox.demo.view import (
     Decision,
     DemoOptions,
@@ -44,22 +40,6 @@ from alphagate_lab.sandbox.demo.view import (
     LogLine,
     Snapshot,
 )
-from alphagate_lab.sandbox.kubelet import KubeletRunner
-from alphagate_lab.sandbox.pod_runtime import SimRuntime
-
-
-class _PausedClock:
-    """Monotonic time that stands still until `go()`: pods are created and Prometheus
-    discovers them before the scenario's first second passes."""
-
-    def __init__(self) -> None:
-        self._t0: float | None = None
-
-    def go(self) -> None:
-        self._t0 = time.monotonic()
-
-    def __call__(self) -> float:
-        return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
 
 class Demo:
@@ -114,7 +94,7 @@ class Demo:
         self._chaos: list[ChaosRecord] = []
         self._chaos_runner: ChaosRunner | None = None
         self._t0_wall = 0.0
-        self._clock = _PausedClock()
+        self._clock = PausedClock()
         self._cleanup: list[tuple[str, Callable[[], None]]] = []
         self._threads: list[threading.Thread] = []
         self._notes: list[str] = []
@@ -124,18 +104,14 @@ class Demo:
         self._first_rollback: float | None = None  # scenario seconds, for the chaos timing
         self._confirmed: list[float] = []
         # parts
-        self.api: ApiServer | None = None
-        self.sim: Any = None
-        self.kubelet: KubeletRunner | None = None
-        self.prometheus: Any = None
+        self.sandbox = Sandbox()
         self.controller: Any = None
-        self.workdir: Path | None = None
         self.canary: SpeculativeCanary | None = None
 
     # ------------------------------------------------------------ setup
 
     def sim_now(self) -> float:
-        return float(self.sim.sim_now()) if self.sim is not None else 0.0
+        return float(self.sandbox.sim.sim_now()) if self.sandbox.sim is not None else 0.0
 
     def _wall_to_sim(self, at: float) -> float:
         return (at - self._t0_wall) * self.speed
@@ -161,79 +137,33 @@ class Demo:
             raise
 
     def _start(self) -> None:
-        from alphagate.kube.crd import build_crd
-        from alphagate_lab.sim import Fleet, SimServer
-
         opts = self.options
         # The kubernetes client takes seconds to import; do it while Prometheus starts.
         warm = threading.Thread(target=import_controller, name="demo-import", daemon=True)
         warm.start()
-        self.workdir = Path(tempfile.mkdtemp(prefix="alphagate-demo-"))
-        workdir = self.workdir
-        self._defer("workdir", lambda: shutil.rmtree(workdir, ignore_errors=True))
-
-        # 1. the API server double, the namespace, the CRD and the Deployments
-        self.api = ApiServer(kubelet=None)
-        self.api.start()
-        api = self.api
-        self._feed.api = api
-        self._defer("API server", api.stop)
-        api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
-        api.put(build_crd())
-        for dep in deployment_objects(self.scenario, self.namespace):
-            api.put(dep)
-
-        # 2. Prometheus (its targets file is rewritten by the simulator)
         metrics_port = free_port()
-        file_sd: Path | None = None
         base_spec = parse(self.policy_doc, where=self.policy_where).spec
-        interval_wall = base_spec.timing.interval_seconds / self.speed
-        if self.source_kind == "prometheus":
-            prom = prometheus_for(
-                self.prometheus_binary,
-                interval_wall=interval_wall,
-                metrics_port=metrics_port,
-                workdir=workdir / "prometheus",  # ours: kept across a chaos restart
-            )
-            self.prometheus = prom
-            self._defer("Prometheus", prom.close)
-            prom.start(timeout=opts.prometheus_timeout)
-            file_sd = prom.targets_path
-            # The controller is configured with this Prometheus (as an admin would); the policy
-            # names it (`default`) and never holds its URL.
-            source = {
-                "kind": "prometheus",
-                "prometheus": {"timeoutSeconds": max(1.0, interval_wall)},
-            }
-        else:
-            source = {"kind": "podScrape", "scrape": {"timeoutSeconds": max(1.0, interval_wall)}}
-
-        # 3. the simulated fleet (paused) and the kubelet runner: pods are created, loading
-        fleet = Fleet(fleet_scenario(self.scenario), seed=opts.seed, create_pools=False)
-        self.sim = SimServer(fleet, speed=self.speed, file_sd=file_sd, clock=self._clock)
-        self.sim.start()
-        self._defer("simulated pods", self.sim.close)
-        runtime = SimRuntime(self.sim)
-        self.kubelet = KubeletRunner(
-            api,
-            runtime,
-            namespace=self.namespace,
-            seed=opts.seed or 0,
-            poll_seconds=min(0.1, max(0.02, interval_wall / 10)),
+        source = self.sandbox.start(
+            self.scenario,
+            self.namespace,
+            source_kind=self.source_kind,
+            prometheus_binary=self.prometheus_binary,
+            prometheus_timeout=opts.prometheus_timeout,
+            interval_wall=base_spec.timing.interval_seconds / self.speed,
+            metrics_port=metrics_port,
+            speed=self.speed,
+            seed=opts.seed,
+            clock=self._clock,
+            feed=self._feed,
+            defer=self._defer,
+            wait=self._wait,
+            say=self._say,
         )
-        api.kubelet = self.kubelet.hook
-        kubelet = self.kubelet
-        self._defer("kubelet runner", kubelet.stop)
-        kubelet.start()
+        api, kubelet, prom = self.sandbox.api, self.sandbox.kubelet, self.sandbox.prometheus
+        assert api is not None and kubelet is not None
         pods = sum(p.replicas for p in self.scenario.pools)
-        self._wait(lambda: len(kubelet.pods()) >= pods, 30.0, f"{pods} pods created")
-        if self.prometheus is not None:
-            self._say("demo", f"Prometheus {self.prometheus.url}: waiting until it sees the pods")
-            self.prometheus.wait_for(
-                'up{job="vllm"}', lambda r: len(r) >= pods, timeout=opts.prometheus_timeout
-            )
 
-        # 4. the controller and the SpeculativeCanary
+        # the controller and the SpeculativeCanary
         self.canary = scaled_policy(
             self.policy_doc,
             speed=self.speed,
@@ -242,14 +172,13 @@ class Demo:
             where=self.policy_where,
         )
         warm.join()
-        assert self.api is not None
         outcomes = self._outcomes
         # The reconciler `alphagate run` uses, telling the demo what each pass did.
         self.controller = controller_for(
-            self.api.url,
+            api.url,
             self.namespace,
             metrics_port,
-            str(self.prometheus.url) if self.prometheus is not None else None,
+            str(prom.url) if prom is not None else None,
             on_outcome=lambda out: outcomes.put((time.time(), out)),
         )
         self._clock.go()
@@ -265,24 +194,23 @@ class Demo:
         self._defer("controller", stop_controller)
         controller.start()
         self.endpoints = {"api": api.url, "metrics": str(controller.metrics_url)}
-        if self.prometheus is not None:
-            self.endpoints["prometheus"] = str(self.prometheus.url)
+        if prom is not None:
+            self.endpoints["prometheus"] = str(prom.url)
         api.put(dump(self.canary))
         self._say(
             "demo",
             f"sandbox up: API {api.url}, {pods} pods, source "
-            + (f"Prometheus {self.prometheus.url}" if self.prometheus else "pod scraping")
+            + (f"Prometheus {prom.url}" if prom else "pod scraping")
             + f", controller metrics {controller.metrics_url}",
         )
         if opts.chaos:
             self._chaos = [
-                ChaosRecord(s)
-                for s in chaos_plan(self.duration, prometheus=self.prometheus is not None)
+                ChaosRecord(s) for s in chaos_plan(self.duration, prometheus=prom is not None)
             ]
             self._chaos_runner = ChaosRunner(
                 self._chaos,
                 api=api,
-                prometheus=self.prometheus,
+                prometheus=prom,
                 kubelet=kubelet,
                 namespace=self.namespace,
                 pod_deployment=self.canary.spec.canary_deployments()[0].name,
@@ -291,7 +219,7 @@ class Demo:
                 prometheus_timeout=opts.prometheus_timeout,
                 threads=self._threads,
             )
-            if self.prometheus is None:
+            if prom is None:
                 self._notes.append(
                     "chaos: no Prometheus in this run (pod scraping), so it was not stopped"
                 )
@@ -340,10 +268,10 @@ class Demo:
     def step(self, *, final: bool = False) -> None:
         """One pass of the demo's own loop: scenario events, chaos, kubelet, decisions."""
         t = self.sim_now()
-        if self.sim is not None and not final:
+        if self.sandbox.sim is not None and not final:
             try:
-                events = self.sim.sync()
-                truth = self.sim.fleet.truth()
+                events = self.sandbox.sim.sync()
+                truth = self.sandbox.sim.fleet.truth()
             except Exception as exc:  # last resort: a simulator hiccup must not end the demo
                 events, truth = [], None
                 self._say("demo", f"simulator: {exc!r}", "red")
@@ -357,8 +285,8 @@ class Demo:
         if not final:
             self._feed.pool_events(t)
             self._run_chaos(t)
-        if self.kubelet is not None:
-            for kev in self.kubelet.events():
+        if self.sandbox.kubelet is not None:
+            for kev in self.sandbox.kubelet.events():
                 self._feed.kubelet_line(kev, self._wall_to_sim(kev.at))
         self._feed.k8s_events(force=final)
         while True:
@@ -442,7 +370,7 @@ class Demo:
                 speculation_on=self._spec_on,
                 log=list(self._log),
                 truth=copy.deepcopy(self._truth),
-                pods=self.kubelet.pods() if self.kubelet is not None else {},
+                pods=self.sandbox.kubelet.pods() if self.sandbox.kubelet is not None else {},
                 chaos_active=[
                     r.step.what for r in self._chaos if r.started is not None and r.ended is None
                 ],
