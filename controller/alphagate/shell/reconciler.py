@@ -2,13 +2,11 @@
 
 `reconcile_many` (`reconcile` for one) reads each resource and its canary Deployment(s);
 resumes the core's Memory; observes every resource's pools at once (`shell.observing`:
-Prometheus reads sharing an endpoint and a window become one batch of queries, pod scrapes
-one wave of GETs, with the answers each canary's own read gives); calls `core.evaluate`;
-applies the decision with the `Actuator` (or, in dry-run, only records it); writes status and
-exports metrics (`shell.status_write`); emits an Event per transition and per refusal; logs one
-structured line per decision (`shell.reporting`). When to evaluate
-what is the watch loop's job (`shell.watch.WatchLoop`): the reconciler holds it as `loop`
-(`loop.run(stop)` watches and evaluates each canary on its interval) and is its evaluator.
+Prometheus reads sharing an endpoint and a window become one batch of queries, pod scrapes one
+wave of GETs); calls `core.evaluate`; applies the decision with the `Actuator` (in dry-run only
+records it); writes status and metrics (`shell.status_write`); emits an Event per transition
+and refusal; logs one line per decision (`shell.reporting`). When to evaluate what is the
+watch loop's job: the reconciler holds it (`loop`, a `shell.watch.WatchLoop`) as its evaluator.
 
 Resuming: the Deployment's record is the truth (`kube.record`). The Memory comes from this
 process's last evaluation when there is one, else from the resource's status, unless a canary
@@ -20,12 +18,10 @@ moved since (RecordChangedError), so two replicas never flip twice for one decis
 patch keeps the previous Memory (the decision is recorded with `applied: false` and made again
 next interval), so an API error can neither lose nor half-apply a flip.
 
-The steps live beside it: claiming and resuming (`shell.claims`), manual commands
-(`shell.manual`), observing (`shell.observing`), one unit's decision (`shell.unit`: judging,
-K tuning, the diagnosis Event, applying), the TimingFits
-warning (`shell.timing_warnings`), the CanaryJudgeable one (`shell.judgeable_warnings`), the
-status (`shell.status_write`). A policy naming a Prometheus endpoint the admin did not
-configure is an invalid spec (SpecValid=False `UnknownEndpoint`).
+The steps live beside it: `shell.claims` (claiming, resuming), `shell.manual`,
+`shell.observing`, `shell.unit` (judging, K tuning, the diagnosis Event, applying),
+`shell.timing_warnings`, `shell.judgeable_warnings`, `shell.status_write`. A policy naming a
+Prometheus endpoint the admin did not configure is an invalid spec (`UnknownEndpoint`).
 """
 
 from __future__ import annotations
@@ -148,7 +144,7 @@ class Reconciler:
         return make_source(spec, namespace=namespace, core_api=self.kube.core, name=name)
 
     def forget(self, namespace: str, name: str) -> None:
-        """The resource is gone (the loop dropped it): drop its source, memory and metrics."""
+        """The resource is gone (the loop dropped it): drop its source, memory, metrics."""
         with self._lock:
             self._memories.pop((namespace, name), None)
             self._tracked.discard((namespace, name))
@@ -161,8 +157,7 @@ class Reconciler:
             self.recorder.forget([(namespace, name)])
 
     def owns(self, namespace: str, name: str) -> bool:
-        """Sharding: is this canary this replica's now (the loop's answer, asked again right
-        before every write)?"""
+        """Sharding: is this canary this replica's now? (Asked again before every write.)"""
         return self.loop.owns(namespace, name)
 
     def forget_memories(self) -> None:
