@@ -227,7 +227,8 @@ class Controller:
                 moved_away.append((namespace, name))
             elif shard in gained:
                 self.reconciler.loop.take_over(namespace, name)
-        self.reconciler.hand_over(moved_away)
+        if moved_away:  # forgetting scans every series once, even for none
+            self.reconciler.hand_over(moved_away)
 
     def _refusal_changed(self, refusal: Refusal | None) -> None:
         """The coordination Lease disagrees (or agrees again) with this replica's --shards /

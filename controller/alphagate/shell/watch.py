@@ -370,8 +370,6 @@ class WatchLoop:
                 self._kick.clear()
                 continue
             due = [k for k in self.due(self.clock()) if k not in self._in_flight]
-            if self._deferred:  # ownership moved meanwhile: apply it before picking again
-                continue
             # Canaries read through Prometheus or pod scrapes are evaluated together, at one
             # `now`: queries batched, pods scraped side by side, each decided as its read
             # ends while the loop goes on (a canary's slow read holds no other). Others one
