@@ -95,10 +95,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
         sim.start()
         prom.start()
         prom.wait_for_targets(10, timeout=40)
-        # the recorded rates cover the window for every canary pod: one point per second. Up
-        # to 90 s: beside the suite's workers a rule evaluation runs late now and then, and a
-        # 6 s span with all six on time for all 8 pods took over 40 s on a clean CI run
-        points = int(WINDOW / EVERY)
+        # the recorded rates cover the window for every canary pod: one point per second, one
+        # of them allowed missing. Beside the suite's workers a scrape of the simulated pods
+        # (1 s timeout) or a rule evaluation runs late now and then: all six on time for all 8
+        # pods at once took over 40 s on a clean CI run, and never came in 90 s twice in
+        # `make test` (the windows the tests read are their own, later, and tolerate a gap)
+        points = int(WINDOW / EVERY) - 1
         prom.wait_for(f"count(count_over_time({DRAFTS}[{WINDOW:g}s]) >= {points}) >= 8", timeout=90)
         yield prom
     finally:
