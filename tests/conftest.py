@@ -176,7 +176,7 @@ def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prome
     use it share an xdist group, so one worker starts it once."""
     fast = tmp_path_factory.mktemp("rules") / "alphagate-batches.yaml"
     fast.write_text(
-        BATCH_RULES.read_text().replace("interval: 30s", "interval: 1s").replace("[1m]", "[3s]")
+        BATCH_RULES.read_text().replace("interval: 30s", "interval: 1s").replace("[90s]", "[3s]")
     )
     prom = PrometheusServer(scrape_interval=1.0, evaluation_interval=1.0, rule_files=[fast])
     sim = SimServer(Fleet(BATCH_FLEET), file_sd=prom.targets_path)

@@ -215,7 +215,7 @@ def _trimmed_prometheus(
     rules.write_text(
         RULES.read_text()
         .replace("interval: 30s", f"interval: {every}s")
-        .replace("[1m]", f"[{2 * every}s]")
+        .replace("[90s]", f"[{3 * every}s]")
     )
     with promtest.PrometheusServer(
         targets=targets(server.ports, pods, args.per_canary, path=OURS_PATH.decode()),

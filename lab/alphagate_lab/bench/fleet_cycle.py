@@ -154,7 +154,7 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     covers the window: `fleet` waits for it). Prometheus-path policies evaluate every
     MIN_SCRAPES scrape intervals (`core.timing`): over one scrape interval a raw increase() is
     mostly empty (sparse-scrapes, held), which made the raw rows hold where the recorded rates
-    (a rate over two scrape intervals) decided. Tallies: actions, verdicts, and the typed
+    (a rate over three scrape intervals) decided. Tallies: actions, verdicts, and the typed
     cause of every Inconclusive or Error check."""
     from alphagate.config import ScrapeSettings
     from alphagate.core.evaluate import evaluate
