@@ -5,13 +5,18 @@ The controller's commands are listed here. The lab's (`demo`, `sim`, `backtest`,
 entry-point group `alphagate.commands`; the controller never imports the lab. When the lab is
 not installed (the controller image), its commands are still listed, and asking for one says
 which package to install.
+
+`main` builds the app with only the command it is asked for (most of start-up is imports);
+help, `--version` and a name it does not know get every command.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
-from importlib.metadata import entry_points
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Final
 
 import typer
@@ -19,15 +24,21 @@ import typer
 from alphagate import __version__
 from alphagate.errors import AlphagateError
 
-COMMAND_MODULES: Final = (
-    "alphagate.commands.policy",
-    "alphagate.commands.inspect",
-    "alphagate.commands.evaluate",
-    "alphagate.commands.run",
-    "alphagate.commands.control",
-    "alphagate.commands.status",
-    "alphagate.commands.crd",
-)
+COMMANDS: Final = {
+    "policy": "alphagate.commands.policy",
+    "inspect": "alphagate.commands.inspect",
+    "evaluate": "alphagate.commands.evaluate",
+    "run": "alphagate.commands.run",
+    "pause": "alphagate.commands.control",
+    "resume": "alphagate.commands.control",
+    "enable": "alphagate.commands.control",
+    "disable": "alphagate.commands.control",
+    "promote": "alphagate.commands.control",
+    "status": "alphagate.commands.status",
+    "crd": "alphagate.commands.crd",
+}
+"""Each controller command, and the module that registers it."""
+COMMAND_MODULES: Final = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 ENTRY_POINT_GROUP: Final = "alphagate.commands"
@@ -39,14 +50,6 @@ _INSTALL_LAB: Final = (
     f"install it with: pip install {LAB_DISTRIBUTION} (from a checkout: pip install ./lab)"
 )
 
-app = typer.Typer(
-    name="alphagate",
-    help="Gate vLLM speculative decoding on measured acceptance (alpha) and P99 latency.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
 
 def _version(value: bool) -> None:
     if value:
@@ -54,13 +57,24 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
     ),
 ) -> None:
     """alphagate: measure alpha first, flip the flag after."""
+
+
+def _new_app() -> typer.Typer:
+    app = typer.Typer(
+        name="alphagate",
+        help="Gate vLLM speculative decoding on measured acceptance (alpha) and P99 latency.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_root)
+    return app
 
 
 def _stand_in(command: str, why: str, doc: str) -> Any:
@@ -74,7 +88,7 @@ def _stand_in(command: str, why: str, doc: str) -> Any:
     return stand_in
 
 
-def _add_stand_in(command: str, why: str, doc: str) -> None:
+def _add_stand_in(app: typer.Typer, command: str, why: str, doc: str) -> None:
     app.command(
         command,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -82,35 +96,63 @@ def _add_stand_in(command: str, why: str, doc: str) -> None:
     )(_stand_in(command, why, doc))
 
 
-def _registered() -> set[str]:
+def _registered(app: typer.Typer) -> set[str]:
     names = {c.name for c in app.registered_commands if c.name}
     return names | {g.name for g in app.registered_groups if g.name}
 
 
-def _register_plugins() -> None:
-    """One entry point that fails to import names itself under its own command instead of
+def _register_plugin(app: typer.Typer, ep: EntryPoint) -> None:
+    """An entry point that fails to import names itself under its own command instead of
     taking the CLI down."""
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            module = ep.load()
-        except ImportError as exc:
-            why = f"comes with the lab, which does not import here ({exc}); {_INSTALL_LAB}"
-            _add_stand_in(ep.name, why, f"(the lab does not import: {_INSTALL_LAB})")
-            continue
-        module.register(app)
+    try:
+        module = ep.load()
+    except ImportError as exc:
+        why = f"comes with the lab, which does not import here ({exc}); {_INSTALL_LAB}"
+        _add_stand_in(app, ep.name, why, f"(the lab does not import: {_INSTALL_LAB})")
+        return
+    module.register(app)
 
 
-def _register_all() -> None:
+def _lab_stand_ins(app: typer.Typer, commands: Iterable[str]) -> None:
+    for command in commands:
+        if command not in _registered(app):
+            why = f"comes with the lab, which this install lacks; {_INSTALL_LAB}"
+            _add_stand_in(app, command, why, f"(needs the lab: pip install {LAB_DISTRIBUTION})")
+
+
+def build(command: str | None = None) -> typer.Typer:
+    """The app with every command, or with only `command`'s when it names one: a command
+    imports its own module alone (`alphagate policy check` does not import the kubernetes
+    client, nor `status` the lab), which is most of the CLI's start-up time."""
+    app = _new_app()
+    plugins = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+    if command in COMMANDS:
+        importlib.import_module(COMMANDS[command]).register(app)
+        return app
+    named = [ep for ep in plugins if ep.name == command]
+    if named or command in LAB_COMMANDS:
+        for ep in named:
+            _register_plugin(app, ep)
+        _lab_stand_ins(app, [command] if command else [])
+        return app
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
-    _register_plugins()
-    for command in LAB_COMMANDS:
-        if command not in _registered():
-            why = f"comes with the lab, which this install lacks; {_INSTALL_LAB}"
-            _add_stand_in(command, why, f"(needs the lab: pip install {LAB_DISTRIBUTION})")
+    for ep in plugins:
+        _register_plugin(app, ep)
+    _lab_stand_ins(app, LAB_COMMANDS)
+    return app
 
 
-_register_all()
+@functools.cache
+def _whole() -> typer.Typer:
+    return build()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`alphagate.cli.app`: the app with every command, built on first use."""
+    if name == "app":
+        return _whole()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -118,6 +160,8 @@ def main() -> None:
 
     Click's standalone mode handles usage errors (exit 2), typer.Exit codes and Ctrl-C.
     """
+    first = sys.argv[1] if len(sys.argv) > 1 else None
+    app = build(first if first and not first.startswith("-") else None)
     try:
         app()
     except AlphagateError as exc:

@@ -274,6 +274,38 @@ def test_lab_commands_name_the_package_they_need(command: str, how: str) -> None
     assert listed.returncode == 0 and command in listed.stdout
 
 
+# The CLI run in this process for one command, then the heavy modules it imported.
+_IMPORTED = """
+import sys
+sys.argv = ["alphagate", *sys.argv[1:]]
+from alphagate.cli import main
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+heavy = ("kubernetes", "aiohttp", "numpy", "alphagate_lab", "alphagate.shell", "alphagate.sources")
+print(" ".join(sorted(h for h in heavy if h in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "imported"),
+    [
+        (["policy", "check", str(ship.ROOT / "policies" / "mixed-fleet.yaml")], ""),
+        (["crd"], ""),
+        (["status", "--help"], "kubernetes"),
+        (["sim", "--help"], "alphagate_lab numpy"),
+    ],
+)
+def test_a_command_imports_its_own_module_alone(args: list[str], imported: str) -> None:
+    """Start-up is mostly imports (the whole CLI: ~3 s of CPU, `policy` alone: ~0.5 s)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == imported
+
+
 def test_with_the_lab_installed_its_commands_join_the_cli() -> None:
     from typer.testing import CliRunner
 
