@@ -174,26 +174,50 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
     )
 
 
+class _Indexes:
+    """Each sample's cumulative count by bound, built once per comparison: the batches, the
+    pooled histograms and every baseline reference read the same samples' bounds."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Buckets, dict[float, float]]] = {}
+
+    def __call__(self, b: Buckets) -> dict[float, float]:
+        got = self._by_id.get(id(b))
+        if got is None or got[0] is not b:
+            got = (b, _cum_index(b))
+            self._by_id[id(b)] = got
+        return got[1]
+
+
 class _Above:
     """A pool's share of observations above a bound over independent batches of its samples;
-    the batches are cut once, as every bound of a comparison reads the same ones."""
+    the batches are cut once, as every bound of a comparison reads the same ones, and each
+    bound's share is worked out once (the tail's edges are bounds the tests read too)."""
 
-    def __init__(self, samples: Sequence[LatencySample], batch_seconds: float) -> None:
+    def __init__(
+        self, samples: Sequence[LatencySample], batch_seconds: float, index: _Indexes
+    ) -> None:
         usable = [s for s in samples if s.buckets is not None and s.buckets.total >= MIN_COUNT]
-        self._blocks: list[list[tuple[float, dict[float, float]]]] = [
-            [(s.buckets.total, _cum_index(s.buckets)) for s in block if s.buckets is not None]
-            for block in blocks(usable, batch_seconds)
-        ]
+        self._blocks: list[tuple[float, list[tuple[float, dict[float, float]]]]] = []
+        for block in blocks(usable, batch_seconds):
+            members = [(s.buckets.total, index(s.buckets)) for s in block if s.buckets is not None]
+            total = 0.0
+            for n, _ in members:
+                total += n
+            self._blocks.append((total, members))
+        self._seen: dict[float, Ratio | None] = {}
 
     def __call__(self, bound: float) -> Ratio | None:
+        if bound in self._seen:
+            return self._seen[bound]
         pairs = []
-        for b in self._blocks:
-            total = above = 0.0
-            for n, cum in b:
-                total += n
+        for total, members in self._blocks:
+            above = 0.0
+            for n, cum in members:
                 above += max(0.0, n - cum.get(bound, math.nan))
             pairs.append((above, total))
-        return ratio(pairs)
+        self._seen[bound] = got = ratio(pairs)
+        return got
 
 
 def _cum_index(b: Buckets) -> dict[float, float]:
@@ -236,13 +260,17 @@ def common_bounds(
     return sorted(frozenset.intersection(*layouts))
 
 
-def pooled(samples: Sequence[LatencySample], layout: Sequence[float]) -> Buckets | None:
+def pooled(
+    samples: Sequence[LatencySample],
+    layout: Sequence[float],
+    index: Callable[[Buckets], dict[float, float]] = _cum_index,
+) -> Buckets | None:
     """One cumulative histogram over the samples at the common finite bounds `layout`."""
     usable = [s.buckets for s in samples if s.buckets is not None and s.buckets.total > 0]
     if not usable or not layout:
         return None
-    index = [_cum_index(b) for b in usable]
-    counts = [math.fsum(cum.get(x, math.nan) for cum in index) for x in layout]
+    rows = [[cum.get(x, math.nan) for x in layout] for cum in map(index, usable)]
+    counts = [math.fsum(column) for column in zip(*rows, strict=True)]
     total = math.fsum(b.total for b in usable)
     return Buckets(bounds=(*layout, math.inf), counts=(*counts, total))
 
@@ -330,16 +358,17 @@ def compare(
         else None
     )
     layout = common_bounds(canary, baseline)
-    canary_above = _Above(canary, batch_seconds)
+    index = _Indexes()
+    canary_above = _Above(canary, batch_seconds, index)
     tests = _bound_tests(
         canary_above,
-        _Above(baseline, batch_seconds),
+        _Above(baseline, batch_seconds, index),
         layout,
         quantile=quantile,
         margin=margin,
     )
-    c_hist, b_hist = pooled(canary, layout), pooled(baseline, layout)
-    res = _resolution(baseline, quantile, margin, layout)
+    c_hist, b_hist = pooled(canary, layout, index), pooled(baseline, layout, index)
+    res = _resolution(baseline, quantile, margin, layout, index)
     tail = None
     if res is not None:
         tail = tail_guard(
@@ -369,13 +398,17 @@ def compare(
 
 
 def _resolution(
-    baseline: Sequence[LatencySample], quantile: float, margin: float, layout: Sequence[float]
+    baseline: Sequence[LatencySample],
+    quantile: float,
+    margin: float,
+    layout: Sequence[float],
+    index: _Indexes,
 ) -> Resolution | None:
     """The quantile's edges: the Fail edge around the median baseline pod's bucket, the Pass
     edge (and whether the margin is resolvable) around the lowest pod's (core/reference.py)."""
 
     def pool(group: Sequence[LatencySample]) -> Buckets | None:
-        return pooled(group, layout)
+        return pooled(group, layout, index)
 
     res = histogram.resolution_at(
         quantile, baseline_reference(baseline, quantile, pool), margin, layout

@@ -30,28 +30,34 @@ _T_NOISE: Final = 1e-8
 
 
 def _beta_cf(a: float, b: float, x: float) -> float:
-    """Continued fraction for I_x(a, b); converges fast for x < (a + 1) / (a + b + 2)."""
+    """Continued fraction for I_x(a, b); converges fast for x < (a + 1) / (a + b + 2).
+
+    Lentz's method, written out for speed (the suite's hottest loop): `v if v > tiny or
+    v < -tiny else tiny` is `v if abs(v) > tiny else tiny`, NaN included."""
+    tiny, eps = _TINY, _EPS
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c = 1.0
     d = 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    d = 1.0 / (d if d > tiny or d < -tiny else tiny)
     h = d
     for m in range(1, _MAX_ITER + 1):
         m2 = 2 * m
         aa = m * (b - m) * x / ((qam + m2) * (a + m2))
         d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        d = 1.0 / (d if d > tiny or d < -tiny else tiny)
         c = 1.0 + aa / c
-        c = c if abs(c) > _TINY else _TINY
+        if not (c > tiny or c < -tiny):
+            c = tiny
         h *= d * c
         aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
         d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        d = 1.0 / (d if d > tiny or d < -tiny else tiny)
         c = 1.0 + aa / c
-        c = c if abs(c) > _TINY else _TINY
+        if not (c > tiny or c < -tiny):
+            c = tiny
         delta = d * c
         h *= delta
-        if abs(delta - 1.0) < _EPS:
+        if -eps < delta - 1.0 < eps:
             break
     return h
 
