@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from alphagate.config import DeploymentRef
 from alphagate.core.model import Memory, State
@@ -321,3 +324,33 @@ def test_a_config_the_images_vllm_refuses_never_reaches_the_pod(
     )
     ok = act.apply("ns", REF, speculative_config=draft, state="Probing", memory=None, now=NOW)
     assert ok.patched and ok.deployment.image.endswith("v0.32.0")
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b"{not json", b""])
+def test_a_deployment_answer_that_is_not_a_json_object_is_a_typed_error(body: bytes) -> None:
+    """The Deployment is read as the API server's JSON (no model in between): an answer that
+    is no JSON object is a KubeError naming the read, never a crash or an empty Deployment."""
+
+    class Answers(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+        act = Actuator(client.ApiClient(config), wait_initial=0.001, wait_max=0.01)
+        with pytest.raises(KubeError, match="read Deployment ns/canary"):
+            act.read("ns", REF)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
