@@ -270,8 +270,15 @@ def test_lab_commands_name_the_package_they_need(command: str, how: str) -> None
     proc = _cli_without_the_lab(*broken, command, "--anything")
     assert proc.returncode == 1
     assert "pip install alphagate-lab" in proc.stderr and proc.stderr.count("\n") == 1
-    listed = _cli_without_the_lab(*broken, "--help")
-    assert listed.returncode == 0 and command in listed.stdout
+
+
+@pytest.mark.parametrize("how", ["absent", "broken"])
+def test_without_the_lab_help_still_lists_its_commands(how: str) -> None:
+    from alphagate.cli import LAB_COMMANDS
+
+    listed = _cli_without_the_lab(*(["--broken"] if how == "broken" else []), "--help")
+    assert listed.returncode == 0
+    assert all(command in listed.stdout for command in LAB_COMMANDS), listed.stdout
 
 
 # The CLI run in this process for one command, then the heavy modules it imported.
