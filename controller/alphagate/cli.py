@@ -125,10 +125,10 @@ def build(command: str | None = None) -> typer.Typer:
     imports its own module alone (`alphagate policy check` does not import the kubernetes
     client, nor `status` the lab), which is most of the CLI's start-up time."""
     app = _new_app()
-    plugins = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
     if command in COMMANDS:
         importlib.import_module(COMMANDS[command]).register(app)
         return app
+    plugins = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
     named = [ep for ep in plugins if ep.name == command]
     if named or command in LAB_COMMANDS:
         for ep in named:
