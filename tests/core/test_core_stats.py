@@ -143,6 +143,20 @@ def test_beta_quantile_inverts_betainc(q: float, a: float, b: float) -> None:
     assert stats.betainc(a, b, x) == pytest.approx(q, rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("q", "a", "b"), [(1e-12, 1.0, 123332.8), (0.05, 3.5, 40.0), (1e-6, 900.0, 1e5), (0.7, 1.0, 5e8)]
+)
+def test_beta_quantile_on_the_upper_tail_keeps_a_small_tail_s_digits(
+    q: float, a: float, b: float
+) -> None:
+    # 1 - I_x(a, b) = q, solved on I_{1-x}(b, a): 1 - 1e-12 would keep four digits of q.
+    x = stats.beta_quantile(q, a, b, upper_tail=True)
+    assert 0.0 < x < 1.0
+    assert stats.betainc(b, a, 1.0 - x) == pytest.approx(q, rel=1e-6)
+    if a == 1.0:  # 1 - I_x(1, b) = (1 - x)^b: closed form
+        assert x == pytest.approx(-math.expm1(math.log(q) / b), rel=1e-6)
+
+
 def test_korn_graubard_is_clopper_pearson_at_the_effective_size() -> None:
     # se^2 = p(1 - p) / 10 on unlimited dof: Clopper-Pearson for 5 of 10, (0.1871, 0.8129).
     lo, hi = stats.korn_graubard(0.5, math.sqrt(0.025), math.inf, 1e9, 0.95)

@@ -80,13 +80,14 @@ def ratio(pairs: Sequence[tuple[float, float]], *, jackknife: bool = True) -> Ra
     batches it doubles the unbiased variance); False divides by (1 - h) (HC2, unbiased for
     equal batches with equal spread), for batches that are sums of many requests."""
     units = [(n, d) for n, d in pairs if d > 0]
-    num = math.fsum(n for n, _ in units)
-    den = math.fsum(d for _, d in units)
+    dens = [d for _, d in units]
+    num = math.fsum([n for n, _ in units])
+    den = math.fsum(dens)
     if not den > 0:
         return None
     r = num / den
     k = len(units)
-    if k < 2 or max(d for _, d in units) / den >= 1.0 - 1e-9:
+    if k < 2 or max(dens) / den >= 1.0 - 1e-9:
         return Ratio(r, num, den, math.nan, 0.0, k)
     # Delta method with a leverage correction: e_i = n_i - r d_i, h_i = d_i / D,
     # Var(r) = sum(e_i^2 / (1 - h_i)^p) / D^2, p = 2 (HC3, the jackknife) or 1 (HC2).
@@ -94,7 +95,7 @@ def ratio(pairs: Sequence[tuple[float, float]], *, jackknife: bool = True) -> Ra
     resid = math.fsum([(n - r * d) ** 2 / (1.0 - d / den) ** power for n, d in units])
     se = math.sqrt(resid) / den
     # Kish's effective number of batches: one big pod among small ones is nearly one batch.
-    squares = math.fsum([d * d for _, d in units])
+    squares = math.fsum([d * d for d in dens])
     n_eff = den * den / squares if squares > 0 else float(k)  # subnormal batches square to 0
     return Ratio(r, num, den, se, max(n_eff - 1.0, 1e-3), k)
 

@@ -32,6 +32,8 @@ MAX_PLAUSIBLE: Final = 1e15
 
 def problem(buckets: Buckets) -> str | None:
     """Describe what makes `buckets` unusable (shape, NaN or negative counts), or None."""
+    if _plainly_usable(buckets):
+        return None
     if len(buckets.bounds) != len(buckets.counts):
         return f"{len(buckets.bounds)} bounds but {len(buckets.counts)} counts"
     if not buckets.bounds:
@@ -48,6 +50,22 @@ def problem(buckets: Buckets) -> str | None:
         if c > MAX_PLAUSIBLE:
             return f"count of bucket le={b:g} is implausibly large ({c:g})"
     return None
+
+
+def _plainly_usable(buckets: Buckets) -> bool:
+    """The common case in a few C-level passes (every latency check validates every sample):
+    a finite sum of the bounds but +Inf's rules out NaN, a finite sum of the counts rules out
+    NaN and infinities, and min and max over finite counts bound the rest. False sends the
+    buckets to the itemised checks, which name the problem."""
+    bounds, counts = buckets.bounds, buckets.counts
+    if not bounds or len(bounds) != len(counts) or bounds[-1] != math.inf:
+        return False
+    return (
+        math.isfinite(sum(bounds[:-1]))
+        and math.isfinite(sum(counts))
+        and min(counts) >= 0
+        and max(counts) <= MAX_PLAUSIBLE
+    )
 
 
 def _almost_equal(a: float, b: float, epsilon: float) -> bool:

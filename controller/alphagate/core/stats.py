@@ -246,21 +246,24 @@ def wilson(p: float, n: float, confidence: float) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def beta_quantile(q: float, a: float, b: float) -> float:
+def beta_quantile(q: float, a: float, b: float, *, upper_tail: bool = False) -> float:
     """The x with I_x(a, b) = q, for a, b > 0: Newton steps on `betainc` (its derivative is
     the Beta density) from the normal approximation, kept inside a shrinking bracket and
-    halving it whenever a step leaves it; a few evaluations where bisection needs sixty."""
+    halving it whenever a step leaves it; a few evaluations where bisection needs sixty.
+    `upper_tail`: the x with 1 - I_x(a, b) = q, solved on that tail (I_{1-x}(b, a)), so a
+    small q keeps its digits (1 - 1e-12 has four)."""
     if not (a > 0 and b > 0) or math.isnan(q) or not 0.0 <= q <= 1.0:
         return math.nan
     if q in (0.0, 1.0):
-        return q
+        return 1.0 - q if upper_tail else q
     log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
     mean = a / (a + b)
     sd = math.sqrt(a * b / ((a + b) ** 2 * (a + b + 1.0)))
-    x = min(1.0 - 1e-12, max(1e-12, mean + normal_quantile(q) * sd))
+    z = normal_quantile(q)
+    x = min(1.0 - 1e-12, max(1e-12, mean + (-z if upper_tail else z) * sd))
     lo, hi = 0.0, 1.0
     for _ in range(100):
-        g = betainc(a, b, x) - q
+        g = q - betainc(b, a, 1.0 - x) if upper_tail else betainc(a, b, x) - q
         if g == 0.0:
             return x
         if g < 0.0:
