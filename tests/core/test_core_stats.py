@@ -144,7 +144,8 @@ def test_beta_quantile_inverts_betainc(q: float, a: float, b: float) -> None:
 
 
 @pytest.mark.parametrize(
-    ("q", "a", "b"), [(1e-12, 1.0, 123332.8), (0.05, 3.5, 40.0), (1e-6, 900.0, 1e5), (0.7, 1.0, 5e8)]
+    ("q", "a", "b"),
+    [(1e-12, 1.0, 123332.8), (0.05, 3.5, 40.0), (1e-6, 900.0, 1e5), (0.7, 1.0, 5e8)],
 )
 def test_beta_quantile_on_the_upper_tail_keeps_a_small_tail_s_digits(
     q: float, a: float, b: float
