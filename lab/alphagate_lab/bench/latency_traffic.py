@@ -108,7 +108,8 @@ def pool_samples(
         # interval in their original order (a stable sort; each group's sum is then the same
         # float as summing its mask), the cumulative counts from one bincount of (interval,
         # bucket): the bucket of a time is the first bound >= it, as searchsorted's `right`.
-        order = np.argsort(which, kind="stable")
+        small = intervals <= np.iinfo(np.int16).max  # 16-bit keys: numpy's radix sort
+        order = np.argsort(which.astype(np.int16) if small else which, kind="stable")
         grouped = tpot[order]
         edges = np.searchsorted(which[order], np.arange(intervals + 1), side="left")
         bucket = np.searchsorted(bounds, tpot, side="left")
