@@ -151,13 +151,13 @@ def pod_samples(
     out = []
     for i in range(intervals):
         lo, hi = pe[i], pe[i + 1]
-        overlap = np.clip(np.minimum(finish, hi) - np.maximum(arrive, lo), 0, None)
+        overlap = np.maximum(np.minimum(finish, hi) - np.maximum(arrive, lo), 0.0)
         drafts = np.floor(overlap / t.step_seconds)
         live = drafts > 0
         d, gi, vi = drafts[live], g[live], v[live]
         accepted = d * gi + np.sqrt(d * vi) * rng.standard_normal(d.size)
         total_d = float(d.sum())
-        acc = float(np.clip(accepted.sum(), 0, total_d * t.k))
+        acc = _clip(float(accepted.sum()), total_d * t.k)
         start = float(edges[i])
         out.append(
             AcceptanceSample(
@@ -170,6 +170,11 @@ def pod_samples(
             )
         )
     return out
+
+
+def _clip(x: float, top: float) -> float:
+    """np.clip(x, 0, top) of one float (NaN stays NaN) without numpy's per-call cost."""
+    return x if math.isnan(x) else min(max(x, 0.0), top)
 
 
 def window_lives(
