@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 from backtest_support import make_recording, policy_doc, scenario, spec_of
 
 from alphagate_lab.backtest import BacktestResult, Options, run_recording
@@ -33,11 +34,17 @@ def points_json(result: BacktestResult) -> list[str]:
     return [json.dumps(asdict(p), default=str) for u in result.units for p in u.points]
 
 
+@pytest.fixture(scope="module")
+def combined(chat_to_code: Path) -> BacktestResult:
+    """The combined policy's backtest of chat-to-code, run once for the tests that read it."""
+    return run_recording(spec_of(policy_doc()), chat_to_code)
+
+
 def test_chat_to_code_disables_after_the_shift_and_reenables_when_it_returns(
-    chat_to_code: Path,
+    combined: BacktestResult,
 ) -> None:
     spec = spec_of(policy_doc())
-    result = run_recording(spec, chat_to_code)
+    result = combined
     unit = result.units[0]
     flips = [(t, a) for t, a, _ in decisions(result) if a in ("enable", "disable")]
     disables = [t for t, a in flips if a == "disable"]
@@ -130,10 +137,12 @@ def test_initial_state_on_starts_judging_without_a_probe(steady_chat: Path) -> N
     assert sum(p.verdict == "Pass" for p in unit.points) > len(unit.points) // 2
 
 
-def test_same_recording_twice_gives_identical_decisions(chat_to_code: Path) -> None:
-    spec = spec_of(policy_doc())
-    first = run_recording(spec, chat_to_code)
-    second = run_recording(spec, chat_to_code)
+def test_same_recording_twice_gives_identical_decisions(
+    chat_to_code: Path, combined: BacktestResult
+) -> None:
+    # the first run is the module's (no test changes a result), the second a new one
+    first = combined
+    second = run_recording(spec_of(policy_doc()), chat_to_code)
     assert points_json(first) == points_json(second)
     assert first.to_json() == second.to_json()
 

@@ -17,6 +17,7 @@ ratio accepted / drafted, computed by quadrature over the Beta law (`true_alpha`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -45,12 +46,13 @@ def _g(p: np.ndarray, k: int) -> np.ndarray:
     return sum(p**j for j in range(1, k + 1))
 
 
-def _v(p: np.ndarray, k: int) -> np.ndarray:
-    """Variance of accepted tokens of one draft: E[X^2] = sum_j (2j - 1) p^j."""
+def _v(p: np.ndarray, k: int, g: np.ndarray) -> np.ndarray:
+    """Variance of accepted tokens of one draft: E[X^2] = sum_j (2j - 1) p^j; `g` is _g(p, k)."""
     m2 = sum((2 * j - 1) * p**j for j in range(1, k + 1))
-    return m2 - _g(p, k) ** 2
+    return m2 - g**2
 
 
+@functools.cache  # a pure function of a frozen Traffic: every coverage run asks again
 def _moments(t: Traffic, points: int = 20_000) -> tuple[float, float]:
     """(E[g/(1+g)], E[1/(1+g)]) over p ~ Beta(a, b): accepted and draft steps per generated
     token (midpoint quadrature)."""
@@ -123,11 +125,17 @@ def pod_samples(
     arrive = np.interp(arrive_wall, wall, prog)
     p = rng.beta(t.beta_a, t.beta_b, n)
     length = t.median_tokens * np.exp(t.sigma * rng.standard_normal(n))
-    g, v = _g(p, t.k), _v(p, t.k)
-    steps = np.maximum(1.0, np.round(length / (1 + g)))
-    finish = arrive + steps * t.step_seconds
     edges = burn_in_seconds + t.interval_seconds * np.arange(intervals + 1)
     pe = np.interp(edges, wall, prog)
+    if decode_times is None:
+        # Drop the requests that surely end before the scrapes (even at g = 0, one draft a
+        # token) or start after them, before computing g: nothing after reads them.
+        latest = arrive + np.maximum(1.0, np.round(length)) * t.step_seconds
+        maybe = (latest > pe[0]) & (arrive < pe[-1])
+        arrive, p, length = arrive[maybe], p[maybe], length[maybe]
+    g = _g(p, t.k)
+    steps = np.maximum(1.0, np.round(length / (1 + g)))
+    finish = arrive + steps * t.step_seconds
     if decode_times is not None:
         # the first wall instant the pod's progress reaches `finish` (stalls hold it still)
         idx = np.clip(np.searchsorted(prog, finish, side="left"), 1, prog.size - 1)
@@ -135,16 +143,21 @@ def pod_samples(
         done = w0 + (finish - p0) * np.where(p1 > p0, (w1 - w0) / np.maximum(p1 - p0, 1e-12), 0)
         inside = (done > edges[0]) & (done <= edges[-1])
         decode_times.extend((done - arrive_wall)[inside].tolist())
+    # Only the requests alive in the scrapes (most finished in the burn-in) are looked at per
+    # interval: the others never overlap one, and the kept ones stay in their order.
+    near = (finish > pe[0]) & (arrive < pe[-1])
+    arrive, finish, g = arrive[near], finish[near], g[near]
+    v = _v(p[near], t.k, g)
     out = []
     for i in range(intervals):
         lo, hi = pe[i], pe[i + 1]
-        overlap = np.clip(np.minimum(finish, hi) - np.maximum(arrive, lo), 0, None)
+        overlap = np.maximum(np.minimum(finish, hi) - np.maximum(arrive, lo), 0.0)
         drafts = np.floor(overlap / t.step_seconds)
         live = drafts > 0
         d, gi, vi = drafts[live], g[live], v[live]
         accepted = d * gi + np.sqrt(d * vi) * rng.standard_normal(d.size)
         total_d = float(d.sum())
-        acc = float(np.clip(accepted.sum(), 0, total_d * t.k))
+        acc = _clip(float(accepted.sum()), total_d * t.k)
         start = float(edges[i])
         out.append(
             AcceptanceSample(
@@ -157,6 +170,11 @@ def pod_samples(
             )
         )
     return out
+
+
+def _clip(x: float, top: float) -> float:
+    """np.clip(x, 0, top) of one float (NaN stays NaN) without numpy's per-call cost."""
+    return x if math.isnan(x) else min(max(x, 0.0), top)
 
 
 def window_lives(

@@ -154,9 +154,11 @@ def interleaved(
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def bench_evaluate(repeat: int, round_seconds: float = 0.2) -> list[tuple[str, float, float]]:
-    """(variant, seconds per decision, decisions per second)."""
-    obs, _ = observation()
+def bench_evaluate(
+    repeat: int, round_seconds: float = 0.2, *, observed: tuple[Observation, list[PodSnapshot]]
+) -> list[tuple[str, float, float]]:
+    """(variant, seconds per decision, decisions per second) on `observation()`'s result."""
+    obs, _ = observed
     now = obs.at
     on = Memory(state=State.ON, since=now - 3600)
     off = Memory(state=State.ROLLED_BACK, since=now - 600, cooldown_until=now + 3600)
@@ -180,8 +182,10 @@ def bench_evaluate(repeat: int, round_seconds: float = 0.2) -> list[tuple[str, f
     return [(name, secs, 1.0 / secs) for name, secs in result.items()]
 
 
-def bench_pages(repeat: int, round_seconds: float = 0.2) -> dict[str, float]:
-    _, pods = observation()
+def bench_pages(
+    repeat: int, round_seconds: float = 0.2, *, observed: tuple[Observation, list[PodSnapshot]]
+) -> dict[str, float]:
+    _, pods = observed
     pod = next(p for p in pods if p.spec_k is not None)
     return interleaved(
         {
@@ -228,15 +232,16 @@ def bench_backtest(path: Path, *, rounds: int = 3) -> dict[str, float]:
         "backtest perSlice": lambda: run_recording(per, path),
     }
     times: dict[str, list[float]] = {name: [] for name in runs}
+    last: dict[str, Any] = {}  # what each run returned (the same every round): the counts below
     for _ in range(rounds):
         for name, fn in runs.items():
             t0 = time.perf_counter()
-            fn()
+            last[name] = fn()
             times[name].append(time.perf_counter() - t0)
     out = {name: statistics.median(v) for name, v in times.items()}
-    result = run_recording(combined, path)
+    result = last["backtest combined"]
     out["evaluations"] = float(sum(len(u.points) for u in result.units))
-    out["lines"] = float(sum(1 for _ in iter_recording(path)))
+    out["lines"] = float(last["read only"])
     out["simulated"] = float(result.source["duration_seconds"])
     out["flips"] = float(result.to_json()["flips"])
     out["peak streaming backtest"] = _traced(lambda: run_recording(combined, path))
@@ -268,13 +273,14 @@ def main(argv: list[str] | None = None) -> None:
     batches = int(WINDOW / INTERVAL)
     print(f"core.evaluate: 2 slices x {PODS} canary + {PODS} baseline pods, "
           f"{batches} batches per canary pod (median of {repeat} rounds)")  # fmt: skip
-    rows = bench_evaluate(repeat, round_seconds)
+    observed = observation()  # one simulated fleet for both: it is deterministic
+    rows = bench_evaluate(repeat, round_seconds, observed=observed)
     base = rows[0][1]
     print(f"  {'variant':<36} {'us/decision':>12} {'decisions/s':>12} {'x combined':>11}")
     for name, secs, rate in rows:
         print(f"  {name:<36} {secs * 1e6:>12.0f} {rate:>12,.0f} {secs / base:>11.2f}")
 
-    pages = bench_pages(repeat, round_seconds)
+    pages = bench_pages(repeat, round_seconds, observed=observed)
     direct = pages["page from snapshot"]
     print("recorded snapshot -> page (one speculating pod)")
     print(f"  {'way':<36} {'us/page':>12} {'x direct':>12}")
