@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alphagate import vllm
 from alphagate_lab.sim.decode import Load
-from alphagate_lab.sim.exposition import render
+from alphagate_lab.sim.exposition import client_render, render
 from alphagate_lab.sim.pod import PodSnapshot, PodSpec, SimPod, spec_args
 
 EAGLE = {"method": "eagle3", "model": "x/EAGLE3", "num_speculative_tokens": 4}
@@ -152,3 +152,26 @@ def test_snapshot_json_round_trip_renders_the_same_page() -> None:
     snap = pod.snapshot(20.0)
     again = PodSnapshot.from_json(snap.to_json(), t=snap.t, time=snap.time)
     assert render(again) == render(snap)
+
+
+@pytest.mark.parametrize("created", [True, False])
+@pytest.mark.parametrize(
+    ("args", "seconds", "model"),
+    [
+        (spec_args(EAGLE), 60, "llama-3.1-8b-instruct"),
+        ([], 60, "llama-3.1-8b-instruct"),
+        (spec_args(EAGLE), 0, "llama-3.1-8b-instruct"),  # nothing counted yet
+        (spec_args(EAGLE), 3000, 'a "quoted" \\ model\nname'),  # counts past 1e6, escapes
+    ],
+)
+def test_page_is_prometheus_client_page_byte_for_byte(
+    args: list[str], seconds: int, model: str, created: bool
+) -> None:
+    spec = PodSpec(
+        name="p-0", deployment="p", role="canary", slice="chat", args=tuple(args), model_name=model
+    )
+    pod = SimPod(spec, seed=3, now=0.0, epoch0=1.8e9, ready=True)
+    for _ in range(seconds):
+        pod.tick(1.0, Load(alpha=0.6, arrival_rate=4.0))
+    snap = pod.snapshot(float(seconds))
+    assert render(snap, created=created) == client_render(snap, created=created)

@@ -149,6 +149,7 @@ class KubeletRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: deque[str] = deque(maxlen=50)  # unexpected failures of a pass
+        self._listed: tuple[int, list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -233,11 +234,8 @@ class KubeletRunner:
     def sync(self) -> None:
         """Bring pods and statuses in line with the Deployments once."""
         with self._lock:
-            deployments = self.api.objects("deployments", self.namespace, group="apps")
-            api_pods = {
-                (p["metadata"]["namespace"], p["metadata"]["name"]): p
-                for p in self.api.objects("pods", self.namespace)
-            }
+            deployments, pods = self._listing()
+            api_pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
             self._reap(api_pods)
             self._probe(api_pods)
             wanted = set()
@@ -255,6 +253,15 @@ class KubeletRunner:
                 p for p in self._pods.values() if (p.namespace, p.deployment) not in wanted
             ]:
                 self._delete(pod, "its Deployment is gone")
+
+    def _listing(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Deployments and Pods, listed again only once the store changed (a pass runs many times
+        a second; it only reads them). The version is read first: a write meanwhile relists."""
+        rv = self.api.resource_version
+        if self._listed is None or self._listed[0] != rv:
+            deployments = self.api.objects("deployments", self.namespace, group="apps")
+            self._listed = (rv, deployments, self.api.objects("pods", self.namespace))
+        return self._listed[1], self._listed[2]
 
     def _reap(self, api_pods: Mapping[tuple[str, str], dict[str, Any]]) -> None:
         """Pods deleted through the API are stopped; dead containers are restarted."""
@@ -411,12 +418,8 @@ class KubeletRunner:
             self.runtime.stop(pod.name)
         with contextlib.suppress(ApiError):
             self.api.delete("pods", pod.namespace, pod.name)
-        self._emit(
-            pod,
-            pod.deployment,
-            "replaced" if "template" in why else "deleted",
-            f"{pod.name} stopped ({why})",
-        )
+        kind = "replaced" if "template" in why else "deleted"
+        self._emit(pod, pod.deployment, kind, f"{pod.name} stopped ({why})")
 
     # ------------------------------------------------------------ API objects
 

@@ -99,7 +99,7 @@ class SimRuntime:
 
     def ready(self, name: str) -> bool:
         try:
-            return bool(self.server.snapshot(name).ready)
+            return bool(self.server.ready(name))
         except KeyError:
             return False
 

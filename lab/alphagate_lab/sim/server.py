@@ -219,6 +219,13 @@ class SimServer:
             pod = self.fleet.pods[name]
             return pod.snapshot(self.fleet.now)
 
+    def ready(self, name: str) -> bool:
+        """Is the pod serving now (KeyError if it is gone)? A readiness probe: the kubelet
+        asks for every pod many times a second, so no snapshot of its counters is taken."""
+        with self.lock:
+            self._advance()
+            return bool(self.fleet.pods[name].ready)
+
     def state(self, name: str) -> dict[str, Any]:
         with self.lock:
             self._advance()
