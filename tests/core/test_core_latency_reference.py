@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from alphagate.core import histogram, latency
+from alphagate.core import bound_shares, histogram
 from alphagate.core.design import design_effect
 from alphagate.core.model import Buckets, LatencySample, Verdict
 from alphagate.core.reference import baseline_reference, pass_reference
@@ -42,8 +42,8 @@ def test_one_baseline_pods_episode_does_not_lift_the_fail_edge() -> None:
     healthy_p99 = lt.quantile(HEALTHY)
     for seed in range(10):
         _, b = _window(seed, episode=True)
-        pooled = latency.pooled(b, latency.common_bounds(b, b))
-        ref = baseline_reference(b, 0.99, lambda g: latency.pooled(g, bench.PLAN[:-1]))
+        pooled = bound_shares.pooled(b, bound_shares.common_bounds(b, b))
+        ref = baseline_reference(b, 0.99, lambda g: bound_shares.pooled(g, bench.PLAN[:-1]))
         assert pooled is not None and ref is not None
         # pooled, the episode sets the P99 (about 4x); the median pod's stays near the truth
         assert histogram.quantile(0.99, pooled) > 2.0 * healthy_p99
@@ -76,9 +76,9 @@ def _equal(seed: int) -> list[LatencySample]:
 def test_fewer_than_three_baseline_pods_keep_the_pooled_reference() -> None:
     _, b = _window(0, episode=True)
     two = [s for s in b if not s.pod.startswith("b-0")]
-    layout = latency.common_bounds(two, two)
-    pooled = latency.pooled(two, layout)
-    assert baseline_reference(two, 0.99, lambda g: latency.pooled(g, layout)) == pooled
+    layout = bound_shares.common_bounds(two, two)
+    pooled = bound_shares.pooled(two, layout)
+    assert baseline_reference(two, 0.99, lambda g: bound_shares.pooled(g, layout)) == pooled
 
 
 def test_batches_spread_counts_only_when_it_shows_overdispersion() -> None:
@@ -108,7 +108,7 @@ def test_a_uniform_1_2x_canary_beside_stalling_baseline_pods_is_not_shown_within
 
 
 def _plan_pool(g: Sequence[LatencySample]) -> Buckets | None:
-    return latency.pooled(g, bench.PLAN[:-1])
+    return bound_shares.pooled(g, bench.PLAN[:-1])
 
 
 def test_the_pass_reference_is_the_lowest_pod_and_never_above_the_fail_reference() -> None:

@@ -41,6 +41,7 @@ from typing import Final
 
 from alphagate.core import histogram
 from alphagate.core.batching import Ratio, blocks, ratio, welch_dof
+from alphagate.core.bound_shares import MIN_COUNT, Indexes, SharesAbove, common_bounds, pooled
 from alphagate.core.exceedance import binomial_cdf as binomial_cdf
 from alphagate.core.exceedance import within_test as within_test
 from alphagate.core.model import (
@@ -57,9 +58,6 @@ from alphagate.core.stats import t_cdf, t_quantile
 
 BATCH_SECONDS: Final = 30.0  # for direct callers; the policy's is latency.batchSeconds (30 s)
 MAX_SECONDS_PER_TOKEN: Final = 1e6  # a mean time per token beyond this is a corrupt counter
-# increase() extrapolates counts to fractions; below a millionth of an observation is noise
-# (and its square underflows the batch statistics)
-MIN_COUNT: Final = 1e-6
 _Z_975: Final = 1.959963984540054
 _MAX_EXP: Final = 709.0  # math.exp overflows a float just above this
 # Weights of the regression family (weighted Holm): the mean, the quantile's Fail test, and
@@ -174,63 +172,6 @@ def speedup(canary: Ratio, baseline: Ratio, *, margin: float, confidence: float)
     )
 
 
-class _Indexes:
-    """Each sample's cumulative count by bound, built once per comparison: the batches, the
-    pooled histograms and every baseline reference read the same samples' bounds."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple[Buckets, dict[float, float]]] = {}
-
-    def __call__(self, b: Buckets) -> dict[float, float]:
-        got = self._by_id.get(id(b))
-        if got is None or got[0] is not b:
-            got = (b, _cum_index(b))
-            self._by_id[id(b)] = got
-        return got[1]
-
-
-class _Above:
-    """A pool's share of observations above a bound over independent batches of its samples;
-    the batches are cut once, as every bound of a comparison reads the same ones, and each
-    bound's share is worked out once (the tail's edges are bounds the tests read too)."""
-
-    def __init__(
-        self, samples: Sequence[LatencySample], batch_seconds: float, index: _Indexes
-    ) -> None:
-        usable = [s for s in samples if s.buckets is not None and s.buckets.total >= MIN_COUNT]
-        self._blocks: list[tuple[float, list[tuple[float, dict[float, float]]]]] = []
-        for block in blocks(usable, batch_seconds):
-            members = [(s.buckets.total, index(s.buckets)) for s in block if s.buckets is not None]
-            total = 0.0
-            for n, _ in members:
-                total += n
-            self._blocks.append((total, members))
-        self._seen: dict[float, Ratio | None] = {}
-
-    def __call__(self, bound: float) -> Ratio | None:
-        if bound in self._seen:
-            return self._seen[bound]
-        pairs = []
-        for total, members in self._blocks:
-            above = 0.0
-            for n, cum in members:
-                v = n - cum.get(bound, math.nan)
-                if v > 0.0:  # max(0.0, v), NaN to 0, without the call: the hottest loop
-                    above += v
-            pairs.append((above, total))
-        self._seen[bound] = got = ratio(pairs)
-        return got
-
-
-def _cum_index(b: Buckets) -> dict[float, float]:
-    """The cumulative count at each bound of `b` (the first, should a bound repeat): one
-    lookup per bound where a comparison reads every bound of every sample."""
-    out: dict[float, float] = {}
-    for bound, count in zip(b.bounds, b.counts, strict=True):
-        out.setdefault(bound, count)
-    return out
-
-
 def _var(r: Ratio) -> float:
     """The clustered variance, never below the variance of independent requests."""
     p = min(1.0, max(0.0, r.value))
@@ -246,44 +187,6 @@ def _bound_test(bound: float, lower: float, c: Ratio, b: Ratio, *, slack: float)
     sd = math.sqrt(vc + vb)
     stat = gap / sd if sd > 0 else (math.copysign(math.inf, gap) if gap != 0 else 0.0)
     return BoundTest(bound, c.value, lower, b.value, allowed, _sf(stat, dof))
-
-
-def common_bounds(
-    canary: Sequence[LatencySample], baseline: Sequence[LatencySample]
-) -> list[float]:
-    """Finite bucket bounds every sample of both pools carries (the layouts must agree)."""
-    layouts = [
-        frozenset(s.buckets.bounds)
-        for s in (*canary, *baseline)
-        if s.buckets is not None and s.buckets.total > 0
-    ]
-    if not layouts:
-        return []
-    return sorted(x for x in frozenset.intersection(*layouts) if math.isfinite(x))
-
-
-def pooled(
-    samples: Sequence[LatencySample],
-    layout: Sequence[float],
-    index: Callable[[Buckets], dict[float, float]] = _cum_index,
-) -> Buckets | None:
-    """One cumulative histogram over the samples at the common finite bounds `layout`."""
-    usable = [s.buckets for s in samples if s.buckets is not None and s.buckets.total > 0]
-    if not usable or not layout:
-        return None
-    rows = [_at(cum, layout) for cum in map(index, usable)]
-    counts = [math.fsum(column) for column in zip(*rows, strict=True)]
-    total = math.fsum(b.total for b in usable)
-    return Buckets(bounds=(*layout, math.inf), counts=(*counts, total))
-
-
-def _at(cum: dict[float, float], layout: Sequence[float]) -> Sequence[float]:
-    """The cumulative counts at `layout` (NaN where a bound is missing), in one C-level
-    lookup for the usual sample that has them all."""
-    try:
-        return [cum[x] for x in layout]
-    except KeyError:
-        return [cum.get(x, math.nan) for x in layout]
 
 
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
@@ -322,8 +225,8 @@ def adjusted(p_values: Sequence[float], weights: Sequence[float]) -> float:
 
 
 def _bound_tests(
-    canary_above: _Above,
-    baseline_above: _Above,
+    canary_above: SharesAbove,
+    baseline_above: SharesAbove,
     layout: Sequence[float],
     *,
     quantile: float,
@@ -369,11 +272,11 @@ def compare(
         else None
     )
     layout = common_bounds(canary, baseline)
-    index = _Indexes()
-    canary_above = _Above(canary, batch_seconds, index)
+    index = Indexes()
+    canary_above = SharesAbove(canary, batch_seconds, index)
     tests = _bound_tests(
         canary_above,
-        _Above(baseline, batch_seconds, index),
+        SharesAbove(baseline, batch_seconds, index),
         layout,
         quantile=quantile,
         margin=margin,
@@ -413,7 +316,7 @@ def _resolution(
     quantile: float,
     margin: float,
     layout: Sequence[float],
-    index: _Indexes,
+    index: Indexes,
 ) -> Resolution | None:
     """The quantile's edges: the Fail edge around the median baseline pod's bucket, the Pass
     edge (and whether the margin is resolvable) around the lowest pod's (core/reference.py)."""
