@@ -64,7 +64,8 @@ def admit(
     z = rng.standard_normal(2 * n)
     out = np.empty((ROWS, n))
     nan = np.isnan(x)
-    model_drawn = bool(nan.all())  # the usual case: nothing replayed, no per-row choice
+    # The usual case, nothing replayed: no per-row choice (ndarray.all, less its wrapper).
+    model_drawn = bool(np.logical_and.reduce(nan, axis=None))
     drawn = output_lengths(z[:n], load)
     out[LEN] = drawn if model_drawn else np.where(nan[Q_LEN], drawn, np.maximum(x[Q_LEN], 1.0))
     np.subtract(out[LEN], 1.0, out=out[REM])

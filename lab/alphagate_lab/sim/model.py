@@ -202,7 +202,9 @@ class Engine:
                 new_x = np.stack([lengths, prompts])
             else:
                 n_arr = int(rng.poisson(load.arrival_rate * dt)) if load.arrival_rate > 0 else 0
-                new = np.sort(rng.random(n_arr)) * dt
+                new = rng.random(n_arr)
+                new.sort()  # in place: np.sort's wrapper copies
+                new *= dt
                 new_x = _unknown(n_arr)
             pending = np.concatenate([queue - t0, new]) if queue.size else new
             px = np.concatenate([px, new_x], axis=1) if queue.size else new_x
@@ -257,7 +259,8 @@ class Engine:
                 cohorts.append(cohort)
                 segs.append(seg)
                 if closed or pending.size:
-                    freed = np.sort(seg[S_END][seg[S_DONE] > 0])
+                    freed = seg[S_END][seg[S_DONE] > 0]  # a fresh array: sorted in place
+                    freed.sort()
                     if closed and freed.size:
                         back = freed[suppress:]
                         suppress = max(suppress - freed.size, 0)
@@ -265,7 +268,8 @@ class Engine:
                         px = np.concatenate([px, _unknown(back.size)], axis=1)
                         order = np.argsort(pending, kind="stable")
                         pending, px = pending[order], px[:, order]
-                    slots = np.sort(np.concatenate([slots, freed]))
+                    slots = np.concatenate([slots, freed])
+                    slots.sort()
             n = min(pending.size, slots.size)
             if n == 0 or rounds >= MAX_ROUNDS:
                 break
