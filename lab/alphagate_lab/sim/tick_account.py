@@ -176,15 +176,30 @@ def account(
         f = req[:, fin]
         t_end = t0 + end[fin]
         length = f[LEN]
-        decode = np.maximum(t_end - f[FIRST], 0.0)
-        s = np.sqrt(sigma * sigma / np.maximum(f[STEPS], 1.0) + 0.0004)
-        jit = np.exp(rng.standard_normal(n_fin) * s - s * s / 2)
-        obs = np.empty((3, n_fin))
-        obs[0] = decode / np.maximum(length - 1.0, 1.0) * jit
-        obs[1] = decode
-        obs[2] = t_end - f[ARR]
-        finished_tpot = obs[0][length > 1]
-        w, picked = _sample(rng, obs[:, length > 1])
+        obs = np.empty((3, n_fin))  # per-token time, decode time, end-to-end
+        decode = np.subtract(t_end, f[FIRST], out=obs[1])
+        np.maximum(decode, 0.0, out=decode)
+        s = np.maximum(f[STEPS], 1.0)  # sqrt(sigma^2 / max(steps, 1) + 0.0004), in place
+        np.divide(sigma * sigma, s, out=s)
+        s += 0.0004
+        np.sqrt(s, out=s)
+        jit = rng.standard_normal(n_fin)  # exp(z * s - s^2 / 2), in place
+        jit *= s
+        s *= s
+        s /= 2
+        jit -= s
+        np.exp(jit, out=jit)
+        np.maximum(length - 1.0, 1.0, out=obs[0])
+        np.divide(decode, obs[0], out=obs[0])
+        obs[0] *= jit
+        np.subtract(t_end, f[ARR], out=obs[2])
+        long = length > 1
+        if np.count_nonzero(long) == n_fin:  # the usual case: no boolean indexing
+            finished_tpot = obs[0].copy()
+            w, picked = _sample(rng, obs)
+        else:
+            finished_tpot = obs[0][long]
+            w, picked = _sample(rng, obs[:, long])
         hist.observe(vllm.TPOT, picked[0], w)
         hist.observe(vllm.DECODE_TIME, picked[1], w)
         hist.observe(vllm.E2E, picked[2], w)
