@@ -67,7 +67,12 @@ class AcceptanceTable:
 
     def row_index(self, alpha: FloatArray) -> IntArray:
         """Grid rows of per-request acceptances (rounded to 1/GRID)."""
-        idx: IntArray = np.rint(np.clip(alpha, 0.0, 1.0) * self.GRID).astype(np.int64)
+        # np.clip without its Python wrapper: maximum then minimum, NaN kept, in place.
+        x = np.maximum(alpha, 0.0)
+        np.minimum(x, 1.0, out=x)
+        x *= self.GRID
+        np.rint(x, out=x)
+        idx: IntArray = x.astype(np.int64)
         return idx
 
     def probs(self, alpha: float) -> FloatArray:

@@ -63,10 +63,12 @@ def admit(
     sigma = jitter
     z = rng.standard_normal(2 * n)
     out = np.empty((ROWS, n))
-    given = x[Q_LEN]
+    nan = np.isnan(x)
+    # The usual case, nothing replayed: no per-row choice (ndarray.all, less its wrapper).
+    model_drawn = bool(np.logical_and.reduce(nan, axis=None))
     drawn = output_lengths(z[:n], load)
-    out[LEN] = np.where(np.isnan(given), drawn, np.maximum(given, 1.0))
-    out[REM] = out[LEN] - 1.0
+    out[LEN] = drawn if model_drawn else np.where(nan[Q_LEN], drawn, np.maximum(x[Q_LEN], 1.0))
+    np.subtract(out[LEN], 1.0, out=out[REM])
     set_alpha = min(max(load.alpha + alpha_offset, 0.0), 1.0)
     out[SET] = set_alpha
     out[DRAWN] = alpha
@@ -81,10 +83,18 @@ def admit(
     out[SLOW] = 1.0
     if tail_share > 0 and tail_factor != 1.0:
         out[SLOW][rng.random(n) < tail_share] = tail_factor
-    prompts = x[Q_PROMPT]
-    pre = np.where(np.isnan(prompts), prefill_one, prompts * (prefill_one / load.prompt_tokens))
-    prompt_tokens = float(np.where(np.isnan(prompts), load.prompt_tokens, prompts).sum())
-    first = at + pre * np.exp(z[n:] * sigma - sigma * sigma / 2)
+    pre: FloatArray | float
+    if model_drawn:  # n model prompts: an exact integer sum
+        pre, prompt_tokens = prefill_one, float(load.prompt_tokens * n)
+    else:
+        prompts, nan_p = x[Q_PROMPT], nan[Q_PROMPT]
+        pre = np.where(nan_p, prefill_one, prompts * (prefill_one / load.prompt_tokens))
+        prompt_tokens = float(np.where(nan_p, load.prompt_tokens, prompts).sum())
+    first = z[n:] * sigma  # at + pre * exp(z * sigma - sigma^2 / 2), in place
+    first -= sigma * sigma / 2
+    np.exp(first, out=first)
+    first = pre * first
+    first += at
     out[ARR] = arrived + t0
     out[FIRST] = first + t0
     out[STEPS] = 0.0

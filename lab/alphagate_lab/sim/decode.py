@@ -76,8 +76,12 @@ def output_lengths(z: FloatArray, load: Load) -> FloatArray:
     """
     if load.output_sigma <= 0:
         return np.full(z.size, float(min(load.output_tokens, load.max_output_tokens)))
-    raw = np.rint(load.output_tokens * np.exp(load.output_sigma * z))
-    out: FloatArray = np.minimum(np.maximum(raw, 1.0), float(load.max_output_tokens))
+    out: FloatArray = load.output_sigma * z  # the same operations, in place
+    np.exp(out, out=out)
+    out *= load.output_tokens
+    np.rint(out, out=out)
+    np.maximum(out, 1.0, out=out)
+    np.minimum(out, float(load.max_output_tokens), out=out)
     return out
 
 

@@ -187,7 +187,7 @@ class Engine:
             clients = running + queue.size
             if clients < conc:
                 queue = np.concatenate([queue, np.full(conc - clients, t0)])
-                px = np.concatenate([px, np.full((2, conc - clients), np.nan)], axis=1)
+                px = np.concatenate([px, _unknown(conc - clients)], axis=1)
             elif clients > conc:
                 drop = min(queue.size, clients - conc)
                 queue = queue[: queue.size - drop]
@@ -202,8 +202,10 @@ class Engine:
                 new_x = np.stack([lengths, prompts])
             else:
                 n_arr = int(rng.poisson(load.arrival_rate * dt)) if load.arrival_rate > 0 else 0
-                new = np.sort(rng.random(n_arr)) * dt
-                new_x = np.full((2, n_arr), np.nan)
+                new = rng.random(n_arr)
+                new.sort()  # in place: np.sort's wrapper copies
+                new *= dt
+                new_x = _unknown(n_arr)
             pending = np.concatenate([queue - t0, new]) if queue.size else new
             px = np.concatenate([px, new_x], axis=1) if queue.size else new_x
 
@@ -257,15 +259,17 @@ class Engine:
                 cohorts.append(cohort)
                 segs.append(seg)
                 if closed or pending.size:
-                    freed = np.sort(seg[S_END][seg[S_DONE] > 0])
+                    freed = seg[S_END][seg[S_DONE] > 0]  # a fresh array: sorted in place
+                    freed.sort()
                     if closed and freed.size:
                         back = freed[suppress:]
                         suppress = max(suppress - freed.size, 0)
                         pending = np.concatenate([pending, back])
-                        px = np.concatenate([px, np.full((2, back.size), np.nan)], axis=1)
+                        px = np.concatenate([px, _unknown(back.size)], axis=1)
                         order = np.argsort(pending, kind="stable")
                         pending, px = pending[order], px[:, order]
-                    slots = np.sort(np.concatenate([slots, freed]))
+                    slots = np.concatenate([slots, freed])
+                    slots.sort()
             n = min(pending.size, slots.size)
             if n == 0 or rounds >= MAX_ROUNDS:
                 break
@@ -313,3 +317,11 @@ class Engine:
         )  # fmt: skip
         self._prompt_tokens += new.prompt_tokens
         return new.requests, new.start, new.waits
+
+
+def _unknown(n: int) -> FloatArray:
+    """Queue columns (length, prompt) of ``n`` requests whose model draws both (np.full, less
+    its wrapper)."""
+    out = np.empty((2, n))
+    out.fill(np.nan)
+    return out

@@ -7,13 +7,12 @@ ran and for how long; this turns that into numbers, and keeps the survivors.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from alphagate import vllm
-from alphagate_lab.sim.acceptance import acceptance_table
+from alphagate_lab.sim.acceptance import AcceptanceTable, IntArray, acceptance_table
 from alphagate_lab.sim.counters import EngineCounters
 from alphagate_lab.sim.decode import Load, TickTruth
 from alphagate_lab.sim.inflight import (
@@ -39,14 +38,18 @@ MAX_STEP_SAMPLES = 256
 #: Most finished/admitted requests observed per tick in the per-request histograms.
 MAX_REQUEST_SAMPLES = 256
 
+#: Most requests whose acceptances are drawn one multinomial call each (see _accept_counts).
+FEW_REQUESTS = 16
 
-@dataclass(frozen=True, slots=True)
-class TickRun:
+_sum = np.add.reduce  # ndarray.sum without its Python wrapper: the same reduction
+
+
+class TickRun(NamedTuple):
     """What the tick worked out: each admission round's requests (``cohorts``) and their
     segments (``segs``: start, steps used, end, finished), how many were admitted and their
     (queue wait, TTFT) (``adm``), and the step clock: its length ``dt`` from engine time
     ``t0``, the step time ``st`` in ``passes`` passes, ``s_total`` steps in all, its
-    breakpoints in steps ``bp_s`` and the time it ``stalled``."""
+    breakpoints in steps ``bp_s`` and the time it ``stalled``. A tuple: built every tick."""
 
     cohorts: list[FloatArray]
     segs: list[FloatArray]
@@ -105,14 +108,18 @@ def account(
     # ITL: one observation per step per running request, the step's duration. Steps that
     # carry a new request's prefill chunk are longer by it; steps in a stall are slower.
     m = min(max(int(s_total), 1), MAX_STEP_SAMPLES)
-    durations = np.exp(rng.standard_normal(m) * sigma - sigma * sigma / 2) * st
+    durations = rng.standard_normal(m)  # exp(z * sigma - sigma^2 / 2) * st, in place
+    durations *= sigma
+    durations -= sigma * sigma / 2
+    np.exp(durations, out=durations)
+    durations *= st
     if stalled > 0:
         m_stall = round(m * float(bp_s[2] - bp_s[1]) / s_total)
         durations[:m_stall] *= slowdown
     if admitted and prefill_one:
         m_pref = round(m * min(1.0, admitted / max(s_total, 1e-9)))
         durations[m - m_pref :] += prefill_one
-    mean_step = float(np.add.reduce(durations)) / m
+    mean_step = float(_sum(durations)) / m
     tps_set = 1.0 + k * load.draft_fill * alpha
 
     if not cohorts:
@@ -128,62 +135,83 @@ def account(
     used = seg[S_USED]
     done = seg[S_DONE] > 0
     n = used.size
-    d = np.floor(used / req[SLOW] + rng.random(n))
-    total_steps = float(d.sum())
+    d = used / req[SLOW]
+    d += rng.random(n)
+    np.floor(d, out=d)
+    total_steps = float(_sum(d))
     acc = req[ACC]
     accepted = 0.0
     tokens = d
     if k and total_steps > 0:
         di = d.astype(np.int64)
         drafts = di if load.draft_fill >= 1.0 else rng.binomial(di, load.draft_fill)
-        table = acceptance_table(k, load.decay)
-        counts = rng.multinomial(drafts, table.rows[table.row_index(acc)])
+        counts = _accept_counts(rng, drafts, acc, acceptance_table(k, load.decay))
         accepted_r = counts @ positions
-        accepted = float(accepted_r.sum())
-        n_drafts = int(drafts.sum())
+        accepted = float(_sum(accepted_r))
+        n_drafts = int(_sum(drafts))
         c.drafts += n_drafts
         c.draft_tokens += n_drafts * k
         c.accepted += int(accepted)
-        c.accept_counts += counts.sum(axis=0)
-        tokens = d + accepted_r
+        c.accept_counts += _sum(counts, axis=0)
+        tokens = accepted_r
+        tokens += d
     rem = req[REM]
     gen = np.where(done, rem, np.minimum(tokens, rem))
     req = req.copy() if req is current else req
     req[REM] = rem - gen
     req[STEPS] += d
-    fin = done | (req[REM] <= 0)
-    end = np.where(fin & ~done, dt, seg[S_END])
-    generated = admitted + int(gen.sum())
+    ended = req[REM] <= 0
+    ended &= ~done  # finished in this tick's accounting, not by its segment
+    end = np.where(ended, dt, seg[S_END])
+    fin = ended
+    fin |= done
+    generated = admitted + int(_sum(gen))
     c.generation_tokens += generated
     if total_steps > 0:
         hist.observe(vllm.ITL, durations, total_steps / m)
 
     # Finished requests: per-token time, decode time, end-to-end, finish reason.
-    n_fin = int(fin.sum())
+    n_fin = int(np.count_nonzero(fin))
     if n_fin:
         f = req[:, fin]
         t_end = t0 + end[fin]
         length = f[LEN]
-        decode = np.maximum(t_end - f[FIRST], 0.0)
-        s = np.sqrt(sigma * sigma / np.maximum(f[STEPS], 1.0) + 0.0004)
-        jit = np.exp(rng.standard_normal(n_fin) * s - s * s / 2)
-        obs = np.empty((3, n_fin))
-        obs[0] = decode / np.maximum(length - 1.0, 1.0) * jit
-        obs[1] = decode
-        obs[2] = t_end - f[ARR]
-        finished_tpot = obs[0][length > 1]
-        w, picked = _sample(rng, obs[:, length > 1])
+        obs = np.empty((3, n_fin))  # per-token time, decode time, end-to-end
+        decode = np.subtract(t_end, f[FIRST], out=obs[1])
+        np.maximum(decode, 0.0, out=decode)
+        s = np.maximum(f[STEPS], 1.0)  # sqrt(sigma^2 / max(steps, 1) + 0.0004), in place
+        np.divide(sigma * sigma, s, out=s)
+        s += 0.0004
+        np.sqrt(s, out=s)
+        jit = rng.standard_normal(n_fin)  # exp(z * s - s^2 / 2), in place
+        jit *= s
+        s *= s
+        s /= 2
+        jit -= s
+        np.exp(jit, out=jit)
+        np.maximum(length - 1.0, 1.0, out=obs[0])
+        np.divide(decode, obs[0], out=obs[0])
+        obs[0] *= jit
+        np.subtract(t_end, f[ARR], out=obs[2])
+        long = length > 1
+        if np.count_nonzero(long) == n_fin:  # the usual case: no boolean indexing
+            finished_tpot = obs[0].copy()
+            w, picked = _sample(rng, obs)
+        else:
+            finished_tpot = obs[0][long]
+            w, picked = _sample(rng, obs[:, long])
         hist.observe(vllm.TPOT, picked[0], w)
         hist.observe(vllm.DECODE_TIME, picked[1], w)
         hist.observe(vllm.E2E, picked[2], w)
         hist.observe(vllm.REQUEST_GENERATION_TOKENS, length)  # every one: no draw
-        n_length = int((length >= load.max_output_tokens).sum())
+        n_length = int(np.count_nonzero(length >= load.max_output_tokens))
         c.success["length"] += n_length
         c.success["stop"] += n_fin - n_length
 
     # Truth of the tick, then keep the survivors.
-    busy = np.maximum(end - seg[S_START], 0.0)
-    busy_sum = float(busy.sum())
+    busy = end - seg[S_START]
+    np.maximum(busy, 0.0, out=busy)
+    busy_sum = float(_sum(busy))
     batch = busy_sum / dt
     if total_steps > 0:
         batch_alpha = float(acc @ d) / total_steps if k else alpha
@@ -192,12 +220,21 @@ def account(
         tps = (total_steps + accepted) / total_steps
         time_per_token = busy_sum / (total_steps + accepted)
         ok = used > 0
-        per_token = busy[ok] * req[SLOW][ok] / used[ok] / (1.0 + k * load.draft_fill * acc[ok])
+        kf = k * load.draft_fill
+        if np.count_nonzero(ok) == n:  # the usual case: no boolean indexing
+            per_token = busy * req[SLOW]
+            per_token /= used
+            per_token /= 1.0 + kf * acc
+        else:
+            per_token = busy[ok] * req[SLOW][ok] / used[ok] / (1.0 + kf * acc[ok])
         i = max(math.ceil(0.99 * per_token.size) - 1, 0)
-        p99 = float(np.sort(per_token)[i])
+        per_token.sort()
+        p99 = float(per_token[i])
     else:
         batch_alpha, tps, time_per_token, p99 = alpha, tps_set, mean_step / tps_set, 0.0
         drafted_alpha = realised_alpha = alpha
+    # Always a fresh array in the layout the boolean index gives: the dot products above
+    # sum in an order that depends on the rows' strides.
     survivors = req[:, ~fin]
     c.running, c.waiting = int(survivors.shape[1]), waiting
     truth = TickTruth(
@@ -217,6 +254,26 @@ def account(
         stalled=stalled / dt,
     )
     return Accounted(truth, survivors, batch, finished_tpot)
+
+
+def _accept_counts(
+    rng: np.random.Generator, drafts: IntArray, acc: FloatArray, table: AcceptanceTable
+) -> IntArray:
+    """Accepted-token counts per request: one multinomial over its own table row.
+
+    For a few requests, one scalar-row call each: numpy draws a multinomial with a row per
+    request request by request from the same generator, so the draws are the same, and the
+    array form's checks and gather cost far more than the draws on a handful of rows."""
+    n = drafts.size
+    if n > FEW_REQUESTS:
+        out: IntArray = rng.multinomial(drafts, table.rows[table.row_index(acc)])
+        return out
+    rows, grid = table.rows, table.GRID
+    counts: IntArray = np.empty((n, table.k + 1), dtype=np.int64)
+    for i, (a, m) in enumerate(zip(acc.tolist(), drafts.tolist(), strict=True)):
+        # round() is half to even, as np.rint in AcceptanceTable.row_index.
+        counts[i] = rng.multinomial(m, rows[round(min(max(a, 0.0), 1.0) * grid)])
+    return counts
 
 
 def _sample(rng: np.random.Generator, rows: FloatArray) -> tuple[float, FloatArray]:
