@@ -3,6 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Bytecode, and pytest's rewritten test modules, cached under the venv (not beside the sources)
+# even where the environment says PYTHONDONTWRITEBYTECODE: without the cache every test worker
+# and every `alphagate` a test starts compiles the sources again (pytest's assertion rewriting
+# alone is ~17 s of CPU per worker).
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
 .PHONY: setup demo test lint unit e2e-vllm vllm-env bench clean sbom image release-manifest
 
@@ -35,13 +41,16 @@ lint: $(STAMP)
 ## Lint beside the test suite (real Prometheus included) on pytest-xdist workers: most of the
 ## suite waits (servers, subprocesses, wall-clock replicas), so more workers than cores overlap
 ## the waits, and lint (mostly mypy, ~20 s cold) fills them too; its output is printed after
-## the tests', and either failing fails the target. tests/conftest.py says which tests share a
-## worker. The demo's story runs in real time (compressed 4x), so it runs after them, alone:
-## beside four workers on 2 cores its windows came late and the story changed.
+## the tests', and either failing fails the target. One collection beside lint first fills the
+## bytecode cache (above), which the workers then read instead of each compiling the same
+## sources. tests/conftest.py says which tests share a worker and which start first. The
+## demo's story runs in real time (compressed 4x), so it runs after them, alone: beside four
+## workers on 2 cores its windows came late and the story changed.
 WORKERS ?= 4
 test: $(STAMP)
 	tools/ensure-prometheus.sh
 	$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(BIN)/pytest --collect-only -q -m "not vllm" -p no:xdist > $(VENV)/collect.log 2>&1; \
 	$(BIN)/pytest -m "not vllm and not alone" -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS); \
 	tests=$$?; wait $$lint; linted=$$?; echo "== make lint"; cat $(VENV)/lint.log; \
 	if [ $$linted -ne 0 ]; then echo "== make lint failed (above)"; fi; \

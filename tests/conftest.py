@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -120,19 +121,21 @@ XDIST_GROUPS = {
     "tests/kube/test_kube_sharding.py": "wall-clock-replicas",
     "tests/kube/test_kube_sim_loop.py": "wall-clock-replicas",
 }
-# Handed out first: the groups that take longest (tens of seconds, mostly waiting), so the run
-# does not end with one worker still on one of them.
+# Handed out first, in this order: the groups that take longest (seconds of one worker's wall
+# time in a `make test` run, mostly waiting), so the run does not end with one worker still on
+# one of them. The others follow, those with more tests first.
 LONGEST_FIRST = (
-    "tests/sources/test_sources_fleet_bench.py",
-    "tests/demo/test_demo_e2e.py",
-    "wall-clock-replicas",
-    "backtest-recordings",
-    "tests/ship/test_ship_release.py",
-    "fleet-prometheus",
-    "tests/sources/test_sources_prometheus_it.py",
-    "tests/sources/test_sources_recorded_it.py",
-    "tests/ship/test_ship_prometheus.py",
-    "tests/sources/test_sources_idle.py",
+    "backtest-recordings",  # 170 s
+    "wall-clock-replicas",  # 107 s
+    "tests/bench/test_bench_tenants.py",  # 93 s
+    "tests/sources/test_sources_fleet_bench.py",  # 84 s
+    "tests/policies/test_policies_as_shipped.py",  # 70 s
+    "tests/core/test_core_latency_regressions.py",  # 67 s
+    "tests/ship/test_ship_release.py",  # 55 s
+    "tests/core/test_core_coverage_sim.py",  # 44 s
+    "tests/sim/test_sim_fleet.py",  # 42 s
+    "tests/ship/test_ship_manifests.py",  # 37 s
+    "fleet-prometheus",  # 35 s
 )
 
 
@@ -149,6 +152,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    # xdist would reorder the groups by their number of tests; hand them out in collection
+    # order instead, which pytest_collection_modifyitems made longest first.
+    config.option.loadscopereorder = False
+
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group(nodeid)
@@ -157,12 +164,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On xdist workers, the longest groups first (xdist hands groups out in collection order;
-    every worker sorts alike, as xdist requires). A plain run keeps the usual order."""
+    """On xdist workers, LONGEST_FIRST first, then the groups with more tests (the scheduler
+    hands groups out in collection order; every worker sorts alike, as xdist requires). A plain
+    run keeps the usual order."""
     if not hasattr(config, "workerinput"):
         return
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
+    sizes = Counter(xdist_group(item.nodeid) for item in items)
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        group = xdist_group(item.nodeid)
+        return rank.get(group, len(rank)), -sizes[group]
+
+    items.sort(key=order)
 
 
 BATCH_RULES = DEPLOY / "monitoring" / "rules" / "alphagate-batches.yaml"
