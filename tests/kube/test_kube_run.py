@@ -3,18 +3,25 @@ metrics and JSON logs, all against the API server double over real HTTP."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import structlog
 from kube_support import FAST_TIMING, NS, FakeSource, canary_cr, seed, speculating
 
+from alphagate import logs
+from alphagate.commands.run import StopSignals
 from alphagate.kube.client import Kube
 from alphagate.kube.status.resource import parse_status
 from alphagate.shell.controller import Controller, RunOptions
@@ -212,7 +219,45 @@ def test_alphagate_run_command_serves_probes_and_logs_json(
     decisions = [line for line in lines if line.get("event") == "decision"]
     assert decisions and decisions[0]["canary"] == "chat" and decisions[0]["action"] == "hold"
     assert any(line.get("event") == "lease_released" for line in lines)
+    assert {"event": "signal", "signal": "SIGTERM"}.items() <= next(
+        line for line in lines if line.get("event") == "signal"
+    ).items()
     assert (
         apiserver.get("leases", "alphagate", "alphagate-controller")["spec"].get("holderIdentity")
         is None
     )
+
+
+class _SignalMidWrite(io.StringIO):
+    """A log stream whose first write is interrupted by a stop signal, as a SIGTERM can arrive
+    while the main thread is printing a log line (holding the log's write lock)."""
+
+    def __init__(self, handler: Callable[[int, Any], None]) -> None:
+        super().__init__()
+        self.handler, self.interrupted = handler, False
+
+    def write(self, text: str) -> int:
+        if not self.interrupted:
+            self.interrupted = True
+            self.handler(signal.SIGTERM, None)
+        return super().write(text)
+
+
+def test_a_stop_signal_during_a_log_write_is_noted_without_waiting_for_the_log() -> None:
+    """A handler that logged (it once did) would wait for the write lock its own thread holds:
+    `alphagate run` then never stopped. The handler only notes the signal."""
+    received = StopSignals()
+    stream = _SignalMidWrite(received)
+    saved, root = structlog.get_config(), logging.getLogger()
+    handlers = root.handlers[:]
+    logs.configure(fmt="json", stream=stream)
+    try:
+        writer = threading.Thread(target=lambda: logs.get("controller").info("started"))
+        writer.start()
+        writer.join(5)
+        assert not writer.is_alive(), "the signal handler waited for the log's write lock"
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+    assert received == [signal.SIGTERM]
+    assert '"event": "started"' in stream.getvalue()

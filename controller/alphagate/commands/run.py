@@ -4,6 +4,7 @@ Lease."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from alphagate.kube.lease import DEFAULT_LEASE_NAME
 from alphagate.shell.controller import Controller, RunOptions
 from alphagate.sources.endpoints import SourcesConfig
 from alphagate.sources.endpoints import load as load_sources
+
+SIGNAL_POLL_SECONDS = 0.2  # how soon the main thread sees a SIGTERM/SIGINT it was sent
 
 
 def run(
@@ -168,18 +171,29 @@ def run(
         verdict_auth=verdict_api_auth,
     )
     controller = Controller(opts).start()
-
-    def _terminate(signum: int, _frame: Any) -> None:
-        logs.get("controller").info("signal", signal=signal.Signals(signum).name)
-        controller.request_stop()
-
-    previous = {s: signal.signal(s, _terminate) for s in (signal.SIGTERM, signal.SIGINT)}
+    received = StopSignals()
+    previous = {s: signal.signal(s, received) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        controller.wait(exit_after)
+        deadline = None if exit_after is None else time.monotonic() + exit_after
+        while not received and not controller.wait(SIGNAL_POLL_SECONDS):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        if received:
+            logs.get("controller").info("signal", signal=signal.Signals(received[0]).name)
     finally:
         controller.stop(release=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+class StopSignals(list[int]):
+    """The SIGTERM/SIGINT received, for the main thread to act on. The handler only notes it:
+    it runs on the main thread between any two bytecodes, maybe while that thread holds the
+    log's write lock or an Event's (neither reentrant), so logging or setting an Event from it
+    could wait for itself forever."""
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        self.append(signum)
 
 
 def _rate(qps: float, burst: int) -> Rate | None:

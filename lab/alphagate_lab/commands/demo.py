@@ -351,12 +351,9 @@ def demo(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
 
-    stopping = threading.Event()
-
     def _interrupt(signum: int, _frame: FrameType | None) -> None:
-        if not stopping.is_set():
-            stopping.set()
-            console.print("stopping: closing every part and writing the report ...")
+        # Only a flag: this runs on the main thread between two bytecodes, maybe while it holds
+        # a lock (an Event's, the console's file), so it must take none.
         engine.stop()
 
     in_main = threading.current_thread() is threading.main_thread()

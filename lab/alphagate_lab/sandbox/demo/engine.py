@@ -79,7 +79,7 @@ class Demo:
         self.namespace = options.namespace
         self.name = str(self.policy_doc.get("metadata", {}).get("name", "demo"))
 
-        self._stop = threading.Event()
+        self._stopping = False  # a plain flag: stop() is called from a signal handler
         self._lock = threading.Lock()
         self._outcomes: queue.Queue[tuple[float, Any]] = queue.Queue()
         self._decisions: list[Decision] = []
@@ -229,15 +229,17 @@ class Demo:
         while not cond():
             if time.monotonic() > deadline:
                 raise SandboxError(f"demo: timed out after {timeout:g} s waiting for {what}")
-            if self._stop.wait(0.05):
+            if self._stopping:
                 raise KeyboardInterrupt
+            time.sleep(0.05)
         return
 
     # ------------------------------------------------------------ running
 
     def stop(self) -> None:
-        """Ask `run()` to finish early (it still writes the report)."""
-        self._stop.set()
+        """Ask `run()` to finish early (it still writes the report). Takes no lock: a signal
+        handler calls it, on the main thread, maybe while that thread holds one."""
+        self._stopping = True
 
     def run(self, *, tick: float = 0.1) -> DemoResult:
         """Start, play the scenario to its end, stop everything, write the report."""
@@ -245,16 +247,18 @@ class Demo:
         interrupted = False
         try:
             self.start()
-            while not self._stop.is_set():
+            while not self._stopping:
                 now = self.sim_now()
                 self.step()
                 if now >= self.duration:
                     break
-                self._stop.wait(tick)
-            interrupted = self._stop.is_set() and self.sim_now() < self.duration
+                time.sleep(tick)
+            interrupted = self._stopping and self.sim_now() < self.duration
         except KeyboardInterrupt:
             interrupted = True
         finally:
+            if interrupted:
+                self._say("demo", "stopping: closing every part and writing the report ...")
             end_t = min(self.sim_now(), self.duration)
             self._end_chaos(end_t)
             self.close()
