@@ -26,9 +26,9 @@ from typer.testing import CliRunner
 
 from alphagate_lab.commands import demo as demo_command
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
-SPEED = "4"  # run alone (the `alone` marker): beside the suite's workers its story came late
+SPEED = "4"  # `make test` gives it priority over the suite (`realtime`): beside it, it came late
 PARTS = ("sandbox-kubelet", "alphagate-loop", "alphagate-watch", "sim-", "apiserver:",
          "alphagate-metrics", "demo-prometheus")  # fmt: skip
 

@@ -40,4 +40,13 @@ def test_make_test_lints_beside_the_tests_and_fails_with_lint() -> None:
     started = recipe.index("$(MAKE) --no-print-directory lint")
     assert recipe.index("/pytest") > started  # lint starts first, then runs beside the tests
     assert "wait $$lint; linted=$$?" in recipe  # its status is collected
-    assert "[ $$tests -eq 0 ] && [ $$linted -eq 0 ]" in recipe  # and fails the target
+    assert "[ $$tests -eq 0 ] && [ $$story -eq 0 ] && [ $$linted -eq 0 ]" in recipe  # each fails it
+
+
+def test_make_test_runs_the_real_time_story_beside_the_suite_at_a_higher_priority() -> None:
+    recipe = " ".join(_recipe("test")).replace("\\ ", "")
+    story = recipe.index('$(BIN)/pytest -m "realtime and not vllm"')
+    suite = recipe.index('nice -n $(NICE) $(BIN)/pytest -m "not vllm and not realtime"')
+    assert story < suite and "nice -n $(NICE) $(MAKE) --no-print-directory lint" in recipe
+    assert recipe[story - len("; ") : story] == "; "  # not niced itself
+    assert "wait $$realtime; story=$$?" in recipe
