@@ -2,8 +2,9 @@
 
 The slice flood (one canary of 64 slices at the 0.1 s floor) beside one victim, the real
 controller as a child process against the API double: the run completes, the victim is
-evaluated, the attacker is held to its canary API budget and says so, typed; the table and
-its PASS/FAIL line are printed. No speed is asserted.
+evaluated, the attacker is held to budgets of its own (its canary API budget; on a busy
+machine its reads' budget may be spent first) and says so, typed; the table and its PASS/FAIL
+line are printed. No speed is asserted.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ def test_the_slice_flood_class_runs_end_to_end(capsys: pytest.CaptureFixture[str
         assert run.healthz_ok > 0 and 0 < run.peak_rss_mib < tenants.MEMORY_LIMIT_MIB
         assert run.api_per_second > 0
     (status,) = verdict.got.attacker.values()
-    assert tenants.budget_named(status) == "WithinApiBudget=CanaryApiBudgetExceeded"
+    named = {
+        f"{c['type']}={c['reason']}"
+        for c in status["conditions"]
+        if c["status"] == "False" and "budget" in c["reason"].lower()
+    }
+    assert tenants.budget_named(status) in named
+    # its own budgets only, never one the victim shares (the namespace's, the controller's);
+    # on a busy machine its reads' budget may be spent before its API budget is
+    assert named and named <= {
+        "WithinApiBudget=CanaryApiBudgetExceeded",
+        "SourceHealthy=BudgetExceeded",
+    }
     assert verdict.typed
     assert "slice-flood" in out and ("PASS" in out or "FAIL" in out)
 
