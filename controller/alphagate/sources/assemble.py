@@ -18,14 +18,8 @@ from alphagate.core.model import (
     RequestLives,
     Role,
 )
-from alphagate.sources.common import (
-    HistSum,
-    PoolRef,
-    has_drafts,
-    per_position_tuple,
-    sorted_samples,
-)
-from alphagate.sources.increments import PodState, latency_sample
+from alphagate.sources.common import HistSum, PoolRef, sorted_samples
+from alphagate.sources.increments import PodState, acceptance_batch
 from alphagate.sources.page import Hist
 
 
@@ -56,23 +50,14 @@ def assemble(
                 running.setdefault(pod, []).append(inc.running)
             for h, (buckets, total) in inc.histograms.items():
                 hists[h].add(buckets, total)
-            tpot = latency_sample(inc, Hist.TPOT)
-            if tpot is not None:
-                tpot_samples.append(tpot)
+            if inc.tpot is not None:
+                tpot_samples.append(inc.tpot)
             if not inc.speculating:
                 continue
             spec_series = True
             spec_increments += 1
-            sample = AcceptanceSample(
-                drafts=inc.drafts,
-                draft_tokens=inc.draft_tokens,
-                accepted_tokens=inc.accepted,
-                per_position=per_position_tuple(inc.per_position),
-                pod=pod,
-                start=inc.start,
-                end=inc.end,
-            )
-            if has_drafts(sample):
+            sample = acceptance_batch(inc)
+            if sample is not None:
                 samples.append(sample)
     no_data: NoData | None = None
     if spec_series and not samples:

@@ -14,42 +14,29 @@ from collections.abc import Iterable
 
 from alphagate.errors import BudgetError, BudgetKind
 from alphagate.sources.budget import MAX_BUCKETS
-from alphagate.sources.increments import Increment, PodState
-from alphagate.sources.page import Page, Series
+from alphagate.sources.increments import (
+    INCREMENT_CELLS,
+    SERIES_CELLS,
+    Increment,
+    PodState,
+    series_cells,
+)
+from alphagate.sources.page import Page
 
-INCREMENT_CELLS = 10
-"""Numbers every increment carries besides its positions and buckets (times, counts...)."""
-SERIES_CELLS = 12
-"""A series' own objects (its label set, its dicts) cost about as much as this many numbers.
-Measured with tracemalloc on kept pods (parser caches cleared): a vLLM page's pod, 5
-increments, 24 KB for 411 cells; a pod of 1,000-series pages, 2.92 MB for 18,125 cells. At
-`CELL_BYTES` a cell and these per series: 42 KB and 3.0 MB, never under what was measured."""
-
-
-def series_cells(series: Iterable[Series]) -> int:
-    """Numbers held by these series (each a cell)."""
-    n = 0
-    for s in series:
-        n += SERIES_CELLS + len(s.counters) + len(s.created) + len(s.gauges)
-        n += len(s.per_position) + len(s.per_position_created)
-        for h in s.histograms.values():
-            n += len(h.buckets) + 3
-    return n
+# The counting itself (INCREMENT_CELLS, SERIES_CELLS, series_cells) lives beside the increments,
+# which count themselves once when made (`increments.Increment.cells`, `PodState.cells`).
 
 
 def increment_cells(inc: Increment) -> int:
-    """Numbers held by one increment."""
-    return (
-        INCREMENT_CELLS
-        + len(inc.per_position)
-        + sum(len(buckets) + 1 for buckets, _ in inc.histograms.values())
-    )
+    """Numbers held by one increment: INCREMENT_CELLS, its positions, and its buckets (each
+    histogram one more, for its sum); counted once, when it is made."""
+    return inc.cells
 
 
 def state_cells(state: PodState) -> int:
-    """Numbers one pod's memory holds: its last page's series and its increments."""
-    last = series_cells(state.last.values()) if state.last is not None else 0
-    return last + sum(map(increment_cells, state.ring))
+    """Numbers one pod's memory holds: its last page's series and its increments (the count
+    `PodState` keeps as they come and go)."""
+    return state.cells
 
 
 def kept_cells(states: Iterable[PodState]) -> int:
@@ -72,6 +59,8 @@ def check_buckets(page: Page, where: str) -> None:
 
 
 __all__ = [
+    "INCREMENT_CELLS",
+    "SERIES_CELLS",
     "check_buckets",
     "increment_cells",
     "kept_cells",

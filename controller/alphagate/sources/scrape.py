@@ -393,7 +393,7 @@ class ScrapeSource:
         series = {s.labels: s for s in result.page.matching(series_filter)}
         state = self._states.get(key)
         new_last = series_cells(series.values())
-        old_last = series_cells(state.last.values()) if state and state.last is not None else 0
+        old_last = state.last_cells if state is not None else 0
         grows = (state is not None and state.last is not None) or self.since_start
         projected = self._cells - old_last + new_last + (new_last if grows else 0)
         share = KEPT.share_cells()
