@@ -54,12 +54,28 @@ def short(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --------------------------------------------------------------------------- happy paths
 
 
-def test_tables_show_the_timeline_flips_states_and_score(
-    app: typer.Typer, policy: Path, chat_to_code: Path
-) -> None:
-    result = runner.invoke(app, ["backtest", "-p", str(policy), "-r", str(chat_to_code)])
+@pytest.fixture(scope="module")
+def tables_and_report(
+    app: typer.Typer, chat_to_code: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
+    """One table run with --out, read by two tests: what it prints and what it writes.
+
+    --out only adds files (and a line naming them): the tables are the same as without it, so
+    one run of the 90-minute backtest serves both instead of two."""
+    tmp = tmp_path_factory.mktemp("tables")
+    policy = write_policy(tmp / "policy.yaml", policy_doc())
+    out = tmp / "report"
+    result = runner.invoke(
+        app, ["backtest", "-p", str(policy), "-r", str(chat_to_code), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
-    out = result.stdout
+    return result.stdout, out
+
+
+def test_tables_show_the_timeline_flips_states_and_score(
+    tables_and_report: tuple[str, Path],
+) -> None:
+    out, _ = tables_and_report
     assert "Decision timeline" in out and "Summary" in out
     assert "mix shifts to code" in out  # the recorded timeline, interleaved
     assert "failing window" in out  # the rollback's reason (decisive, or two disjoint)
@@ -95,14 +111,8 @@ def test_json_summary(app: typer.Typer, policy: Path, chat_to_code: Path) -> Non
     assert any(e["kind"] == "timeline" for e in data["events"])
 
 
-def test_out_writes_the_demo_report_and_json(
-    app: typer.Typer, policy: Path, chat_to_code: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "report"
-    result = runner.invoke(
-        app, ["backtest", "-p", str(policy), "-r", str(chat_to_code), "--out", str(out)]
-    )
-    assert result.exit_code == 0, result.output
+def test_out_writes_the_demo_report_and_json(tables_and_report: tuple[str, Path]) -> None:
+    _, out = tables_and_report
     md = (out / "report.md").read_text()
     assert md.startswith("# Backtest of backtest-test on chat-to-code")
     assert "| On -> RolledBack | disable |" in md
