@@ -6,6 +6,7 @@ pass before its numbers are used. Pure: the scrape source feeds it pages."""
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -115,17 +116,19 @@ def _hist_delta(
     cur_sum = cur.sum if math.isfinite(cur.sum) else 0.0
     if prev is None:
         return dict(cur.buckets), cur_sum, False
+    now, before = cur.buckets, prev.buckets
+    # Past the first test both hold the same bounds, so `before` is read in `now`'s order.
     reset = (
-        set(cur.buckets) != set(prev.buckets)
+        now.keys() != before.keys()
         or _created_changed(cur.created, prev.created)
-        or any(v < prev.buckets[le] for le, v in cur.buckets.items() if le in prev.buckets)
+        or any(map(operator.lt, now.values(), map(before.__getitem__, now)))
         or (math.isfinite(cur.count) and math.isfinite(prev.count) and cur.count < prev.count)
     )
     if reset:
-        return dict(cur.buckets), cur_sum, True
+        return dict(now), cur_sum, True
     prev_sum = prev.sum if math.isfinite(prev.sum) else 0.0
     return (
-        {le: v - prev.buckets[le] for le, v in cur.buckets.items()},
+        dict(zip(now, map(operator.sub, now.values(), map(before.__getitem__, now)), strict=True)),
         max(cur_sum - prev_sum, 0.0),
         False,
     )
