@@ -193,6 +193,7 @@ def bench_pages(
             "render + parse text": lambda: page_via_text(pod),
         },
         repeat=repeat,
+        round_seconds=round_seconds,
     )
 
 
