@@ -87,7 +87,9 @@ def pod_selector(match_labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def selects(match_labels: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in pod_selector(match_labels).items())
+    """`labels` carry every label of `pod_selector(match_labels)` (asked per pod and pool at
+    every snapshot: tested in place, without building the selector)."""
+    return all(labels.get(k) == v for k, v in match_labels.items() if k not in SERIES_LABELS)
 
 
 def _show(labels: Mapping[str, str]) -> str:
