@@ -63,15 +63,25 @@ class Histograms:
         pending = self._pending
         if not pending:
             return
-        idx = np.concatenate(
-            [self.bounds[h].searchsorted(v, side="left") + self.offsets[h] for h, v, _ in pending]
-        )
-        sizes = [v.size for _, v, _ in pending]
-        weights = np.repeat([w for _, _, w in pending], sizes)
-        values = np.concatenate([v for _, v, _ in pending])
-        hist_ids = np.repeat([h for h, _, _ in pending], sizes)
-        self.counts += np.bincount(idx, weights=weights, minlength=self.counts.size)
-        self.sums += np.bincount(hist_ids, weights=values * weights, minlength=self.sums.size)
+        # Binned family by family (one search each, not one per observation): every bucket
+        # and sum still gets its family's observations in the order they came, so the
+        # weighted sums are the same floats.
+        by_family: dict[int, list[tuple[FloatArray, float]]] = {}
+        for h, v, w in pending:
+            by_family.setdefault(h, []).append((v, w))
+        idx, values, weights, hist_ids = [], [], [], []
+        for h, obs in by_family.items():
+            vals = obs[0][0] if len(obs) == 1 else np.concatenate([v for v, _ in obs])
+            idx.append(self.bounds[h].searchsorted(vals, side="left") + self.offsets[h])
+            values.append(vals)
+            weights.append(np.repeat([w for _, w in obs], [v.size for v, _ in obs]))
+            hist_ids.append(np.full(vals.size, h))
+        w_all = np.concatenate(weights)
+        self.counts += np.bincount(np.concatenate(idx), weights=w_all, minlength=self.counts.size)
+        self.sums += np.bincount(
+            np.concatenate(hist_ids), weights=np.concatenate(values) * w_all,
+            minlength=self.sums.size,
+        )  # fmt: skip
         pending.clear()
 
     def read(self) -> dict[str, tuple[list[int], float]]:

@@ -173,8 +173,9 @@ def account(
     # Finished requests: per-token time, decode time, end-to-end, finish reason.
     n_fin = int(np.count_nonzero(fin))
     if n_fin:
-        f = req[:, fin]
-        t_end = t0 + end[fin]
+        every = n_fin == n  # often all of them (short requests): no boolean indexing
+        f = req if every else req[:, fin]
+        t_end = t0 + (end if every else end[fin])
         length = f[LEN]
         obs = np.empty((3, n_fin))  # per-token time, decode time, end-to-end
         decode = np.subtract(t_end, f[FIRST], out=obs[1])
@@ -235,7 +236,7 @@ def account(
         drafted_alpha = realised_alpha = alpha
     # Always a fresh array in the layout the boolean index gives: the dot products above
     # sum in an order that depends on the rows' strides.
-    survivors = req[:, ~fin]
+    survivors = no_requests() if n_fin == n else req[:, ~fin]
     c.running, c.waiting = int(survivors.shape[1]), waiting
     truth = TickTruth(
         alpha=alpha,
