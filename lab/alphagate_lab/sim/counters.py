@@ -63,25 +63,23 @@ class Histograms:
         pending = self._pending
         if not pending:
             return
-        # Binned family by family (one search each, not one per observation): every bucket
-        # and sum still gets its family's observations in the order they came, so the
+        # Binned family by family (one search each, not one per observation), and every
+        # bucket and sum still gets its family's observations in the order they came: the
         # weighted sums are the same floats.
-        by_family: dict[int, list[tuple[FloatArray, float]]] = {}
-        for h, v, w in pending:
-            by_family.setdefault(h, []).append((v, w))
-        idx, values, weights, hist_ids = [], [], [], []
-        for h, obs in by_family.items():
-            vals = obs[0][0] if len(obs) == 1 else np.concatenate([v for v, _ in obs])
+        by_family: dict[int, list[tuple[int, FloatArray, float]]] = {}
+        for entry in pending:
+            by_family.setdefault(entry[0], []).append(entry)
+        ordered = [entry for group in by_family.values() for entry in group]
+        idx = []
+        for h, group in by_family.items():
+            vals = group[0][1] if len(group) == 1 else np.concatenate([v for _, v, _ in group])
             idx.append(self.bounds[h].searchsorted(vals, side="left") + self.offsets[h])
-            values.append(vals)
-            weights.append(np.repeat([w for _, w in obs], [v.size for v, _ in obs]))
-            hist_ids.append(np.full(vals.size, h))
-        w_all = np.concatenate(weights)
-        self.counts += np.bincount(np.concatenate(idx), weights=w_all, minlength=self.counts.size)
-        self.sums += np.bincount(
-            np.concatenate(hist_ids), weights=np.concatenate(values) * w_all,
-            minlength=self.sums.size,
-        )  # fmt: skip
+        sizes = [v.size for _, v, _ in ordered]
+        weights = np.repeat([w for _, _, w in ordered], sizes)
+        values = np.concatenate([v for _, v, _ in ordered])
+        hist_ids = np.repeat([h for h, _, _ in ordered], sizes)
+        self.counts += np.bincount(np.concatenate(idx), weights=weights, minlength=self.counts.size)
+        self.sums += np.bincount(hist_ids, weights=values * weights, minlength=self.sums.size)
         pending.clear()
 
     def read(self) -> dict[str, tuple[list[int], float]]:
