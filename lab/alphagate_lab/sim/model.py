@@ -142,8 +142,8 @@ class Engine:
 
     def _clock(self, dt: float, st: float) -> tuple[FloatArray, FloatArray, float, float]:
         """Breakpoints (local time, steps done) of the tick's step clock, time stalled and
-        steps in all. Without a stall the clock is linear, and its breakpoints are never read:
-        empty (most ticks; two arrays a tick cost more than the rest of an idle pod's tick)."""
+        steps in all. Without a stall (most ticks) the clock is linear and its breakpoints
+        are never read: empty, not two arrays built per tick."""
         a = min(max(self.stall_start - self.t, 0.0), dt)
         b = min(max(self.stall_end - self.t, 0.0), dt)
         if b <= a:
@@ -231,7 +231,7 @@ class Engine:
 
         # Round 0: the running requests and those the free slots admit at once; each later
         # round admits the queue into the slots that the round before freed.
-        cohort, start = req, np.zeros(running)
+        cohort, start = req, np.zeros(running) if running else _NO_ARRIVALS
         cohorts: list[FloatArray] = []
         segs: list[FloatArray] = []
         adm: list[FloatArray] = []  # (queue wait, time to first token) per admitted request
@@ -247,7 +247,7 @@ class Engine:
                 start = np.concatenate([start, new_start])
             else:
                 cohort, start = new, new_start
-        slots: FloatArray = np.zeros(0)
+        slots: FloatArray = _NO_ARRIVALS  # replaced, never written into
         rounds = 0
         while True:
             rounds += 1
@@ -283,7 +283,7 @@ class Engine:
             adm.append(waits)
             slots, pending, px = slots[n:], pending[n:], px[:, n:]
             admitted += n
-        self.queue = pending + t0
+        self.queue = pending + t0 if pending.size else _NO_ARRIVALS
         self.queue_x = px
         self.last_admitted = float(admitted)
         self.t = t0 + dt
@@ -325,7 +325,7 @@ class Engine:
 
 #: The breakpoints of a linear step clock: never read (see Engine._clock).
 _LINEAR: FloatArray = np.zeros(0)
-#: No arrivals in a tick: their times and queue columns.
+#: No arrivals in a tick (their times and queue columns), no slots, no queue.
 _NO_ARRIVALS: FloatArray = np.zeros(0)
 _NO_ARRIVALS_X: FloatArray = np.zeros((2, 0))
 for _empty in (_LINEAR, _NO_ARRIVALS, _NO_ARRIVALS_X):
