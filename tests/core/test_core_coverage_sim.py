@@ -61,13 +61,13 @@ def _windows(
     for tick in range(1, round(hours * 3600.0 / SCRAPE) + 1):  # bounded: hours / 30 s
         fleet.step()
         now = tick * SCRAPE
+        judged = now > BURN_IN
         for name, pod in fleet.pods.items():
             c = pod.counters
-            cur = (c.drafts, c.draft_tokens, c.accepted)
-            prev = last.get(name, (0, 0, 0))
-            last[name] = cur
-            d, t, a = (x - y for x, y in zip(cur, prev, strict=True))
-            if now > BURN_IN and t > 0 and pod.truth is not None:
+            d0, t0, a0 = last.get(name, (0, 0, 0))
+            last[name] = (c.drafts, c.draft_tokens, c.accepted)
+            d, t, a = c.drafts - d0, c.draft_tokens - t0, c.accepted - a0
+            if judged and t > 0 and pod.truth is not None:
                 samples.append(
                     AcceptanceSample(
                         drafts=d, draft_tokens=t, accepted_tokens=a, pod=name,
@@ -76,7 +76,7 @@ def _windows(
                 )  # fmt: skip
                 expected += t * pod.truth.drafted_alpha
                 drafted += t
-        if now > BURN_IN and round((now - BURN_IN) / SCRAPE) % WINDOW_SCRAPES == 0:
+        if judged and round((now - BURN_IN) / SCRAPE) % WINDOW_SCRAPES == 0:
             e = acceptance.estimate(samples, confidence=0.95)
             if e is not None and e.conclusive and drafted > 0:
                 out.append((e.lower, e.upper, expected / drafted))

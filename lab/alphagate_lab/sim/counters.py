@@ -63,14 +63,22 @@ class Histograms:
         pending = self._pending
         if not pending:
             return
-        idx = np.concatenate(
-            [self.bounds[h].searchsorted(v, side="left") + self.offsets[h] for h, v, _ in pending]
-        )
-        sizes = [v.size for _, v, _ in pending]
-        weights = np.repeat([w for _, _, w in pending], sizes)
-        values = np.concatenate([v for _, v, _ in pending])
-        hist_ids = np.repeat([h for h, _, _ in pending], sizes)
-        self.counts += np.bincount(idx, weights=weights, minlength=self.counts.size)
+        # Binned family by family (one search each, not one per observation), and every
+        # bucket and sum still gets its family's observations in the order they came: the
+        # weighted sums are the same floats.
+        by_family: dict[int, list[tuple[int, FloatArray, float]]] = {}
+        for entry in pending:
+            by_family.setdefault(entry[0], []).append(entry)
+        ordered = [entry for group in by_family.values() for entry in group]
+        idx = []
+        for h, group in by_family.items():
+            vals = group[0][1] if len(group) == 1 else np.concatenate([v for _, v, _ in group])
+            idx.append(self.bounds[h].searchsorted(vals, side="left") + self.offsets[h])
+        sizes = [v.size for _, v, _ in ordered]
+        weights = np.repeat([w for _, _, w in ordered], sizes)
+        values = np.concatenate([v for _, v, _ in ordered])
+        hist_ids = np.repeat([h for h, _, _ in ordered], sizes)
+        self.counts += np.bincount(np.concatenate(idx), weights=weights, minlength=self.counts.size)
         self.sums += np.bincount(hist_ids, weights=values * weights, minlength=self.sums.size)
         pending.clear()
 

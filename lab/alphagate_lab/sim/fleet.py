@@ -85,6 +85,7 @@ class Fleet:
         self.slices: dict[str, SliceSpec] = dict(scenario.slices)
         self.generated: dict[str, int] = dict.fromkeys(scenario.slices, 0)
         self._ramps = Ramps()
+        self._loads: dict[str, tuple[SliceSpec, float, float, dict[float | None, Load]]] = {}
         self.traffic_rate = scenario.traffic.rate
         self._traces = TraceDealer(self.seed, scenario.slices)
         self.pools: dict[str, PoolSpec] = {p.name: p for p in scenario.pools}
@@ -295,16 +296,34 @@ class Fleet:
         loads: dict[str, Load] = {}
         for name, sl in self.slices.items():
             pods = ready[name]
-            base = slice_load(sl)
             if sl.trace is not None:
+                base = slice_load(sl)
                 loads.update(self._traces.deal(name, sl, pods, base, now=self.now, tick=self.tick))
                 continue
             total_w = sum(p.spec.traffic_weight for p in pods) or 1.0
-            rate = self._slice_rate(sl)
+            by_weight = self._open_loads(name, sl, self._slice_rate(sl), total_w)
+            base = by_weight[None]
             for pod in pods:
-                share = pod.spec.traffic_weight / total_w
-                loads[pod.name] = replace(base, arrival_rate=rate * share)
+                w = pod.spec.traffic_weight
+                load = by_weight.get(w)
+                if load is None:
+                    load = replace(base, arrival_rate=base.arrival_rate * (w / total_w))
+                    by_weight[w] = load
+                loads[pod.name] = load
         return loads
+
+    def _open_loads(
+        self, name: str, sl: SliceSpec, rate: float, total_w: float
+    ) -> dict[float | None, Load]:
+        """The loads of a slice's pods by router weight (None: the slice's, at ``rate``),
+        kept while the slice, its rate and its pods' total weight stay (a `Load` is frozen):
+        not one `dataclasses.replace` per pod and tick."""
+        kept = self._loads.get(name)
+        if kept is not None and kept[0] is sl and kept[1] == rate and kept[2] == total_w:
+            return kept[3]
+        by_weight: dict[float | None, Load] = {None: replace(slice_load(sl), arrival_rate=rate)}
+        self._loads[name] = (sl, rate, total_w, by_weight)  # a SliceSpec is frozen
+        return by_weight
 
     def _apply_ramps(self) -> None:
         """Move drifting numbers to their value at the middle of the coming tick."""

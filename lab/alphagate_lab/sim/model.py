@@ -140,16 +140,19 @@ class Engine:
         length = s.duration * math.exp(STALL_SIGMA * float(self.rng.standard_normal()))
         self.stall_start, self.stall_end = start, start + length
 
-    def _clock(self, dt: float, st: float) -> tuple[FloatArray, FloatArray, float]:
-        """Breakpoints (local time, steps done) of the tick's step clock; time stalled."""
+    def _clock(self, dt: float, st: float) -> tuple[FloatArray, FloatArray, float, float]:
+        """Breakpoints (local time, steps done) of the tick's step clock, time stalled and
+        steps in all. Without a stall (most ticks) the clock is linear and its breakpoints
+        are never read: empty, not two arrays built per tick."""
         a = min(max(self.stall_start - self.t, 0.0), dt)
         b = min(max(self.stall_end - self.t, 0.0), dt)
         if b <= a:
-            return np.array([0.0, dt]), np.array([0.0, dt / st]), 0.0
+            return _LINEAR, _LINEAR, 0.0, dt / st
         f = self.stalls.slowdown
         s_a = a / st
         s_b = s_a + (b - a) / (f * st)
-        return np.array([0.0, a, b, dt]), np.array([0.0, s_a, s_b, s_b + (dt - b) / st]), b - a
+        s_total = s_b + (dt - b) / st
+        return np.array([0.0, a, b, dt]), np.array([0.0, s_a, s_b, s_total]), b - a, s_total
 
     # --- one tick ---------------------------------------------------------------------------
     def tick(self, dt: float, load: Load, c: EngineCounters, *, scale: float = 1.0) -> TickTruth:
@@ -160,7 +163,6 @@ class Engine:
         sigma = p.jitter
         per_draft = load.draft_fill * k
         t0 = self.t
-        self.finished_tpot = np.zeros(0)
 
         # Alpha wander and engine slowness: AR(1) processes whose stationary standard deviations
         # (alpha_noise; jitter / 3 in log step time) do not depend on the tick length.
@@ -202,10 +204,13 @@ class Engine:
                 new_x = np.stack([lengths, prompts])
             else:
                 n_arr = int(rng.poisson(load.arrival_rate * dt)) if load.arrival_rate > 0 else 0
-                new = rng.random(n_arr)
-                new.sort()  # in place: np.sort's wrapper copies
-                new *= dt
-                new_x = _unknown(n_arr)
+                if n_arr:
+                    new = rng.random(n_arr)
+                    new.sort()  # in place: np.sort's wrapper copies
+                    new *= dt
+                    new_x = _unknown(n_arr)
+                else:  # no draw either way; nothing writes into these (read-only)
+                    new, new_x = _NO_ARRIVALS, _NO_ARRIVALS_X
             pending = np.concatenate([queue - t0, new]) if queue.size else new
             px = np.concatenate([px, new_x], axis=1) if queue.size else new_x
 
@@ -221,13 +226,12 @@ class Engine:
         st *= math.exp(self.slow)
         expected_new = self.last_admitted if closed else pending.size
         prefill_frac = min(expected_new * prefill_one / dt, 0.5)
-        bp_t, bp_s, stalled = self._clock(dt, st / (1.0 - prefill_frac))
-        s_total = float(bp_s[-1])
+        bp_t, bp_s, stalled, s_total = self._clock(dt, st / (1.0 - prefill_frac))
         plain = stalled == 0.0
 
         # Round 0: the running requests and those the free slots admit at once; each later
         # round admits the queue into the slots that the round before freed.
-        cohort, start = req, np.zeros(running)
+        cohort, start = req, np.zeros(running) if running else _NO_ARRIVALS
         cohorts: list[FloatArray] = []
         segs: list[FloatArray] = []
         adm: list[FloatArray] = []  # (queue wait, time to first token) per admitted request
@@ -243,7 +247,7 @@ class Engine:
                 start = np.concatenate([start, new_start])
             else:
                 cohort, start = new, new_start
-        slots: FloatArray = np.zeros(0)
+        slots: FloatArray = _NO_ARRIVALS  # replaced, never written into
         rounds = 0
         while True:
             rounds += 1
@@ -279,7 +283,7 @@ class Engine:
             adm.append(waits)
             slots, pending, px = slots[n:], pending[n:], px[:, n:]
             admitted += n
-        self.queue = pending + t0
+        self.queue = pending + t0 if pending.size else _NO_ARRIVALS
         self.queue_x = px
         self.last_admitted = float(admitted)
         self.t = t0 + dt
@@ -317,6 +321,15 @@ class Engine:
         )  # fmt: skip
         self._prompt_tokens += new.prompt_tokens
         return new.requests, new.start, new.waits
+
+
+#: The breakpoints of a linear step clock: never read (see Engine._clock).
+_LINEAR: FloatArray = np.zeros(0)
+#: No arrivals in a tick (their times and queue columns), no slots, no queue.
+_NO_ARRIVALS: FloatArray = np.zeros(0)
+_NO_ARRIVALS_X: FloatArray = np.zeros((2, 0))
+for _empty in (_LINEAR, _NO_ARRIVALS, _NO_ARRIVALS_X):
+    _empty.flags.writeable = False
 
 
 def _unknown(n: int) -> FloatArray:

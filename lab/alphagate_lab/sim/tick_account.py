@@ -138,7 +138,7 @@ def account(
     d = used / req[SLOW]
     d += rng.random(n)
     np.floor(d, out=d)
-    total_steps = float(_sum(d))
+    total_steps = float(sum(d.tolist()))  # whole numbers: exact in any order, as _sum's
     acc = req[ACC]
     accepted = 0.0
     tokens = d
@@ -147,22 +147,24 @@ def account(
         drafts = di if load.draft_fill >= 1.0 else rng.binomial(di, load.draft_fill)
         counts = _accept_counts(rng, drafts, acc, acceptance_table(k, load.decay))
         accepted_r = counts @ positions
-        accepted = float(_sum(accepted_r))
-        n_drafts = int(_sum(drafts))
+        accepted = float(sum(accepted_r.tolist()))  # whole numbers, as above
+        n_drafts = sum(drafts.tolist())
         c.drafts += n_drafts
         c.draft_tokens += n_drafts * k
         c.accepted += int(accepted)
-        c.accept_counts += _sum(counts, axis=0)
+        c.accept_counts += counts[0] if n == 1 else _sum(counts, axis=0)
         tokens = accepted_r
         tokens += d
     rem = req[REM]
-    gen = np.where(done, rem, np.minimum(tokens, rem))
+    gen = np.minimum(tokens, rem)  # np.where(done, rem, ...), without its wrapper
+    np.copyto(gen, rem, where=done)
     req = req.copy() if req is current else req
     req[REM] = rem - gen
     req[STEPS] += d
     ended = req[REM] <= 0
     ended &= ~done  # finished in this tick's accounting, not by its segment
-    end = np.where(ended, dt, seg[S_END])
+    end = seg[S_END].copy()  # np.where(ended, dt, ...), without its wrapper
+    np.copyto(end, dt, where=ended)
     fin = ended
     fin |= done
     generated = admitted + int(_sum(gen))
@@ -173,8 +175,9 @@ def account(
     # Finished requests: per-token time, decode time, end-to-end, finish reason.
     n_fin = int(np.count_nonzero(fin))
     if n_fin:
-        f = req[:, fin]
-        t_end = t0 + end[fin]
+        every = n_fin == n  # often all of them (short requests): no boolean indexing
+        f = req if every else req[:, fin]
+        t_end = t0 + (end if every else end[fin])
         length = f[LEN]
         obs = np.empty((3, n_fin))  # per-token time, decode time, end-to-end
         decode = np.subtract(t_end, f[FIRST], out=obs[1])
@@ -235,7 +238,7 @@ def account(
         drafted_alpha = realised_alpha = alpha
     # Always a fresh array in the layout the boolean index gives: the dot products above
     # sum in an order that depends on the rows' strides.
-    survivors = req[:, ~fin]
+    survivors = no_requests() if n_fin == n else req[:, ~fin]
     c.running, c.waiting = int(survivors.shape[1]), waiting
     truth = TickTruth(
         alpha=alpha,
