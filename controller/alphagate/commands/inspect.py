@@ -11,6 +11,7 @@ P99 and a P95 guard at the default +10% margin, the smallest regression a Fail c
 (at best, and surely), whether "within +10%" can be shown at all, and the
 ``--custom-histogram-buckets`` layout that would resolve it. Then the draft length the core's
 tuner recommends (`inspect_draft`), and the page's vLLM layout (`alphagate.vllm_compat`).
+The page reader (HTTP and the kubernetes client) is imported when the command runs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
 from alphagate.sources.common import HistSum, redact_url
 from alphagate.sources.page import Counter, Hist, Page, Series
-from alphagate.sources.pageread import read_page_layout
 
 QUANTILES = (0.5, 0.99)
 GUARD_QUANTILES = (0.99, 0.95)
@@ -341,6 +341,8 @@ def inspect_command(
     draft length K and the vLLM layout of one page.
 
     Exit status 1 when the page's numbers are impossible (alpha outside [0, 1], NaN counts)."""
+    from alphagate.sources.pageread import read_page_layout
+
     page, layout = read_page_layout(target, timeout_seconds=timeout)
     models = report(page)
     bad = problems(models)
