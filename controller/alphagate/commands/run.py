@@ -127,7 +127,6 @@ def run(
 ) -> None:
     """Run the controller: watch SpeculativeCanary resources and gate speculation."""
     from alphagate import logs
-    from alphagate.shell.controller import Controller, RunOptions
     from alphagate.sources.endpoints import SourcesConfig
     from alphagate.sources.endpoints import load as load_sources
 
@@ -146,6 +145,8 @@ def run(
             )
         )
         sources = sources.merged(single)
+    from alphagate.shell.controller import Controller, RunOptions  # once the options are valid
+
     opts = RunOptions(
         server=server,
         kubeconfig=kubeconfig,
