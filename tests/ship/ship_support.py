@@ -41,6 +41,11 @@ KUSTOMIZATIONS = {
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def yaml_load(text: str) -> Any:
+    """One YAML document (YAML's safe loader)."""
+    return yaml.load(text, Loader=_LOADER)
+
+
 def yaml_docs(text: str) -> list[Any]:
     """Every non-empty YAML document of a text (YAML's safe loader)."""
     return [d for d in yaml.load_all(text, Loader=_LOADER) if d]
@@ -183,11 +188,17 @@ def vllm_series_names() -> set[str]:
 
 def recorded_names() -> set[str]:
     """Names the recording rules in deploy/monitoring/rules define."""
-    out = set()
+    return set(_recorded_names())
+
+
+@functools.cache
+def _recorded_names() -> frozenset[str]:
+    """Read once per process (every dashboard query asks; the rule files do not change)."""
+    out: set[str] = set()
     for path in RULES:
-        for group in yaml.safe_load(path.read_text())["groups"]:
+        for group in yaml_load(path.read_text())["groups"]:
             out |= {r["record"] for r in group["rules"] if "record" in r}
-    return out
+    return frozenset(out)
 
 
 def known_names() -> set[str]:
@@ -304,7 +315,7 @@ def variable_queries() -> list[tuple[str, str, str]]:
 def grafana_alert_rules() -> list[dict[str, Any]]:
     out = []
     for path in sorted((DASHBOARDS / "alerting").glob("*.yaml")):
-        for group in yaml.safe_load(path.read_text())["groups"]:
+        for group in yaml_load(path.read_text())["groups"]:
             out.extend(group["rules"])
     return out
 

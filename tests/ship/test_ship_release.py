@@ -43,7 +43,7 @@ def test_kubectl_is_the_wheels_and_recent() -> None:
         timeout=30,
         check=True,
     ).stdout
-    minor = int(re.sub(r"\D", "", yaml.safe_load(out)["clientVersion"]["minor"]))
+    minor = int(re.sub(r"\D", "", ship.yaml_load(out)["clientVersion"]["minor"]))
     assert minor >= 33, out
 
 
@@ -121,7 +121,7 @@ def _build_with(tmp_path: Path, directory: str, **settings: Any) -> list[dict[st
     copy = tmp_path / "repo" / "deploy"
     shutil.copytree(ship.DEPLOY, copy)
     path = copy / "settings" / "settings.yaml"
-    doc = yaml.safe_load(path.read_text())
+    doc = ship.yaml_load(path.read_text())
     doc["spec"].update(settings)
     path.write_text(yaml.safe_dump(doc))
     proc = subprocess.run(

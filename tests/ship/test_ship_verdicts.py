@@ -17,7 +17,6 @@ import celpy
 import httpx
 import pytest
 import ship_support as ship
-import yaml
 from prometheus_client import CollectorRegistry
 
 from alphagate.config import GROUP, PLURAL, VERSION
@@ -142,7 +141,7 @@ def _condition(expr: str, result: Any) -> bool:
 
 def _argo_measure(base: str, namespace: str, canary: str) -> str:
     """One Argo measurement of the shipped template: Successful, Failed, Inconclusive, Error."""
-    (metric,) = yaml.safe_load(TEMPLATE.read_text())["spec"]["metrics"]
+    (metric,) = ship.yaml_load(TEMPLATE.read_text())["spec"]["metrics"]
     web = metric["provider"]["web"]
     url = web["url"].replace("{{args.namespace}}", namespace).replace("{{args.canary}}", canary)
     path = url.split("://", 1)[1].split("/", 1)[1]
@@ -174,7 +173,7 @@ def test_argo_rollouts_analysis_template(api: str, canary: str, phase: str) -> N
 
 
 def test_the_template_is_well_formed() -> None:
-    doc = yaml.safe_load(TEMPLATE.read_text())
+    doc = ship.yaml_load(TEMPLATE.read_text())
     assert doc["apiVersion"] == "argoproj.io/v1alpha1" and doc["kind"] == "AnalysisTemplate"
     assert [a["name"] for a in doc["spec"]["args"]] == ["namespace", "canary", "token"]
     token = doc["spec"]["args"][2]["valueFrom"]["secretKeyRef"]  # from a Secret, not inline
@@ -195,7 +194,7 @@ def test_the_template_is_well_formed() -> None:
 )
 def test_flagger_webhook_gate(open_api: str, canary: str, code: int) -> None:
     api = open_api
-    doc = yaml.safe_load(FLAGGER.read_text())
+    doc = ship.yaml_load(FLAGGER.read_text())
     hooks = doc["spec"]["analysis"]["webhooks"]
     assert {h["type"] for h in hooks} == {"confirm-promotion", "pre-rollout"}
     for hook in hooks:
