@@ -322,13 +322,14 @@ def grafana_alert_rules() -> list[dict[str, Any]]:
 
 def parse_cli(args: list[str]) -> None:
     """Parse `alphagate ARGS` with the real Typer command tree without running it; raises the
-    parser's usage error on an unknown command or flag."""
+    parser's usage error on an unknown command or flag. The tree is the one `alphagate ARGS`
+    builds (`cli.main`): the named command's module alone."""
     import typer
 
     from alphagate import cli
 
-    group: Any = typer.main.get_command(cli.app)
     name, *rest = args
+    group: Any = typer.main.get_command(cli.build(name))
     parent = group.make_context("alphagate", [name], resilient_parsing=True)
     command = group.get_command(parent, name)
     assert command is not None, f"no `alphagate {name}` command"
