@@ -5,6 +5,7 @@ test-only flags hidden from help."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -14,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
-from alphagate.cli import app
+from alphagate import cli
 from alphagate.config import GROUP, VERSION
 from alphagate.kube.client import default_namespace
 from alphagate.kube.status.fields import rfc3339
@@ -27,8 +29,15 @@ from alphagate_lab.sandbox.apiserver import ApiServer
 runner = CliRunner()
 
 
+@functools.cache
+def _app(command: str) -> typer.Typer:
+    """The app `alphagate COMMAND ...` builds: that command's module alone."""
+    return cli.build(command)
+
+
 def run(*args: str, env: dict[str, str] | None = None) -> Any:
-    return runner.invoke(app, list(args), env={"COLUMNS": "250", "NO_COLOR": "1", **(env or {})})
+    env = {"COLUMNS": "250", "NO_COLOR": "1", **(env or {})}
+    return runner.invoke(_app(args[0]), list(args), env=env)
 
 
 def put(apiserver: ApiServer, namespace: str, name: str, state: str = "On") -> None:

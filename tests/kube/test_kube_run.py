@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -30,6 +31,11 @@ from alphagate_lab.sandbox.apiserver.access import CONTROLLER_TOKEN
 
 if TYPE_CHECKING:
     from conftest import WaitFor
+
+# One TLS context for every request: httpx otherwise builds one per call (loading the CA
+# bundle, ~0.1 s of CPU each, and /readyz is polled while `alphagate run` starts), though
+# these servers speak plain HTTP on 127.0.0.1. Each request still opens its own connection.
+TLS = ssl.create_default_context()
 
 
 def controller(apiserver: ApiServer, identity: str, source: FakeSource) -> Controller:
@@ -69,14 +75,18 @@ def test_two_replicas_one_acts_and_the_other_takes_over(
         assert instances == {leader.identity}  # only the leader acted
         # /metrics, /healthz, /readyz on both; only the leader exports per-canary state
         for c in (leader, standby):
-            assert httpx.get(c.metrics_url + "/healthz").status_code == 200
+            assert httpx.get(c.metrics_url + "/healthz", verify=TLS).status_code == 200
             assert wait_for(
-                lambda c=c: httpx.get(c.metrics_url + "/readyz").status_code == 200, 5, "ready"
+                lambda c=c: httpx.get(c.metrics_url + "/readyz", verify=TLS).status_code == 200,
+                5,
+                "ready",
             )
-        lead_metrics = httpx.get(leader.metrics_url + "/metrics").text
+        lead_metrics = httpx.get(leader.metrics_url + "/metrics", verify=TLS).text
         assert "alphagate_leader 1.0" in lead_metrics
         assert 'alphagate_state{canary="chat",namespace="llm"' in lead_metrics
-        assert "alphagate_leader 0.0" in httpx.get(standby.metrics_url + "/metrics").text
+        assert (
+            "alphagate_leader 0.0" in httpx.get(standby.metrics_url + "/metrics", verify=TLS).text
+        )
 
         leader.stop(release=False)  # the leader dies without a goodbye
         wait_for(lambda: standby.is_leader, 10, "the standby to take over")
@@ -194,13 +204,13 @@ def test_alphagate_run_command_serves_probes_and_logs_json(
 
         def ready() -> bool:
             try:
-                return httpx.get(url + "/readyz", timeout=1).status_code == 200
+                return httpx.get(url + "/readyz", timeout=1, verify=TLS).status_code == 200
             except httpx.HTTPError:
                 return False
 
         wait_for(ready, 90, "/readyz")  # importing alone takes 25 s on a loaded machine
-        assert httpx.get(url + "/healthz").status_code == 200
-        assert "alphagate_build_info" in httpx.get(url + "/metrics").text
+        assert httpx.get(url + "/healthz", verify=TLS).status_code == 200
+        assert "alphagate_build_info" in httpx.get(url + "/metrics", verify=TLS).text
         # the default pod-scrape source finds no pods here: an Error, held, and said so
         st = wait_for(
             lambda: parse_status(apiserver.get("speculativecanaries", NS, "chat")).condition(

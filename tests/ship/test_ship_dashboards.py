@@ -175,7 +175,7 @@ def test_grafana_alert_rules_are_well_formed() -> None:
 
 def _prometheus_alert(name: str) -> dict[str, Any]:
     for path in ship.RULES:
-        for group in yaml.safe_load(path.read_text())["groups"]:
+        for group in ship.yaml_load(path.read_text())["groups"]:
             for rule in group["rules"]:
                 if rule.get("alert") == name:
                     return dict(rule)
@@ -212,7 +212,7 @@ def test_grafana_alerts_fire_exactly_like_the_prometheus_alerts(
     rules_file.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": grafana_rules}]}))
     tests = []
     for path in ship.ALERT_TESTS:
-        doc = yaml.safe_load(path.read_text())
+        doc = ship.yaml_load(path.read_text())
         for test in doc["tests"]:
             cases = [c for c in test.get("alert_rule_test", []) if c["alertname"] in renamed]
             if not cases:

@@ -8,7 +8,6 @@ import re
 import tomllib
 
 import ship_support as ship
-import yaml
 
 
 def _recipe(target: str) -> list[str]:
@@ -28,7 +27,7 @@ def test_license_is_the_apache_text_both_distributions_declare() -> None:
 
 
 def test_pre_commit_runs_what_make_lint_runs_in_order() -> None:
-    config = yaml.safe_load((ship.ROOT / ".pre-commit-config.yaml").read_text())
+    config = ship.yaml_load((ship.ROOT / ".pre-commit-config.yaml").read_text())
     hooks = [h for repo in config["repos"] for h in repo["hooks"]]
     assert all(h["language"] == "system" and h["pass_filenames"] is False for h in hooks)
     lint = [line.replace("$(BIN)/", ".venv/bin/") for line in _recipe("lint")]

@@ -135,7 +135,7 @@ def _validate(obj: dict[str, Any], where: str) -> None:
         return
     for version in K8S_VERSIONS:
         try:
-            kubernetes_validate.validate(obj, version, strict=True)
+            ship.k8s_validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(
                 f"{where}: {obj['kind']}/{obj['metadata'].get('name')} is invalid for "
@@ -168,11 +168,11 @@ def test_strict_validation_rejects_what_it_should() -> None:
     bad = json.loads(json.dumps(dep))
     bad["spec"]["template"]["spec"]["containers"][0]["bogusField"] = 1
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(bad, "1.37.0", strict=True)
+        ship.k8s_validate(bad, "1.37.0", strict=True)
     bad = json.loads(json.dumps(dep))
     bad["spec"]["replicas"] = "two"
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(bad, "1.37.0", strict=True)
+        ship.k8s_validate(bad, "1.37.0", strict=True)
     (cr,) = ship.load_all(ship.DEPLOY / "examples" / "speculativecanary.yaml")
     cr["metadata"]["namespace"] = "llm"
     bad = json.loads(json.dumps(cr))

@@ -91,7 +91,7 @@ def _fast_rules(tmp: Path) -> list[Path]:
     """The shipped rule files with every group evaluated each second (same expressions)."""
     out = []
     for path in ship.RULES:
-        doc = yaml.safe_load(path.read_text())
+        doc = ship.yaml_load(path.read_text())
         for group in doc["groups"]:
             group["interval"] = "1s"
         copy = tmp / path.name
@@ -259,7 +259,7 @@ def test_shipped_rules_evaluate_without_errors(stack: dict[str, Any]) -> None:
     shipped = {
         r.get("alert") or r.get("record")
         for path in ship.RULES
-        for g in yaml.safe_load(path.read_text())["groups"]
+        for g in ship.yaml_load(path.read_text())["groups"]
         for r in g["rules"]
     }
     assert {r["name"] for r in rules} == shipped

@@ -17,7 +17,7 @@ import yaml
 def _rules() -> list[tuple[Path, dict[str, Any]]]:
     out = []
     for path in ship.RULES:
-        for group in yaml.safe_load(path.read_text())["groups"]:
+        for group in ship.yaml_load(path.read_text())["groups"]:
             out.extend((path, rule) for rule in group["rules"])
     return out
 
@@ -73,7 +73,7 @@ def test_prometheusrule_equals_the_plain_rule_files() -> None:
     """deploy/monitoring/prometheusrule.yaml is generated; rerun the script after an edit."""
     committed = (ship.DEPLOY / "monitoring" / "prometheusrule.yaml").read_text()
     builder = _builder()
-    assert yaml.safe_load(committed) == builder.resource(), (
+    assert ship.yaml_load(committed) == builder.resource(), (
         "prometheusrule.yaml drifted from rules/*.yaml: "
         "run python deploy/monitoring/build-prometheusrule.py"
     )
@@ -122,7 +122,7 @@ def test_runbook_base_comes_from_the_settings(tmp_path: Path) -> None:
         if "alert" in r
     ]
     assert urls and all(u.startswith("docs/runbooks.md#") for u in urls)
-    settings = yaml.safe_load((ship.DEPLOY / "settings" / "settings.yaml").read_text())
+    settings = ship.yaml_load((ship.DEPLOY / "settings" / "settings.yaml").read_text())
     assert settings["spec"]["runbookBaseURL"] == "docs/runbooks.md"
 
 
@@ -147,7 +147,7 @@ def test_every_alert_is_unit_tested_firing_and_silent() -> None:
     fired: set[str] = set()
     silent: set[str] = set()
     for path in ship.ALERT_TESTS:
-        for test in yaml.safe_load(path.read_text())["tests"]:
+        for test in ship.yaml_load(path.read_text())["tests"]:
             for case in test.get("alert_rule_test", []):
                 (fired if case.get("exp_alerts") else silent).add(case["alertname"])
     names = {a["alert"] for a in _alerts()}
@@ -165,7 +165,7 @@ def test_every_recording_rule_is_used_or_unit_tested() -> None:
         if "record" in rule:
             used |= ship.metric_names(rule["expr"])
     for path in ship.ALERT_TESTS:
-        for test in yaml.safe_load(path.read_text())["tests"]:
+        for test in ship.yaml_load(path.read_text())["tests"]:
             for case in test.get("promql_expr_test", []):
                 used |= ship.metric_names(case["expr"])
     for path in sorted(ship.DASHBOARDS.glob("*.json")):

@@ -9,6 +9,7 @@ the admin's switch, not at all)."""
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +17,6 @@ import celpy
 import httpx
 import pytest
 import ship_support as ship
-import yaml
 from prometheus_client import CollectorRegistry
 
 from alphagate.config import GROUP, PLURAL, VERSION
@@ -35,6 +35,10 @@ READER = "argo-reader-token"  # a ServiceAccount token that may read canaries in
 OUTSIDER = "team-b-token"  # one that may read canaries in team-b only
 TEMPLATE = ship.DEPLOY / "integrations" / "argo-rollouts" / "analysistemplate.yaml"
 FLAGGER = ship.DEPLOY / "integrations" / "flagger" / "canary-webhook.yaml"
+# One TLS context for every request: httpx otherwise builds one per call (loading the CA
+# bundle: most of this module's CPU), though these servers speak plain HTTP on 127.0.0.1.
+# Each request still opens its own connection.
+TLS = ssl.create_default_context()
 
 
 def _canary(name: str, verdict: str, evaluated: float) -> dict[str, Any]:
@@ -137,13 +141,13 @@ def _condition(expr: str, result: Any) -> bool:
 
 def _argo_measure(base: str, namespace: str, canary: str) -> str:
     """One Argo measurement of the shipped template: Successful, Failed, Inconclusive, Error."""
-    (metric,) = yaml.safe_load(TEMPLATE.read_text())["spec"]["metrics"]
+    (metric,) = ship.yaml_load(TEMPLATE.read_text())["spec"]["metrics"]
     web = metric["provider"]["web"]
     url = web["url"].replace("{{args.namespace}}", namespace).replace("{{args.canary}}", canary)
     path = url.split("://", 1)[1].split("/", 1)[1]
     assert url.startswith("http://alphagate-metrics.alphagate-system.svc:8080/")
     headers = {h["key"]: h["value"].replace("{{args.token}}", READER) for h in web["headers"]}
-    resp = httpx.get(f"{base}/{path}", timeout=web["timeoutSeconds"], headers=headers)
+    resp = httpx.get(f"{base}/{path}", verify=TLS, timeout=web["timeoutSeconds"], headers=headers)
     if resp.status_code >= 300:
         return "Error"  # Argo's web provider errors on a non-2xx answer
     result = _jsonpath(web["jsonPath"], resp.json())
@@ -169,7 +173,7 @@ def test_argo_rollouts_analysis_template(api: str, canary: str, phase: str) -> N
 
 
 def test_the_template_is_well_formed() -> None:
-    doc = yaml.safe_load(TEMPLATE.read_text())
+    doc = ship.yaml_load(TEMPLATE.read_text())
     assert doc["apiVersion"] == "argoproj.io/v1alpha1" and doc["kind"] == "AnalysisTemplate"
     assert [a["name"] for a in doc["spec"]["args"]] == ["namespace", "canary", "token"]
     token = doc["spec"]["args"][2]["valueFrom"]["secretKeyRef"]  # from a Secret, not inline
@@ -190,14 +194,14 @@ def test_the_template_is_well_formed() -> None:
 )
 def test_flagger_webhook_gate(open_api: str, canary: str, code: int) -> None:
     api = open_api
-    doc = yaml.safe_load(FLAGGER.read_text())
+    doc = ship.yaml_load(FLAGGER.read_text())
     hooks = doc["spec"]["analysis"]["webhooks"]
     assert {h["type"] for h in hooks} == {"confirm-promotion", "pre-rollout"}
     for hook in hooks:
         path = hook["url"].split(":8080", 1)[1].replace("llama-3-1-8b-chat", canary)
         # Flagger's payload: the Canary's name, namespace, phase and the webhook's metadata
         payload = {"name": "llama-3-1-8b-chat", "namespace": NS, "phase": "Progressing"}
-        resp = httpx.post(f"{api}{path}", json=payload, timeout=10)
+        resp = httpx.post(f"{api}{path}", json=payload, verify=TLS, timeout=10)
         assert resp.status_code == code, resp.text
         body = resp.json()
         assert body["name"] == canary and body["pass"] is (code == 200)
@@ -208,7 +212,7 @@ def test_flagger_webhook_gate(open_api: str, canary: str, code: int) -> None:
 
 def test_list_detail_and_errors(open_api: str) -> None:
     api = open_api
-    listed = httpx.get(f"{api}/api/v1/verdicts", timeout=10).json()
+    listed = httpx.get(f"{api}/api/v1/verdicts", verify=TLS, timeout=10).json()
     assert listed["kind"] == "VerdictList"
     by = {d["name"]: d for d in listed["items"]}
     assert set(by) == {"good", "bad", "old", "unsure"}
@@ -217,10 +221,12 @@ def test_list_detail_and_errors(open_api: str) -> None:
     good = by["good"]
     assert good["verdict"] == "Pass" and good["stale"] is False and good["combinedAlpha"] == 0.71
     assert good["lastDecision"]["action"] == "hold"  # the evidence travels with it
-    assert httpx.get(f"{api}/api/v1/verdicts/other/good", timeout=10).status_code == 404
-    assert httpx.post(f"{api}/api/v1/verdicts/llm/good", timeout=10).status_code == 405
-    assert httpx.get(f"{api}/api/v1/nothing", timeout=10).status_code == 404
-    assert httpx.get(f"{api}/metrics", timeout=10).status_code == 200  # next to /metrics
+    assert httpx.get(f"{api}/api/v1/verdicts/other/good", verify=TLS, timeout=10).status_code == 404
+    assert httpx.post(f"{api}/api/v1/verdicts/llm/good", verify=TLS, timeout=10).status_code == 405
+    assert httpx.get(f"{api}/api/v1/nothing", verify=TLS, timeout=10).status_code == 404
+    assert (
+        httpx.get(f"{api}/metrics", verify=TLS, timeout=10).status_code == 200
+    )  # next to /metrics
 
 
 # ---------------------------------------------------------------- who may read what
@@ -228,7 +234,7 @@ def test_list_detail_and_errors(open_api: str) -> None:
 
 def _get(base: str, path: str, token: str | None = None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.get(f"{base}{path}", headers=headers, timeout=10)
+    return httpx.get(f"{base}{path}", headers=headers, verify=TLS, timeout=10)
 
 
 def test_callers_are_reviewed_and_held_to_their_namespaces(apiserver: ApiServer) -> None:
@@ -244,7 +250,7 @@ def test_callers_are_reviewed_and_held_to_their_namespaces(apiserver: ApiServer)
         mine = _get(base, "/api/v1/verdicts", READER).json()["items"]
         assert [(d["namespace"], d["name"]) for d in theirs] == [("team-b", "theirs")]
         assert {d["namespace"] for d in mine} == {NS} and len(mine) == 4
-        gate = httpx.post(f"{base}/api/v1/gate/team-b/theirs", timeout=10)
+        gate = httpx.post(f"{base}/api/v1/gate/team-b/theirs", verify=TLS, timeout=10)
         assert gate.status_code == 401
 
 

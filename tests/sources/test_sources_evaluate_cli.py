@@ -13,13 +13,14 @@ import pytest
 from evaluate_support import POLICY, chat_scenario, scrape_target_args
 from typer.testing import CliRunner
 
-from alphagate.cli import app
+from alphagate import cli
 from alphagate.commands.evaluate import load_policy
 from alphagate_lab.sim.fleet import Fleet
 from alphagate_lab.sim.scenario import Scenario
 from alphagate_lab.sim.server import SimServer
 
 runner = CliRunner()
+app = cli.build("evaluate")  # as `alphagate evaluate` builds it: the one command's module alone
 
 
 def scenario(alpha: float) -> Scenario:

@@ -19,7 +19,7 @@ import socket
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -34,7 +34,6 @@ from alphagate.commands.kubeopts import (
 )
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.errors import KubeError
-from alphagate.kube.client import Kube, call
 from alphagate.kube.status.commands import (
     ANN_COMMAND,
     ANN_COMMAND_BY,
@@ -43,6 +42,9 @@ from alphagate.kube.status.commands import (
     COMMANDS,
 )
 from alphagate.kube.status.resource import parse_status
+
+if TYPE_CHECKING:
+    from alphagate.kube.client import Kube
 
 FORCIBLE = ("enable", "promote")
 """Commands with guards `--force` may override."""
@@ -53,6 +55,8 @@ def send_command(
 ) -> str:
     if command not in COMMANDS:
         raise KubeError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
+    from alphagate.kube.client import call  # the client loads when a command connects
+
     ident = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
     # merge patch: None removes a force flag an earlier command left
     annotations: dict[str, str | None] = {

@@ -13,6 +13,9 @@ consecutive-window count is met, and the reason says so.
 
 Pod scrapes read counters since each pod started (``--scrape-seconds 0``, the default) or
 the increase over a live sample of that many seconds (two scrapes).
+
+The sources and the kubernetes client are imported when the command runs, not when the CLI
+starts (help, and `inspect`, which shares the draft-length text).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import math
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -51,14 +54,12 @@ from alphagate.core.model import (
 )
 from alphagate.core.resolution import describe
 from alphagate.errors import PolicyError, SourceError
-from alphagate.kube.events import judgeable_message
 from alphagate.kube.insights_status import insights_status
-from alphagate.sources import Source
-from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery, Target
-from alphagate.sources.endpoints import PrometheusEndpoint, check_url
-from alphagate.sources.endpoints import load as endpoints_load
-from alphagate.sources.prometheus import PrometheusSource
-from alphagate.sources.scrape import ScrapeSource
+
+if TYPE_CHECKING:
+    from alphagate.sources import Source
+    from alphagate.sources.discovery import Target
+    from alphagate.sources.scrape import ScrapeSource
 
 MAX_SCRAPE_SECONDS = 3600.0
 
@@ -102,6 +103,8 @@ def load_policy(path: Path, name: str | None) -> SpeculativeCanary:
 
 
 def parse_scrape_targets(values: list[str]) -> dict[tuple[str, Role], list[Target]]:
+    from alphagate.sources.discovery import Target
+
     out: dict[tuple[str, Role], list[Target]] = {}
     for raw in values:
         key, sep, url = raw.partition("=")
@@ -341,6 +344,8 @@ def render_text(
     for check in ev.checks:
         found = check.evidence
         if isinstance(found, AcceptanceEvidence) and found.judgeable is not None:
+            from alphagate.kube.events import judgeable_message
+
             text = judgeable_message(found.judgeable, check.slice or "")
             out.append(f"not judgeable: {text}")
     would = {
@@ -398,6 +403,12 @@ def evaluate_command(
     span = window if window is not None else spec.timing.window_seconds
     if span <= 0:
         raise typer.BadParameter("must be positive", param_hint="--window")
+
+    from alphagate.sources.discovery import KubeDiscovery, StaticDiscovery
+    from alphagate.sources.endpoints import PrometheusEndpoint, check_url
+    from alphagate.sources.endpoints import load as endpoints_load
+    from alphagate.sources.prometheus import PrometheusSource
+    from alphagate.sources.scrape import ScrapeSource
 
     src: Source
     if scrape_target:

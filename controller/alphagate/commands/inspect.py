@@ -11,6 +11,7 @@ P99 and a P95 guard at the default +10% margin, the smallest regression a Fail c
 (at best, and surely), whether "within +10%" can be shown at all, and the
 ``--custom-histogram-buckets`` layout that would resolve it. Then the draft length the core's
 tuner recommends (`inspect_draft`), and the page's vLLM layout (`alphagate.vllm_compat`).
+The page reader (HTTP and the kubernetes client) is imported when the command runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -30,9 +31,9 @@ from alphagate.commands.evaluate import draft_text
 from alphagate.config import LatencyMetric
 from alphagate.core.histogram import bracket, quantile, resolution_at
 from alphagate.core.model import Buckets
-from alphagate.sources.common import HistSum, redact_url
-from alphagate.sources.page import Counter, Hist, Page, Series
-from alphagate.sources.pageread import read_page_layout
+
+if TYPE_CHECKING:  # the sources package loads when a page is read, not when the CLI starts
+    from alphagate.sources.page import Page, Series
 
 QUANTILES = (0.5, 0.99)
 GUARD_QUANTILES = (0.99, 0.95)
@@ -50,6 +51,9 @@ def _ratio(a: float, b: float) -> float:
 
 def summarize(series: Iterable[Series]) -> dict[str, Any]:
     """Totals of some series (one engine, or all engines of a model) and what follows."""
+    from alphagate.sources.common import HistSum
+    from alphagate.sources.page import Counter, Hist
+
     items = list(series)
     totals = {c: sum(s.counters.get(c, 0.0) for s in items) for c in Counter}
     speculating = any(s.speculating for s in items)
@@ -341,6 +345,9 @@ def inspect_command(
     draft length K and the vLLM layout of one page.
 
     Exit status 1 when the page's numbers are impossible (alpha outside [0, 1], NaN counts)."""
+    from alphagate.sources.common import redact_url
+    from alphagate.sources.pageread import read_page_layout
+
     page, layout = read_page_layout(target, timeout_seconds=timeout)
     models = report(page)
     bad = problems(models)

@@ -11,18 +11,22 @@ as the point estimates they are.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alphagate import specconfig
 from alphagate.config import AcceptanceGate
 from alphagate.core.draft_length import DraftLengthReport, policy_cost, recommend
 from alphagate.core.model import AcceptanceSample
 from alphagate.core.speedup import DEFAULT_RIDGE_TOKENS
-from alphagate.sources.page import Counter, Gauge, Series
+
+if TYPE_CHECKING:  # the sources package loads when a page is read, not when the CLI starts
+    from alphagate.sources.page import Series
 
 
 def report(series: list[Series], method: str | None) -> DraftLengthReport | None:
     """The recommendation for one model's series (engines), None when it does not speculate."""
+    from alphagate.sources.page import Counter, Gauge
+
     samples = [
         AcceptanceSample(
             drafts=s.counters.get(Counter.DRAFTS, 0.0),

@@ -1,15 +1,20 @@
 """What every command that talks to the cluster shares: `--server`, `--kubeconfig`,
 `--context`, `-n` (defaulting as kubectl does), the connection, and reading one
-SpeculativeCanary."""
+SpeculativeCanary.
+
+The kubernetes client is imported when a command connects, not when the CLI starts: help and
+the commands that never talk to the API server do not pay for it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from alphagate.config import GROUP, PLURAL, VERSION
-from alphagate.kube.client import Kube, call, default_namespace
+
+if TYPE_CHECKING:
+    from alphagate.kube.client import Kube
 
 # --server is for the sandbox and tests (a URL with no auth): hidden from help.
 SERVER = typer.Option(
@@ -32,6 +37,8 @@ NAMESPACE = typer.Option(
 
 
 def connect(server: str | None, kubeconfig: str | None, context: str | None) -> Kube:
+    from alphagate.kube.client import Kube
+
     return Kube.connect(server=server, kubeconfig=kubeconfig, context=context)
 
 
@@ -39,10 +46,14 @@ def resolve_namespace(
     namespace: str | None, server: str | None, kubeconfig: str | None, context: str | None
 ) -> str:
     """-n if given, else the namespace kubectl would use for this kubeconfig and context."""
+    from alphagate.kube.client import default_namespace
+
     return namespace or default_namespace(server=server, kubeconfig=kubeconfig, context=context)
 
 
 def read_canary(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    from alphagate.kube.client import call
+
     obj = call(
         f"read {PLURAL}.{GROUP} {namespace}/{name}",
         lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),

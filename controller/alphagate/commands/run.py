@@ -1,5 +1,6 @@
 """`alphagate run`: the long-running controller; SIGTERM/SIGINT stop it cleanly, releasing the
-Lease."""
+Lease. The controller and its sources (aiohttp) are imported when it runs, not for `--help` or
+the CLI's help."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 import typer
 
-from alphagate import logs
 from alphagate.commands.kubeopts import CONTEXT, KUBECONFIG, SERVER
 from alphagate.kube.apibudget import (
     DEFAULT_CANARY,
@@ -20,9 +20,6 @@ from alphagate.kube.apibudget import (
     Rate,
 )
 from alphagate.kube.lease import DEFAULT_LEASE_NAME
-from alphagate.shell.controller import Controller, RunOptions
-from alphagate.sources.endpoints import SourcesConfig
-from alphagate.sources.endpoints import load as load_sources
 
 SIGNAL_POLL_SECONDS = 0.2  # how soon the main thread sees a SIGTERM/SIGINT it was sent
 
@@ -129,6 +126,10 @@ def run(
     context: str | None = CONTEXT,
 ) -> None:
     """Run the controller: watch SpeculativeCanary resources and gate speculation."""
+    from alphagate import logs
+    from alphagate.sources.endpoints import SourcesConfig
+    from alphagate.sources.endpoints import load as load_sources
+
     if log_format not in ("json", "console", "auto"):
         raise typer.BadParameter("one of json, console, auto", param_hint="--log-format")
     logs.configure(fmt=log_format, level=log_level)  # type: ignore[arg-type]
@@ -144,6 +145,8 @@ def run(
             )
         )
         sources = sources.merged(single)
+    from alphagate.shell.controller import Controller, RunOptions  # once the options are valid
+
     opts = RunOptions(
         server=server,
         kubeconfig=kubeconfig,

@@ -1,11 +1,14 @@
-"""`alphagate status [NAME]`: what the controller wrote, as kubectl users read it."""
+"""`alphagate status [NAME]`: what the controller wrote, as kubectl users read it.
+
+The kubernetes client and the status readers are imported when the command runs (`status
+--help` and the CLI's help do not load them)."""
 
 from __future__ import annotations
 
 import json
 import time
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import yaml
@@ -24,10 +27,10 @@ from alphagate.commands.kubeopts import (
 )
 from alphagate.config import GROUP, PLURAL, VERSION
 from alphagate.errors import ForbiddenError
-from alphagate.kube.client import Kube, call
-from alphagate.kube.events import list_events
-from alphagate.kube.status.fields import parse_time
-from alphagate.kube.status.resource import CanaryStatus, parse_status
+
+if TYPE_CHECKING:
+    from alphagate.kube.client import Kube
+    from alphagate.kube.status.resource import CanaryStatus
 
 
 class Output(StrEnum):
@@ -56,6 +59,8 @@ def _ms(x: float | None) -> str:
 
 
 def _ago(text: str | None) -> str:
+    from alphagate.kube.status.fields import parse_time
+
     ts = parse_time(text)
     if ts is None:
         return "-"
@@ -141,6 +146,8 @@ def _dump(obj: Any, output: Output) -> None:
 
 
 def _fetch_list(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
+    from alphagate.kube.client import call
+
     if namespace is None:
         result = call(
             f"list {PLURAL}.{GROUP}",
@@ -156,6 +163,8 @@ def _fetch_list(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
 
 
 def _list(items: list[dict[str, Any]], output: Output | None, as_json: bool) -> None:
+    from alphagate.kube.status.resource import parse_status
+
     if output in (Output.JSON, Output.YAML):
         assert output is not None
         _dump({"apiVersion": "v1", "kind": "List", "items": items}, output)
@@ -241,6 +250,9 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 def _detail(
     kube: Kube, obj: dict[str, Any], output: Output | None, as_json: bool, n_events: int
 ) -> None:
+    from alphagate.kube.events import list_events
+    from alphagate.kube.status.resource import parse_status
+
     st = parse_status(obj)
     if output in (Output.JSON, Output.YAML):
         assert output is not None
