@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 import random
 from collections.abc import Sequence
 
@@ -169,6 +170,13 @@ ITL = (*vllm.ITL_BUCKETS, math.inf)
 
 
 def hist(values: Sequence[float], bounds: Sequence[float] = ITL) -> Buckets:
+    ordered = sorted(values)
+    ascending = all(map(operator.le, bounds, bounds[1:]))
+    if ascending and ordered and ordered[-1] <= bounds[-1] and not any(map(math.isnan, ordered)):
+        # a value counts in the first bucket whose bound is >= it: the count at a bound is
+        # how many values are <= it (whole floats, so the same counts as one by one)
+        cum = [float(bisect.bisect_right(ordered, b)) for b in bounds]
+        return Buckets(bounds=tuple(bounds), counts=tuple(cum), sum=math.fsum(values))
     counts = [0.0] * len(bounds)
     for v in values:
         counts[bisect.bisect_left(bounds, v)] += 1

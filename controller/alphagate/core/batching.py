@@ -80,24 +80,54 @@ def ratio(pairs: Sequence[tuple[float, float]], *, jackknife: bool = True) -> Ra
     batches it doubles the unbiased variance); False divides by (1 - h) (HC2, unbiased for
     equal batches with equal spread), for batches that are sums of many requests."""
     units = [(n, d) for n, d in pairs if d > 0]
-    dens = [d for _, d in units]
-    num = math.fsum([n for n, _ in units])
-    den = math.fsum(dens)
-    if not den > 0:
-        return None
-    r = num / den
-    k = len(units)
-    if k < 2 or max(dens) / den >= 1.0 - 1e-9:
-        return Ratio(r, num, den, math.nan, 0.0, k)
-    # Delta method with a leverage correction: e_i = n_i - r d_i, h_i = d_i / D,
-    # Var(r) = sum(e_i^2 / (1 - h_i)^p) / D^2, p = 2 (HC3, the jackknife) or 1 (HC2).
-    power = 2 if jackknife else 1
-    resid = math.fsum([(n - r * d) ** 2 / (1.0 - d / den) ** power for n, d in units])
-    se = math.sqrt(resid) / den
-    # Kish's effective number of batches: one big pod among small ones is nearly one batch.
-    squares = math.fsum([d * d for d in dens])
-    n_eff = den * den / squares if squares > 0 else float(k)  # subnormal batches square to 0
-    return Ratio(r, num, den, se, max(n_eff - 1.0, 1e-3), k)
+    return Denominators([d for _, d in units], jackknife=jackknife)([n for n, _ in units])
+
+
+class Denominators:
+    """`ratio` over batches with these denominators (all > 0), for numerators given later:
+    what depends on the denominators alone (their sum, the leverages, Kish's dof) is worked
+    out on the first call and kept, as a latency comparison asks for every bucket bound's
+    share over the same batches. The first call runs `ratio`'s float operations in its order,
+    later ones the same operations on the kept values: the same result to the bit."""
+
+    __slots__ = ("_den", "_dens", "_dof", "_levs", "_power")
+
+    def __init__(self, dens: Sequence[float], *, jackknife: bool = True) -> None:
+        self._dens = dens
+        self._power = 2 if jackknife else 1
+        self._den = math.nan
+        self._levs: list[float] | None = None  # None: not worked out yet; []: no spread
+        self._dof = math.nan
+
+    def __call__(self, nums: Sequence[float]) -> Ratio | None:
+        """The ratio of `nums` (one per denominator, in order) over the denominators."""
+        dens, levs = self._dens, self._levs
+        num = math.fsum(nums)
+        if levs is None:
+            self._den = math.fsum(dens)
+        den = self._den
+        if not den > 0:
+            return None
+        r = num / den
+        k = len(dens)
+        if levs is None:
+            self._levs = levs = (
+                []
+                if k < 2 or max(dens) / den >= 1.0 - 1e-9
+                # Delta method with a leverage correction: e_i = n_i - r d_i, h_i = d_i / D,
+                # Var(r) = sum(e_i^2 / (1 - h_i)^p) / D^2, p = 2 (HC3, the jackknife) or 1.
+                else [(1.0 - d / den) ** self._power for d in dens]
+            )
+        if not levs:
+            return Ratio(r, num, den, math.nan, 0.0, k)
+        resid = math.fsum([(n - r * d) ** 2 / h for n, d, h in zip(nums, dens, levs, strict=True)])
+        se = math.sqrt(resid) / den
+        if math.isnan(self._dof):
+            # Kish's effective number of batches: one big pod among small ones is nearly one.
+            squares = math.fsum([d * d for d in dens])
+            n_eff = den * den / squares if squares > 0 else float(k)  # subnormal squares: 0
+            self._dof = max(n_eff - 1.0, 1e-3)
+        return Ratio(r, num, den, se, self._dof, k)
 
 
 def welch_dof(terms: Sequence[tuple[float, float]]) -> float:

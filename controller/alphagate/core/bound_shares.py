@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from alphagate.core.batching import Ratio, blocks, ratio
+from alphagate.core.batching import Denominators, Ratio, blocks
 from alphagate.core.model import Buckets, LatencySample
 
 # increase() extrapolates counts to fractions; below a millionth of an observation is noise
@@ -35,7 +35,8 @@ class Indexes:
 class SharesAbove:
     """A pool's share of observations above a bound over independent batches of its samples;
     the batches are cut once, as every bound of a comparison reads the same ones, and each
-    bound's share is worked out once (the tail's edges are bounds the tests read too)."""
+    bound's share is worked out once (the tail's edges are bounds the tests read too). What
+    depends on the batches' totals alone is shared by every bound (`Denominators`)."""
 
     def __init__(
         self, samples: Sequence[LatencySample], batch_seconds: float, index: Indexes
@@ -48,27 +49,49 @@ class SharesAbove:
             for n, _ in members:
                 total += n
             self._blocks.append((total, members))
+        # The usual batch is one sample (blocks of 30 s over 30 s scrapes): its share above a
+        # bound is one subtraction, read in one comprehension.
+        self._singles = (
+            [(members[0][0], members[0][1].get) for _, members in self._blocks]
+            if all(len(members) == 1 for _, members in self._blocks)
+            else None
+        )
+        totals = [total for total, _ in self._blocks]
+        self._weighed = [total > 0 for total in totals]  # `ratio` drops batches of no weight
+        self._all_weighed = all(self._weighed)
+        self._ratio = Denominators([t for t, w in zip(totals, self._weighed, strict=True) if w])
         self._seen: dict[float, Ratio | None] = {}
 
     def __call__(self, bound: float) -> Ratio | None:
         if bound in self._seen:
             return self._seen[bound]
-        pairs = []
-        for total, members in self._blocks:
-            above = 0.0
-            for n, cum in members:
-                v = n - cum.get(bound, math.nan)
-                if v > 0.0:  # max(0.0, v), NaN to 0, without the call: the hottest loop
-                    above += v
-            pairs.append((above, total))
-        self._seen[bound] = got = ratio(pairs)
+        nan = math.nan
+        if self._singles is not None:
+            # max(0.0, v) with NaN to 0, without the call: 0.0 + v is v itself for v > 0
+            aboves = [v if (v := n - get(bound, nan)) > 0.0 else 0.0 for n, get in self._singles]
+        else:
+            aboves = []
+            for _, members in self._blocks:
+                above = 0.0
+                for n, cum in members:
+                    v = n - cum.get(bound, nan)
+                    if v > 0.0:
+                        above += v
+                aboves.append(above)
+        if not self._all_weighed:
+            aboves = [a for a, w in zip(aboves, self._weighed, strict=True) if w]
+        self._seen[bound] = got = self._ratio(aboves)
         return got
 
 
 def cum_index(b: Buckets) -> dict[float, float]:
     """The cumulative count at each bound of `b` (the first, should a bound repeat): one
     lookup per bound where a comparison reads every bound of every sample."""
-    out: dict[float, float] = {}
+    if len(b.bounds) == len(b.counts):
+        out = dict(zip(b.bounds, b.counts, strict=True))
+        if len(out) == len(b.bounds):  # no bound repeats: the same dict, built in C
+            return out
+    out = {}
     for bound, count in zip(b.bounds, b.counts, strict=True):
         out.setdefault(bound, count)
     return out

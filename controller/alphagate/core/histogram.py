@@ -16,8 +16,10 @@ test in checks.py. `delta`/`merge`/`scale` are the small algebra sources and che
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Final
 
 from alphagate.core import resolution
@@ -85,14 +87,20 @@ def _prepared(buckets: Buckets) -> list[tuple[float, float]] | None:
     """Sorted, coalesced, monotonic (bound, cumulative count) pairs, or None if unusable."""
     if problem(buckets) is not None:
         return None
-    pairs = sorted(zip(buckets.bounds, buckets.counts, strict=True), key=lambda p: p[0])
-    # coalesceBuckets: equal bounds add up.
-    merged: list[tuple[float, float]] = [pairs[0]]
-    for bound, count in pairs[1:]:
-        if bound == merged[-1][0]:
-            merged[-1] = (bound, merged[-1][1] + count)
-        else:
-            merged.append((bound, count))
+    bounds = buckets.bounds
+    if all(map(operator.lt, bounds, islice(bounds, 1, None))):
+        # strictly ascending (every layout vLLM or `alphagate plan` writes): sorted, no
+        # bound to coalesce
+        merged = list(zip(bounds, buckets.counts, strict=True))
+    else:
+        pairs = sorted(zip(bounds, buckets.counts, strict=True), key=operator.itemgetter(0))
+        # coalesceBuckets: equal bounds add up.
+        merged = [pairs[0]]
+        for bound, count in pairs[1:]:
+            if bound == merged[-1][0]:
+                merged[-1] = (bound, merged[-1][1] + count)
+            else:
+                merged.append((bound, count))
     # ensureMonotonicAndIgnoreSmallDeltas: decreases are lifted to the last kept count; `prev`
     # is not updated on a correction.
     prev = merged[0][1]
@@ -100,7 +108,7 @@ def _prepared(buckets: Buckets) -> list[tuple[float, float]] | None:
         bound, cur = merged[i]
         if cur == prev:
             continue
-        if _almost_equal(prev, cur, SMALL_DELTA_TOLERANCE) or cur < prev:
+        if cur < prev or _almost_equal(prev, cur, SMALL_DELTA_TOLERANCE):
             merged[i] = (bound, prev)
             continue
         prev = cur

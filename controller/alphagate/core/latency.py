@@ -35,6 +35,7 @@ regression unless its tail is slower by more than the margin. Pure.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
@@ -52,7 +53,7 @@ from alphagate.core.model import (
     SpeedUp,
     TailGuard,
 )
-from alphagate.core.reference import baseline_reference, pass_reference
+from alphagate.core.reference import references
 from alphagate.core.resolution import Resolution, TailWithin
 from alphagate.core.stats import t_cdf, t_quantile
 
@@ -237,16 +238,19 @@ def _bound_tests(
     slack = margin * (1.0 - quantile)
     tests: list[BoundTest] = []
     for bound in layout:
-        lower = [x for x in layout if x <= bound / (1.0 + margin) * (1.0 + 1e-12)]
-        if not lower:
+        # the largest bound <= bound / (1 + margin) (the layout is sorted, finite, unique)
+        below = bound / (1.0 + margin) * (1.0 + 1e-12)
+        i = bisect_right(layout, below) if below == below else 0  # NaN: none is below
+        if not i:
             continue  # the baseline's share above anything below the first bound is all
         c = canary_above(bound)
-        b = baseline_above(lower[-1])
-        if c is None or b is None or not (c.conclusive and b.conclusive):
-            continue
-        if c.num == 0 or b.num == b.den:
-            continue  # nothing of the canary above it, or everything of the baseline
-        tests.append(_bound_test(bound, lower[-1], c, b, slack=slack))
+        if c is None or not c.conclusive or c.num == 0:
+            continue  # (nothing of the canary above it)
+        lower = layout[i - 1]
+        b = baseline_above(lower)
+        if b is None or not b.conclusive or b.num == b.den:
+            continue  # (everything of the baseline above it)
+        tests.append(_bound_test(bound, lower, c, b, slack=slack))
     return tests
 
 
@@ -282,7 +286,7 @@ def compare(
         margin=margin,
     )
     c_hist, b_hist = pooled(canary, layout, index), pooled(baseline, layout, index)
-    res = _resolution(baseline, quantile, margin, layout, index)
+    res = _resolution(baseline, quantile, margin, layout, index, b_hist)
     tail = None
     if res is not None:
         tail = tail_guard(
@@ -317,19 +321,20 @@ def _resolution(
     margin: float,
     layout: Sequence[float],
     index: Indexes,
+    b_hist: Buckets | None,
 ) -> Resolution | None:
     """The quantile's edges: the Fail edge around the median baseline pod's bucket, the Pass
-    edge (and whether the margin is resolvable) around the lowest pod's (core/reference.py)."""
+    edge (and whether the margin is resolvable) around the lowest pod's (core/reference.py).
+    `b_hist` is the baseline pooled over `layout`."""
 
     def pool(group: Sequence[LatencySample]) -> Buckets | None:
         return pooled(group, layout, index)
 
-    res = histogram.resolution_at(
-        quantile, baseline_reference(baseline, quantile, pool), margin, layout
-    )
-    low = histogram.resolution_at(
-        quantile, pass_reference(baseline, quantile, pool), margin, layout
-    )
+    fail_ref, pass_ref = references(baseline, quantile, pool, b_hist)
+    res = histogram.resolution_at(quantile, fail_ref, margin, layout)
+    low = res
+    if pass_ref is not fail_ref:
+        low = histogram.resolution_at(quantile, pass_ref, margin, layout)
     if res is None or low is None or low.bucket_hi >= res.bucket_hi:
         return res
     return replace(res, pass_edge=low.pass_edge, resolvable=low.resolvable)

@@ -47,6 +47,14 @@ def _ranked(
     pods = _by_pod(samples)
     if len(pods) < min_pods or "" in pods:
         return None
+    return _rank(pods, quantile, pool)
+
+
+def _rank(
+    pods: dict[str, list[LatencySample]],
+    quantile: float,
+    pool: Callable[[Sequence[LatencySample]], Buckets | None],
+) -> list[Buckets] | None:
     need = 1.0 / max(1.0 - quantile, 1e-12)
     ranked: list[tuple[float, float, Buckets]] = []
     for group in pods.values():
@@ -90,3 +98,19 @@ def pass_reference(
     if ranked is None:
         return pool(samples)
     return ranked[0]
+
+
+def references(
+    samples: Sequence[LatencySample],
+    quantile: float,
+    pool: Callable[[Sequence[LatencySample]], Buckets | None],
+    pooled: Buckets | None,
+) -> tuple[Buckets | None, Buckets | None]:
+    """(`baseline_reference`, `pass_reference`) from one ranking of the pods (the latency
+    check needs both, and the ranking pools every pod); `pooled` is `pool(samples)`."""
+    pods = _by_pod(samples)
+    ranked = None if len(pods) < PASS_MIN_PODS or "" in pods else _rank(pods, quantile, pool)
+    if ranked is None:
+        return pooled, pooled
+    fail = ranked[len(ranked) // 2] if len(ranked) >= MIN_PODS else pooled
+    return fail, ranked[0]
