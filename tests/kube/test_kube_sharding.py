@@ -86,7 +86,11 @@ def held_shards(controller: Controller) -> dict[int, float]:
     """The shards a replica's metrics say it holds, with the decision units in each."""
     held: set[int] = set()
     units: dict[int, float] = {}
-    for family in controller.registry.collect():
+    # only the shard families: a whole scrape walks every canary's series, and the test polls
+    shard_families = controller.registry.restricted_registry(
+        ["alphagate_shard_held", "alphagate_shard_units"]
+    )
+    for family in shard_families.collect():
         for sample in family.samples:
             if sample.name == "alphagate_shard_held" and sample.value == 1:
                 held.add(int(sample.labels["shard"]))

@@ -355,13 +355,15 @@ class Actuator:
                 _content_type="application/json-patch+json",
             )
             return out if isinstance(out, dict) else {}
-        patched = self._apps.patch_namespaced_deployment(
-            ref.name,
-            dep.namespace,
-            merge_body(dep, annotations, new_args),
-            field_manager=self.field_manager,
+        return _json_object(
+            self._apps.patch_namespaced_deployment(
+                ref.name,
+                dep.namespace,
+                merge_body(dep, annotations, new_args),
+                field_manager=self.field_manager,
+                _preload_content=False,
+            )
         )
-        return self._as_dict(patched)
 
     @staticmethod
     def _annotations(

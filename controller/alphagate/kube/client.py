@@ -274,6 +274,17 @@ def call(what: str, fn: Callable[[], T]) -> T:
         raise translate(exc, what) from exc
 
 
+def discard(resp: Any) -> None:
+    """Read and drop an answer the caller has no use for (a write whose result it ignores,
+    asked for with ``_preload_content=False``): its connection goes back to the pool clean,
+    and the client never decodes the body into its model (a few hundred microseconds a
+    Lease or an Event). A non-2xx answer was raised as `ApiException` before this."""
+    try:
+        resp.data  # noqa: B018 - reading the body drains the connection
+    finally:
+        resp.release_conn()
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, dict):
         return obj

@@ -39,7 +39,7 @@ from alphagate.core.model import (
 from alphagate.core.timing import TimingWarning
 from alphagate.errors import KubeError
 from alphagate.kube import args as argsmod
-from alphagate.kube.client import call
+from alphagate.kube.client import call, discard
 from alphagate.logs import get as get_logger
 
 COMPONENT: Final = "alphagate"
@@ -185,11 +185,14 @@ class EventRecorder:
             if seen is not None:
                 call(
                     f"update event {ref.namespace}/{name}",
-                    lambda: self._core.patch_namespaced_event(
-                        name,
-                        ref.namespace,
-                        {"count": count, "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
-                        _content_type="application/merge-patch+json",
+                    lambda: discard(
+                        self._core.patch_namespaced_event(
+                            name,
+                            ref.namespace,
+                            {"count": count, "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ")},
+                            _content_type="application/merge-patch+json",
+                            _preload_content=False,
+                        )
                     ),
                 )
             else:
@@ -216,7 +219,11 @@ class EventRecorder:
                 )
                 call(
                     f"create event {ref.namespace}/{name}",
-                    lambda: self._core.create_namespaced_event(ref.namespace, body),
+                    lambda: discard(
+                        self._core.create_namespaced_event(
+                            ref.namespace, body, _preload_content=False
+                        )
+                    ),
                 )
                 with self._lock:
                     self._seen[key] = _Seen(name, 1, now, mono)

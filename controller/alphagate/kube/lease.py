@@ -31,7 +31,7 @@ from kubernetes import client
 
 from alphagate import clock as clockmod
 from alphagate.errors import NotFoundError
-from alphagate.kube.client import API_ERRORS, call
+from alphagate.kube.client import API_ERRORS, call, discard
 from alphagate.kube.coordination import (
     GROUP_LABEL,
     RECORD_ROLE,
@@ -186,7 +186,11 @@ class LeaderElector:
         lease.spec = new_spec
         lease.metadata = self._record(lease.metadata or client.V1ObjectMeta(name=self.name))
         try:
-            self._api.replace_namespaced_lease(self.name, self.namespace, lease)
+            discard(
+                self._api.replace_namespaced_lease(
+                    self.name, self.namespace, lease, _preload_content=False
+                )
+            )
         except client.ApiException as exc:
             self._log.info("lease_update_failed", status=exc.status)
             return False

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from alphagate.kube.client import API_ERRORS
+from alphagate.kube.client import API_ERRORS, discard
 from alphagate.kube.coordination import (
     GROUP_LABEL,
     RECORD_ROLE,
@@ -171,12 +171,18 @@ class ShardLeases:
             if meta is not None and meta.resource_version:
                 meta.labels = {**(meta.labels or {}), **labels}
                 meta.annotations = {**(meta.annotations or {}), **annotations}
-                self._api.replace_namespaced_lease(name, self.namespace, lease)
+                discard(
+                    self._api.replace_namespaced_lease(
+                        name, self.namespace, lease, _preload_content=False
+                    )
+                )
             else:
                 lease.metadata = client.V1ObjectMeta(
                     name=name, namespace=self.namespace, labels=labels, annotations=annotations
                 )
-                self._api.create_namespaced_lease(self.namespace, lease)
+                discard(
+                    self._api.create_namespaced_lease(self.namespace, lease, _preload_content=False)
+                )
         except client.ApiException as exc:
             if exc.status != 409:
                 self._log.info("lease_write_failed", lease=name, status=exc.status)

@@ -221,12 +221,15 @@ class Controller:
         replica no longer owns, and every write checks ownership again."""
         assert self.shards is not None
         moved_away: list[tuple[str, str]] = []
+        taken: list[tuple[str, str]] = []
         for namespace, name in self.reconciler.loop.cached():
             shard = shard_of(namespace, name, self.shards.shards)
             if shard in lost:
                 moved_away.append((namespace, name))
             elif shard in gained:
-                self.reconciler.loop.take_over(namespace, name)
+                taken.append((namespace, name))
+        if taken:
+            self.reconciler.loop.take_over(taken)
         if moved_away:  # forgetting scans every series once, even for none
             self.reconciler.hand_over(moved_away)
 

@@ -29,23 +29,34 @@ class ShardCollector(Collector):
     def __init__(self, recorder: ShardSource) -> None:
         self.recorder = recorder
 
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        """The families by name, without samples: the registry then knows them, so a
+        scrape restricted to them (``name[]=``) reads only this collector."""
+        return _families(0)
+
     def collect(self) -> Iterable[GaugeMetricFamily]:
         got = self.recorder.shard_units()
         if got is None:
             return
         total, units = got
-        yield GaugeMetricFamily(SHARDS, "Shards the canaries are split into (--shards).", total)
-        held = GaugeMetricFamily(
-            SHARD_HELD, "1 for each shard this replica holds.", labels=["shard"]
-        )
-        count = GaugeMetricFamily(
-            SHARD_UNITS, "Decision units this replica evaluates, per shard held.", labels=["shard"]
-        )
+        shards, held, count = _families(total)
+        yield shards
         for shard in sorted(units):
             held.add_metric([str(shard)], 1.0)
             count.add_metric([str(shard)], float(units[shard]))
         yield held
         yield count
+
+
+def _families(total: int) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    """The shards gauge (set to `total`), and the held and units families, still empty."""
+    return (
+        GaugeMetricFamily(SHARDS, "Shards the canaries are split into (--shards).", total),
+        GaugeMetricFamily(SHARD_HELD, "1 for each shard this replica holds.", labels=["shard"]),
+        GaugeMetricFamily(
+            SHARD_UNITS, "Decision units this replica evaluates, per shard held.", labels=["shard"]
+        ),
+    )
 
 
 def new_registry(*, process: bool = True) -> CollectorRegistry:

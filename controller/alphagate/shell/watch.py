@@ -321,13 +321,22 @@ class WatchLoop:
         with self._lock:
             return list(self._cache)
 
-    def take_over(self, namespace: str, name: str) -> None:
-        """This replica owns the canary now: resume from the cluster (what this process
-        remembers of an earlier ownership is stale), and evaluate it one interval after its
-        last evaluation (by whichever replica), as the status records it."""
+    def take_over(self, keys: Sequence[tuple[str, str]]) -> None:
+        """This replica owns these canaries now: resume each from the cluster (what this
+        process remembers of an earlier ownership is stale), and evaluate it one interval
+        after its last evaluation (by whichever replica), as the status records it. The
+        evaluator forgets them all at once: forgetting scans every metric series, and a
+        shard brings hundreds of canaries."""
         if self.evaluator is not None:
-            self.evaluator.hand_over([(namespace, name)])
-        try:  # the status as written now: the watch may not have brought the last one yet
+            self.evaluator.hand_over(keys)
+        for namespace, name in keys:
+            self._resume(namespace, name)
+        self._kick.set()
+
+    def _resume(self, namespace: str, name: str) -> None:
+        """Schedule a taken-over canary from its status as written now (the watch may not
+        have brought the last one yet)."""
+        try:
             fresh = call(
                 f"read {PLURAL}.{GROUP} {namespace}/{name}",
                 lambda: self.kube.custom.get_namespaced_custom_object(
@@ -343,7 +352,6 @@ class WatchLoop:
             obj = fresh if isinstance(fresh, dict) else entry.obj
             last = _last_evaluated(obj)
             entry.next_due = last + _interval(obj) if last is not None else 0.0
-        self._kick.set()
 
     def defer(self, work: Callable[[], None]) -> None:
         """Run `work` on the scheduling thread before its next round (in the order given)."""

@@ -29,6 +29,7 @@ strategic merge patch are the double's own (no library keeps Kubernetes' merge k
     argo_rollouts  a minimal Argo Rollout and the stand-in for the Argo Rollouts controller
     kserve       a minimal InferenceService and the stand-in for KServe's controller (raw mode)
     routes       path to resource, the RBAC verb, discovery documents
+    requestline  a request's head read without the `email` parser (HTTP/1.x)
     handler      the HTTP handler: routing, faults, RBAC, JSON and watch streams
     server       ApiServer: the store served on 127.0.0.1
 """

@@ -16,6 +16,7 @@ from alphagate_lab.sandbox.apiserver.access import (
     CONTROLLER_USER,
     RecordedRequest,
 )
+from alphagate_lab.sandbox.apiserver.requestline import FastHead
 from alphagate_lab.sandbox.apiserver.resources import JSON, ApiError
 from alphagate_lab.sandbox.apiserver.reviews import REVIEWS
 from alphagate_lab.sandbox.apiserver.routes import discovery, route, verb_of
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def make_handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(FastHead):
         protocol_version = "HTTP/1.1"
         server_version = "alphagate-apiserver-double"
         # Headers and body leave in one segment (handle_one_request flushes): without this,

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any, Final
 
 import jsonpatch
 import jsonpointer
 
-from alphagate_lab.sandbox.apiserver.resources import ApiError
+from alphagate_lab.sandbox.apiserver.resources import ApiError, json_copy
 
 
 def json_patch(doc: Any, ops: Any) -> Any:
@@ -30,10 +29,12 @@ def json_patch(doc: Any, ops: Any) -> Any:
 
 
 def merge_patch(doc: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge, null deletes, everything else replaces."""
+    """RFC 7386: objects merge, null deletes, everything else replaces. ``doc`` is left as it
+    was; the result shares the parts the patch leaves alone with it (the double never changes
+    a stored object in place) and copies what it takes from the patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+        return json_copy(patch)
+    out = dict(doc) if isinstance(doc, dict) else {}
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
@@ -59,14 +60,15 @@ STRATEGIC_MERGE_KEYS: Final[dict[str, str]] = {
 
 def strategic_merge_patch(doc: Any, patch: Any) -> Any:
     """Strategic merge: like merge patch, but `containers` (and friends) merge by key and
-    `$patch: delete|replace` directives work on list items and maps."""
+    `$patch: delete|replace` directives work on list items and maps. Shares what the patch
+    leaves alone with ``doc``, as `merge_patch` does."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: json_copy(v) for k, v in patch.items() if k != "$patch"}
     if patch.get("$patch") == "delete":
         return None
-    out = copy.deepcopy(doc) if isinstance(doc, dict) else {}
+    out = dict(doc) if isinstance(doc, dict) else {}
     for key, value in patch.items():
         if key.startswith("$"):
             continue
@@ -81,12 +83,12 @@ def strategic_merge_patch(doc: Any, patch: Any) -> Any:
             else:
                 out[key] = merged
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = json_copy(value)
     return out
 
 
 def _merge_list(orig: list[Any], patch: list[Any], key: str) -> list[Any]:
-    out = copy.deepcopy(orig)
+    out = list(orig)  # items the patch leaves alone are shared, never changed
     for item in patch:
         if not isinstance(item, dict) or key not in item:
             raise ApiError(422, f"strategic merge patch: list item without merge key {key!r}")
@@ -99,7 +101,7 @@ def _merge_list(orig: list[Any], patch: list[Any], key: str) -> list[Any]:
             if idx is not None:
                 out.pop(idx)
         elif directive == "replace" or idx is None:
-            out.append({k: copy.deepcopy(v) for k, v in item.items() if k != "$patch"})
+            out.append({k: json_copy(v) for k, v in item.items() if k != "$patch"})
         else:
             out[idx] = strategic_merge_patch(out[idx], item)
     return out

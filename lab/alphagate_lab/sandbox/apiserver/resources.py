@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 HOST: Final = "127.0.0.1"
 JSON: Final = "application/json"
+_T = TypeVar("_T")
+
+
+def json_copy(value: _T) -> _T:
+    """A deep copy of a JSON document, several times faster than `copy.deepcopy` on one:
+    the double copies what it hands out (test helpers, hooks) and what it takes from a
+    caller. Anything but dicts, lists and JSON scalars goes to `copy.deepcopy`."""
+    return cast(_T, _copied(value))
+
+
+def _copied(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)
+
+
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
 
 
 def now_rfc3339() -> str:

@@ -5,7 +5,6 @@ that promotes Argo Rollouts, and a KServe hook that renders InferenceServices (r
 from __future__ import annotations
 
 import contextlib
-import copy
 import re
 import sys
 import threading
@@ -20,7 +19,13 @@ from alphagate_lab.sandbox.apiserver.argo_rollouts import ArgoRolloutCompleter
 from alphagate_lab.sandbox.apiserver.deployments import Kubelet, RolloutCompleter
 from alphagate_lab.sandbox.apiserver.handler import make_handler
 from alphagate_lab.sandbox.apiserver.kserve import KServeReconciler
-from alphagate_lab.sandbox.apiserver.resources import DEFAULT_TYPES, HOST, ApiError, ResourceType
+from alphagate_lab.sandbox.apiserver.resources import (
+    DEFAULT_TYPES,
+    HOST,
+    ApiError,
+    ResourceType,
+    json_copy,
+)
 from alphagate_lab.sandbox.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Users
 from alphagate_lab.sandbox.apiserver.store import Store
 
@@ -212,14 +217,14 @@ class ApiServer(Store):
         hook = {"deployments.apps": self.kubelet, "rollouts.argoproj.io": self.argo}.get(rtype.key)
         old_gen = None if old is None else old["metadata"].get("generation")
         if hook is not None and (old is None or old_gen != new["metadata"].get("generation")):
-            hook(self, copy.deepcopy(new))
+            hook(self, json_copy(new))
         if self.kserve is not None and rtype.key in KSERVE_WATCHES and _changed(old, new):
-            self.kserve(self, copy.deepcopy(new))
+            self.kserve(self, json_copy(new))
 
     def _after_status(self, rtype: ResourceType, new: dict[str, Any]) -> None:
         """KServe copies its predictor Deployment's status into the InferenceService's."""
         if self.kserve is not None and rtype.key == "deployments.apps":
-            self.kserve.status_changed(self, copy.deepcopy(new))
+            self.kserve.status_changed(self, json_copy(new))
 
 
 KSERVE_WATCHES = frozenset(("deployments.apps", "inferenceservices.serving.kserve.io"))

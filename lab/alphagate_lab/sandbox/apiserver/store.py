@@ -2,11 +2,16 @@
 the REST verbs on them (what each write makes of an object is `writes`), each change recorded
 for watches (`watch`), and the direct helpers tests use. No HTTP here: `server.ApiServer`
 serves it.
+
+A stored object is never changed in place: every write builds a new one, sharing with the old
+what the write left alone. So the REST verbs answer, list and stream stored objects without
+copying them (they are only encoded), and the watch history holds the stored objects
+themselves; what leaves for a caller that may change it (the test helpers, the hooks) is a
+copy.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -18,6 +23,7 @@ from alphagate_lab.sandbox.apiserver.resources import (
     DEFAULT_TYPES,
     ApiError,
     ResourceType,
+    json_copy,
     now_rfc3339,
 )
 from alphagate_lab.sandbox.apiserver.selectors import field_selector, label_selector
@@ -75,7 +81,7 @@ class Store:
         """Create or overwrite an object exactly as given (status included), bumping the
         resourceVersion and notifying watchers. For seeding tests and the demo."""
         rtype = self._type_of(obj, group)
-        body = copy.deepcopy(dict(obj))
+        body = json_copy(dict(obj))
         meta = body.setdefault("metadata", {})
         if rtype.namespaced:
             meta.setdefault("namespace", "default")
@@ -89,9 +95,8 @@ class Store:
                     1 if strip_for_generation(old) != strip_for_generation(body) else 0
                 )
             self._commit(rtype, key, body, "MODIFIED" if old else "ADDED")
-            stored = copy.deepcopy(body)
-        self._after_write(rtype, old, stored)
-        return stored
+        self._after_write(rtype, old, body)
+        return json_copy(body)
 
     def get(
         self, plural: str, namespace: str, name: str, *, group: str | None = None
@@ -101,18 +106,20 @@ class Store:
             obj = self._objects.get((rtype.key, namespace if rtype.namespaced else "", name))
             if obj is None:
                 raise ApiError(404, f'{rtype.key} "{name}" not found', reason="NotFound")
-            return copy.deepcopy(obj)
+        return json_copy(obj)
 
     def objects(
         self, plural: str, namespace: str | None = None, *, group: str | None = None
     ) -> list[dict[str, Any]]:
         rtype = self.resource_type(plural, group)
+        type_key = rtype.key
         with self._cond:
-            return [
-                copy.deepcopy(o)
-                for (k, ns, _), o in sorted(self._objects.items())
-                if k == rtype.key and (namespace is None or ns == namespace)
-            ]
+            found = sorted(
+                (key, o)
+                for key, o in self._objects.items()
+                if key[0] == type_key and (namespace is None or key[1] == namespace)
+            )
+        return [json_copy(o) for _, o in found]
 
     def delete(self, plural: str, namespace: str, name: str, *, group: str | None = None) -> None:
         rtype = self.resource_type(plural, group)
@@ -152,14 +159,13 @@ class Store:
             obj = self._objects.get(key)
             if obj is None:
                 raise ApiError(404, f'{rtype.key} "{name}" not found')
-            new = copy.deepcopy(obj)
-            new["status"] = {**(obj.get("status") or {}), **copy.deepcopy(dict(status))}
+            new = {**obj, "metadata": dict(obj["metadata"])}
+            new["status"] = {**(obj.get("status") or {}), **json_copy(dict(status))}
             if new == obj:
-                return copy.deepcopy(obj)
+                return json_copy(obj)
             self._commit(rtype, key, new, "MODIFIED")
-            stored = copy.deepcopy(new)
-        self._after_status(rtype, stored)
-        return stored
+        self._after_status(rtype, new)
+        return json_copy(new)
 
     def complete_rollout(
         self, namespace: str, name: str, *, generation: int | None = None
@@ -211,17 +217,17 @@ class Store:
     def _commit(
         self, rtype: ResourceType, key: tuple[str, str, str], obj: dict[str, Any], kind: str
     ) -> None:
-        """Store with a fresh resourceVersion; caller holds the lock."""
+        """Store with a fresh resourceVersion; caller holds the lock. ``obj`` and its metadata
+        are the store's own from here on, never changed again (the history holds it too)."""
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         self._objects[key] = obj
-        self._history.record(WatchEvent(self._rv, rtype.key, key[1], kind, copy.deepcopy(obj)))
+        self._history.record(WatchEvent(self._rv, rtype.key, key[1], kind, obj))
         self._cond.notify_all()
 
     def _emit(self, rtype: ResourceType, ns: str, kind: str, obj: dict[str, Any]) -> None:
         self._rv += 1
-        snap = copy.deepcopy(obj)
-        snap["metadata"]["resourceVersion"] = str(self._rv)
+        snap = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self._rv)}}
         self._history.record(WatchEvent(self._rv, rtype.key, ns, kind, snap))
         self._cond.notify_all()
 
@@ -258,23 +264,25 @@ class Store:
         lsel: Callable[[Mapping[str, str]], bool],
         fsel: Callable[[Mapping[str, Any]], bool],
     ) -> list[dict[str, Any]]:
-        """Copies of the objects of `rtype` in `ns` (None: all) that both selectors pick, in
-        key order; caller holds the lock."""
-        return [
-            copy.deepcopy(o)
-            for (k, ons, _), o in sorted(self._objects.items())
-            if k == rtype.key
-            and (ns is None or ons == ns)
+        """The objects of `rtype` in `ns` (None: all) that both selectors pick, in key order
+        (the stored ones: read, never change them); caller holds the lock."""
+        type_key = rtype.key
+        found = sorted(
+            (key, o)
+            for key, o in self._objects.items()
+            if key[0] == type_key
+            and (ns is None or key[1] == ns)
             and lsel(o["metadata"].get("labels") or {})
             and fsel(o)
-        ]
+        )
+        return [o for _, o in found]
 
     def _read(self, rtype: ResourceType, ns: str, name: str) -> dict[str, Any]:
         with self._cond:
             obj = self._objects.get((rtype.key, ns, name))
             if obj is None:
                 raise ApiError(404, f'{rtype.key} "{name}" not found')
-            return copy.deepcopy(obj)
+            return obj
 
     def _create(self, rtype: ResourceType, ns: str, body: Any) -> dict[str, Any]:
         body = created_body(rtype, ns, body, self._validate)
@@ -287,7 +295,7 @@ class Store:
                 )
             self._fill_meta(rtype, body, None)
             self._commit(rtype, key, body, "ADDED")
-            stored: dict[str, Any] = copy.deepcopy(body)
+        stored: dict[str, Any] = body
         self._after_write(rtype, None, stored)
         return stored
 
@@ -309,13 +317,21 @@ class Store:
                 raise ApiError(404, f'{rtype.key} "{name}" not found')
             if patch is not None:
                 body = patched(rtype, old, *patch)
-            new = updated(rtype, old, body, ns=ns, name=name, sub=sub, validate=self._validate)
+            new = updated(
+                rtype,
+                old,
+                body,
+                ns=ns,
+                name=name,
+                sub=sub,
+                validate=self._validate,
+                owned=patch is not None,
+            )
             if new == old:
-                return copy.deepcopy(old)  # a no-op write does not bump resourceVersion
+                return old  # a no-op write does not bump resourceVersion
             self._commit(rtype, key, new, "MODIFIED")
-            stored = copy.deepcopy(new)
-        self._after_write(rtype, old, stored)
-        return stored
+        self._after_write(rtype, old, new)
+        return new
 
     def _delete_http(self, rtype: ResourceType, ns: str, name: str, body: Any) -> dict[str, Any]:
         key = (rtype.key, ns if rtype.namespaced else "", name)

@@ -8,7 +8,6 @@ Apart from the store because a watch is a reader of the store's changes with its
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import deque
@@ -116,6 +115,6 @@ def watch_stream(
             cursor = pending[-1].rv
         for ev in pending:
             if matches(ev):
-                yield {"type": ev.kind, "object": copy.deepcopy(ev.obj)}
+                yield {"type": ev.kind, "object": ev.obj}  # stored, never changed: no copy
         if time.monotonic() >= deadline:
             return

@@ -7,13 +7,12 @@ when anything but metadata and status changed. Pure: the store holds the lock an
 
 from __future__ import annotations
 
-import copy
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from alphagate_lab.sandbox.apiserver.patches import PATCHERS
-from alphagate_lab.sandbox.apiserver.resources import ApiError, ResourceType
+from alphagate_lab.sandbox.apiserver.resources import ApiError, ResourceType, json_copy
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 # what a real API server accepts on a custom resource (it has no strategic merge keys)
@@ -35,7 +34,7 @@ def created_body(rtype: ResourceType, ns: str, body: Any, validate: Validate) ->
     """A create's body, named (``generateName``), placed in ``ns``, validated, without status."""
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
-    body = copy.deepcopy(body)
+    body = json_copy(body)
     meta = body.setdefault("metadata", {}) or {}
     body["metadata"] = meta
     if not meta.get("name"):
@@ -84,9 +83,12 @@ def updated(
     name: str,
     sub: str,
     validate: Validate,
+    owned: bool = False,
 ) -> dict[str, Any]:
     """The object a PUT of ``body`` to the object (``sub`` "") or its status makes of ``old``,
-    with ``old``'s resourceVersion (the store gives the new one if it differs)."""
+    with ``old``'s resourceVersion (the store gives the new one if it differs). It shares
+    with ``old`` what the write leaves alone (a stored object is never changed in place);
+    ``owned``: ``body`` is the double's own (a patch's result), taken without a copy."""
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
     meta = body.get("metadata") or {}
@@ -100,29 +102,31 @@ def updated(
             "modified; please apply your changes to the latest version and try again",
         )
     if sub == "status":
-        new = copy.deepcopy(old)
+        new = dict(old)
         if "status" in body:
-            new["status"] = copy.deepcopy(body["status"])
+            new["status"] = body["status"] if owned else json_copy(body["status"])
         else:
             new.pop("status", None)
+        new_meta = dict(old["metadata"])
     else:
-        new = copy.deepcopy(body)
-        new_meta = new.setdefault("metadata", {})
+        new = dict(body) if owned else json_copy(body)
+        new_meta = dict(new.get("metadata") or {})
         new_meta["name"] = name
         if rtype.namespaced:
             new_meta["namespace"] = ns
         for managed in ("uid", "creationTimestamp", "generation"):
             if managed in old["metadata"]:
                 new_meta[managed] = old["metadata"][managed]
+        new["metadata"] = new_meta
         if rtype.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = old["status"]
             else:
                 new.pop("status", None)
         validate(rtype, new)
         if rtype.generation and strip_for_generation(old) != strip_for_generation(new):
             new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
     new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
-    new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-    out: dict[str, Any] = new
-    return out
+    new_meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+    new["metadata"] = new_meta
+    return new
