@@ -53,7 +53,7 @@ FIRST_PAGE_BYTES: Final = 64 * 1024
 """What a page is expected to hold before its canary's first is read (vLLM's: ~55 KB)."""
 CELL_BYTES: Final = 100
 """What one kept number costs in Python (a float in a dict: key, value and slot); a series'
-own objects count as some more (`podmemory.SERIES_CELLS`, where both are measured)."""
+own objects count as some more (`increments.SERIES_CELLS`, where both are measured)."""
 
 
 class ScrapeBudgets(StrictModel):

@@ -14,13 +14,7 @@ from collections.abc import Iterable
 
 from alphagate.errors import BudgetError, BudgetKind
 from alphagate.sources.budget import MAX_BUCKETS
-from alphagate.sources.increments import (
-    INCREMENT_CELLS,
-    SERIES_CELLS,
-    Increment,
-    PodState,
-    series_cells,
-)
+from alphagate.sources.increments import Increment, PodState
 from alphagate.sources.page import Page
 
 # The counting itself (INCREMENT_CELLS, SERIES_CELLS, series_cells) lives beside the increments,
@@ -59,11 +53,8 @@ def check_buckets(page: Page, where: str) -> None:
 
 
 __all__ = [
-    "INCREMENT_CELLS",
-    "SERIES_CELLS",
     "check_buckets",
     "increment_cells",
     "kept_cells",
-    "series_cells",
     "state_cells",
 ]

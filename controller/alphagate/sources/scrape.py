@@ -68,10 +68,10 @@ from alphagate.sources.common import (
 from alphagate.sources.discovery import Discovery, Target, scrape_settings
 from alphagate.sources.fetcher import Fetcher, Stage, run, where_of
 from alphagate.sources.getshare import GET_SHARE
-from alphagate.sources.increments import PodState
+from alphagate.sources.increments import PodState, series_cells
 from alphagate.sources.pageread import ACCEPT, Scraped, scraped
 from alphagate.sources.parsepool import parse_pool, tenant_of
-from alphagate.sources.podmemory import increment_cells, kept_cells, series_cells
+from alphagate.sources.podmemory import increment_cells, kept_cells
 
 # --------------------------------------------------------------------------- the source
 
