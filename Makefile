@@ -47,14 +47,15 @@ lint: $(STAMP)
 ## demo's story runs in real time (compressed 4x; the `realtime` marker): it runs in its own
 ## process beside the workers, at normal priority while they and lint run at nice $(NICE), so
 ## its windows come on time (beside four workers at its own priority they came late and the
-## story changed) and the rest of the suite fills the cores it leaves.
+## story changed) and the rest of the suite fills the cores it leaves. It collects tests/demo
+## alone (where every `realtime` test lives: test_ship_habits checks), not the whole suite.
 WORKERS ?= 4
 NICE ?= 10
 test: $(STAMP)
 	tools/ensure-prometheus.sh
 	nice -n $(NICE) $(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
 	$(BIN)/pytest --collect-only -q -m "not vllm" -p no:xdist > $(VENV)/collect.log 2>&1; \
-	$(BIN)/pytest -m "realtime and not vllm" $(PYTEST_ARGS) > $(VENV)/realtime.log 2>&1 & \
+	$(BIN)/pytest tests/demo -m "realtime and not vllm" $(PYTEST_ARGS) > $(VENV)/realtime.log 2>&1 & \
 	realtime=$$!; \
 	nice -n $(NICE) $(BIN)/pytest -m "not vllm and not realtime" -n $(WORKERS) --dist loadgroup \
 		$(PYTEST_ARGS); tests=$$?; \

@@ -125,17 +125,26 @@ XDIST_GROUPS = {
 # time in a `make test` run, mostly waiting), so the run does not end with one worker still on
 # one of them. The others follow, those with more tests first.
 LONGEST_FIRST = (
-    "backtest-recordings",  # 170 s
-    "wall-clock-replicas",  # 107 s
-    "tests/bench/test_bench_tenants.py",  # 93 s
-    "tests/sources/test_sources_fleet_bench.py",  # 84 s
-    "tests/policies/test_policies_as_shipped.py",  # 70 s
-    "tests/core/test_core_latency_regressions.py",  # 67 s
-    "tests/ship/test_ship_release.py",  # 55 s
-    "tests/core/test_core_coverage_sim.py",  # 44 s
-    "tests/sim/test_sim_fleet.py",  # 42 s
-    "tests/ship/test_ship_manifests.py",  # 37 s
-    "fleet-prometheus",  # 35 s
+    "backtest-recordings",  # 158 s
+    "wall-clock-replicas",  # 119 s
+    "tests/sources/test_sources_fleet_bench.py",  # 103 s
+    "tests/bench/test_bench_tenants.py",  # 96 s
+    "tests/policies/test_policies_as_shipped.py",  # 72 s
+    "tests/core/test_core_latency_regressions.py",  # 64 s
+    "tests/core/test_core_coverage_sim.py",  # 62 s
+    "tests/ship/test_ship_release.py",  # 48 s
+    "tests/sim/test_sim_fleet.py",  # 44 s
+    "fleet-prometheus",  # 38 s
+    "tests/core/test_core_acceptance.py",  # 33 s
+    "tests/core/test_core_coverage_traces.py",  # 29 s
+    # Prometheus's own modules: few tests, each ~20 s mostly waiting for its first scrapes;
+    # sorted by size they came last and the run ended on them
+    "tests/sources/test_sources_namespace_it.py",  # 23 s
+    "tests/sources/test_sources_prometheus_it.py",  # 21 s
+    "tests/sources/test_sources_recorded_it.py",  # 21 s
+    "tests/ship/test_ship_rbac.py",  # 15 s
+    "tests/ship/test_ship_prometheus.py",  # 15 s
+    "tests/sources/test_sources_idle.py",  # 15 s
 )
 
 

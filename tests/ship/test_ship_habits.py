@@ -44,8 +44,19 @@ def test_make_test_lints_beside_the_tests_and_fails_with_lint() -> None:
 
 def test_make_test_runs_the_real_time_story_beside_the_suite_at_a_higher_priority() -> None:
     recipe = " ".join(_recipe("test")).replace("\\ ", "")
-    story = recipe.index('$(BIN)/pytest -m "realtime and not vllm"')
+    story = recipe.index('$(BIN)/pytest tests/demo -m "realtime and not vllm"')
     suite = recipe.index('nice -n $(NICE) $(BIN)/pytest -m "not vllm and not realtime"')
     assert story < suite and "nice -n $(NICE) $(MAKE) --no-print-directory lint" in recipe
     assert recipe[story - len("; ") : story] == "; "  # not niced itself
     assert "wait $$realtime; story=$$?" in recipe
+
+
+def test_every_real_time_test_lives_where_the_story_collects() -> None:
+    """The story's process collects tests/demo alone and the suite deselects `realtime`: a
+    test marked so anywhere else would run in neither."""
+    marked = [
+        path.relative_to(ship.ROOT).as_posix()
+        for path in (ship.ROOT / "tests").rglob("test_*.py")
+        if re.search(r"mark\.realtime\b", path.read_text())
+    ]
+    assert marked and all(p.startswith("tests/demo/") for p in marked), marked
