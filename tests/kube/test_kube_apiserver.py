@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -337,3 +339,37 @@ def test_discovery_endpoints(apiserver: ApiServer, kube: Kube) -> None:
     assert GROUP in [g.name for g in groups.groups]
     res = client.CoordinationV1Api(kube.api_client).get_api_resources()
     assert "leases" in [r.name for r in res.resources]
+
+
+def _raw(apiserver: ApiServer, head: bytes) -> bytes:
+    """What the double answers to a request head sent as is (bounded: 5 s, one answer)."""
+    with socket.create_connection(("127.0.0.1", apiserver.port), timeout=5) as sock:
+        sock.sendall(head)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+def test_request_heads_are_read_as_http_server_reads_them(apiserver: ApiServer) -> None:
+    """The double reads request heads itself (`requestline`, without the email parser): a
+    well-formed one on a kept-alive connection is served; a header line without a colon,
+    too many headers and a too-long line are refused with http.server's statuses."""
+    conn = http.client.HTTPConnection("127.0.0.1", apiserver.port, timeout=5)
+    try:
+        for _ in range(2):  # HTTP/1.1 keeps the connection for the second request
+            conn.request("GET", "/version", headers={"X-Folded": "a:b:c"})
+            answer = conn.getresponse()
+            assert answer.status == 200 and json.loads(answer.read())["major"]
+    finally:
+        conn.close()
+    get = b"GET /version HTTP/1.1\r\nHost: x\r\n"
+    assert _raw(apiserver, get + b"no colon here\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert _raw(apiserver, get + b" folded: value\r\n\r\n").startswith(b"HTTP/1.1 400")
+    many = b"".join(b"X-%d: v\r\n" % i for i in range(101))
+    assert _raw(apiserver, get + many + b"\r\n").startswith(b"HTTP/1.1 431")
+    long = b"X-Long: " + b"v" * 70_000 + b"\r\n"
+    assert _raw(apiserver, get + long + b"\r\n").startswith(b"HTTP/1.1 431")
