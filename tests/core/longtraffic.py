@@ -148,16 +148,21 @@ def pod_samples(
     near = (finish > pe[0]) & (arrive < pe[-1])
     arrive, finish, g = arrive[near], finish[near], g[near]
     v = _v(p[near], t.k, g)
+    # All intervals at once, (interval, request) row by row: the same elementwise floats as one
+    # interval at a time, and one normal draw of all the live cells is the per-interval draws
+    # in their order; each interval's sums are over its own contiguous slice, as before.
+    overlap = np.maximum(np.minimum(finish, pe[1:, None]) - np.maximum(arrive, pe[:-1, None]), 0.0)
+    drafts = np.floor(overlap / t.step_seconds)
+    live = drafts > 0
+    d = drafts[live]
+    accepted = d * np.broadcast_to(g, live.shape)[live] + np.sqrt(
+        d * np.broadcast_to(v, live.shape)[live]
+    ) * rng.standard_normal(d.size)
+    cut = np.concatenate(([0], np.cumsum(live.sum(axis=1)))).tolist()
     out = []
     for i in range(intervals):
-        lo, hi = pe[i], pe[i + 1]
-        overlap = np.maximum(np.minimum(finish, hi) - np.maximum(arrive, lo), 0.0)
-        drafts = np.floor(overlap / t.step_seconds)
-        live = drafts > 0
-        d, gi, vi = drafts[live], g[live], v[live]
-        accepted = d * gi + np.sqrt(d * vi) * rng.standard_normal(d.size)
-        total_d = float(d.sum())
-        acc = _clip(float(accepted.sum()), total_d * t.k)
+        total_d = float(d[cut[i] : cut[i + 1]].sum())
+        acc = _clip(float(accepted[cut[i] : cut[i + 1]].sum()), total_d * t.k)
         start = float(edges[i])
         out.append(
             AcceptanceSample(
