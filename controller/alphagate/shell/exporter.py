@@ -114,6 +114,9 @@ class Recorder(MetricFamilies):
         # pair's current timing problems: neither first-seen nor timing scans the series
         self._counted: set[tuple[str, str]] = set()
         self._problems: dict[tuple[str, str], set[str]] = {}
+        # the gauge children `put` sets, by (metric name, labels): labels() validates and locks
+        # on every call; a child leaves here whenever its series is removed or cleared
+        self._children: dict[tuple[str, tuple[str, ...]], Gauge] = {}
         self._leader = False
         r = self.registry
 
@@ -166,7 +169,10 @@ class Recorder(MetricFamilies):
             def put(metric: Gauge, name: str, labels: tuple[str, ...], value: float) -> None:
                 if not math.isfinite(value):
                     return
-                metric.labels(*labels).set(value)
+                child = self._children.get((name, labels))
+                if child is None:
+                    child = self._children[name, labels] = metric.labels(*labels)
+                child.set(value)
                 new.setdefault(name, set()).add(labels)
 
             self._acceptance(evaluation, spec, c, put)
@@ -205,6 +211,7 @@ class Recorder(MetricFamilies):
             for name, labelsets in old.items():
                 for labels in labelsets - new.get(name, set()):
                     gauges[name].remove(*labels)
+                    del self._children[name, labels]
             self._seen[key] = _Seen(series=new)
 
     def _acceptance(
@@ -303,6 +310,7 @@ class Recorder(MetricFamilies):
             if not leader:
                 for gauge in self.gauges_by_name().values():
                     gauge.clear()
+                self._children.clear()
                 self._seen.clear()
                 self.spec_invalid.clear()
                 self._invalid.clear()
@@ -350,6 +358,7 @@ class Recorder(MetricFamilies):
                 for name, labelsets in seen.series.items():
                     for labels in labelsets:
                         self.gauges_by_name()[name].remove(*labels)
+                        del self._children[name, labels]
             for pair in [p for p in self._invalid if mine(*p)]:
                 self._invalid.discard(pair)
                 self.spec_invalid.remove(*pair)
