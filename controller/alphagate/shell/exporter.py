@@ -110,6 +110,13 @@ class Recorder(MetricFamilies):
         self._lock = threading.Lock()
         self._seen: dict[tuple[str, str], _Seen] = {}
         self._invalid: set[tuple[str, str]] = set()
+        # pairs whose counters exist at 0 (only `forget` removes counter series), and each
+        # pair's current timing problems: neither first-seen nor timing scans the series
+        self._counted: set[tuple[str, str]] = set()
+        self._problems: dict[tuple[str, str], set[str]] = {}
+        # the gauge children `put` sets, by (metric name, labels): labels() validates and locks
+        # on every call; a child leaves here whenever its series is removed or cleared
+        self._children: dict[tuple[str, tuple[str, ...]], Gauge] = {}
         self._leader = False
         r = self.registry
 
@@ -162,7 +169,10 @@ class Recorder(MetricFamilies):
             def put(metric: Gauge, name: str, labels: tuple[str, ...], value: float) -> None:
                 if not math.isfinite(value):
                     return
-                metric.labels(*labels).set(value)
+                child = self._children.get((name, labels))
+                if child is None:
+                    child = self._children[name, labels] = metric.labels(*labels)
+                child.set(value)
                 new.setdefault(name, set()).add(labels)
 
             self._acceptance(evaluation, spec, c, put)
@@ -177,7 +187,7 @@ class Recorder(MetricFamilies):
                 put(self.last_success, LAST_SUCCESS, c, evaluation.at)
             else:
                 # keep the previous success time: staleness is measured from it
-                if (LAST_SUCCESS, c) in self._seen_pairs(key):
+                if c in self._seen.get(key, _Seen()).series.get(LAST_SUCCESS, ()):
                     new.setdefault(LAST_SUCCESS, set()).add(c)
             if evaluation.predicted_speedup is not None:
                 put(self.speedup, PREDICTED_SPEEDUP, c, evaluation.predicted_speedup)
@@ -197,9 +207,11 @@ class Recorder(MetricFamilies):
                 self.duration.labels(*c).observe(duration_seconds)
 
             old = self._seen.get(key, _Seen()).series
+            gauges = self.gauges_by_name()
             for name, labelsets in old.items():
                 for labels in labelsets - new.get(name, set()):
-                    self.gauges_by_name()[name].remove(*labels)
+                    gauges[name].remove(*labels)
+                    del self._children[name, labels]
             self._seen[key] = _Seen(series=new)
 
     def _acceptance(
@@ -267,12 +279,15 @@ class Recorder(MetricFamilies):
     def timing(self, *, namespace: str, canary: str, problems: Collection[str]) -> None:
         """The policy's timing problems right now (core/timing, every evaluation): 1 for each,
         and the series of problems that cleared removed."""
+        c = (namespace, canary)
         with self._lock:
-            for values in list(self.timing_problem._metrics):  # no public listing
-                if values[:2] == (namespace, canary) and values[2] not in problems:
-                    self.timing_problem.remove(*values)
+            now = set(problems)
+            for problem in self._problems.pop(c, set()) - now:
+                self.timing_problem.remove(*c, problem)
             for problem in problems:
-                self.timing_problem.labels(namespace, canary, problem).set(1)
+                self.timing_problem.labels(*c, problem).set(1)
+            if now:
+                self._problems[c] = now
 
     def source_error(self, kind: SourceErrorKind | None, *, namespace: str, canary: str) -> None:
         """Count one failed read by kind (a bounded set; None counts as "unknown")."""
@@ -295,6 +310,7 @@ class Recorder(MetricFamilies):
             if not leader:
                 for gauge in self.gauges_by_name().values():
                     gauge.clear()
+                self._children.clear()
                 self._seen.clear()
                 self.spec_invalid.clear()
                 self._invalid.clear()
@@ -342,9 +358,12 @@ class Recorder(MetricFamilies):
                 for name, labelsets in seen.series.items():
                     for labels in labelsets:
                         self.gauges_by_name()[name].remove(*labels)
+                        del self._children[name, labels]
             for pair in [p for p in self._invalid if mine(*p)]:
                 self._invalid.discard(pair)
                 self.spec_invalid.remove(*pair)
+            self._counted = {p for p in self._counted if not mine(*p)}
+            self._problems = {p: v for p, v in self._problems.items() if not mine(*p)}
             for metric in (
                 self.decisions,
                 self.transitions,
@@ -372,7 +391,12 @@ class Recorder(MetricFamilies):
 
         A counter series born at 1 has no earlier sample, and Prometheus' increase() over it is
         0: the rollback alert would miss the first rollback after a restart or a leader change.
+        Once per pair: creating a child that exists changes nothing, and costs a canary's
+        every first evaluation after `track` (and after each leader change) ~30 label lookups.
         """
+        if c in self._counted:
+            return
+        self._counted.add(c)
         for from_state in State:
             for to_state in State:
                 if from_state is not to_state:
@@ -406,12 +430,6 @@ class Recorder(MetricFamilies):
                 put(self.latency_shape, LATENCY_SHAPE, (*c, shape.value), value)
         if ins.outputs.finding is not Finding.UNKNOWN:
             put(self.short_outputs, SHORT_OUTPUTS, c, 1.0 if ins.outputs.holds else 0.0)
-
-    def _seen_pairs(self, key: tuple[str, str]) -> set[tuple[str, tuple[str, ...]]]:
-        seen = self._seen.get(key)
-        if seen is None:
-            return set()
-        return {(name, labels) for name, sets in seen.series.items() for labels in sets}
 
     @staticmethod
     def _only_slice(evaluation: Evaluation, spec: SpeculativeCanarySpec | None) -> str | None:
