@@ -211,7 +211,7 @@ class Recorder(MetricFamilies):
             for name, labelsets in old.items():
                 for labels in labelsets - new.get(name, set()):
                     gauges[name].remove(*labels)
-                    del self._children[name, labels]
+                    self._children.pop((name, labels), None)
             self._seen[key] = _Seen(series=new)
 
     def _acceptance(
@@ -358,7 +358,7 @@ class Recorder(MetricFamilies):
                 for name, labelsets in seen.series.items():
                     for labels in labelsets:
                         self.gauges_by_name()[name].remove(*labels)
-                        del self._children[name, labels]
+                        self._children.pop((name, labels), None)
             for pair in [p for p in self._invalid if mine(*p)]:
                 self._invalid.discard(pair)
                 self.spec_invalid.remove(*pair)
