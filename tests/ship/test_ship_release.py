@@ -301,6 +301,7 @@ print(" ".join(sorted(h for h in heavy if h in sys.modules)))
         (["policy", "check", str(ship.ROOT / "policies" / "mixed-fleet.yaml")], ""),
         (["crd"], ""),
         (["status", "--help"], ""),  # the client loads when it connects
+        (["run", "--help"], ""),  # and the controller when it runs
         (["sim", "--help"], "alphagate_lab numpy"),
     ],
 )

@@ -19,7 +19,7 @@ from alphagate.kube.apibudget import (
     BudgetConfig,
     Rate,
 )
-from alphagate.kube.lease import DEFAULT_LEASE_NAME
+from alphagate.kube.coordination import DEFAULT_LEASE_NAME
 
 SIGNAL_POLL_SECONDS = 0.2  # how soon the main thread sees a SIGTERM/SIGINT it was sent
 

@@ -29,6 +29,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+DEFAULT_LEASE_NAME: Final = "alphagate-controller"
+"""The coordination Lease (`--lease-name`): here, not in `kube.lease`, so the `run` command's
+options load without the kubernetes client."""
+
 ANN_MODE: Final = "alphagate.io/coordination"
 """`leader` or `sharded`: how the replicas that hold this Lease split the canaries."""
 ANN_SHARDS: Final = "alphagate.io/shards"
@@ -141,6 +145,7 @@ def guarded(log: Any, event: str, callback: Callable[..., None] | None, *args: A
 __all__ = [
     "ANN_MODE",
     "ANN_SHARDS",
+    "DEFAULT_LEASE_NAME",
     "GROUP_LABEL",
     "RECORD_ROLE",
     "ROLE_LABEL",

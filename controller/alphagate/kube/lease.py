@@ -33,6 +33,7 @@ from alphagate import clock as clockmod
 from alphagate.errors import NotFoundError
 from alphagate.kube.client import API_ERRORS, call, discard
 from alphagate.kube.coordination import (
+    DEFAULT_LEASE_NAME,
     GROUP_LABEL,
     RECORD_ROLE,
     ROLE_LABEL,
@@ -42,8 +43,6 @@ from alphagate.kube.coordination import (
     tell_refusal,
 )
 from alphagate.logs import get as get_logger
-
-DEFAULT_LEASE_NAME = "alphagate-controller"
 
 
 def default_identity() -> str:
@@ -276,4 +275,4 @@ class LeaderElector:
             self.release()
 
 
-__all__ = ["DEFAULT_LEASE_NAME", "LeaderElector", "default_identity"]
+__all__ = ["LeaderElector", "default_identity"]

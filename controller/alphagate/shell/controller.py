@@ -21,9 +21,9 @@ from alphagate import logs
 from alphagate.config import SpeculativeCanarySpec
 from alphagate.kube.apibudget import ApiBudget, BudgetConfig
 from alphagate.kube.client import Kube, load_configuration
-from alphagate.kube.coordination import Refusal
+from alphagate.kube.coordination import DEFAULT_LEASE_NAME, Refusal
 from alphagate.kube.events import EventRecorder, EventType, ObjectRef, Reason
-from alphagate.kube.lease import DEFAULT_LEASE_NAME, LeaderElector, default_identity
+from alphagate.kube.lease import LeaderElector, default_identity
 from alphagate.kube.shards import ShardLeases, shard_of
 from alphagate.shell.exporter import Recorder
 from alphagate.shell.outcome import Outcome
