@@ -35,21 +35,6 @@ def _by_pod(samples: Sequence[LatencySample]) -> dict[str, list[LatencySample]]:
     return pods
 
 
-def _ranked(
-    samples: Sequence[LatencySample],
-    quantile: float,
-    pool: Callable[[Sequence[LatencySample]], Buckets | None],
-    min_pods: int,
-) -> list[Buckets] | None:
-    """Each pod's histogram, by the bucket holding its quantile (lowest first); None with
-    fewer than `min_pods` pods, an unnamed one, or one with fewer than 1 / (1 - quantile)
-    requests or no quantile."""
-    pods = _by_pod(samples)
-    if len(pods) < min_pods or "" in pods:
-        return None
-    return _rank(pods, quantile, pool)
-
-
 def _rank(
     pods: dict[str, list[LatencySample]],
     quantile: float,
@@ -77,10 +62,7 @@ def baseline_reference(
     """The histogram whose `quantile` bucket the edges stand on: the median pod's (three or
     more pods, each with >= 1 / (1 - quantile) requests), else all pooled. `pool` pools
     samples into one histogram at the common layout."""
-    ranked = _ranked(samples, quantile, pool, MIN_PODS)
-    if ranked is None:
-        return pool(samples)
-    return ranked[len(ranked) // 2]  # the upper median: one bad pod of four moves nothing
+    return references(samples, quantile, pool, pool(samples))[0]
 
 
 def pass_reference(
@@ -94,10 +76,7 @@ def pass_reference(
     stalled in about a quarter of the windows, lifting the median pod's P99 and with it the
     Pass edge, so a canary 1.2x slower on every request was shown within in 15 of 180
     windows. A claim needs the baseline at its best; a Fail keeps the median."""
-    ranked = _ranked(samples, quantile, pool, PASS_MIN_PODS)
-    if ranked is None:
-        return pool(samples)
-    return ranked[0]
+    return references(samples, quantile, pool, pool(samples))[1]
 
 
 def references(
@@ -107,10 +86,13 @@ def references(
     pooled: Buckets | None,
 ) -> tuple[Buckets | None, Buckets | None]:
     """(`baseline_reference`, `pass_reference`) from one ranking of the pods (the latency
-    check needs both, and the ranking pools every pod); `pooled` is `pool(samples)`."""
+    check needs both, and the ranking pools every pod; the two rules are stated once, here);
+    `pooled` is `pool(samples)`. A pod with fewer than 1 / (1 - quantile) requests or no
+    quantile, or an unnamed one, leaves both pooled."""
     pods = _by_pod(samples)
     ranked = None if len(pods) < PASS_MIN_PODS or "" in pods else _rank(pods, quantile, pool)
     if ranked is None:
         return pooled, pooled
+    # the upper median: one bad pod of four moves nothing
     fail = ranked[len(ranked) // 2] if len(ranked) >= MIN_PODS else pooled
     return fail, ranked[0]
