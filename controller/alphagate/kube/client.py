@@ -35,7 +35,7 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 """The deadline of one API request (connect, send, answer) when its caller sets none."""
 
 
-class _TimedRest(rest.RESTClientObject):
+class _TimedRest(rest.RESTClientObject):  # type: ignore[misc]  # Any: kubernetes is not followed
     """The client's REST layer with a default deadline on every request, each paid from the
     API budget when there is one (`ApiBudgetError` before anything is sent when it is spent)."""
 
@@ -57,7 +57,7 @@ class _TimedRest(rest.RESTClientObject):
     ) -> Any:
         if self.budget is not None:
             self.budget.spend(f"{method} {url.split('?', 1)[0]}")
-        return super().request(  # type: ignore[no-untyped-call]
+        return super().request(
             method,
             url,
             headers=headers,
@@ -101,9 +101,7 @@ def load_configuration(
         path = kubeconfig or _default_kubeconfig()
         if path:
             try:
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=path, context=context, client_configuration=cfg
-                )
+                config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
             except (ConfigException, OSError, ValueError) as exc:
                 raise KubeError(f"kubeconfig {path}: {exc}") from exc
         elif in_cluster is None and os.environ.get(IN_CLUSTER_ENV):
@@ -119,11 +117,11 @@ def load_configuration(
 
 def _in_cluster(cfg: client.Configuration) -> None:
     try:
-        loader = config.incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+        loader = config.incluster_config.InClusterConfigLoader(
             token_filename=config.incluster_config.SERVICE_TOKEN_FILENAME,
             cert_filename=config.incluster_config.SERVICE_CERT_FILENAME,
         )
-        loader.load_and_set(cfg)  # type: ignore[no-untyped-call]
+        loader.load_and_set(cfg)
     except ConfigException as exc:
         raise KubeError(f"in-cluster configuration: {exc}") from exc
 
@@ -152,9 +150,7 @@ def default_namespace(
         path = kubeconfig or _default_kubeconfig()
         if path:
             try:
-                contexts, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-                    config_file=path
-                )
+                contexts, active = config.list_kube_config_contexts(config_file=path)
             except (ConfigException, OSError, ValueError) as exc:
                 raise KubeError(f"kubeconfig {path}: {exc}") from exc
             chosen = next((c for c in contexts or [] if c.get("name") == context), None)
@@ -216,7 +212,7 @@ class Kube:
         )
 
     def close(self) -> None:
-        self.api_client.close()  # type: ignore[no-untyped-call]
+        self.api_client.close()
 
 
 def status_message(exc: client.ApiException) -> tuple[str, str]:
@@ -288,5 +284,5 @@ def discard(resp: Any) -> None:
 def to_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, dict):
         return obj
-    sanitized = client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    sanitized = client.ApiClient().sanitize_for_serialization(obj)
     return sanitized if isinstance(sanitized, dict) else {}

@@ -237,13 +237,13 @@ class WatchLoop:
                 }
                 if self.label_selector:
                     kwargs["label_selector"] = self.label_selector
-                w = watch.Watch()  # type: ignore[no-untyped-call]
+                w = watch.Watch()
                 self._watch = w
                 if stop.is_set():
                     break
-                for ev in w.stream(fn, *args, **kwargs):  # type: ignore[no-untyped-call]
+                for ev in w.stream(fn, *args, **kwargs):
                     if stop.is_set():
-                        w.stop()  # type: ignore[no-untyped-call]
+                        w.stop()
                         break
                     obj = ev.get("raw_object") or ev.get("object")
                     if isinstance(obj, dict) and ev.get("type") != "BOOKMARK":

@@ -103,9 +103,9 @@ class Evaluations:
 
     def watch(self, kube: Kube, stop: threading.Event) -> None:
         while not stop.is_set():  # bounded by `stop`; each stream by its own timeout
-            w = watch.Watch()  # type: ignore[no-untyped-call]
+            w = watch.Watch()
             try:
-                for ev in w.stream(  # type: ignore[no-untyped-call]
+                for ev in w.stream(
                     kube.custom.list_namespaced_custom_object,
                     GROUP,
                     VERSION,
@@ -122,7 +122,7 @@ class Evaluations:
                         with self.lock:
                             self.at[name].append(time.monotonic())
                     if stop.is_set():
-                        w.stop()  # type: ignore[no-untyped-call]
+                        w.stop()
                         break
             except API_ERRORS:  # a dropped stream: watch again
                 stop.wait(0.2)

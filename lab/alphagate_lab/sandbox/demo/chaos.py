@@ -178,7 +178,7 @@ class ChaosRunner:
                 except (client.ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
                     rec.detail = f"deleting pod {victims[0]} failed: {exc}"
                 finally:
-                    api_client.close()  # type: ignore[no-untyped-call]
+                    api_client.close()
             else:
                 rec.detail = "no pod to delete"
         self.say("chaos", f"{step.what}: {rec.detail}", "bold magenta")
