@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import ssl
 import time
 import zlib
 from pathlib import Path
@@ -229,6 +230,19 @@ def test_read_page_refuses_json_files_and_bad_timeouts(tmp_path: Path) -> None:
 def prom(url: str, **kw: Any) -> PrometheusSource:
     settings = PrometheusSettings(url=url, timeout_seconds=kw.pop("timeout", 1.0))
     return PrometheusSource(settings, backoff_seconds=0.0, **kw)
+
+
+def test_transports_share_one_system_trust_store_and_keep_a_callers_own() -> None:
+    """Loading the trust store costs tens of milliseconds: every source used to load it again."""
+    shared = http.tls_context(True)
+    assert http.tls_context(True) is shared
+    assert shared.verify_mode == ssl.CERT_REQUIRED and shared.check_hostname
+    own = ssl.create_default_context()
+    assert http.tls_context(own) is own
+    off = http.tls_context(False)
+    assert off is not shared and off.verify_mode == ssl.CERT_NONE and not off.check_hostname
+    assert shared.verify_mode == ssl.CERT_REQUIRED  # never changed by one that checks nothing
+    assert http.DeadlineTransport()._pool._ssl_context is shared
 
 
 def test_prometheus_slow_headers_cost_one_deadline_for_all_retries() -> None:

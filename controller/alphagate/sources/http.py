@@ -14,6 +14,7 @@ lines is refused before it is held in memory, not after.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 import threading
 import time
@@ -149,6 +150,26 @@ class _Backend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+@functools.cache
+def _system_trust() -> ssl.SSLContext:
+    """The system's trust store, loaded once per process and never changed after: loading it
+    costs tens of milliseconds of CPU, which every source and transport used to pay again."""
+    return ssl.create_default_context()
+
+
+def tls_context(verify: ssl.SSLContext | bool) -> ssl.SSLContext:
+    """`verify` as a context: the caller's own, the shared system trust store, or (False) one
+    that checks nothing."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if verify:
+        return _system_trust()
+    insecure = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
+    return insecure
+
+
 class DeadlineTransport(httpx.HTTPTransport):
     """httpx's own transport whose sockets honour :func:`deadline`; proxies are not used."""
 
@@ -159,11 +180,8 @@ class DeadlineTransport(httpx.HTTPTransport):
         limits: httpx.Limits | None = None,
     ) -> None:
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        super().__init__(verify=verify, limits=limits, trust_env=False)
-        context = verify if isinstance(verify, ssl.SSLContext) else ssl.create_default_context()
-        if verify is False:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+        context = tls_context(verify)
+        super().__init__(verify=context, limits=limits, trust_env=False)
         self._pool.close()
         self._pool = httpcore.ConnectionPool(
             ssl_context=context,
