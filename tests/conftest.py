@@ -121,30 +121,39 @@ XDIST_GROUPS = {
     "tests/kube/test_kube_sharding.py": "wall-clock-replicas",
     "tests/kube/test_kube_sim_loop.py": "wall-clock-replicas",
 }
-# Handed out first, in this order: the groups that take longest (seconds of one worker's wall
-# time in a `make test` run, mostly waiting), so the run does not end with one worker still on
-# one of them. The others follow, those with more tests first.
+# Handed out first, in this order (xdist gives the next group to whichever worker frees up).
+# The four longest start together: two mostly waiting on real time while the demo's story and
+# lint keep the cores busy, two working. After them, groups that mostly wait (on Prometheus's
+# scrapes: "waits") alternate with groups that compute, so at most one or two of the four
+# workers wait at once: listed together, the Prometheus modules came out together and both
+# cores idled for half a minute. Seconds: wall / CPU of one worker in a `make test` run.
 LONGEST_FIRST = (
-    "backtest-recordings",  # 158 s
-    "wall-clock-replicas",  # 119 s
-    "tests/sources/test_sources_fleet_bench.py",  # 103 s
-    "tests/bench/test_bench_tenants.py",  # 96 s
-    "tests/policies/test_policies_as_shipped.py",  # 72 s
-    "tests/core/test_core_latency_regressions.py",  # 64 s
-    "tests/core/test_core_coverage_sim.py",  # 62 s
-    "tests/ship/test_ship_release.py",  # 48 s
-    "tests/sim/test_sim_fleet.py",  # 44 s
-    "fleet-prometheus",  # 38 s
-    "tests/core/test_core_acceptance.py",  # 33 s
-    "tests/core/test_core_coverage_traces.py",  # 29 s
-    # Prometheus's own modules: few tests, each ~20 s mostly waiting for its first scrapes;
-    # sorted by size they came last and the run ended on them
-    "tests/sources/test_sources_namespace_it.py",  # 23 s
-    "tests/sources/test_sources_prometheus_it.py",  # 21 s
-    "tests/sources/test_sources_recorded_it.py",  # 21 s
-    "tests/ship/test_ship_rbac.py",  # 15 s
-    "tests/ship/test_ship_prometheus.py",  # 15 s
-    "tests/sources/test_sources_idle.py",  # 15 s
+    "backtest-recordings",  # 137 / 54
+    "wall-clock-replicas",  # 97 / 44
+    "tests/sources/test_sources_fleet_bench.py",  # 94 / 17, waits
+    "tests/bench/test_bench_tenants.py",  # 95 / 14, waits
+    "tests/policies/test_policies_as_shipped.py",  # 58 / 29
+    "tests/core/test_core_latency_regressions.py",  # 50 / 25
+    "tests/core/test_core_coverage_sim.py",  # 53 / 26
+    "fleet-prometheus",  # 32 / 7, waits
+    "tests/ship/test_ship_release.py",  # 30 / 17
+    "tests/sim/test_sim_fleet.py",  # 37 / 19
+    "tests/sources/test_sources_namespace_it.py",  # 21 / 2, waits
+    "tests/core/test_core_acceptance.py",  # 23 / 12
+    "tests/core/test_core_coverage_traces.py",  # 24 / 13
+    "tests/sources/test_sources_prometheus_it.py",  # 21 / 1, waits
+    "tests/core/test_core_props.py",  # 19 / 12
+    "tests/bench/test_bench_decisions.py",  # 19 / 12
+    "tests/sources/test_sources_recorded_it.py",  # 19 / 3, waits
+    "tests/sim/test_sim_traffic.py",  # 17 / 11
+    "tests/core/test_core_latency_run.py",  # 11 / 9
+    "tests/ship/test_ship_prometheus.py",  # 15 / 2, waits
+    "tests/core/test_core_latency_props.py",  # 12 / 8
+    "tests/kube/test_kube_ownership.py",  # 11 / 7
+    "tests/sources/test_sources_idle.py",  # 14 / 1, waits
+    "tests/ship/test_ship_rules.py",  # 11 / 6
+    "tests/policies/test_policies_hostile.py",  # 9 / 5
+    "tests/ship/test_ship_rbac.py",  # 11 / 3, waits
 )
 
 
