@@ -181,13 +181,15 @@ def test_rbac_covers_every_api_call_and_nothing_more(wait_for: WaitFor) -> None:
                 ro = api.get("rollouts", WATCHED, "chat-rollout", group="argoproj.io")
                 return list(ro["spec"]["template"]["spec"]["containers"][0].get("args") or [])
 
+            # Bounds far above the ~10 s these take in `make test`: on a machine at load 8-10
+            # the whole test took 45-73 s and 60 s for state On failed once in five runs.
             wait_for(
-                lambda: any("speculative" in a for a in canary_args()), 60, "the probe's patch"
+                lambda: any("speculative" in a for a in canary_args()), 120, "the probe's patch"
             )
             wait_for(
-                lambda: any("speculative" in a for a in rollout_args()), 60, "the Rollout's probe"
+                lambda: any("speculative" in a for a in rollout_args()), 120, "the Rollout's probe"
             )
-            wait_for(lambda: state() == "On", 60, "state On")
+            wait_for(lambda: state() == "On", 120, "state On")
             # the pods vanish: the source fails and the same SourceErrors Event repeats,
             # which the recorder counts on the existing Event (a patch), not as new ones
             for pod_name in sim.ports:
