@@ -17,7 +17,8 @@ pool one test's fake refused would otherwise be held in the next).
 
 Hypothesis runs the `fast` profile (100 examples a property) unless HYPOTHESIS_PROFILE names
 another: `HYPOTHESIS_PROFILE=thorough` runs 1,000 (before a change to the parser, the
-statistics or the state machine). Neither has a deadline: these 2 cores are shared.
+statistics or the state machine); a module that sets its own count sets it as a multiple of
+the profile's. Neither has a deadline: these 2 cores are shared.
 """
 
 from __future__ import annotations
