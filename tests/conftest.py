@@ -107,13 +107,14 @@ def make_spec() -> Callable[..., SpeculativeCanarySpec]:
 
 
 # pytest-xdist (`make test` runs `-n 4 --dist loadgroup`): a module's tests share a worker, so
-# its fixtures are built once. Beyond that, these share one: the folder whose conftest builds
-# session fixtures, the modules that read the session's one Prometheus, and the modules whose
+# its fixtures are built once. Beyond that, these share one: the modules that read the backtest
+# folder's session recordings, the modules that read the session's one Prometheus, and those whose
 # replicas, Leases and schedules run on the wall clock (one after another, they never starve
 # each other). Groups are named by path because xdist's own `xdist_group` mark does not reach
 # the scheduler under pytest 9 (it rewrites `item._nodeid`, which pytest 9 no longer reads).
 XDIST_GROUPS = {
-    "tests/backtest/": "backtest-recordings",
+    "tests/backtest/test_backtest_cli.py": "backtest-recordings",
+    "tests/backtest/test_backtest_recording.py": "backtest-recordings",
     "tests/sources/test_sources_prombatch_it.py": "fleet-prometheus",
     "tests/kube/test_kube_prometheus_batch.py": "fleet-prometheus",
     "tests/kube/test_kube_lease.py": "wall-clock-replicas",
@@ -123,22 +124,27 @@ XDIST_GROUPS = {
     "tests/kube/test_kube_sim_loop.py": "wall-clock-replicas",
 }
 # Handed out first, in this order (xdist gives the next group to whichever worker frees up).
-# The four longest start together: two mostly waiting on real time while the demo's story and
-# lint keep the cores busy, two working. After them, groups that mostly wait (on Prometheus's
-# scrapes: "waits") alternate with groups that compute, so at most one or two of the four
-# workers wait at once: listed together, the Prometheus modules came out together and both
-# cores idled for half a minute. Seconds: wall / CPU of one worker in a `make test` run.
+# Four long ones start together: two mostly waiting on real time while the demo's story and
+# lint keep the cores busy, two working. The backtest modules that read no session recording
+# are groups of their own: in the recordings' group the Prometheus one (waits) came out beside
+# the wall-clock group's own waits, and a core idled for about 20 s. After them, groups that
+# mostly wait (on Prometheus's scrapes: "waits") alternate with groups that compute, so at most
+# one or two of the four workers wait at once: listed together, the Prometheus modules came out
+# together and both cores idled for half a minute. Seconds: wall / CPU of one worker in a
+# `make test` run.
 LONGEST_FIRST = (
-    "backtest-recordings",  # 137 / 54
-    "wall-clock-replicas",  # 97 / 44
-    "tests/sources/test_sources_fleet_bench.py",  # 94 / 17, waits
-    "tests/bench/test_bench_tenants.py",  # 95 / 14, waits
+    "wall-clock-replicas",  # 90 / 45
+    "tests/sources/test_sources_fleet_bench.py",  # 88 / 17, waits
+    "tests/bench/test_bench_tenants.py",  # 93 / 14, waits
+    "backtest-recordings",  # 55 / 33
     "tests/policies/test_policies_as_shipped.py",  # 58 / 29
     "tests/core/test_core_latency_regressions.py",  # 50 / 25
     "tests/core/test_core_coverage_sim.py",  # 53 / 26
-    "fleet-prometheus",  # 32 / 7, waits
+    "tests/backtest/test_backtest_prometheus.py",  # 38 / 6, waits
     "tests/ship/test_ship_release.py",  # 30 / 17
+    "fleet-prometheus",  # 32 / 7, waits
     "tests/sim/test_sim_fleet.py",  # 37 / 19
+    "tests/backtest/test_backtest_bench.py",  # 19 / 12
     "tests/sources/test_sources_namespace_it.py",  # 21 / 2, waits
     "tests/core/test_core_acceptance.py",  # 23 / 12
     "tests/core/test_core_coverage_traces.py",  # 24 / 13
