@@ -160,7 +160,7 @@ LONGEST_FIRST = (
     "tests/sources/test_sources_idle.py",  # 14 / 1, waits
     "tests/ship/test_ship_rules.py",  # 11 / 6
     "tests/policies/test_policies_hostile.py",  # 9 / 5
-    "tests/ship/test_ship_rbac.py",  # 40 / 6, waits
+    "tests/ship/test_ship_rbac.py",  # 11-42 / 6, waits
     # Then modules of one or a few long tests, which the count of tests would hand out last
     # (a run ended on them, one worker each, the other cores idle).
     "tests/sources/test_sources_vllm_compat_prometheus.py",  # 8 / 1 and a Prometheus's 7
