@@ -22,6 +22,22 @@ def test_every_longest_first_group_exists() -> None:
     assert missing == [], f"LONGEST_FIRST names no group or module: {missing}"
 
 
+def test_every_module_that_reads_the_backtest_recordings_shares_their_group() -> None:
+    """The recordings are session fixtures: a module on another worker would make them again."""
+    folder = TESTS / "backtest"
+    fixtures = ("chat_to_code", "steady_chat")
+    assert all(f"def {name}(" in (folder / "conftest.py").read_text() for name in fixtures)
+    readers = [
+        p.relative_to(TESTS.parent).as_posix()
+        for p in sorted(folder.glob("test_*.py"))
+        if any(name in p.read_text() for name in fixtures)
+    ]
+    assert readers, "no module reads the recordings"
+    group = {path: conftest.xdist_group(f"{path}::t") for path in readers}
+    apart = [path for path, g in group.items() if g != "backtest-recordings"]
+    assert apart == [], f"read the session recordings outside their group: {apart}"
+
+
 def _nodeid(group: str, name: str) -> str:
     """A test in `group`: in its module, or in the first path XDIST_GROUPS gathers into it."""
     path = next((p for p, g in conftest.XDIST_GROUPS.items() if g == group), group)
